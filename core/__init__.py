@@ -1,0 +1,1 @@
+"""gpuops.core."""

@@ -1,0 +1,374 @@
+"""The dashboard: every host on the left, the selected host's GPUs and processes on the right.
+
+Thin on purpose: it reads ``app.monitor.states`` (core) once a tick and redraws only
+what changed; it never talks SSH or parses anything.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.suggester import SuggestFromList
+from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static
+
+from gpuops.core import units
+from gpuops.core.monitor import HostState
+from gpuops.core.telemetry import GpuSample, is_na
+
+if TYPE_CHECKING:
+    from gpuops.tui.app import GpuopsApp
+
+STALE_AFTER = 3.0  # seconds without a sample before a host shows as stale
+BAR_WIDTH = 18
+HOST_COLUMNS = (" ", "Host", "GPUs", "GPU mem", "Util", "CPU", "RAM", "Age")
+
+
+def bar(fraction: Any, width: int = BAR_WIDTH) -> Text:
+    """A memory/utilisation bar; its colour says how full it is."""
+    if is_na(fraction):
+        return Text("─" * width, style="dim")
+    fraction = min(1.0, max(0.0, float(fraction)))
+    filled = round(fraction * width)
+    style = "green" if fraction < 0.7 else "yellow" if fraction < 0.9 else "red"
+    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
+
+
+def host_status(state: HostState, now: float) -> tuple[str, str]:
+    """(symbol, style) for a host row: fresh, stale, unreachable or not yet known."""
+    age = state.age(now)
+    if state.reachable is False:
+        return "✖", "red"
+    if age is None:
+        return "…", "dim"
+    if age > STALE_AFTER:
+        return "●", "yellow"
+    return "●", "green"
+
+
+def host_row(state: HostState, now: float) -> tuple:
+    symbol, style = host_status(state, now)
+    snap = state.snapshot
+    gpus = snap.gpus if snap else []
+    used = [g.memory_used for g in gpus if not is_na(g.memory_used)]
+    total = [g.memory_total for g in gpus if not is_na(g.memory_total)]
+    utils = [g.util for g in gpus if not is_na(g.util)]
+    host = snap.host if snap else None
+    return (
+        Text(symbol, style=style),
+        state.name,
+        str(len(gpus)) if snap else "",
+        f"{units.gib(sum(used), 0)}/{units.gib(sum(total), 0)}G" if total else "",
+        f"{sum(utils) / len(utils):.0f}%" if utils else "",
+        units.percent(host.cpu_percent) if host else "",
+        f"{units.gib(host.mem_used, 0)}/{units.gib(host.mem_total, 0)}G" if host else "",
+        units.age(state.age(now)) if state.last_update else "",
+    )
+
+
+class GpuRow(Horizontal):
+    """One GPU: figures and bars, then memory and utilisation history."""
+
+    DEFAULT_CSS = """
+    GpuRow { height: 2; }
+    GpuRow > .gpu-text { width: 1fr; min-width: 60; }
+    GpuRow > Vertical { width: 34; }
+    GpuRow Sparkline { height: 1; }
+    """
+
+    def __init__(self, index: int):
+        super().__init__(id=f"gpu-{index}", classes="gpu-row")
+        self.index = index
+        self._last: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="gpu-text")
+        with Vertical():
+            yield Sparkline([0.0], summary_function=max, classes="mem-spark")
+            yield Sparkline([0.0], summary_function=max, classes="util-spark")
+
+    def show(self, gpu: GpuSample, history: Any) -> None:
+        key = (gpu.memory_used, gpu.memory_total, gpu.util, gpu.power_w, gpu.temp_c, len(history or ()))
+        if key == self._last:
+            return
+        self._last = key
+        name = (gpu.name or "GPU").replace("NVIDIA ", "")
+        util_frac = gpu.util / 100 if not is_na(gpu.util) else gpu.util
+        line1 = Text.assemble(
+            (f"GPU{gpu.index} ", "bold"),
+            (f"{name[:16]:<16} ", ""),
+            "mem ",
+            bar(gpu.memory_fraction),
+            f" {units.gib(gpu.memory_used)}/{units.gib(gpu.memory_total)} GiB",
+        )
+        line2 = Text.assemble(
+            " " * 22,
+            "util ",
+            bar(util_frac),
+            f" {units.percent(gpu.util):>4}  {gpu.power_w:>5.0f} W  {gpu.temp_c:>3}°C",
+        )
+        self.query_one(".gpu-text", Static).update(Text("\n").join([line1, line2]))
+        if history:
+            mem = [0.0 if is_na(m) else float(m) for m, _ in history]
+            util = [0.0 if is_na(u) else float(u) for _, u in history]
+            self.query_one(".mem-spark", Sparkline).data = mem
+            self.query_one(".util-spark", Sparkline).data = util
+
+
+class DashboardScreen(Screen):
+    """Hosts, their GPUs and the processes holding GPU memory."""
+
+    BINDINGS = [
+        Binding("colon", "jump", "Jump", key_display=":"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "back", "Back", key_display="esc"),
+        Binding("tab", "focus_next", "Next pane", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="dashboard")
+        self.selected: str | None = None
+        self.filter_text = ""
+        self._cmd_mode: str | None = None
+        self._procs_key: tuple | None = None
+        self._host_cells: dict[str, tuple] = {}
+
+    @property
+    def gapp(self) -> "GpuopsApp":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            yield DataTable(id="hosts", cursor_type="row", zebra_stripes=False)
+            with Vertical(id="detail"):
+                yield Static(id="host-title")
+                yield Static(id="host-stats")
+                yield Static(id="host-alert")
+                yield VerticalScroll(id="gpus")
+                yield Static("Processes holding GPU memory", id="procs-title")
+                yield DataTable(id="procs", cursor_type="row")
+        yield Input(id="cmdline")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        hosts = self.query_one("#hosts", DataTable)
+        for label in HOST_COLUMNS:
+            hosts.add_column(label, key=label)
+        for name in self.gapp.monitor.states:
+            hosts.add_row(*[""] * len(HOST_COLUMNS), key=name)
+        procs = self.query_one("#procs", DataTable)
+        for label in ("GPU", "PID", "User", "Memory", "Command"):
+            procs.add_column(label, key=label)
+        cmd = self.query_one("#cmdline", Input)
+        cmd.display = False
+        cmd.suggester = SuggestFromList(
+            [f"host {n}" for n in self.gapp.monitor.states]
+            + [f"theme {t}" for t in self.app.available_themes]
+            + ["help", "quit"],
+            case_sensitive=False,
+        )
+        self.selected = next(iter(self.gapp.monitor.states), None)
+        self.sub_title = self.gapp.mode_label()
+        self.refresh_data()
+        hosts.focus()
+
+    # ------------------------------------------------------------- data → view
+
+    def refresh_data(self) -> None:
+        now = time.monotonic()
+        states = self.gapp.monitor.states
+        hosts = self.query_one("#hosts", DataTable)
+        for name, state in states.items():
+            cells = host_row(state, now)
+            old = self._host_cells.get(name)
+            if old == cells:
+                continue
+            for column, value in zip(HOST_COLUMNS, cells):
+                if old is None or old[HOST_COLUMNS.index(column)] != value:
+                    hosts.update_cell(name, column, value, update_width=True)
+            self._host_cells[name] = cells
+        if self.selected in states:
+            self._show_host(states[self.selected], now)
+
+    def _show_host(self, state: HostState, now: float) -> None:
+        snap = state.snapshot
+        age = state.age(now)
+        freshness = (
+            "waiting for the first sample…" if age is None
+            else f"updated {units.age(age)} ago" if age <= STALE_AFTER
+            else f"STALE: no data for {units.age(age)}"
+        )
+        where = "local" if state.kind == "local" else f"ssh {state.address}"
+        title = Text.assemble((state.name, "bold"), f"  {where}  ·  ")
+        title.append(freshness, style="yellow bold" if age is not None and age > STALE_AFTER else "dim")
+        if state.retry_at is not None:
+            title.append(f"  ·  retrying in {max(0.0, state.retry_at - now):.0f}s", style="dim")
+        self.query_one("#host-title", Static).update(title)
+
+        stats = Text()
+        if snap and snap.host:
+            h = snap.host
+            cpu = h.cpu_percent / 100 if not is_na(h.cpu_percent) else h.cpu_percent
+            mem = h.mem_used / h.mem_total if not (is_na(h.mem_used) or is_na(h.mem_total)) else h.mem_used
+            stats.append_text(Text.assemble("CPU ", bar(cpu, 12), f" {units.percent(h.cpu_percent):>4}   "))
+            stats.append_text(Text.assemble("RAM ", bar(mem, 12), f" {units.gib(h.mem_used)}/{units.gib(h.mem_total)} GiB"))
+            for d in h.disks:
+                stats.append(f"\nDisk {d.mount:<24} ")
+                stats.append_text(bar(1 - d.free_bytes / d.total_bytes if d.total_bytes else 0, 12))
+                stats.append(f" {units.size(d.free_bytes)} free of {units.size(d.total_bytes)}")
+        self.query_one("#host-stats", Static).update(stats)
+
+        alert = Text()
+        if state.error:
+            alert.append(state.error, style="bold red" if state.reachable is False else "bold yellow")
+            if state.hint:
+                alert.append(f"\nhint: {state.hint}", style="italic")
+        elif snap and snap.nvml.hint:
+            alert.append(f"note: {snap.nvml.hint}", style="dim")
+        self.query_one("#host-alert", Static).update(alert)
+        self.query_one("#host-alert").display = bool(alert.plain)
+
+        self._show_gpus(state)
+        self._show_processes(state)
+
+    def _show_gpus(self, state: HostState) -> None:
+        container = self.query_one("#gpus", VerticalScroll)
+        gpus = state.snapshot.gpus if state.snapshot else []
+        container.border_title = f"GPUs ({len(gpus)})" if gpus else "no GPUs reported"
+        rows = {row.index: row for row in container.query(GpuRow)}
+        wanted = [g.index for g in gpus]
+        if sorted(rows) != wanted:
+            container.remove_children()
+            new_rows = [GpuRow(i) for i in wanted]
+            container.mount_all(new_rows)
+            rows = {r.index: r for r in new_rows}
+            self.call_after_refresh(self._show_gpus, state)
+            return
+        for gpu in gpus:
+            rows[gpu.index].show(gpu, state.gpu_history.get(gpu.index))
+
+    def _process_rows(self, state: HostState) -> list[tuple]:
+        rows = []
+        needle = self.filter_text.lower()
+        for gpu in state.snapshot.gpus if state.snapshot else []:
+            for p in gpu.processes:
+                row = (str(gpu.index), str(p.pid), p.user or "?", units.size(p.used_bytes), p.command or "?")
+                if not needle or any(needle in str(cell).lower() for cell in row[1:]):
+                    rows.append(row)
+        return rows
+
+    def _show_processes(self, state: HostState) -> None:
+        rows = self._process_rows(state)
+        key = (state.name, self.filter_text, tuple(rows))
+        if key == self._procs_key:
+            return
+        self._procs_key = key
+        table = self.query_one("#procs", DataTable)
+        table.clear()
+        for row in rows:
+            table.add_row(*row, key=f"{row[0]}:{row[1]}")
+        title = "Processes holding GPU memory"
+        if self.filter_text:
+            title += f"  (filter: {self.filter_text!r}, {len(rows)} shown)"
+        self.query_one("#procs-title", Static).update(title)
+
+    # ------------------------------------------------------------- selection
+
+    def select_host(self, name: str) -> bool:
+        states = self.gapp.monitor.states
+        if name not in states:
+            return False
+        self.selected = name
+        hosts = self.query_one("#hosts", DataTable)
+        hosts.move_cursor(row=hosts.get_row_index(name))
+        self._procs_key = None
+        self.refresh_data()
+        return True
+
+    @on(DataTable.RowHighlighted, "#hosts")
+    def _host_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        name = event.row_key.value if event.row_key else None
+        if name and name != self.selected:
+            self.selected = name
+            self._procs_key = None
+            self.refresh_data()
+
+    # ------------------------------------------------------------- keys
+
+    def _open_cmdline(self, mode: str, value: str = "") -> None:
+        cmd = self.query_one("#cmdline", Input)
+        self._cmd_mode = mode
+        cmd.placeholder = "host NAME · theme NAME · help · quit" if mode == ":" else "filter processes"
+        cmd.border_title = mode
+        cmd.value = value
+        cmd.display = True
+        cmd.focus()
+
+    def action_jump(self) -> None:
+        self._open_cmdline(":")
+
+    def action_filter(self) -> None:
+        self._open_cmdline("/", self.filter_text)
+
+    def action_back(self) -> None:
+        cmd = self.query_one("#cmdline", Input)
+        if cmd.display:
+            if self._cmd_mode == "/":
+                self._set_filter(self._filter_before)
+            self._close_cmdline()
+        elif self.filter_text:
+            self._set_filter("")
+
+    def _close_cmdline(self) -> None:
+        cmd = self.query_one("#cmdline", Input)
+        cmd.display = False
+        self._cmd_mode = None
+        self.query_one("#hosts", DataTable).focus()
+
+    def _set_filter(self, text: str) -> None:
+        self.filter_text = text
+        if self.selected in self.gapp.monitor.states:
+            self._show_processes(self.gapp.monitor.states[self.selected])
+
+    _filter_before = ""
+
+    @on(Input.Changed, "#cmdline")
+    def _cmd_changed(self, event: Input.Changed) -> None:
+        if self._cmd_mode == "/":
+            self._set_filter(event.value.strip())
+
+    @on(Input.Submitted, "#cmdline")
+    def _cmd_submitted(self, event: Input.Submitted) -> None:
+        mode, text = self._cmd_mode, event.value.strip()
+        self._filter_before = self.filter_text
+        self._close_cmdline()
+        if mode == ":" and text:
+            self.run_command(text)
+
+    def run_command(self, text: str) -> None:
+        """The `:` command line: `host NAME`, `theme NAME`, `help`, `quit`."""
+        verb, _, arg = text.partition(" ")
+        arg = arg.strip()
+        if verb in ("host", "h") and arg:
+            if not self.select_host(arg):
+                self.notify(f"no host named {arg!r}", severity="error")
+        elif verb == "theme" and arg:
+            if arg not in self.app.available_themes:
+                self.notify(f"no theme named {arg!r}", severity="error")
+            else:
+                self.app.theme = arg
+        elif verb in ("help", "?"):
+            self.app.action_help()
+        elif verb in ("q", "quit"):
+            self.app.exit()
+        elif verb in self.gapp.monitor.states:  # `:gpu2` is `:host gpu2`
+            self.select_host(verb)
+        else:
+            self.notify(f"unknown command {text!r}: try host NAME, theme NAME, help, quit", severity="error")

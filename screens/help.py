@@ -1,0 +1,48 @@
+"""`?`: the keys of the screen underneath, and the `:` commands."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+COMMANDS = (
+    (":host NAME", "jump to a host (also :NAME)"),
+    (":theme NAME", "switch theme (gpuops-dark, gpuops-light, …)"),
+    (":help", "this help"),
+    (":quit", "leave gpuops"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Lists (key, what it does) for the screen it was opened over."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close", key_display="esc"),
+        Binding("question_mark", "dismiss", "Close", show=False),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, title: str, keys: list[tuple[str, str]]):
+        super().__init__(id="help")
+        self.title_text = title
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        for key, description in self.keys:
+            table.add_row(key, description)
+        table.add_row("", "")
+        for key, description in COMMANDS:
+            table.add_row(key, description)
+        with VerticalScroll(id="help-box") as box:
+            box.border_title = f"Keys: {self.title_text}"
+            box.border_subtitle = "esc to close"
+            yield Static(table, id="help-keys")
+            yield Static(Text("ctrl+p opens the command palette (hosts, themes, …)", style="dim"))

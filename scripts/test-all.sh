@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh Debian/Ubuntu machine, then run them all.
+# System packages: openssh-server (a real sshd on 127.0.0.1), tmux (the real-terminal check).
+# The tests start the services they use themselves (sshd on a free port).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+if [ ${#need[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "== installing system packages: ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "== creating .venv"
+    "$PY" -m venv .venv
+fi
+echo "== installing gpuops (editable) with its test dependencies"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+echo "== running the test suite"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,241 @@
+"""LocalHost and SshHost against real processes and a real sshd on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from gpuops.core.config import HostConfig, SshTarget
+from gpuops.core.hosts import (
+    CommandTimeout,
+    HostKeyRefused,
+    HostUnreachable,
+    LocalHost,
+    SshHost,
+)
+from tests.sshd import TcpProxy
+
+
+def local_config(**kw) -> HostConfig:
+    return HostConfig(name="localhost", local=True, ssh=None, python=None, **kw)
+
+
+def ssh_config(sshd, user=None, port=None, name="box", **kw) -> HostConfig:
+    return HostConfig(
+        name=name, local=False, ssh=SshTarget(user or sshd.user, "127.0.0.1", port or sshd.port),
+        python=None, **kw
+    )
+
+
+def processes_matching(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,user,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+async def wait_until(predicate, timeout=10.0, step=0.05):
+    """Poll a condition until it holds (or fail): no fixed sleeps."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(step)
+    return predicate()
+
+
+def marker_sleep() -> tuple[str, list[str]]:
+    # A unique duration makes the process findable with ps.
+    secs = f"{1000 + uuid.uuid4().int % 8000}.{uuid.uuid4().int % 1000:03d}"
+    return secs, ["sh", "-c", f"echo started; sleep {secs}; echo never"]
+
+
+# ------------------------------------------------------------------ local
+
+
+async def test_local_run_and_stream():
+    host = LocalHost(local_config())
+    res = await host.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (res.returncode, res.stdout, res.stderr) == (3, "out\n", "err\n")
+    async with host.stream(["sh", "-c", "for i in 1 2 3; do echo line$i; done"]) as s:
+        lines = [line async for line in s]
+    assert lines == ["line1", "line2", "line3"]
+    assert s.returncode == 0
+
+
+async def test_local_env_and_path_prefix(tmp_path):
+    host = LocalHost(local_config(env=(("PATH", "/opt/fake/bin:$PATH"), ("HF_HOME", "/shared/hf"))))
+    res = await host.run(["sh", "-c", 'echo "$PATH|$HF_HOME"'])
+    path, hf = res.stdout.strip().split("|")
+    assert path.startswith("/opt/fake/bin:") and len(path) > len("/opt/fake/bin:")
+    assert hf == "/shared/hf"
+
+
+async def test_local_stream_close_ends_process_group():
+    secs, argv = marker_sleep()
+    host = LocalHost(local_config())
+    async with host.stream(argv) as s:
+        assert await s.__anext__() == "started"
+        assert processes_matching(f"sleep {secs}")
+    assert await wait_until(lambda: not processes_matching(f"sleep {secs}"))
+
+
+async def test_local_run_timeout_kills():
+    secs, argv = marker_sleep()
+    host = LocalHost(local_config())
+    with pytest.raises(CommandTimeout):
+        await host.run(argv, timeout=0.5)
+    assert await wait_until(lambda: not processes_matching(f"sleep {secs}"))
+
+
+async def test_local_missing_command():
+    res = await LocalHost(local_config()).run(["/nonexistent/prog"])
+    assert res.returncode == 127 and "not found" in res.stderr
+
+
+# ------------------------------------------------------------------ ssh
+
+
+async def test_ssh_run_stream_and_env(sshd):
+    host = SshHost(ssh_config(sshd, env=(("PATH", "/opt/fake/bin:$PATH"), ("GREETING", "it's $x `y`"))),
+                   connect_options=sshd.options())
+    try:
+        res = await host.run(["sh", "-c", 'echo "$GREETING"; echo "$PATH"; echo e >&2; exit 4'])
+        greeting, path = res.stdout.splitlines()
+        assert greeting == "it's $x `y`"  # no shell interpolation of values
+        assert path.startswith("/opt/fake/bin:")
+        assert (res.returncode, res.stderr) == (4, "e\n")
+        # argv with spaces and metacharacters arrives intact
+        res = await host.run(["printf", "%s\n", "a b", "$(id)", "; rm -rf /"])
+        assert res.stdout.splitlines() == ["a b", "$(id)", "; rm -rf /"]
+        async with host.stream(["sh", "-c", "for i in 1 2 3; do echo $i; done; exit 7"]) as s:
+            assert [x async for x in s] == ["1", "2", "3"]
+        assert s.returncode == 7
+        # channels share one connection
+        results = await asyncio.gather(*(host.run(["echo", str(i)]) for i in range(10)))
+        assert [r.stdout.strip() for r in results] == [str(i) for i in range(10)]
+        assert host.connects == 1
+    finally:
+        await host.close()
+
+
+@pytest.mark.parametrize("who", ["root", "other"])
+async def test_ssh_stream_cancel_leaves_no_remote_process(sshd, who):
+    user = sshd.user if who == "root" else sshd.other_user
+    if user is None:
+        pytest.skip("needs root to create the non-root test user")
+    secs, argv = marker_sleep()
+    host = SshHost(ssh_config(sshd, user=user), connect_options=sshd.options())
+    try:
+        stream = host.stream(argv)
+        got = []
+
+        async def consume():
+            async for line in stream:
+                got.append(line)
+
+        task = asyncio.create_task(consume())
+        assert await wait_until(lambda: got == ["started"])
+        assert processes_matching(f"sleep {secs}")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await stream.aclose()
+        assert await wait_until(lambda: not processes_matching(f"sleep {secs}"), timeout=8)
+    finally:
+        await host.close()
+
+
+async def test_ssh_run_timeout_leaves_no_remote_process(sshd):
+    secs, argv = marker_sleep()
+    host = SshHost(ssh_config(sshd), connect_options=sshd.options())
+    try:
+        with pytest.raises(CommandTimeout):
+            await host.run(argv, timeout=1.0)
+        assert await wait_until(lambda: not processes_matching(f"sleep {secs}"), timeout=8)
+        assert (await host.run(["echo", "still usable"])).stdout == "still usable\n"
+    finally:
+        await host.close()
+
+
+async def test_ssh_reconnects_after_server_drops(sshd):
+    proxy = await TcpProxy(sshd.port).start(sshd)
+    host = SshHost(ssh_config(sshd, port=proxy.port), connect_options=sshd.options())
+    try:
+        assert (await host.run(["echo", "one"])).stdout == "one\n"
+        proxy.cut()
+        assert await wait_until(lambda: not host.connected, timeout=5)
+        res = await host.run(["echo", "two"])
+        assert res.stdout == "two\n"
+        assert host.connects == 2 and proxy.accepted == 2
+    finally:
+        await host.close()
+        await proxy.close()
+
+
+async def test_ssh_unknown_host_key_refused(sshd, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    host = SshHost(ssh_config(sshd), connect_options=sshd.options(known_hosts=empty))
+    with pytest.raises(HostKeyRefused) as info:
+        await host.run(["echo", "should not run"])
+    expected_fp = subprocess.run(
+        ["ssh-keygen", "-lf", f"{sshd.host_key}.pub"], capture_output=True, text=True
+    ).stdout.split()[1]
+    err = info.value
+    assert err.fingerprint == expected_fp
+    assert expected_fp in err.message and "not known" in err.message
+    assert f"ssh-keyscan -p {sshd.port}" in err.hint and str(empty) in err.hint
+    assert empty.read_text() == ""  # never auto-accepted
+
+
+async def test_ssh_changed_host_key_refused(sshd, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kind, blob = (tmp_path / "other.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {kind} {blob}\n")
+    host = SshHost(ssh_config(sshd), connect_options=sshd.options(known_hosts=known))
+    with pytest.raises(HostKeyRefused) as info:
+        await host.run(["true"])
+    assert "CHANGED" in info.value.message
+    assert "ssh-keygen -R" in info.value.hint
+
+
+async def test_ssh_config_alias_and_default_identity(sshd, ssh_home):
+    """An alias from ~/.ssh/config, the default identity file and ~/.ssh/known_hosts."""
+    cfg = HostConfig(name="alias", local=False, ssh=SshTarget(None, "simbox", None), python=None)
+    host = SshHost(cfg)  # asyncssh's defaults: ~/.ssh/config, id_ed25519, known_hosts
+    try:
+        res = await host.run(["sh", "-c", "echo $(id -un)"])
+        assert res.stdout.strip() == sshd.user
+    finally:
+        await host.close()
+
+
+async def test_ssh_black_hole_does_not_stall_other_hosts(sshd):
+    proxy = await TcpProxy(sshd.port).start(sshd)
+    stuck = SshHost(ssh_config(sshd, port=proxy.port, name="stuck"), connect_options=sshd.options(),
+                    keepalive_interval=1, keepalive_count_max=2)
+    healthy = SshHost(ssh_config(sshd, name="healthy"), connect_options=sshd.options())
+    try:
+        assert (await stuck.run(["echo", "hi"])).ok
+        proxy.freeze()
+        stuck_task = asyncio.create_task(stuck.run(["echo", "lost"], timeout=4))
+        t0 = time.monotonic()
+        for i in range(5):  # the healthy host answers while the other one hangs
+            assert (await healthy.run(["echo", str(i)])).stdout == f"{i}\n"
+        assert time.monotonic() - t0 < 3 and not stuck_task.done()
+        with pytest.raises((CommandTimeout, HostUnreachable)):
+            await stuck_task
+        # keepalives notice the dead connection; a new connect into the hole times out
+        assert await wait_until(lambda: not stuck.connected, timeout=8)
+        proxy.thaw()
+        assert await wait_until(lambda: stuck.backoff.wait_left() == 0, timeout=35)
+        assert (await stuck.run(["echo", "back"])).stdout == "back\n"
+    finally:
+        await stuck.close()
+        await healthy.close()
+        await proxy.close()

@@ -1,0 +1,111 @@
+"""The gpuops Textual application."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.theme import Theme
+
+from gpuops.core.config import Inventory
+from gpuops.core.hosts import Host
+from gpuops.core.monitor import Monitor
+from gpuops.core.paths import load_ui_state, save_ui_state
+from gpuops.screens.dashboard import DashboardScreen
+from gpuops.screens.help import HelpScreen
+from gpuops.themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
+from gpuops.tui.commands import HostCommands
+
+# Actions that change a host; `--readonly` disables every one of them.
+MUTATING_ACTIONS: frozenset[str] = frozenset()
+
+
+class GpuopsApp(App):
+    TITLE = "gpuops"
+    CSS_PATH = CSS_PATH
+    COMMANDS = App.COMMANDS | {HostCommands}
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Keys", key_display="?"),
+        Binding("ctrl+t", "toggle_theme", "Theme"),
+    ]
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        *,
+        readonly: bool = False,
+        simulated: bool = False,
+        interval: float = 1.0,
+        hosts: Iterable[Host] | None = None,
+    ):
+        super().__init__()
+        self.inventory = inventory
+        self.readonly = readonly
+        self.simulated = simulated
+        self.interval = interval
+        self.monitor = Monitor(inventory, interval=interval, hosts=hosts)
+        for theme in THEMES:
+            self.register_theme(theme)
+
+    def mode_label(self) -> str:
+        return " · ".join(label for label, on in (("SIMULATED", self.simulated), ("READONLY", self.readonly)) if on)
+
+    def on_mount(self) -> None:
+        saved = load_ui_state().get("theme")
+        self.theme = saved if saved in self.available_themes else DEFAULT_THEME
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
+        self.push_screen(DashboardScreen())
+        self.monitor.start()
+        self.set_interval(self.interval, self._tick)
+
+    def _tick(self) -> None:
+        screen = self.screen
+        refresh = getattr(screen, "refresh_data", None)
+        if refresh is None and isinstance(screen, HelpScreen):
+            return
+        if refresh is not None:
+            refresh()
+
+    def _remember_theme(self, theme: Theme) -> None:
+        save_ui_state(theme=theme.name)
+
+    async def on_unmount(self) -> None:
+        await self.monitor.close()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.readonly and action in MUTATING_ACTIONS:
+            return False
+        return True
+
+    # ---------------------------------------------------------------- actions
+
+    def action_toggle_theme(self) -> None:
+        self.theme = toggled(self.theme)
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        keys: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for key, active in self.screen.active_bindings.items():
+            b = active.binding
+            if not b.description or b.action in seen:
+                continue
+            seen.add(b.action)
+            keys.append((self.get_key_display(b), b.description))
+        keys.append(("ctrl+p", "command palette"))
+        title = type(self.screen).__name__.removesuffix("Screen").lower() or "gpuops"
+        self.push_screen(HelpScreen(title, keys))
+
+    def jump_to_host(self, name: str) -> None:
+        screen = self.screen
+        if isinstance(screen, DashboardScreen):
+            screen.select_host(name)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Toggle dark/light theme", "switch between gpuops-dark and gpuops-light",
+                            self.action_toggle_theme)

@@ -1,0 +1,273 @@
+"""The `gpuops` command line (a contract: see DESIGN.md § Command line).
+
+Exit codes: 0 ok; 1 the operation failed; 2 bad input (one line on stderr, nothing changed).
+Snapshot verbs (`hosts`, `gpus`) exit 0 when they report per-host errors inside the output.
+Textual is imported only by the verbs that draw a screen, so snapshot verbs start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Sequence
+
+from gpuops.core.config import ConfigError, HostConfig, Inventory, load_inventory
+
+SCHEMA = 1
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+def gpuops_version() -> str:
+    try:
+        return version("gpuops")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="inventory file (default: $GPUOPS_CONFIG, then $XDG_CONFIG_HOME/gpuops/config.toml)")
+    common.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS,
+                        help="disable every action that changes a host")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="gpuops", parents=[common],
+        description="Plan, deploy, watch and benchmark SGLang servers on GPU hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuops {gpuops_version()}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = sub.add_parser("hosts", parents=[common], help="one snapshot of every host: reachability, CPU, RAM, disks")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
+    p = sub.add_parser("gpus", parents=[common], help="one snapshot of the GPUs of every host (or one)")
+    p.add_argument("--host", metavar="H", help="only this host")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
+    p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
+    p.add_argument("--scenario", default="ok", choices=["ok"], help="what the simulated host does")
+    p.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs")
+
+    sim = sub.add_parser("sim", parents=[common], help="the simulated GPU host")
+    sim_sub = sim.add_subparsers(dest="sim_verb", metavar="VERB", required=True)
+    p = sim_sub.add_parser("setup", parents=[common], help="write a simulated host into DIR and print its [hosts.NAME] block")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--gpu-memory", type=float, default=141.0, metavar="GIB")
+    p.add_argument("--nvml", default="ok", choices=["ok", "absent", "no-driver", "mismatch"],
+                   help="what NVML does there (absent: no pynvml, so gpuops reads nvidia-smi)")
+    p.add_argument("--name", default="sim", help="host name in the printed block")
+    p.add_argument("--ssh", metavar="TARGET", help="print an SSH entry (user@host:port) instead of a local one")
+    return parser
+
+
+# ------------------------------------------------------------------ snapshot verbs
+
+
+async def _snapshots(hosts: Sequence[HostConfig]) -> list[tuple[HostConfig, Any, Exception | None]]:
+    from gpuops.core.hosts import HostError, make_host
+    from gpuops.core.telemetry import snapshot
+
+    async def one(cfg: HostConfig) -> tuple[HostConfig, Any, Exception | None]:
+        host = make_host(cfg)
+        try:
+            return cfg, await snapshot(host), None
+        except HostError as exc:
+            return cfg, None, exc
+        finally:
+            await host.close()
+
+    return await asyncio.gather(*(one(c) for c in hosts))
+
+
+def _error_fields(exc: Exception | None) -> tuple[str | None, str | None]:
+    if exc is None:
+        return None, None
+    return getattr(exc, "message", str(exc)), getattr(exc, "hint", None)
+
+
+def hosts_document(results: list[tuple[HostConfig, Any, Exception | None]]) -> dict:
+    from gpuops.core.hosts import HostUnreachable
+    from gpuops.core.telemetry import plain
+
+    rows = []
+    for cfg, snap, exc in results:
+        error, hint = _error_fields(exc)
+        h = snap.host if snap else None
+        rows.append({
+            "name": cfg.name,
+            "kind": "local" if cfg.local else "ssh",
+            "address": cfg.address,
+            "reachable": snap is not None or (exc is not None and not isinstance(exc, HostUnreachable)),
+            "cpu_percent": plain(h.cpu_percent) if h else None,
+            "mem_total_bytes": plain(h.mem_total) if h else None,
+            "mem_used_bytes": plain(h.mem_used) if h else None,
+            "disks": [d.to_json() for d in h.disks] if h else [],
+            "error": error,
+            "hint": hint,
+        })
+    return {"schema": SCHEMA, "hosts": rows}
+
+
+def gpus_document(results: list[tuple[HostConfig, Any, Exception | None]]) -> dict:
+    rows = []
+    for cfg, snap, exc in results:
+        error, hint = _error_fields(exc)
+        if snap is not None and not snap.nvml.ok:
+            error, hint = snap.nvml.error, snap.nvml.hint
+        rows.append({
+            "name": cfg.name,
+            "error": error,
+            "hint": hint,
+            "driver_version": snap.nvml.driver_version if snap else None,
+            "gpus": [g.to_json() for g in snap.gpus] if snap else [],
+        })
+    return {"schema": SCHEMA, "hosts": rows}
+
+
+def _print_hosts(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpuops.core import units
+
+    table = Table(box=None, header_style="bold")
+    for col in ("HOST", "KIND", "ADDRESS", "UP", "CPU", "RAM", "DISKS (free)"):
+        table.add_column(col)
+    for h in doc["hosts"]:
+        disks = ", ".join(f"{d['mount']} {units.size(d['free_bytes'])}" for d in h["disks"])
+        ram = f"{units.gib(h['mem_used_bytes'])}/{units.gib(h['mem_total_bytes'])} GiB" if h["mem_total_bytes"] else "-"
+        table.add_row(h["name"], h["kind"], h["address"], "yes" if h["reachable"] else "NO",
+                      units.percent(h["cpu_percent"]) if h["cpu_percent"] is not None else "-", ram,
+                      disks or (h["error"] or "-"))
+        if h["error"]:
+            table.add_row("", "", f"[red]{h['error']}[/]" + (f"\n[i]hint: {h['hint']}[/]" if h["hint"] else ""))
+    Console().print(table)
+
+
+def _print_gpus(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpuops.core import units
+
+    console = Console()
+    for h in doc["hosts"]:
+        head = f"[bold]{h['name']}[/]" + (f"  driver {h['driver_version']}" if h["driver_version"] else "")
+        console.print(head)
+        if h["error"]:
+            console.print(f"  [red]{h['error']}[/]" + (f"\n  [i]hint: {h['hint']}[/]" if h["hint"] else ""))
+        if not h["gpus"]:
+            continue
+        table = Table(box=None, header_style="bold", padding=(0, 1))
+        for col in ("GPU", "NAME", "MEM USED", "MEM TOTAL", "UTIL", "POWER", "TEMP", "PROCESSES"):
+            table.add_column(col)
+        for g in h["gpus"]:
+            procs = ", ".join(f"{p['pid']} {p['user'] or '?'} {units.size(p['used_bytes'])}" for p in g["processes"])
+            na = "N/A"
+            table.add_row(
+                str(g["index"]), g["name"] or na, units.size(g["memory_used_bytes"] if g["memory_used_bytes"] is not None else None),
+                units.size(g["memory_total_bytes"] if g["memory_total_bytes"] is not None else None),
+                f"{g['util_percent']}%" if g["util_percent"] is not None else na,
+                f"{g['power_w']:.0f} W" if g["power_w"] is not None else na,
+                f"{g['temp_c']}°C" if g["temp_c"] is not None else na,
+                procs or "-",
+            )
+        console.print(table)
+
+
+def cmd_hosts(inv: Inventory, args: argparse.Namespace) -> int:
+    doc = hosts_document(asyncio.run(_snapshots(inv.hosts)))
+    print(json.dumps(doc, indent=2)) if args.json else _print_hosts(doc)
+    return 0
+
+
+def cmd_gpus(inv: Inventory, args: argparse.Namespace) -> int:
+    hosts = inv.hosts
+    if args.host is not None:
+        try:
+            hosts = (inv.host(args.host),)
+        except KeyError:
+            raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
+    doc = gpus_document(asyncio.run(_snapshots(hosts)))
+    print(json.dumps(doc, indent=2)) if args.json else _print_gpus(doc)
+    return 0
+
+
+# ------------------------------------------------------------------ sim / demo / dashboard
+
+
+def cmd_sim_setup(args: argparse.Namespace) -> int:
+    from gpuops.core.config import SshTarget
+    from gpuops.core.simhost import setup_simhost
+
+    if args.gpus < 1 or args.gpus > 64:
+        raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
+    if not 1 <= args.gpu_memory <= 4096:
+        raise UsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
+    if args.ssh is not None:
+        try:
+            SshTarget.parse(args.ssh)
+        except ValueError as exc:
+            raise UsageError(f"--ssh: {exc}") from None
+    try:
+        sim = setup_simhost(args.dir, gpus=args.gpus, gpu_memory_gib=args.gpu_memory, nvml=args.nvml)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(sim.host_block(args.name, ssh=args.ssh), end="")
+    return 0
+
+
+def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False) -> int:
+    from gpuops.tui.app import GpuopsApp
+
+    GpuopsApp(inv, readonly=readonly, simulated=simulated).run()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from gpuops.core.config import parse_inventory
+    from gpuops.core.simhost import setup_simhost
+
+    with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
+        sim = setup_simhost(tmp, gpus=args.gpus)
+        inv = parse_inventory(sim.host_block("sim"), source=f"{tmp}/demo.toml")
+        return run_dashboard(inv, readonly=getattr(args, "readonly", False), simulated=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.verb == "sim":
+            return cmd_sim_setup(args)
+        if args.verb == "demo":
+            return cmd_demo(args)
+        inv = load_inventory(getattr(args, "config", None))
+        if args.verb == "hosts":
+            return cmd_hosts(inv, args)
+        if args.verb == "gpus":
+            return cmd_gpus(inv, args)
+        return run_dashboard(inv, readonly=getattr(args, "readonly", False))
+    except (ConfigError, UsageError) as exc:
+        print(f"gpuops: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
