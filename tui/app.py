@@ -49,15 +49,22 @@ class GpuopsApp(App):
         self.monitor = Monitor(inventory, interval=interval, hosts=hosts)
         for theme in THEMES:
             self.register_theme(theme)
+        # Before the first frame: a theme change later would restyle every widget.
+        saved = load_ui_state().get("theme")
+        self.theme = saved if saved in self.available_themes else DEFAULT_THEME
 
     def mode_label(self) -> str:
         return " · ".join(label for label, on in (("SIMULATED", self.simulated), ("READONLY", self.readonly)) if on)
 
+    def get_default_screen(self) -> Screen:
+        return DashboardScreen()
+
     def on_mount(self) -> None:
-        saved = load_ui_state().get("theme")
-        self.theme = saved if saved in self.available_themes else DEFAULT_THEME
         self.theme_changed_signal.subscribe(self, self._remember_theme)
-        self.push_screen(DashboardScreen())
+        # Sampling starts once the first frame is on screen: nothing delays that paint.
+        self.call_after_refresh(self._start_watching)
+
+    def _start_watching(self) -> None:
         self.monitor.start()
         self.set_interval(self.interval, self._tick)
 
@@ -88,15 +95,18 @@ class GpuopsApp(App):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        keys: list[tuple[str, str]] = []
+        # The footer's keys first, then the rest (widget keys such as cursor movement).
+        shown: list[tuple[str, str]] = []
+        rest: list[tuple[str, str]] = []
         seen: set[str] = set()
         for key, active in self.screen.active_bindings.items():
             b = active.binding
-            if not b.description or b.action in seen:
+            display = self.get_key_display(b)
+            if not b.description or display in seen:
                 continue
-            seen.add(b.action)
-            keys.append((self.get_key_display(b), b.description))
-        keys.append(("ctrl+p", "command palette"))
+            seen.add(display)
+            (shown if b.show else rest).append((display, b.description))
+        keys = shown + rest
         title = type(self.screen).__name__.removesuffix("Screen").lower() or "gpuops"
         self.push_screen(HelpScreen(title, keys))
 

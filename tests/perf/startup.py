@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Start to first painted dashboard: gpuops against a minimal Textual app, same run.
+
+Each sample is a fresh process (imports included) on the default inventory (localhost),
+headless; the child prints the wall-clock time of its first paint, the parent subtracts
+the moment it spawned the child. Runs alternate so that machine noise hits both alike.
+Prints medians and their ratio (goals: gpuops < 0.5 s and < 1.5x the minimal app).
+
+    .venv/bin/python tests/perf/startup.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PAINTED = """
+import time
+def painted(app):
+    # first paint done: report, then leave without waiting for anything else
+    app.call_after_refresh(lambda: (print("PAINT", time.time(), flush=True), app.exit()))
+"""
+
+GPUOPS = PAINTED + """
+from gpuops.core.config import default_inventory
+from gpuops.tui.app import GpuopsApp
+
+class Probe(GpuopsApp):
+    def on_mount(self):  # Textual runs GpuopsApp.on_mount too (handlers follow the MRO)
+        self.call_after_refresh(painted, self)
+
+Probe(default_inventory()).run(headless=True, size=(160, 45))
+"""
+
+MINIMAL = PAINTED + """
+from textual.app import App
+from textual.widgets import Footer, Header, Static
+
+class Minimal(App):
+    def compose(self):
+        yield Header()
+        yield Static("hello")
+        yield Footer()
+    def on_mount(self):
+        self.call_after_refresh(painted, self)
+
+Minimal().run(headless=True, size=(160, 45))
+"""
+
+IMPORTS = "import sys; import gpuops.tui.app; print(sorted(m for m in ('asyncssh','httpx','huggingface_hub','pynvml') if m in sys.modules))"
+
+
+def one(code: str, env: dict) -> float:
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    for line in out.stdout.splitlines():
+        if line.startswith("PAINT"):
+            return float(line.split()[1]) - t0
+    raise RuntimeError(f"no paint reported: rc={out.returncode}\n{out.stderr[-2000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, XDG_STATE_HOME=tmp, XDG_CONFIG_HOME=tmp)
+        env.pop("GPUOPS_CONFIG", None)
+        one(MINIMAL, env), one(GPUOPS, env)  # warm the page cache and .pyc files
+        g, m = [], []
+        for _ in range(args.runs):
+            m.append(one(MINIMAL, env))
+            g.append(one(GPUOPS, env))
+        heavy = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, env=env).stdout.strip()
+    gm, mm = statistics.median(g), statistics.median(m)
+    print(f"runs: {args.runs} each, alternating")
+    print(f"minimal Textual app: median {mm:.3f} s  (min {min(m):.3f}, max {max(m):.3f})")
+    print(f"gpuops dashboard   : median {gm:.3f} s  (min {min(g):.3f}, max {max(g):.3f})")
+    print(f"ratio gpuops/minimal: {gm / mm:.2f}x   (goal < 1.5x and < 0.5 s)")
+    print(f"heavy modules imported at start: {heavy}")
+
+
+if __name__ == "__main__":
+    main()

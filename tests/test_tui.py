@@ -1,0 +1,129 @@
+"""The dashboard driven through Textual's pilot (App.run_test)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from textual.widgets import DataTable, Input
+
+from gpuops.core.config import parse_inventory
+from gpuops.screens.dashboard import DashboardScreen, GpuRow
+from gpuops.screens.help import HelpScreen
+from gpuops.tui.app import GpuopsApp
+from tests.tui_helpers import screen_text, until
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+def inventory(extra: str = ""):
+    text = "[hosts.localhost]\nlocal = true\n\n[hosts.deadbox]\nssh = \"root@127.0.0.1:1\"\n" + extra
+    return parse_inventory(text, source="test.toml")
+
+
+def host_names(app) -> list[str]:
+    table = app.screen.query_one("#hosts", DataTable)
+    return [table.get_row_at(i)[1] for i in range(table.row_count)]
+
+
+async def test_dashboard_lists_hosts_and_shows_unreachable():
+    app = GpuopsApp(inventory(), interval=0.2)
+    async with app.run_test(size=(160, 45)) as pilot:
+        assert isinstance(app.screen, DashboardScreen)
+        assert host_names(app) == ["localhost", "deadbox"]
+        # localhost answers (CPU/RAM/disks); deadbox refuses and says so
+        assert await until(pilot, lambda: app.monitor.states["localhost"].updates >= 2)
+        assert await until(pilot, lambda: app.monitor.states["deadbox"].reachable is False)
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "localhost" in text and "Disk /" in text and "RAM" in text
+        await pilot.press("down")
+        assert app.screen.selected == "deadbox"
+        assert await until(pilot, lambda: "cannot connect" in screen_text(app))
+        assert "✖" in screen_text(app)
+
+
+async def test_help_lists_the_screens_keys():
+    app = GpuopsApp(inventory(), interval=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        keys = dict(app.screen.keys)
+        assert keys[":"] == "Jump" and keys["/"] == "Filter" and keys["q"] == "Quit"
+        assert keys["^p"] and keys["^t"] == "Theme"
+        assert [k for k, _ in app.screen.keys[:3]] == [":", "/", "esc"]  # the footer's keys first
+        assert await until(pilot, lambda: "Keys: dashboard" in screen_text(app))
+        assert ":host NAME" in screen_text(app)
+        await pilot.press("escape")
+        assert isinstance(app.screen, DashboardScreen)
+
+
+async def test_jump_to_host_with_colon():
+    app = GpuopsApp(inventory(), interval=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.screen.selected == "localhost"
+        await pilot.press("colon")
+        cmd = app.screen.query_one("#cmdline", Input)
+        assert cmd.display and cmd.has_focus
+        await pilot.press(*"host deadbox", "enter")
+        assert app.screen.selected == "deadbox" and not cmd.display
+        assert app.screen.query_one("#hosts", DataTable).cursor_row == 1
+        await pilot.press("colon", *"localhost", "enter")  # `:NAME` works too
+        assert app.screen.selected == "localhost"
+        await pilot.press("colon", *"host nope", "enter")
+        await pilot.pause(0.1)
+        assert app.screen.selected == "localhost"
+        assert any("no host named 'nope'" in str(n.message) for n in app._notifications)
+        await pilot.press("colon", *"host dead")  # esc abandons the command line
+        await pilot.press("escape")
+        assert not cmd.display and app.screen.selected == "localhost"
+
+
+async def test_theme_switch_is_remembered(tmp_path):
+    app = GpuopsApp(inventory(), interval=0.5)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert app.theme == "gpuops-dark"
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.1)
+        assert app.theme == "gpuops-light"
+    state = json.loads((tmp_path / "state" / "gpuops" / "ui.json").read_text())
+    assert state["theme"] == "gpuops-light"
+    again = GpuopsApp(inventory(), interval=0.5)
+    async with again.run_test(size=(100, 30)) as pilot:
+        assert again.theme == "gpuops-light"
+        await pilot.press("colon", *"theme gpuops-dark", "enter")
+        await pilot.pause(0.1)
+        assert again.theme == "gpuops-dark"
+    assert json.loads((tmp_path / "state" / "gpuops" / "ui.json").read_text())["theme"] == "gpuops-dark"
+
+
+async def test_q_quits():
+    app = GpuopsApp(inventory(), interval=0.5)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("q")
+        await pilot.pause(0.1)
+        assert app._exit or not app.is_running
+
+
+async def test_readonly_and_simulated_are_labelled():
+    app = GpuopsApp(inventory(), readonly=True, simulated=True, interval=0.5)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause(0.1)
+        assert app.screen.sub_title == "SIMULATED · READONLY"
+        assert "READONLY" in screen_text(app)
+
+
+async def test_command_palette_jumps_to_host():
+    app = GpuopsApp(inventory(), interval=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"Host: deadbox")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        assert await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.selected == "deadbox")
