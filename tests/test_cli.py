@@ -1,0 +1,121 @@
+"""The `gpuops` command line, run as the operator runs it: a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GPUOPS = str(Path(sys.executable).with_name("gpuops"))
+
+
+def gpuops(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([GPUOPS, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch) -> dict:
+    """A clean operator environment: no config, empty state, a HOME of its own."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    e = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_STATE_HOME=str(tmp_path / "state"))
+    e.setdefault("HOME", str(home))
+    e.pop("GPUOPS_CONFIG", None)
+    e.pop("SSH_AUTH_SOCK", None)
+    return e
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_version():
+    out = gpuops("--version")
+    assert out.returncode == 0 and out.stdout.startswith("gpuops ") and out.stdout.split()[1][0].isdigit()
+
+
+def test_hosts_json_default_is_localhost(env):
+    out = gpuops("hosts", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == 1 and [h["name"] for h in doc["hosts"]] == ["localhost"]
+    h = doc["hosts"][0]
+    assert set(h) == {"name", "kind", "address", "reachable", "cpu_percent", "mem_total_bytes",
+                      "mem_used_bytes", "disks", "error", "hint"}
+    assert h["kind"] == "local" and h["reachable"] is True and h["error"] is None
+    assert isinstance(h["mem_total_bytes"], int) and 0 < h["mem_used_bytes"] < h["mem_total_bytes"]
+    assert 0 <= h["cpu_percent"] <= 100
+    root = next(d for d in h["disks"] if d["mount"] == "/")
+    st = os.statvfs("/")
+    assert root["total_bytes"] == st.f_blocks * st.f_frsize
+
+
+def test_gpus_json_without_a_driver_is_an_entry_with_a_hint(env):
+    out = gpuops("gpus", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    entry = doc["hosts"][0]
+    assert set(entry) == {"name", "error", "hint", "driver_version", "gpus"}
+    if entry["error"] is None:  # a machine with GPUs
+        assert entry["gpus"] and entry["driver_version"]
+    else:
+        assert entry["error"] == "NVML library not found" and "driver" in entry["hint"]
+        assert entry["gpus"] == [] and "Traceback" not in out.stderr
+
+
+def test_unreachable_host_is_reported_not_fatal(env, tmp_path):
+    cfg = write_config(tmp_path, '[hosts.deadbox]\nssh = "root@127.0.0.1:1"\n\n[hosts.localhost]\nlocal = true\n')
+    out = gpuops("--config", str(cfg), "hosts", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    by_name = {h["name"]: h for h in json.loads(out.stdout)["hosts"]}
+    dead = by_name["deadbox"]
+    assert dead["reachable"] is False and dead["kind"] == "ssh" and dead["address"] == "root@127.0.0.1:1"
+    assert "cannot connect" in dead["error"] and dead["hint"]
+    assert by_name["localhost"]["reachable"] is True
+    out = gpuops("gpus", "--json", "--config", str(cfg), "--host", "deadbox", env=env)
+    assert out.returncode == 0
+    entry = json.loads(out.stdout)["hosts"][0]
+    assert entry["name"] == "deadbox" and entry["error"] and entry["gpus"] == []
+
+
+def test_unknown_host_is_exit_2(env):
+    out = gpuops("gpus", "--host", "nope", "--json", env=env)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == "gpuops: unknown host 'nope' (known: localhost)"
+
+
+def test_broken_config_is_one_line_and_exit_2(env, tmp_path):
+    cfg = write_config(tmp_path, '[hosts.gpu1]\nssh = "root@10.0.0.5"\ngpu_ids = "0,1"\n')
+    for args in (["--config", str(cfg), "hosts"], ["hosts", "--config", str(cfg)]):
+        out = gpuops(*args, env=env)
+        assert out.returncode == 2
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"gpuops: {cfg}:3: hosts.gpu1.gpu_ids")
+    out = gpuops("hosts", env=dict(env, GPUOPS_CONFIG=str(tmp_path / "missing.toml")))
+    assert out.returncode == 2 and "missing.toml" in out.stderr
+
+
+def test_hosts_over_ssh_with_the_operators_ssh_config(env, sshd, ssh_home, tmp_path):
+    """`ssh = "simbox"`: an alias resolved by ~/.ssh/config, default key and known_hosts."""
+    cfg = write_config(tmp_path, '[hosts.box]\nssh = "simbox"\n')
+    out = gpuops("--config", str(cfg), "hosts", "--json", env=dict(env, HOME=str(ssh_home)))
+    assert out.returncode == 0, out.stderr
+    box = json.loads(out.stdout)["hosts"][0]
+    assert box["reachable"] is True and box["error"] is None and box["mem_total_bytes"] > 0
+
+
+def test_unknown_host_key_over_cli_names_the_fingerprint(env, sshd, ssh_home, tmp_path):
+    (ssh_home / ".ssh" / "known_hosts").write_text("")
+    cfg = write_config(tmp_path, '[hosts.box]\nssh = "simbox"\n')
+    out = gpuops("--config", str(cfg), "hosts", "--json", env=dict(env, HOME=str(ssh_home)))
+    assert out.returncode == 0
+    box = json.loads(out.stdout)["hosts"][0]
+    fp = subprocess.run(["ssh-keygen", "-lf", f"{sshd.host_key}.pub"], capture_output=True, text=True).stdout.split()[1]
+    assert box["reachable"] is False and fp in box["error"] and "ssh-keyscan" in box["hint"]
+    assert (ssh_home / ".ssh" / "known_hosts").read_text() == ""
