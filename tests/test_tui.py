@@ -127,3 +127,26 @@ async def test_command_palette_jumps_to_host():
         await pilot.pause(0.5)
         await pilot.press("enter")
         assert await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.selected == "deadbox")
+
+
+async def test_stale_host_panel_says_how_stale(sshd):
+    """A black-holed SSH host: its panel says how stale it is while localhost keeps updating."""
+    from tests.sshd import TcpProxy
+    from tests.test_monitor import ssh_host
+
+    proxy = await TcpProxy(sshd.port).start(sshd)
+    box = ssh_host(sshd, "box", proxy.port)
+    inv = parse_inventory(f'[hosts.box]\nssh = "root@127.0.0.1:{proxy.port}"\n', source="t.toml")
+    app = GpuopsApp(inv, interval=0.25, hosts=[box])
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            state = app.monitor.states["box"]
+            assert await until(pilot, lambda: state.updates >= 2)
+            assert "updated" in screen_text(app)
+            proxy.freeze()
+            assert await until(pilot, lambda: "STALE: no data for" in screen_text(app), timeout=10)
+            assert await until(pilot, lambda: "retrying in" in screen_text(app), timeout=15)
+            row = app.screen.query_one("#hosts", DataTable).get_row("box")
+            assert str(row[0]) in ("●", "✖")
+    finally:
+        await proxy.close()
