@@ -14,13 +14,14 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static
 
 from gpuops.core import units
 from gpuops.core.monitor import HostState
 from gpuops.core.telemetry import GpuSample, is_na
+from gpuops.screens.base import GpuopsScreen
+from gpuops.screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
     from gpuops.tui.app import GpuopsApp
@@ -121,7 +122,7 @@ class GpuRow(Horizontal):
             self.query_one(".util-spark", Sparkline).data = util
 
 
-class DashboardScreen(Screen):
+class DashboardScreen(GpuopsScreen):
     """Hosts, their GPUs and the processes holding GPU memory."""
 
     BINDINGS = [
@@ -129,6 +130,7 @@ class DashboardScreen(Screen):
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "back", "Back", key_display="esc"),
         Binding("tab", "focus_next", "Next pane", show=False),
+        Binding("ctrl+k", "end_process", "Kill"),
     ]
 
     def __init__(self) -> None:
@@ -278,6 +280,36 @@ class DashboardScreen(Screen):
         if self.filter_text:
             title += f"  (filter: {self.filter_text!r}, {len(rows)} shown)"
         self.query_one("#procs-title", Static).update(title)
+
+    # ------------------------------------------------------------- ending a process
+
+    def selected_process(self) -> tuple[str, Any] | None:
+        """(host name, GpuProcess) under the processes table's cursor."""
+        table = self.query_one("#procs", DataTable)
+        state = self.gapp.monitor.states.get(self.selected or "")
+        if state is None or state.snapshot is None or table.row_count == 0:
+            return None
+        gpu_index, pid = table.get_row_at(table.cursor_row)[:2]
+        for gpu in state.snapshot.gpus:
+            for p in gpu.processes:
+                if str(gpu.index) == gpu_index and str(p.pid) == pid:
+                    return state.name, p
+        return None
+
+    def action_end_process(self) -> None:
+        picked = self.selected_process()
+        if picked is None:
+            self.notify("select a process in the processes table first (tab)", severity="warning")
+            return
+        host, proc = picked
+        detail = f"{proc.command or '?'}\nuser {proc.user or '?'}, holding {units.size(proc.used_bytes)} of GPU memory"
+        question = f"End pid {proc.pid} on {host}? (SIGTERM, then wait 10 s)"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.gapp.end_process(host, proc.pid, proc.command)
+
+        self.app.push_screen(ConfirmScreen(question, detail, yes="End it"), answered)
 
     # ------------------------------------------------------------- selection
 

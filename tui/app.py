@@ -18,8 +18,6 @@ from gpuops.screens.help import HelpScreen
 from gpuops.themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
 from gpuops.tui.commands import HostCommands
 
-# Actions that change a host; `--readonly` disables every one of them.
-MUTATING_ACTIONS: frozenset[str] = frozenset()
 
 
 class GpuopsApp(App):
@@ -82,10 +80,22 @@ class GpuopsApp(App):
     async def on_unmount(self) -> None:
         await self.monitor.close()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if self.readonly and action in MUTATING_ACTIONS:
-            return False
-        return True
+    def end_process(self, host_name: str, pid: int, shown_command: str | None) -> None:
+        """End a process on a host (asked first by the screen), reporting how it went."""
+        if self.readonly:
+            self.notify("read-only: gpuops changes nothing on the hosts", severity="error")
+            return
+        from gpuops.core.procs import end_process
+
+        async def work() -> None:
+            try:
+                result = await end_process(self.monitor.hosts[host_name], pid, shown_command)
+            except Exception as exc:  # HostError, timeout: say it, don't crash the UI
+                self.notify(f"could not end pid {pid} on {host_name}: {exc}", severity="error")
+                return
+            self.notify(result.message, severity="information" if result.ended else "error")
+
+        self.run_worker(work(), group="end-process", exit_on_error=False)
 
     # ---------------------------------------------------------------- actions
 

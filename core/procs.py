@@ -1,0 +1,56 @@
+"""Ending a process on a host (a leftover GPU process, say), carefully.
+
+The pid is checked against the command line the operator saw before any signal is
+sent: a pid reused since the last sample is never signalled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .hosts import Host
+
+# $1 pid, $2 the command line as shown (may be empty: then not checked), $3 grace seconds
+_END = r"""
+pid=$1; want=$2; grace=$3
+[ -d "/proc/$pid" ] || { echo gone; exit 0; }
+if [ -n "$want" ]; then
+    have=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | sed 's/ $//')
+    case "$have" in "$want"*) ;; *) echo "changed $have"; exit 3 ;; esac
+fi
+kill -TERM "$pid" 2>/dev/null || { echo "refused"; exit 4; }
+i=0
+while [ -d "/proc/$pid" ] && [ "$i" -lt "$((grace * 10))" ]; do sleep 0.1; i=$((i + 1)); done
+if [ -d "/proc/$pid" ]; then
+    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
+    [ "$state" = "Z" ] && { echo ended; exit 0; }
+    echo alive; exit 5
+fi
+echo ended
+"""
+
+
+@dataclass
+class EndResult:
+    pid: int
+    ended: bool
+    message: str
+
+
+async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: int = 10) -> EndResult:
+    """SIGTERM `pid` on `host` if it still runs `shown_command`; wait up to `grace_s`."""
+    if not isinstance(pid, int) or pid <= 1:
+        raise ValueError(f"refusing to signal pid {pid!r}")
+    want = (shown_command or "").strip()
+    res = await host.run(["sh", "-c", _END, "gpuops-end", str(pid), want, str(int(grace_s))],
+                         timeout=grace_s + 15)
+    word, _, rest = res.stdout.strip().partition(" ")
+    if word in ("ended", "gone"):
+        return EndResult(pid, True, f"pid {pid} on {host.name} " + ("ended" if word == "ended" else "had already exited"))
+    if word == "changed":
+        return EndResult(pid, False, f"pid {pid} on {host.name} now runs {rest!r}: not signalled")
+    if word == "alive":
+        return EndResult(pid, False, f"pid {pid} on {host.name} is still running {grace_s}s after SIGTERM")
+    if word == "refused":
+        return EndResult(pid, False, f"no permission to signal pid {pid} on {host.name}")
+    return EndResult(pid, False, f"could not end pid {pid} on {host.name}: {(res.stderr or res.stdout).strip()[:200]}")

@@ -1,0 +1,356 @@
+"""The simulated GPU host: fake host programs that gpuops reaches like a real GPU box.
+
+``setup_simhost(DIR)`` writes a host into DIR that replaces the *host's* programs, never
+gpuops code::
+
+    DIR/bin/python          the host's python: a /bin/sh wrapper around the real interpreter
+    DIR/bin/nvidia-smi      a fake nvidia-smi (template core/simhost/nvidia-smi)
+    DIR/lib/pynvml.py       a fake nvidia-ml-py (template core/simhost/pynvml.py)
+    DIR/lib-absent/pynvml.py  (nvml="absent" only) makes ``import pynvml`` fail
+    DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
+    DIR/root/...            host files the reporter reads through GPUOPS_HOST_ROOT:
+                            proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*
+
+gpuops sends its reporter (core/reporter.py) as ``python -c SOURCE``; with
+``python = "DIR/bin/python"`` in the host's config entry that runs the real interpreter
+with the fake pynvml first on PYTHONPATH, so the reporter's ordinary code paths sample the
+simulated GPUs. ``SimHost.host_block()`` gives that config entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import stat
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS"]
+
+TEMPLATES = Path(__file__).resolve().parent / "simhost"
+
+NVML_MODES = {
+    # nvml=...        -> state "init_error" (None: nvmlInit works)
+    "ok": None,
+    "absent": None,  # no pynvml module at all: the reporter must fall back
+    "no-driver": "library_not_found",  # no libnvidia-ml: reporter code "no-driver"
+    "driver-not-loaded": "driver_not_loaded",  # libraries there, kernel module not loaded
+    "mismatch": "lib_rm_version_mismatch",  # kernel module != userspace library
+}
+
+# What set_gpu accepts (besides the fields a GPU already has in the state).
+GPU_FIELDS = frozenset(
+    """name uuid memory_total memory_used memory_reserved util mem_util power_mw power_limit_mw
+    temp_c sm_clock mem_clock pci_bus_id processes compute_capability max_sm_clock""".split()
+)
+
+# What a real idle H200 reported as v2 "reserved" (facts/gpu-host.md).
+H200_RESERVED_BYTES = 644_939_776
+
+# Bus ids of an 8-GPU HGX board, as nvidia-smi prints them.
+_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+# A path safe in a TOML basic string, in PATH/PYTHONPATH and unquoted on a remote shell line.
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+,@%=-]+$")
+_HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+
+
+def _check_path(what: str, path: str) -> None:
+    if not path or not _SAFE_PATH.match(path):
+        raise ValueError(
+            "%s %r must be made of letters, digits and ._/+,@%%=- only "
+            "(no whitespace, quotes, ':' or shell metacharacters)" % (what, path)
+        )
+
+
+def _cuda_for_driver(driver_version: str) -> tuple[int, int]:
+    """(CUDA driver API version as NVML reports it, NVML major) for a driver branch."""
+    try:
+        branch = int(driver_version.split(".")[0])
+    except ValueError:
+        branch = 580
+    table = [
+        (580, 13000), (575, 12090), (570, 12080), (565, 12070), (560, 12060), (555, 12050),
+        (550, 12040), (545, 12030), (535, 12020), (530, 12010), (525, 12000), (520, 11080),
+        (515, 11070), (510, 11060), (495, 11050), (470, 11040), (465, 11030), (460, 11020),
+    ]
+    for first, cuda in table:
+        if branch >= first:
+            return cuda, cuda // 1000
+    return 11000, 11
+
+
+def _bus_id(index: int) -> str:
+    bus = _BUS_IDS[index] if index < len(_BUS_IDS) else "%02X" % ((0xE0 + index - len(_BUS_IDS)) % 256)
+    return "00000000:%s:00.0" % bus
+
+
+def default_state(
+    directory: Path,
+    *,
+    gpus: int,
+    gpu_memory_gib: float,
+    gpu_name: str,
+    driver_version: str,
+    init_error: str | None,
+    library_version: str,
+) -> dict:
+    cuda, nvml_major = _cuda_for_driver(driver_version)
+    memory_total = int(round(gpu_memory_gib * 1024)) * 1024 * 1024  # whole MiB, like a real card
+    rows = []
+    for i in range(gpus):
+        gpu_uuid = uuid.uuid5(uuid.NAMESPACE_URL, "gpuops-simhost:%s:%d" % (directory, i))
+        rows.append(
+            {
+                "name": gpu_name,
+                "uuid": "GPU-%s" % gpu_uuid,
+                "memory_total": memory_total,
+                "memory_used": 0,
+                "memory_reserved": H200_RESERVED_BYTES,
+                "util": 0,
+                "mem_util": 0,
+                "power_mw": 75000,
+                "power_limit_mw": 700000,
+                "temp_c": 31,
+                "sm_clock": 345,
+                "mem_clock": 3201,
+                "pci_bus_id": _bus_id(i),
+                "processes": [],
+            }
+        )
+    return {
+        "driver_version": driver_version,
+        "nvml_version": "%d.%s" % (nvml_major, driver_version),
+        "cuda_driver_version": cuda,
+        "library_version": library_version,
+        "init_error": init_error,
+        "p2p_status": 0,
+        "gpus": rows,
+    }
+
+
+@dataclass
+class SimHost:
+    directory: Path
+    python: Path
+    bin_dir: Path
+    state_file: Path
+
+    def host_block(self, name: str, ssh: str | None = None) -> str:
+        """The config's ``[hosts.NAME]`` entry that reaches this simulated host."""
+        if not _HOST_NAME.match(name or ""):
+            raise ValueError("host name %r must match [a-z0-9][a-z0-9._-]*" % (name,))
+        key = name if re.match(r"^[A-Za-z0-9_-]+$", name) else _toml_string(name)
+        lines = ["[hosts.%s]" % key]
+        lines.append("ssh = %s" % _toml_string(ssh) if ssh else "local = true")
+        lines.append("python = %s" % _toml_string(str(self.python)))
+        lines.append("env = { PATH = %s }" % _toml_string("%s:$PATH" % self.bin_dir))
+        return "\n".join(lines) + "\n"
+
+    def read_state(self) -> dict:
+        with open(self.state_file) as f:
+            return json.load(f)
+
+    def write_state(self, state: dict) -> None:
+        """Replace the state atomically (readers see the old or the new file, never half)."""
+        _write_json_atomic(self.state_file, state)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.state_file.with_name(".gpus.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def update_state(self, **fields) -> None:
+        """Change top-level state fields (driver_version, init_error, p2p_status, ...)."""
+        with self._locked():
+            state = self.read_state()
+            state.update(fields)
+            self.write_state(state)
+
+    def set_gpu(self, index: int, **fields) -> None:
+        """Change one GPU's fields, e.g. ``set_gpu(0, memory_used=..., util=..., processes=[...])``.
+
+        ``processes`` is a list of ``{"pid": int, "used": bytes|None, "name": str (optional)}``.
+        A field set to None makes NVML answer Not Supported for it (N/A).
+        """
+        with self._locked():
+            state = self.read_state()
+            gpus = state.get("gpus") or []
+            if not 0 <= index < len(gpus):
+                raise IndexError("no GPU %d on this simulated host (it has %d)" % (index, len(gpus)))
+            unknown = sorted(k for k in fields if k not in GPU_FIELDS and k not in gpus[index])
+            if unknown:
+                raise ValueError("unknown GPU field(s): %s" % ", ".join(unknown))
+            if fields.get("processes") is not None:
+                procs = []
+                for p in fields["processes"]:
+                    if "pid" not in p:
+                        raise ValueError("a process needs a pid: %r" % (p,))
+                    procs.append(dict(p, pid=int(p["pid"]), used=p.get("used")))
+                fields["processes"] = procs
+            gpus[index].update(fields)
+            self.write_state(state)
+
+
+def _toml_string(value: str) -> str:
+    out = ['"']
+    for ch in value:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("\\u%04X" % ord(ch))
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+        f.flush()
+    os.replace(tmp, path)
+
+
+def _write(path: Path, text: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".%s.tmp" % path.name)
+    with open(tmp, "wb") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+_WRAPPER = """#!/bin/sh
+# The "python" of gpuops' simulated GPU host, written by gpuops.core.simhost: it stands in
+# for the host's interpreter and runs the real one ({real}).
+SIM_DIR='{dir}'
+REAL_PYTHON='{real}'
+export GPUOPS_HOST_ROOT="$SIM_DIR/root"
+export PYTHONPATH="{pythonpath}${{PYTHONPATH:+:$PYTHONPATH}}"
+case "$1 $2" in
+    # "-m sglang.launch_server"*)
+    #     The SGLang server simulator hooks in here (a later issue), e.g.:
+    #     shift 2; exec "$REAL_PYTHON" "$SIM_DIR/lib/sglang_sim.py" "$@" ;;
+    *) ;;
+esac
+exec "$REAL_PYTHON" "$@"
+"""
+
+_ABSENT_PYNVML = '''"""gpuops' simulated host, nvml="absent": this python has no pynvml (nvidia-ml-py)."""
+raise ModuleNotFoundError("No module named 'pynvml'", name="pynvml")
+'''
+
+_PROC_VERSION = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  "
+    "(dvs-builder@U16-I1-N07-12-3)  Sun Oct 12 2025\n"
+    "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04) \n"
+)
+
+
+def setup_simhost(
+    directory: str | Path,
+    *,
+    gpus: int = 8,
+    gpu_memory_gib: float = 141.0,
+    gpu_name: str = "NVIDIA H200",
+    driver_version: str = "580.159.04",
+    nvml: str = "ok",
+    library_version: str = "565.57.01",
+    python: str | None = None,
+) -> SimHost:
+    """Write a simulated GPU host into DIRECTORY (created if missing) and return it.
+
+    nvml: "ok"; "absent" (no pynvml module: the reporter must fall back);
+    "no-driver" (nvmlInit: LibraryNotFound); "driver-not-loaded" (DriverNotLoaded);
+    "mismatch" (LibRmVersionMismatch: kernel module DRIVER_VERSION, userspace
+    libnvidia-ml LIBRARY_VERSION on the fake root).
+    """
+    raw = str(directory)
+    _check_path("simulated host directory", raw)
+    root = Path(os.path.abspath(raw))
+    _check_path("simulated host directory", str(root))
+    if nvml not in NVML_MODES:
+        raise ValueError("nvml must be one of %s, not %r" % (", ".join(NVML_MODES), nvml))
+    if not isinstance(gpus, int) or gpus < 0:
+        raise ValueError("gpus must be a whole number >= 0, not %r" % (gpus,))
+    if not gpu_memory_gib > 0:
+        raise ValueError("gpu_memory_gib must be > 0, not %r" % (gpu_memory_gib,))
+    for what, v in (("driver_version", driver_version), ("library_version", library_version)):
+        if not _VERSION.match(v or ""):
+            raise ValueError("%s must look like 580.159.04, not %r" % (what, v))
+    real = os.path.abspath(python or sys.executable)
+    _check_path("python", real)
+    if not os.access(real, os.X_OK):
+        raise ValueError("python %r is not an executable" % real)
+
+    bin_dir, lib_dir, absent_dir = root / "bin", root / "lib", root / "lib-absent"
+    state_dir, host_root = root / "state", root / "root"
+    for d in (bin_dir, lib_dir, state_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    # Start from a clean slate for what this function owns (a re-run may change modes).
+    for d in (absent_dir, host_root):
+        shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        (lib_dir / "pynvml.py").unlink()
+    shutil.rmtree(lib_dir / "__pycache__", ignore_errors=True)
+
+    # The fakes.
+    if nvml == "absent":
+        _write(absent_dir / "pynvml.py", _ABSENT_PYNVML)
+        pythonpath = "$SIM_DIR/lib-absent"
+    else:
+        _write(lib_dir / "pynvml.py", (TEMPLATES / "pynvml.py").read_bytes())
+        pythonpath = "$SIM_DIR/lib"
+    _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath), 0o755)
+    smi = (TEMPLATES / "nvidia-smi").read_text()
+    smi = "#!%s -I\n%s" % (real, smi.split("\n", 1)[1])
+    _write(bin_dir / "nvidia-smi", smi, 0o755)
+
+    # The host's files, read by the reporter under GPUOPS_HOST_ROOT.
+    init_error = NVML_MODES[nvml]
+    lib_version = library_version if nvml == "mismatch" else driver_version
+    if nvml not in ("no-driver", "driver-not-loaded"):  # the loaded kernel module
+        _write(host_root / "proc/driver/nvidia/version", _PROC_VERSION.format(v=driver_version))
+    if nvml != "no-driver":  # the driver's userspace library
+        libdir = host_root / "usr/lib/x86_64-linux-gnu"
+        libname = "libnvidia-ml.so.%s" % lib_version
+        _write(libdir / libname, b"\x7fELF gpuops simulated host: placeholder for %s\n" % libname.encode())
+        os.symlink(libname, libdir / "libnvidia-ml.so.1")
+
+    state_file = state_dir / "gpus.json"
+    host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file)
+    host.write_state(
+        default_state(
+            root,
+            gpus=gpus,
+            gpu_memory_gib=gpu_memory_gib,
+            gpu_name=gpu_name,
+            driver_version=driver_version,
+            init_error=init_error,
+            library_version=lib_version,
+        )
+    )
+    for p in (bin_dir / "python", bin_dir / "nvidia-smi"):
+        os.chmod(p, os.stat(p).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return host

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""CPU cost of watching 32 simulated hosts x 8 GPUs at 1 Hz over SSH on loopback.
+
+Starts a real sshd on 127.0.0.1 (as the tests do; needs root for its throwaway setup),
+writes 32 simulated GPU hosts (fake pynvml, 8 GPUs each), and measures, over the same
+window, the CPU time of gpuops' own process and of the sshd side (sshd, the reporters).
+Two gpuops processes are measured one after the other:
+  - core: the Monitor alone (what any front end pays for the data);
+  - tui:  the full dashboard, headless, from an inventory file and ~/.ssh as an operator has.
+Goal: gpuops' own process under 2% of one core.
+
+    .venv/bin/python tests/perf/watch_cpu.py [--hosts 32] [--gpus 8] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.sshd import start_sshd  # noqa: E402
+
+CORE = """
+import asyncio, sys
+from gpuops.core.config import load_inventory
+from gpuops.core.monitor import Monitor
+async def main():
+    mon = Monitor(load_inventory(sys.argv[1]), interval=1.0)
+    mon.start()
+    while True:
+        await asyncio.sleep(5)
+        fresh = sum(1 for s in mon.states.values() if s.age() is not None and s.age() < 3)
+        gpus = sum(len(s.snapshot.gpus) for s in mon.states.values() if s.snapshot)
+        print("fresh", fresh, "gpus", gpus, flush=True)
+asyncio.run(main())
+"""
+
+TUI = """
+import sys
+from gpuops.core.config import load_inventory
+from gpuops.tui.app import GpuopsApp
+app = GpuopsApp(load_inventory(sys.argv[1]), interval=1.0)
+def report():
+    fresh = sum(1 for s in app.monitor.states.values() if s.age() is not None and s.age() < 3)
+    gpus = sum(len(s.snapshot.gpus) for s in app.monitor.states.values() if s.snapshot)
+    print("fresh", fresh, "gpus", gpus, flush=True)
+app.call_later(lambda: app.set_interval(5, report))
+app.run(headless=True, size=(200, 60))
+"""
+
+
+def tree_cpu(root: psutil.Process) -> float:
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + getattr(t, "children_user", 0) + getattr(t, "children_system", 0)
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def measure(code: str, inv: Path, env: dict, sshd_pid: int, warmup: float, seconds: float, hosts: int) -> dict:
+    proc = subprocess.Popen([sys.executable, "-c", code, str(inv)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    me, sshd = psutil.Process(proc.pid), psutil.Process(sshd_pid)
+    deadline = time.monotonic() + 60
+    while True:  # wait until every host has reported
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(proc.stderr.read()[-3000:])
+        if line.startswith("fresh") and int(line.split()[1]) == hosts:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"hosts did not all report: {line}")
+    time.sleep(warmup)
+    c0, s0, t0 = sum(me.cpu_times()[:2]), tree_cpu(sshd), time.monotonic()
+    time.sleep(seconds)
+    c1, s1, t1 = sum(me.cpu_times()[:2]), tree_cpu(sshd), time.monotonic()
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    wall = t1 - t0
+    return {"gpuops_pct": 100 * (c1 - c0) / wall, "sshd_side_pct": 100 * (s1 - s0) / wall, "wall": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=32)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--warmup", type=float, default=5)
+    args = ap.parse_args()
+    from gpuops.core.simhost import setup_simhost
+
+    work = Path(tempfile.mkdtemp(prefix="gpuops-perf-"))
+    work.chmod(0o755)
+    sshd = start_sshd(work / "sshd")
+    try:
+        home = work / "home"
+        (home / ".ssh").mkdir(parents=True)
+        shutil.copy(sshd.client_key, home / ".ssh" / "id_ed25519")
+        shutil.copy(sshd.known_hosts, home / ".ssh" / "known_hosts")
+        blocks = []
+        for i in range(args.hosts):
+            sim = setup_simhost(work / f"sim{i:02d}", gpus=args.gpus)
+            blocks.append(sim.host_block(f"sim{i:02d}", ssh=sshd.target()))
+        inv = work / "inventory.toml"
+        inv.write_text("\n".join(blocks))
+        env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(work / "state"))
+        env.pop("SSH_AUTH_SOCK", None)
+        print(f"{args.hosts} simulated hosts x {args.gpus} GPUs over SSH on 127.0.0.1, 1 Hz, "
+              f"{args.seconds:g} s window, {psutil.cpu_count()} cores")
+        for label, code in (("core monitor", CORE), ("tui dashboard", TUI)):
+            r = measure(code, inv, env, sshd.proc.pid, args.warmup, args.seconds, args.hosts)
+            print(f"{label:14}: gpuops process {r['gpuops_pct']:.2f}% of one core   "
+                  f"(sshd + reporters beside it: {r['sshd_side_pct']:.1f}%)   goal < 2%")
+    finally:
+        sshd.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
