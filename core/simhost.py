@@ -4,8 +4,8 @@
 gpuops code::
 
     DIR/bin/python          the host's python: a /bin/sh wrapper around the real interpreter
-    DIR/bin/nvidia-smi      a fake nvidia-smi (template core/simhost/nvidia-smi)
-    DIR/lib/pynvml.py       a fake nvidia-ml-py (template core/simhost/pynvml.py)
+    DIR/bin/nvidia-smi      a fake nvidia-smi (template core/simhost-files/nvidia-smi)
+    DIR/lib/pynvml.py       a fake nvidia-ml-py (template core/simhost-files/pynvml.py)
     DIR/lib-absent/pynvml.py  (nvml="absent" only) makes ``import pynvml`` fail
     DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
     DIR/root/...            host files the reporter reads through GPUOPS_HOST_ROOT:
@@ -33,7 +33,7 @@ from pathlib import Path
 
 __all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS"]
 
-TEMPLATES = Path(__file__).resolve().parent / "simhost"
+TEMPLATES = Path(__file__).resolve().parent / "simhost-files"
 
 NVML_MODES = {
     # nvml=...        -> state "init_error" (None: nvmlInit works)
@@ -50,7 +50,8 @@ GPU_FIELDS = frozenset(
     temp_c sm_clock mem_clock pci_bus_id processes compute_capability max_sm_clock""".split()
 )
 
-# What a real idle H200 reported as v2 "reserved" (facts/gpu-host.md).
+# A real H200's memory.total (143771 MiB) and idle v2 "reserved" (facts/gpu-host.md).
+H200_MEMORY_GIB = 143771 / 1024
 H200_RESERVED_BYTES = 644_939_776
 
 # Bus ids of an 8-GPU HGX board, as nvidia-smi prints them.
@@ -272,7 +273,7 @@ def setup_simhost(
     directory: str | Path,
     *,
     gpus: int = 8,
-    gpu_memory_gib: float = 141.0,
+    gpu_memory_gib: float = H200_MEMORY_GIB,
     gpu_name: str = "NVIDIA H200",
     driver_version: str = "580.159.04",
     nvml: str = "ok",

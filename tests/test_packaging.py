@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,8 +19,15 @@ def test_core_never_imports_textual():
 
 
 def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
+    # Build from a copy of the tracked files: no stale build/ in the checkout, nothing untracked.
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
+    for name in filter(None, files.stdout.split("\0")):
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
     out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
         capture_output=True, text=True,
     )
     assert out.returncode == 0, out.stderr
@@ -31,5 +39,6 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
         assert f"gpuops/{sub}/__init__.py" in names
     assert "gpuops/themes/gpuops.tcss" in names
     assert "gpuops/core/reporter.py" in names
+    assert {"gpuops/core/simhost-files/pynvml.py", "gpuops/core/simhost-files/nvidia-smi"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpuops = gpuops.tui.cli:main" in entry

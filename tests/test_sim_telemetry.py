@@ -151,7 +151,7 @@ async def test_dashboard_shows_gpus_filters_processes_and_ends_one(simdir, sshd)
     try:
         async with app.run_test(size=(170, 50)) as pilot:
             assert await until(pilot, lambda: len(app.screen.query(GpuRow)) == 3)
-            assert await until(pilot, lambda: "70.0/141.0 GiB" in screen_text(app))
+            assert await until(pilot, lambda: "70.0/140.4 GiB" in screen_text(app))
             procs = app.screen.query_one("#procs", DataTable)
             assert await until(pilot, lambda: procs.row_count == 2)
             assert "4004.25" in screen_text(app) and "5005.75" in screen_text(app)

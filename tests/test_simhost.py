@@ -222,7 +222,7 @@ def test_fake_pynvml_matches_real_module_names():
     import importlib.util
 
     real = pytest.importorskip("pynvml")
-    spec = importlib.util.spec_from_file_location("fake_pynvml", Path(reporter.__file__).parent / "simhost" / "pynvml.py")
+    spec = importlib.util.spec_from_file_location("fake_pynvml", Path(reporter.__file__).parent / "simhost-files" / "pynvml.py")
     fake = importlib.util.module_from_spec(spec)
     sys.modules["fake_pynvml"] = fake  # the error classes look their module up by name
     try:

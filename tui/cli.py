@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sim_sub.add_parser("setup", parents=[common], help="write a simulated host into DIR and print its [hosts.NAME] block")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--gpus", type=int, default=8)
-    p.add_argument("--gpu-memory", type=float, default=141.0, metavar="GIB")
+    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="per GPU (default: an H200's 140.4)")
     p.add_argument("--nvml", default="ok", choices=["ok", "absent", "no-driver", "mismatch"],
                    help="what NVML does there (absent: no pynvml, so gpuops reads nvidia-smi)")
     p.add_argument("--name", default="sim", help="host name in the printed block")
@@ -214,7 +214,7 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
 
     if args.gpus < 1 or args.gpus > 64:
         raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
-    if not 1 <= args.gpu_memory <= 4096:
+    if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:
         raise UsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
     if args.ssh is not None:
         try:
@@ -222,7 +222,8 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--ssh: {exc}") from None
     try:
-        sim = setup_simhost(args.dir, gpus=args.gpus, gpu_memory_gib=args.gpu_memory, nvml=args.nvml)
+        memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
+        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, **memory)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(sim.host_block(args.name, ssh=args.ssh), end="")
