@@ -19,6 +19,7 @@ from .hosts import Host, HostError, HostUnreachable, SshHost, make_host
 from .telemetry import NA, Sampler, Snapshot
 
 HISTORY_SECONDS = 600.0
+FIRST_SAMPLE_GRACE_S = 15.0
 
 
 @dataclass
@@ -127,17 +128,21 @@ class Monitor:
 
     async def _follow(self, host: Host, state: HostState) -> None:
         samples = Sampler(host, self.interval).samples()
+        # The first sample also waits for the connection (which has its own timeout)
+        # and the reporter's start-up; after that, silence means the host went away.
+        wait = self.stale_after + FIRST_SAMPLE_GRACE_S
         try:
             while True:
                 try:
-                    snap = await asyncio.wait_for(samples.__anext__(), self.stale_after)
+                    snap = await asyncio.wait_for(samples.__anext__(), wait)
+                    wait = self.stale_after
                 except StopAsyncIteration:
                     return
                 except asyncio.TimeoutError:
                     if isinstance(host, SshHost):
                         host._connection_lost()  # a black hole: start over on a new connection
                     raise HostUnreachable(
-                        f"{host.name}: no data for {self.stale_after:.0f}s (host not answering)",
+                        f"{host.name}: no data for {wait:.0f}s (host not answering)",
                         "the host or network may be down; gpuops keeps retrying",
                     )
                 state.record(snap, time.monotonic())

@@ -22,13 +22,17 @@ from gpuops.core.monitor import HostState
 from gpuops.core.telemetry import GpuSample, is_na
 from gpuops.screens.base import GpuopsScreen
 from gpuops.screens.confirm import ConfirmScreen
+from gpuops.tui.widgets import TextView
 
 if TYPE_CHECKING:
     from gpuops.tui.app import GpuopsApp
 
 STALE_AFTER = 3.0  # seconds without a sample before a host shows as stale
+HISTORY_REDRAW_S = 5.0
 BAR_WIDTH = 18
-HOST_COLUMNS = (" ", "Host", "GPUs", "GPU mem", "Util", "CPU", "RAM", "Age")
+# The host list shows what changes slowly; per-second figures (CPU, age) live in the
+# detail pane, so a quiet fleet repaints nothing here. Age shows only once it is stale.
+HOST_COLUMNS = (" ", "Host", "GPUs", "GPU mem", "Util", "RAM", "Stale")
 
 
 def bar(fraction: Any, width: int = BAR_WIDTH) -> Text:
@@ -67,10 +71,14 @@ def host_row(state: HostState, now: float) -> tuple:
         str(len(gpus)) if snap else "",
         f"{units.gib(sum(used), 0)}/{units.gib(sum(total), 0)}G" if total else "",
         f"{sum(utils) / len(utils):.0f}%" if utils else "",
-        units.percent(host.cpu_percent) if host else "",
         f"{units.gib(host.mem_used, 0)}/{units.gib(host.mem_total, 0)}G" if host else "",
-        units.age(state.age(now)) if state.last_update else "",
+        _stale_for(state.age(now)),
     )
+
+
+def _stale_for(age: float | None) -> str:
+    """Whole seconds, only once stale: a fresh host's row doesn't change every second."""
+    return "" if age is None or age <= STALE_AFTER else units.age(float(int(age)))
 
 
 class GpuRow(Horizontal):
@@ -87,15 +95,17 @@ class GpuRow(Horizontal):
         super().__init__(id=f"gpu-{index}", classes="gpu-row")
         self.index = index
         self._last: tuple | None = None
+        self._history_drawn = -HISTORY_REDRAW_S
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="gpu-text")
+        yield TextView(classes="gpu-text")
         with Vertical():
             yield Sparkline([0.0], summary_function=max, classes="mem-spark")
             yield Sparkline([0.0], summary_function=max, classes="util-spark")
 
     def show(self, gpu: GpuSample, history: Any) -> None:
-        key = (gpu.memory_used, gpu.memory_total, gpu.util, gpu.power_w, gpu.temp_c, len(history or ()))
+        key = (gpu.memory_used, gpu.memory_total, gpu.util, gpu.power_w, gpu.temp_c)
+        self._show_history(history)
         if key == self._last:
             return
         self._last = key
@@ -114,12 +124,19 @@ class GpuRow(Horizontal):
             bar(util_frac),
             f" {units.percent(gpu.util):>4}  {gpu.power_w:>5.0f} W  {gpu.temp_c:>3}°C",
         )
-        self.query_one(".gpu-text", Static).update(Text("\n").join([line1, line2]))
-        if history:
-            mem = [0.0 if is_na(m) else float(m) for m, _ in history]
-            util = [0.0 if is_na(u) else float(u) for _, u in history]
-            self.query_one(".mem-spark", Sparkline).data = mem
-            self.query_one(".util-spark", Sparkline).data = util
+        self.query_one(".gpu-text", TextView).set(Text("\n").join([line1, line2]))
+
+    def _show_history(self, history: Any) -> None:
+        # Ten minutes in ~34 columns is ~18 s a column: redrawing every few seconds
+        # shows everything there is to see, at a fraction of the cost.
+        now = time.monotonic()
+        if not history or now - self._history_drawn < HISTORY_REDRAW_S:
+            return
+        self._history_drawn = now
+        mem = [0.0 if is_na(m) else float(m) for m, _ in history]
+        util = [0.0 if is_na(u) else float(u) for _, u in history]
+        self.query_one(".mem-spark", Sparkline).data = mem
+        self.query_one(".util-spark", Sparkline).data = util
 
 
 class DashboardScreen(GpuopsScreen):
@@ -150,9 +167,9 @@ class DashboardScreen(GpuopsScreen):
         with Horizontal(id="main"):
             yield DataTable(id="hosts", cursor_type="row", zebra_stripes=False)
             with Vertical(id="detail"):
-                yield Static(id="host-title")
-                yield Static(id="host-stats")
-                yield Static(id="host-alert")
+                yield TextView(id="host-title")
+                yield TextView(id="host-stats")
+                yield TextView(id="host-alert")
                 yield VerticalScroll(id="gpus")
                 yield Static("Processes holding GPU memory", id="procs-title")
                 yield DataTable(id="procs", cursor_type="row")
@@ -204,15 +221,15 @@ class DashboardScreen(GpuopsScreen):
         age = state.age(now)
         freshness = (
             "waiting for the first sample…" if age is None
-            else f"updated {units.age(age)} ago" if age <= STALE_AFTER
-            else f"STALE: no data for {units.age(age)}"
+            else "live" if age <= STALE_AFTER
+            else f"STALE: no data for {units.age(float(int(age)))}"
         )
         where = "local" if state.kind == "local" else f"ssh {state.address}"
         title = Text.assemble((state.name, "bold"), f"  {where}  ·  ")
-        title.append(freshness, style="yellow bold" if age is not None and age > STALE_AFTER else "dim")
+        title.append(freshness, style="yellow bold" if age is not None and age > STALE_AFTER else "green")
         if state.retry_at is not None:
             title.append(f"  ·  retrying in {max(0.0, state.retry_at - now):.0f}s", style="dim")
-        self.query_one("#host-title", Static).update(title)
+        self.query_one("#host-title", TextView).set(title)
 
         stats = Text()
         if snap and snap.host:
@@ -225,7 +242,7 @@ class DashboardScreen(GpuopsScreen):
                 stats.append(f"\nDisk {d.mount:<24} ")
                 stats.append_text(bar(1 - d.free_bytes / d.total_bytes if d.total_bytes else 0, 12))
                 stats.append(f" {units.size(d.free_bytes)} free of {units.size(d.total_bytes)}")
-        self.query_one("#host-stats", Static).update(stats)
+        self.query_one("#host-stats", TextView).set(stats)
 
         alert = Text()
         if state.error:
@@ -234,7 +251,7 @@ class DashboardScreen(GpuopsScreen):
                 alert.append(f"\nhint: {state.hint}", style="italic")
         elif snap and snap.nvml.hint:
             alert.append(f"note: {snap.nvml.hint}", style="dim")
-        self.query_one("#host-alert", Static).update(alert)
+        self.query_one("#host-alert", TextView).set(alert)
         self.query_one("#host-alert").display = bool(alert.plain)
 
         self._show_gpus(state)
