@@ -13,8 +13,8 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static
 
 from gpuops.core import units
@@ -173,7 +173,6 @@ class DashboardScreen(GpuopsScreen):
                 yield VerticalScroll(id="gpus")
                 yield Static("Processes holding GPU memory", id="procs-title")
                 yield DataTable(id="procs", cursor_type="row")
-        yield Input(id="cmdline")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -185,14 +184,6 @@ class DashboardScreen(GpuopsScreen):
         procs = self.query_one("#procs", DataTable)
         for label in ("GPU", "PID", "User", "Memory", "Command"):
             procs.add_column(label, key=label)
-        cmd = self.query_one("#cmdline", Input)
-        cmd.display = False
-        cmd.suggester = SuggestFromList(
-            [f"host {n}" for n in self.gapp.monitor.states]
-            + [f"theme {t}" for t in self.app.available_themes]
-            + ["help", "quit"],
-            case_sensitive=False,
-        )
         self.selected = next(iter(self.gapp.monitor.states), None)
         self.sub_title = self.gapp.mode_label()
         self.refresh_data()
@@ -351,8 +342,24 @@ class DashboardScreen(GpuopsScreen):
 
     # ------------------------------------------------------------- keys
 
+    def _cmdline(self) -> Input:
+        """The `:` / `/` line, made on first use (nothing at start-up pays for it)."""
+        found = self.query("#cmdline")
+        if found:
+            return found.first(Input)
+        
+        cmd = Input(id="cmdline")
+        cmd.suggester = SuggestFromList(
+            [f"host {n}" for n in self.gapp.monitor.states]
+            + [f"theme {t}" for t in self.app.available_themes]
+            + ["help", "quit"],
+            case_sensitive=False,
+        )
+        self.mount(cmd, before=self.query_one(Footer))
+        return cmd
+
     def _open_cmdline(self, mode: str, value: str = "") -> None:
-        cmd = self.query_one("#cmdline", Input)
+        cmd = self._cmdline()
         self._cmd_mode = mode
         cmd.placeholder = "host NAME · theme NAME · help · quit" if mode == ":" else "filter processes"
         cmd.border_title = mode
@@ -364,11 +371,11 @@ class DashboardScreen(GpuopsScreen):
         self._open_cmdline(":")
 
     def action_filter(self) -> None:
+        self._filter_before = self.filter_text
         self._open_cmdline("/", self.filter_text)
 
     def action_back(self) -> None:
-        cmd = self.query_one("#cmdline", Input)
-        if cmd.display:
+        if self.query("#cmdline") and self._cmdline().display:
             if self._cmd_mode == "/":
                 self._set_filter(self._filter_before)
             self._close_cmdline()
@@ -376,7 +383,7 @@ class DashboardScreen(GpuopsScreen):
             self._set_filter("")
 
     def _close_cmdline(self) -> None:
-        cmd = self.query_one("#cmdline", Input)
+        cmd = self._cmdline()
         cmd.display = False
         self._cmd_mode = None
         self.query_one("#hosts", DataTable).focus()
@@ -396,7 +403,6 @@ class DashboardScreen(GpuopsScreen):
     @on(Input.Submitted, "#cmdline")
     def _cmd_submitted(self, event: Input.Submitted) -> None:
         mode, text = self._cmd_mode, event.value.strip()
-        self._filter_before = self.filter_text
         self._close_cmdline()
         if mode == ":" and text:
             self.run_command(text)
