@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 STALE_AFTER = 3.0  # seconds without a sample before a host shows as stale
 HISTORY_REDRAW_S = 5.0
-BAR_WIDTH = 18
+BAR_WIDTH = 16
 # The host list shows what changes slowly; per-second figures (CPU, age) live in the
 # detail pane, so a quiet fleet repaints nothing here. Age shows only once it is stale.
 HOST_COLUMNS = (" ", "Host", "GPUs", "GPU mem", "Util", "RAM", "Stale")
@@ -72,7 +72,7 @@ def host_row(state: HostState, now: float) -> tuple:
         f"{units.gib(sum(used), 0)}/{units.gib(sum(total), 0)}G" if total else "",
         f"{sum(utils) / len(utils):.0f}%" if utils else "",
         f"{units.gib(host.mem_used, 0)}/{units.gib(host.mem_total, 0)}G" if host else "",
-        _stale_for(state.age(now)),
+        "down" if state.reachable is False else _stale_for(state.age(now)),
     )
 
 
@@ -86,8 +86,8 @@ class GpuRow(Horizontal):
 
     DEFAULT_CSS = """
     GpuRow { height: 2; }
-    GpuRow > .gpu-text { width: 1fr; min-width: 60; }
-    GpuRow > Vertical { width: 34; }
+    GpuRow > .gpu-text { width: 1fr; min-width: 56; }
+    GpuRow > Vertical { width: 1fr; max-width: 60; }
     GpuRow Sparkline { height: 1; }
     """
 
@@ -112,17 +112,16 @@ class GpuRow(Horizontal):
         name = (gpu.name or "GPU").replace("NVIDIA ", "")
         util_frac = gpu.util / 100 if not is_na(gpu.util) else gpu.util
         line1 = Text.assemble(
-            (f"GPU{gpu.index} ", "bold"),
-            (f"{name[:16]:<16} ", ""),
-            "mem ",
+            (f"GPU{gpu.index:<2} ", "bold"),
+            f"{name[:12]:<12} mem ",
             bar(gpu.memory_fraction),
             f" {units.gib(gpu.memory_used)}/{units.gib(gpu.memory_total)} GiB",
         )
         line2 = Text.assemble(
-            " " * 22,
+            (f"{gpu.temp_c:>7.0f}°C {gpu.power_w:>5.0f} W ", "dim"),
             "util ",
             bar(util_frac),
-            f" {units.percent(gpu.util):>4}  {gpu.power_w:>5.0f} W  {gpu.temp_c:>3}°C",
+            f" {units.percent(gpu.util):>4}",
         )
         self.query_one(".gpu-text", TextView).set(Text("\n").join([line1, line2]))
 
