@@ -239,3 +239,30 @@ async def test_ssh_black_hole_does_not_stall_other_hosts(sshd):
         await stuck.close()
         await healthy.close()
         await proxy.close()
+
+
+async def test_ssh_agent_is_honoured(sshd, tmp_path, monkeypatch):
+    """No identity file in ~/.ssh: the key comes from a running ssh-agent."""
+    home = tmp_path / "agenthome"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(sshd.known_hosts.read_text())
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        assert await wait_until(sock.exists, timeout=5)
+        add = subprocess.run(["ssh-add", str(sshd.client_key)], env={"SSH_AUTH_SOCK": str(sock)},
+                             capture_output=True, text=True)
+        assert add.returncode == 0, add.stderr
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        host = SshHost(ssh_config(sshd))  # defaults only: agent, ~/.ssh/known_hosts
+        try:
+            assert (await host.run(["echo", "via agent"])).stdout == "via agent\n"
+        finally:
+            await host.close()
+        monkeypatch.delenv("SSH_AUTH_SOCK")
+        with pytest.raises(HostUnreachable, match="refused"):
+            await SshHost(ssh_config(sshd)).run(["true"])  # and without it, no key at all
+    finally:
+        agent.terminate()
+        agent.wait()
