@@ -251,6 +251,7 @@ class DashboardScreen(GpuopsScreen):
         container = self.query_one("#gpus", VerticalScroll)
         gpus = state.snapshot.gpus if state.snapshot else []
         container.border_title = f"GPUs ({len(gpus)})" if gpus else "no GPUs reported"
+        container.set_class(not gpus, "empty")
         rows = {row.index: row for row in container.query(GpuRow)}
         wanted = [g.index for g in gpus]
         if sorted(rows) != wanted:
