@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from .config import Inventory
 from .hosts import Host, HostError, HostUnreachable, SshHost, make_host
-from .telemetry import NA, Sampler, Snapshot
+from .telemetry import Sampler, Snapshot
 
 HISTORY_SECONDS = 600.0
 FIRST_SAMPLE_GRACE_S = 15.0
@@ -165,5 +165,3 @@ async def _aclose(gen: Any) -> None:
     except Exception:
         pass
 
-
-__all__ = ["HostState", "Monitor", "NA"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from contextlib import aclosing
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.dashboard import GpuRow
 from gpuops.tui.app import GpuopsApp
 from tests.test_cli import gpuops
-from tests.test_hosts import processes_matching, wait_until
 from tests.tui_helpers import screen_text, until
 
 GIB = 1024**3

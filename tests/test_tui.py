@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import DataTable, Input
 
 from gpuops.core.config import parse_inventory
-from gpuops.screens.dashboard import DashboardScreen, GpuRow
+from gpuops.screens.dashboard import DashboardScreen
 from gpuops.screens.help import HelpScreen
 from gpuops.tui.app import GpuopsApp
 from tests.tui_helpers import screen_text, until
