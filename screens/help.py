@@ -27,20 +27,26 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", "Close", show=False),
     ]
 
-    def __init__(self, title: str, keys: list[tuple[str, str]]):
+    def __init__(self, title: str, keys: list[tuple[str, str]], more: list[tuple[str, str]] = ()):
         super().__init__(id="help")
         self.title_text = title
-        self.keys = keys
+        self.keys = list(keys) + list(more)
+        self.main_keys = list(keys)
+        self.more_keys = list(more)
 
     def compose(self) -> ComposeResult:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
         table.add_column()
-        for key, description in self.keys:
+        for key, description in self.main_keys:
             table.add_row(key, description)
         table.add_row("", "")
         for key, description in COMMANDS:
             table.add_row(key, description)
+        if self.more_keys:
+            table.add_row("", "")
+            for key, description in self.more_keys:
+                table.add_row(Text(key, style="dim"), Text(description, style="dim"))
         with VerticalScroll(id="help-box") as box:
             box.border_title = f"Keys: {self.title_text}"
             box.border_subtitle = "esc to close"

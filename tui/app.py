@@ -116,9 +116,13 @@ class GpuopsApp(App):
                 continue
             seen.add(display)
             (shown if b.show else rest).append((display, b.description))
-        keys = shown + rest
         title = type(self.screen).__name__.removesuffix("Screen").lower() or "gpuops"
-        self.push_screen(HelpScreen(title, keys))
+        self.push_screen(HelpScreen(title, shown, rest))
+
+    def on_plan_review_screen_deploy_requested(self, event) -> None:
+        plan = event.plan
+        self.notify(f"deploying from the TUI arrives with the deploy issue; the plan for {plan.name} is ready: "
+                    f"`gpuops plan … --json` writes it", severity="warning", timeout=8)
 
     def jump_to_host(self, name: str) -> None:
         screen = self.screen
