@@ -88,6 +88,7 @@ class Monitor:
         self.on_update = on_update
         self.stale_after = stale_after if stale_after is not None else 3 * interval + 5
         self._tasks: dict[str, asyncio.Task] = {}
+        self._closing = False
 
     def start(self) -> None:
         for name in self.hosts:
@@ -108,14 +109,17 @@ class Monitor:
     async def _watch(self, name: str) -> None:
         host, state = self.hosts[name], self.states[name]
         delay = 1.0
-        while True:
+        while not self._closing:
+            seen = state.updates
             try:
                 await self._follow(host, state)
+                if self._closing:
+                    return
                 raise HostError(f"{name}: telemetry stream ended")
             except asyncio.CancelledError:
                 raise
             except HostError as exc:
-                wait = delay
+                wait = 1.0 if state.updates > seen else delay
                 if isinstance(host, SshHost):
                     wait = max(wait, host.backoff.wait_left())
                 state.failed(exc, time.monotonic() + wait)
@@ -124,7 +128,8 @@ class Monitor:
                 state.failed(HostError(f"{name}: {type(exc).__name__}: {exc}"), time.monotonic() + wait)
             self._notify(name)
             await asyncio.sleep(wait)
-            delay = min(30.0, delay * 2)
+            # back off while it keeps failing; a stream that delivered starts over at 1 s
+            delay = 1.0 if state.updates > seen else min(30.0, delay * 2)
 
     async def _follow(self, host: Host, state: HostState) -> None:
         samples = Sampler(host, self.interval).samples()
@@ -132,7 +137,7 @@ class Monitor:
         # and the reporter's start-up; after that, silence means the host went away.
         wait = self.stale_after + FIRST_SAMPLE_GRACE_S
         try:
-            while True:
+            while not self._closing:
                 try:
                     snap = await asyncio.wait_for(samples.__anext__(), wait)
                     wait = self.stale_after
@@ -151,10 +156,14 @@ class Monitor:
             await asyncio.shield(_aclose(samples))
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Python 3.11's wait_for can swallow a cancellation that lands as a sample
+        # arrives: the loops also stop on `_closing`, and cancelling repeats until done.
+        self._closing = True
+        pending = set(self._tasks.values())
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1.0)
         self._tasks.clear()
         await asyncio.gather(*(h.close() for h in self.hosts.values()), return_exceptions=True)
 

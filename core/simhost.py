@@ -7,6 +7,11 @@ gpuops code::
     DIR/bin/nvidia-smi      a fake nvidia-smi (template core/simhost-files/nvidia-smi)
     DIR/lib/pynvml.py       a fake nvidia-ml-py (template core/simhost-files/pynvml.py)
     DIR/lib-absent/pynvml.py  (nvml="absent" only) makes ``import pynvml`` fail
+    DIR/lib/sglang/         a stand-in sglang package: ``__version__`` only (sglang_version=...),
+                            or one whose import fails (sglang_version="none")
+    DIR/lib/sglang-V.dist-info/  its package metadata (importlib.metadata.version("sglang"))
+    DIR/lib/sglang-sim/launch_server.help  ``python -m sglang.launch_server --help`` of that
+                            version, generated from gpuops.core.sglang_versions' data
     DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
     DIR/root/...            host files the reporter reads through GPUOPS_HOST_ROOT:
                             proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*
@@ -15,6 +20,11 @@ gpuops sends its reporter (core/reporter.py) as ``python -c SOURCE``; with
 ``python = "DIR/bin/python"`` in the host's config entry that runs the real interpreter
 with the fake pynvml first on PYTHONPATH, so the reporter's ordinary code paths sample the
 simulated GPUs. ``SimHost.host_block()`` gives that config entry.
+
+The host presents one SGLang version to every question: ``import sglang`` and its package
+metadata name it, and ``python -m sglang.launch_server --help`` (or ``-h``) lists exactly that
+version's options in argparse's layout. Any other ``-m sglang.launch_server`` run is refused
+(exit 2) until the SGLang server simulator is installed at the wrapper's branch point.
 """
 
 from __future__ import annotations
@@ -31,7 +41,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS"]
+from . import sglang_versions
+
+__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR"]
 
 TEMPLATES = Path(__file__).resolve().parent / "simhost-files"
 
@@ -61,6 +73,13 @@ _BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+,@%=-]+$")
 _HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_SGLANG_VERSION = re.compile(r"^\d+(\.\d+)*[0-9A-Za-z.+_-]*$")
+
+# sglang_version values that mean "this host has no SGLang".
+NO_SGLANG = ("none", "absent")
+
+# What the wrapper prints for a launch it cannot serve yet (the deploy issue replaces it).
+NO_SIMULATOR = "gpuops simulated host: the SGLang server simulator is not installed yet"
 
 
 def _check_path(what: str, path: str) -> None:
@@ -143,6 +162,7 @@ class SimHost:
     python: Path
     bin_dir: Path
     state_file: Path
+    sglang_version: str | None = None  # None: the host has no SGLang
 
     def host_block(self, name: str, ssh: str | None = None) -> str:
         """The config's ``[hosts.NAME]`` entry that reaches this simulated host."""
@@ -247,16 +267,47 @@ _WRAPPER = """#!/bin/sh
 # for the host's interpreter and runs the real one ({real}).
 SIM_DIR='{dir}'
 REAL_PYTHON='{real}'
+SGLANG_VERSION='{sglang_version}'  # empty: this host has no SGLang
 export GPUOPS_HOST_ROOT="$SIM_DIR/root"
 export PYTHONPATH="{pythonpath}${{PYTHONPATH:+:$PYTHONPATH}}"
 case "$1 $2" in
-    # "-m sglang.launch_server"*)
-    #     The SGLang server simulator hooks in here (a later issue), e.g.:
-    #     shift 2; exec "$REAL_PYTHON" "$SIM_DIR/lib/sglang_sim.py" "$@" ;;
+    "-m sglang.launch_server")
+        # The SGLang server simulator hooks in here (a later issue), e.g.:
+        #     shift 2; exec "$REAL_PYTHON" "$SIM_DIR/lib/sglang_sim.py" "$@" ;;
+        # Until then: --help answers for the host's version, anything else is refused.
+        # (With no SGLang the real python runs it and fails: No module named 'sglang'.)
+        if [ -n "$SGLANG_VERSION" ]; then
+            shift 2
+            for arg in "$@"; do
+                case "$arg" in
+                    -h|--help) exec cat "$SIM_DIR/lib/sglang-sim/launch_server.help" ;;
+                esac
+            done
+            echo "{no_simulator}" >&2
+            exit 2
+        fi ;;
     *) ;;
 esac
 exec "$REAL_PYTHON" "$@"
 """
+
+_SGLANG_INIT = '''"""gpuops' simulated host: a stand-in for SGLang {version} (its version, nothing else)."""
+
+__version__ = "{version}"
+'''
+
+_SGLANG_VERSION_PY = '''__version__ = "{version}"
+'''
+
+_SGLANG_METADATA = """Metadata-Version: 2.1
+Name: sglang
+Version: {version}
+Summary: gpuops simulated host: a stand-in for SGLang {version}
+"""
+
+_ABSENT_SGLANG = '''"""gpuops' simulated host, sglang_version="none": this python has no sglang."""
+raise ModuleNotFoundError("No module named 'sglang'", name="sglang")
+'''
 
 _ABSENT_PYNVML = '''"""gpuops' simulated host, nvml="absent": this python has no pynvml (nvidia-ml-py)."""
 raise ModuleNotFoundError("No module named 'pynvml'", name="pynvml")
@@ -269,6 +320,40 @@ _PROC_VERSION = (
 )
 
 
+def _check_sglang_version(version: str | None) -> str | None:
+    """The version the host presents (None: no SGLang); ValueError for a malformed one."""
+    if version is None:
+        return sglang_versions.newest_version()
+    if not isinstance(version, str):
+        raise ValueError("sglang_version must be a version string or 'none', not %r" % (version,))
+    v = version.strip()
+    if v.lower() in NO_SGLANG:
+        return None
+    if v[:1] in ("v", "V"):
+        v = v[1:]
+    try:
+        sglang_versions.version_key(v)
+    except ValueError:
+        v = ""
+    if not _SGLANG_VERSION.match(v) or len(v) > 40:
+        raise ValueError("sglang_version must look like 0.5.23 (or be 'none' for a host without SGLang), "
+                         "not %r" % (version,))
+    return v
+
+
+def _write_sglang(lib_dir: Path, version: str | None) -> None:
+    """The stand-in sglang package, its metadata and its --help text (or an import that fails)."""
+    if version is None:
+        _write(lib_dir / "sglang" / "__init__.py", _ABSENT_SGLANG)
+        return
+    _write(lib_dir / "sglang" / "__init__.py", _SGLANG_INIT.format(version=version))
+    _write(lib_dir / "sglang" / "version.py", _SGLANG_VERSION_PY.format(version=version))
+    info = lib_dir / ("sglang-%s.dist-info" % version)
+    _write(info / "METADATA", _SGLANG_METADATA.format(version=version))
+    _write(info / "INSTALLER", "gpuops-simhost\n")
+    _write(lib_dir / "sglang-sim" / "launch_server.help", sglang_versions.format_help(version))
+
+
 def setup_simhost(
     directory: str | Path,
     *,
@@ -279,6 +364,7 @@ def setup_simhost(
     nvml: str = "ok",
     library_version: str = "565.57.01",
     python: str | None = None,
+    sglang_version: str | None = None,
 ) -> SimHost:
     """Write a simulated GPU host into DIRECTORY (created if missing) and return it.
 
@@ -286,6 +372,10 @@ def setup_simhost(
     "no-driver" (nvmlInit: LibraryNotFound); "driver-not-loaded" (DriverNotLoaded);
     "mismatch" (LibRmVersionMismatch: kernel module DRIVER_VERSION, userspace
     libnvidia-ml LIBRARY_VERSION on the fake root).
+
+    sglang_version: the SGLang release the host presents (default: the newest gpuops has data
+    for; any version string works, its flags are those of ``sglang_versions.resolve_version``);
+    "none" (or "absent"): a host without SGLang, where ``import sglang`` fails.
     """
     raw = str(directory)
     _check_path("simulated host directory", raw)
@@ -300,6 +390,7 @@ def setup_simhost(
     for what, v in (("driver_version", driver_version), ("library_version", library_version)):
         if not _VERSION.match(v or ""):
             raise ValueError("%s must look like 580.159.04, not %r" % (what, v))
+    sglang_version = _check_sglang_version(sglang_version)
     real = os.path.abspath(python or sys.executable)
     _check_path("python", real)
     if not os.access(real, os.X_OK):
@@ -315,15 +406,20 @@ def setup_simhost(
     with contextlib.suppress(FileNotFoundError):
         (lib_dir / "pynvml.py").unlink()
     shutil.rmtree(lib_dir / "__pycache__", ignore_errors=True)
+    for d in [lib_dir / "sglang", lib_dir / "sglang-sim", *lib_dir.glob("sglang-*.dist-info")]:
+        shutil.rmtree(d, ignore_errors=True)
 
     # The fakes.
     if nvml == "absent":
         _write(absent_dir / "pynvml.py", _ABSENT_PYNVML)
-        pythonpath = "$SIM_DIR/lib-absent"
+        pythonpath = "$SIM_DIR/lib-absent:$SIM_DIR/lib"  # lib still carries sglang
     else:
         _write(lib_dir / "pynvml.py", (TEMPLATES / "pynvml.py").read_bytes())
         pythonpath = "$SIM_DIR/lib"
-    _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath), 0o755)
+    _write_sglang(lib_dir, sglang_version)
+    _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath,
+                                               sglang_version=sglang_version or "", no_simulator=NO_SIMULATOR),
+           0o755)
     smi = (TEMPLATES / "nvidia-smi").read_text()
     smi = "#!%s -I\n%s" % (real, smi.split("\n", 1)[1])
     _write(bin_dir / "nvidia-smi", smi, 0o755)
@@ -340,7 +436,8 @@ def setup_simhost(
         os.symlink(libname, libdir / "libnvidia-ml.so.1")
 
     state_file = state_dir / "gpus.json"
-    host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file)
+    host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file,
+                   sglang_version=sglang_version)
     host.write_state(
         default_state(
             root,

@@ -147,6 +147,8 @@ class DashboardScreen(GpuopsScreen):
         Binding("escape", "back", "Back", key_display="esc"),
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("ctrl+k", "end_process", "Kill"),
+        Binding("p", "plan", "Plan"),
+        Binding("s", "storage", "Storage"),
     ]
 
     def __init__(self) -> None:
@@ -288,6 +290,20 @@ class DashboardScreen(GpuopsScreen):
         if self.filter_text:
             title += f"  (filter: {self.filter_text!r}, {len(rows)} shown)"
         self.query_one("#procs-title", Static).update(title)
+
+    # ------------------------------------------------------------- other screens
+
+    def action_plan(self) -> None:
+        from gpuops.screens.model_picker import ModelPickerScreen
+
+        if self.selected:
+            self.app.push_screen(ModelPickerScreen(self.selected))
+
+    def action_storage(self) -> None:
+        from gpuops.screens.storage import StorageScreen
+
+        if self.selected:
+            self.app.push_screen(StorageScreen(self.selected))
 
     # ------------------------------------------------------------- ending a process
 

@@ -504,3 +504,137 @@ async def test_reporter_and_nvidia_smi_over_ssh(sshd, tmp_path_factory):
         assert res.stdout.startswith("GPU 0: NVIDIA H200 (UUID: GPU-")
     finally:
         await ssh.close()
+
+
+# ------------------------------------------------------------------ SGLang on the simulated host
+
+
+def test_default_sglang_version_is_the_newest_known(host):
+    from gpuops.core import sglang_versions as sv
+
+    assert host.sglang_version == sv.newest_version()
+    res = run([host.python, "-c", "import sglang; print(sglang.__version__)"])
+    assert (res.returncode, res.stdout) == (0, sv.newest_version() + "\n")
+    res = run([host.python, "-c", "from importlib.metadata import version; print(version('sglang'))"])
+    assert (res.returncode, res.stdout) == (0, sv.newest_version() + "\n")
+    assert f"SGLANG_VERSION='{sv.newest_version()}'" in host.python.read_text()
+
+
+def test_sglang_version_through_the_wrapper(tmp_path):
+    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.13")
+    assert host.sglang_version == "0.5.13"
+    res = run([host.python, "-c", "import sglang, sglang.version; print(sglang.__version__, sglang.version.__version__)"])
+    assert (res.returncode, res.stdout, res.stderr) == (0, "0.5.13 0.5.13\n", "")
+    res = run([host.python, "-c", "from importlib.metadata import version; print(version('sglang'))"])
+    assert res.stdout == "0.5.13\n"
+    # only through the wrapper: the real interpreter has no sglang
+    res = run([sys.executable, "-c", "import sglang"], env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert res.returncode != 0
+    # the reporter still works beside it
+    assert report(host)["nvml"]["ok"]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.15", "0.5.23"])
+def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
+    from gpuops.core import sglang_versions as sv
+
+    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=version)
+    res = run([host.python, "-m", "sglang.launch_server", "--help"])
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout.startswith(f"usage: {sv.help_prog(version)} [-h] ")
+    assert res.stdout == sv.format_help(version)
+    flags = sv.parse_help_flags(res.stdout)
+    assert flags == sv.flags_for(version) - sv.hidden_flags(version)
+    assert flags | sv.hidden_flags(version) == sv.flags_for(version)
+    old, new = "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"
+    assert (old in flags, new in flags) == {"0.5.9": (True, False), "0.5.15": (True, True),
+                                            "0.5.23": (False, True)}[version]
+    # -h, and a help flag after other arguments, answer the same
+    assert run([host.python, "-m", "sglang.launch_server", "-h"]).stdout == res.stdout
+    again = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--help"])
+    assert (again.returncode, again.stdout) == (0, res.stdout)
+
+
+def test_launch_server_is_refused_until_the_simulator_exists(host):
+    from gpuops.core.simhost import NO_SIMULATOR
+
+    res = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp", "2"])
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", NO_SIMULATOR + "\n")
+    # other modules and scripts still reach the real interpreter
+    res = run([host.python, "-m", "json.tool", "--help"])
+    assert res.returncode == 0 and "usage:" in res.stdout
+
+
+def test_unknown_sglang_version_uses_the_nearest_known_flags(tmp_path):
+    from gpuops.core import sglang_versions as sv
+
+    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.10.post1")
+    assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.10.post1\n"
+    help_text = run([host.python, "-m", "sglang.launch_server", "--help"]).stdout
+    assert sv.parse_help_flags(help_text) == sv.flags_for("0.5.10")
+    host = setup_simhost(tmp_path / "sim2", gpus=1, sglang_version="v0.9.0")
+    assert host.sglang_version == "0.9.0"
+    assert run([host.python, "-m", "sglang.launch_server", "--help"]).stdout == sv.format_help(sv.newest_version())
+
+
+@pytest.mark.parametrize("none", ["none", "None", "absent"])
+def test_host_without_sglang(tmp_path, none):
+    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=none)
+    assert host.sglang_version is None
+    res = run([host.python, "-c", "import sglang"])
+    assert res.returncode == 1 and res.stderr.endswith("ModuleNotFoundError: No module named 'sglang'\n")
+    res = run([host.python, "-c", "from importlib.metadata import version; version('sglang')"])
+    assert res.returncode == 1 and "PackageNotFoundError" in res.stderr
+    # the real interpreter answers, as on a box without SGLang
+    res = run([host.python, "-m", "sglang.launch_server", "--help"])
+    assert res.returncode == 1 and res.stdout == ""
+    assert "Error while finding module specification for 'sglang.launch_server' (ModuleNotFoundError: " \
+           "No module named 'sglang')" in res.stderr
+    assert "SGLANG_VERSION=''" in host.python.read_text()
+    assert report(host)["nvml"]["ok"]  # GPUs still answer
+
+
+def test_sglang_with_nvml_absent(tmp_path):
+    host = setup_simhost(tmp_path / "sim", gpus=1, nvml="absent", sglang_version="0.5.18")
+    assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.18\n"
+    res = run([host.python, "-c", "import pynvml"])
+    assert res.returncode != 0 and "No module named 'pynvml'" in res.stderr
+
+
+def test_rerun_setup_changes_the_sglang_version(tmp_path):
+    d = tmp_path / "sim"
+    setup_simhost(d, gpus=1, sglang_version="0.5.13")
+    host = setup_simhost(d, gpus=1, sglang_version="none")
+    assert not list((d / "lib").glob("sglang-*.dist-info")) and not (d / "lib/sglang-sim").exists()
+    assert run([host.python, "-c", "import sglang"]).returncode == 1
+    host = setup_simhost(d, gpus=1, sglang_version="0.5.9")
+    assert [p.name for p in (d / "lib").glob("sglang-*.dist-info")] == ["sglang-0.5.9.dist-info"]
+    assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.9\n"
+    assert "--mamba-radix-cache-strategy" not in run([host.python, "-m", "sglang.launch_server", "-h"]).stdout
+
+
+@pytest.mark.parametrize("bad", ["", "latest", "0.5;rm -rf /", "0.5.23'", "$(id)", "0.5 .9", 5, "x" * 60])
+def test_bad_sglang_version_refused(tmp_path, bad):
+    with pytest.raises(ValueError) as err:
+        setup_simhost(tmp_path / "sim", gpus=1, sglang_version=bad)
+    assert "sglang_version" in str(err.value)
+    assert not (tmp_path / "sim").exists()
+
+
+async def test_launch_server_help_over_ssh(sshd, tmp_path_factory):
+    from gpuops.core import sglang_versions as sv
+    from gpuops.core.config import parse_inventory
+    from gpuops.core.hosts import SshHost
+
+    base = tmp_path_factory.mktemp("simssh-sglang")
+    host = setup_simhost(base / "sim", gpus=1, sglang_version="0.5.15")
+    cfg = parse_inventory(host.host_block("simbox", ssh=f"{sshd.user}@127.0.0.1:{sshd.port}"), "test").hosts[0]
+    ssh = SshHost(cfg, connect_options=sshd.options())
+    try:
+        res = await ssh.run([str(host.python), "-c", "import sglang; print(sglang.__version__)"], timeout=10)
+        assert res.stdout == "0.5.15\n"
+        res = await ssh.run([str(host.python), "-m", "sglang.launch_server", "--help"], timeout=10)
+        assert res.returncode == 0
+        assert sv.parse_help_flags(res.stdout) == sv.flags_for("0.5.15") - sv.hidden_flags("0.5.15")
+    finally:
+        await ssh.close()

@@ -1,7 +1,7 @@
 """The `gpuops` command line (a contract: see DESIGN.md § Command line).
 
 Exit codes: 0 ok; 1 the operation failed; 2 bad input (one line on stderr, nothing changed).
-Snapshot verbs (`hosts`, `gpus`) exit 0 when they report per-host errors inside the output.
+Snapshot verbs (`hosts`, `gpus`, `models`) exit 0 when they report per-host errors inside the output.
 Textual is imported only by the verbs that draw a screen, so snapshot verbs start fast.
 """
 
@@ -15,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 
 from gpuops.core.config import ConfigError, HostConfig, Inventory, load_inventory
+from gpuops.tui.cli_models import add_models_parser
+from gpuops.tui.cli_plan import PlanUsageError, add_plan_parser
 
 SCHEMA = 1
 
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", metavar="H", help="only this host")
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
+    add_plan_parser(sub, common)
+    add_models_parser(sub, common)
+
     p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
     p.add_argument("--scenario", default="ok", choices=["ok"], help="what the simulated host does")
     p.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs")
@@ -67,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="per GPU (default: an H200's 140.4)")
     p.add_argument("--nvml", default="ok", choices=["ok", "absent", "no-driver", "mismatch"],
                    help="what NVML does there (absent: no pynvml, so gpuops reads nvidia-smi)")
+    p.add_argument("--sglang-version", metavar="V", help="the SGLang version it presents (default: the newest known; "
+                   "'none': no SGLang)")
     p.add_argument("--name", default="sim", help="host name in the printed block")
     p.add_argument("--ssh", metavar="TARGET", help="print an SSH entry (user@host:port) instead of a local one")
     return parser
@@ -223,7 +230,7 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
             raise UsageError(f"--ssh: {exc}") from None
     try:
         memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
-        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, **memory)
+        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version, **memory)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(sim.host_block(args.name, ssh=args.ssh), end="")
@@ -262,8 +269,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_hosts(inv, args)
         if args.verb == "gpus":
             return cmd_gpus(inv, args)
+        if args.verb == "models":
+            from gpuops.tui.cli_models import run_models
+
+            return run_models(inv, args)
+        if args.verb == "plan":
+            from gpuops.tui.cli_plan import run_plan
+
+            return run_plan(inv, args)
         return run_dashboard(inv, readonly=getattr(args, "readonly", False))
-    except (ConfigError, UsageError) as exc:
+    except (ConfigError, UsageError, PlanUsageError) as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

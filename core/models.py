@@ -1,0 +1,861 @@
+"""Model facts: what a checkpoint is (architecture traits) and how big it is.
+
+A model is named by a Hugging Face repo id (``owner/name``) or an absolute local folder that holds
+``config.json``. :func:`load_model_facts` reads the config (and, when present, the
+``model.safetensors.index.json`` and the ``*.safetensors`` sizes) and hands it to
+:func:`facts_from_config`, which derives everything else from the config alone:
+
+- traits: dense or MoE (experts, active, shared, dense layers), MLA ranks, hybrid linear attention
+  (GDN layers, their per-request state), MTP layers, dtype, quantization, context length;
+- size: checkpoint bytes from the index ``metadata.total_size`` ("index"), else the summed
+  ``*.safetensors`` file sizes ("files"), else computed from the config ("computed"). The
+  computation walks the tensors a checkpoint of that architecture stores: embeddings (tied or
+  not), attention (GQA with biases, gated attention, MLA low-rank projections), Gated DeltaNet
+  projections, dense MLPs, routers, routed and shared experts, norms, MTP layers, and the vision
+  tower of multimodal checkpoints; each linear weight is priced at the checkpoint's storage
+  format (bf16/fp16/fp32, fp8 with block scales, MXFP4/NVFP4 packing with their scales, int4 with
+  group scales).
+
+A config that lacks a field the computation needs never raises: the field is named in
+``ModelFacts.missing`` and counted as zero, so the planner can warn. Errors that stop loading
+(no such repo, gated, offline and not cached, no ``config.json``, invalid JSON) raise
+:class:`ModelError` with a one-line message; the Hub token is never part of one.
+
+huggingface_hub is imported inside the functions that use the Hub (its import costs ~0.2 s).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "HybridInfo",
+    "MlaInfo",
+    "ModelError",
+    "ModelFacts",
+    "MoeInfo",
+    "QuantInfo",
+    "facts_from_config",
+    "load_model_facts",
+    "validate_model_ref",
+]
+
+CONFIG_FILE = "config.json"
+INDEX_FILE = "model.safetensors.index.json"
+
+_REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
+_LOCAL_PATH = re.compile(r"/[A-Za-z0-9._/+@=,-]*")
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8_e4m3fn": 1}
+# Architectures whose tensor layout the size computation models exactly.
+_KNOWN_ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+    "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+    "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM",
+})
+
+
+class ModelError(Exception):
+    """A model could not be read; ``str()`` is one line that says why."""
+
+
+def validate_model_ref(s: str) -> str:
+    """An HF repo id ``owner/name`` or an absolute local folder path, returned unchanged.
+
+    Raises ValueError (one line) for anything else: spaces, shell metacharacters, relative
+    paths, ``~``, ``..`` or ``--`` in a repo id, parts longer than 96 characters.
+    """
+    if s.startswith("/"):
+        if not _LOCAL_PATH.fullmatch(s):
+            raise ValueError(
+                f"invalid model folder {s!r}: only letters, digits and . _ / + @ = , - are allowed"
+            )
+        return s
+    parts = s.split("/")
+    if (
+        len(parts) == 2
+        and all(_REPO_PART.fullmatch(p) and len(p) <= 96 for p in parts)
+        and ".." not in s
+        and "--" not in s
+    ):
+        return s
+    raise ValueError(
+        f"invalid model reference {s!r}: expected a Hugging Face repo id (owner/name) "
+        "or an absolute folder path"
+    )
+
+
+@dataclass(frozen=True)
+class MoeInfo:
+    num_experts: int
+    active_experts: int
+    shared_experts: int
+    moe_intermediate_size: int | None
+    dense_layers: int  # layers with a dense MLP instead of experts (first_k_dense_replace, ...)
+
+
+@dataclass(frozen=True)
+class MlaInfo:
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int | None
+    v_head_dim: int | None
+    q_lora_rank: int | None
+
+
+@dataclass(frozen=True)
+class HybridInfo:
+    full_attention_layers: int
+    linear_attention_layers: int
+    # conv + ssm state of ONE request across all linear-attention layers, at the state dtypes
+    state_bytes_per_request: int
+
+
+@dataclass(frozen=True)
+class QuantInfo:
+    method: str  # "fp8" | "mxfp4" | "nvfp4" | "awq" | "gptq" | "compressed-tensors" | raw name
+    block_size: tuple[int, int] | None
+    raw: dict[str, Any]
+    sglang_quantization: str | None  # value for --quantization when SGLang needs it spelled out
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    id: str
+    source: str  # "hub" | "local"
+    local_path: str | None
+    architecture: str | None
+    model_type: str | None
+    family: str
+    known_architecture: bool
+    hidden_size: int | None
+    num_layers: int | None
+    vocab_size: int | None
+    num_attention_heads: int | None
+    num_kv_heads: int | None
+    head_dim: int | None
+    mla: MlaInfo | None
+    moe: MoeInfo | None
+    hybrid: HybridInfo | None
+    mtp_layers: int
+    dtype: str | None
+    quant: QuantInfo | None
+    context_length: int | None
+    params: int
+    active_params: int | None
+    checkpoint_bytes: int
+    checkpoint_bytes_source: str  # "index" | "files" | "computed"
+    mtp_bytes: int
+    missing: tuple[str, ...]
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """KV cache bytes one token needs in the whole model (all ranks together).
+
+        Hybrid models count only their full-attention layers; MLA stores the compressed latent
+        (kv_lora_rank + qk_rope_head_dim per layer); GQA stores K and V per KV head.
+        """
+        if self.mla is not None:
+            per_layer = self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        else:
+            per_layer = 2 * (self.num_kv_heads or 0) * (self.head_dim or 0)
+        layers = self.hybrid.full_attention_layers if self.hybrid is not None else (self.num_layers or 0)
+        return layers * per_layer * dtype_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "architecture": self.architecture,
+            "params": self.params,
+            "active_params": self.active_params,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "dtype": self.dtype,
+            "quant": self.quant.method if self.quant is not None else None,
+            "moe": (
+                {
+                    "num_experts": self.moe.num_experts,
+                    "active_experts": self.moe.active_experts,
+                    "shared_experts": self.moe.shared_experts,
+                }
+                if self.moe is not None
+                else None
+            ),
+            "hybrid_linear_attention": self.hybrid is not None,
+            "mtp_layers": self.mtp_layers,
+            "context_length": self.context_length,
+        }
+
+
+# --------------------------------------------------------------------------- config reading
+
+
+class _Config:
+    """Field lookup over a (possibly nested) HF config that remembers what was missing.
+
+    Text fields are looked up in ``text_config`` first (Qwen3.5 and other multimodal wrappers),
+    then at the top level.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        text = config.get("text_config")
+        self.text: dict[str, Any] = text if isinstance(text, dict) else {}
+        self.top = config
+        self.missing: list[str] = []
+
+    def get(self, name: str) -> Any:
+        if name in self.text:
+            return self.text[name]
+        return self.top.get(name)
+
+    def number(self, *names: str) -> int | None:
+        """The first of ``names`` that holds an integer (bools excluded), else None."""
+        for name in names:
+            value = self.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
+
+    def need(self, *names: str) -> int:
+        """Like :meth:`number`, but a field the computation cannot do without: 0 and noted."""
+        value = self.number(*names)
+        if value is None:
+            if names[0] not in self.missing:
+                self.missing.append(names[0])
+            return 0
+        return value
+
+
+def _architecture(config: dict[str, Any]) -> str | None:
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    return None
+
+
+def _family(model_type: str | None, architecture: str | None, vocab: int | None, name: str) -> str:
+    mt = (model_type or "").lower()
+    arch = architecture or ""
+    if mt.startswith("qwen3_5") or arch.startswith("Qwen3_5"):
+        return "qwen3_5"
+    if mt.startswith("qwen3") and "coder" in name.lower():
+        return "qwen3_coder"
+    if mt in ("qwen3_next", "qwen3_moe", "qwen3"):
+        return mt
+    if mt in ("qwen2", "qwen2_moe"):
+        return "qwen2_5"
+    if mt == "llama" and (vocab or 0) >= 128000:
+        return "llama3"
+    if mt == "mixtral":
+        return "mixtral"
+    if mt == "kimi_k2":
+        return "kimi_k2"
+    if mt == "deepseek_v3":
+        return "deepseek_v3"
+    if mt == "gpt_oss":
+        return "gpt_oss"
+    if mt.startswith(("glm", "chatglm")):
+        return "glm"
+    return "unknown"
+
+
+def _quant_info(cfg: _Config) -> QuantInfo | None:
+    raw = cfg.get("quantization_config")
+    if not isinstance(raw, dict):
+        return None
+    quant_method = str(raw.get("quant_method") or "").lower()
+    algo = str(raw.get("quant_algo") or "").upper()
+    block = raw.get("weight_block_size")
+    block_size = (
+        (int(block[0]), int(block[1]))
+        if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) for b in block)
+        else None
+    )
+    # ModelOpt names its algorithm per checkpoint, or per layer for MIXED_PRECISION ones.
+    layers = raw.get("quantized_layers")
+    algos = {algo} | {
+        str(v.get("quant_algo") or "").upper()
+        for v in (layers.values() if isinstance(layers, dict) else [])
+        if isinstance(v, dict)
+    }
+    sglang: str | None = None
+    if any("FP4" in a for a in algos) and quant_method != "mxfp4":
+        method = "nvfp4"
+        sglang = "modelopt_fp4"
+    elif quant_method == "modelopt":
+        method = "fp8"
+        sglang = "modelopt_fp8"
+    else:
+        method = quant_method or "unknown"
+    return QuantInfo(method=method, block_size=block_size, raw=raw, sglang_quantization=sglang)
+
+
+def _context_length(cfg: _Config) -> int | None:
+    """The context SGLang uses by default: max_position_embeddings, times the rope scaling
+    factor only when the scaling does not already state an original length (SGLang's rule)."""
+    base = cfg.number("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+    if base is None:
+        return None
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, dict):
+        return base
+    factor = scaling.get("factor")
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if (
+        not isinstance(factor, (int, float))
+        or "original_max_position_embeddings" in scaling
+        or kind == "llama3"
+    ):
+        return base
+    return int(base * factor)
+
+
+# --------------------------------------------------------------------------- size accounting
+
+# Parts a quantization may apply to, with a module name of that part to match exclusion patterns
+# (modules_to_not_convert / ignore / exclude_modules) against.
+_PART_MODULES = {
+    "attn": "model.layers.0.self_attn.o_proj",
+    "linear_attn": "model.layers.0.linear_attn.out_proj",
+    "mlp": "model.layers.0.mlp.down_proj",
+    "experts": "model.layers.0.mlp.experts.0.down_proj",
+    "shared": "model.layers.0.mlp.shared_experts.down_proj",
+}
+
+
+@dataclass
+class _Tally:
+    """Bytes and parameter counts of a checkpoint, by section (main, mtp, vision)."""
+
+    dtype_bytes: int
+    quant: QuantInfo | None
+    params: dict[str, int] = field(default_factory=lambda: {"main": 0, "mtp": 0, "vision": 0})
+    nbytes: dict[str, float] = field(default_factory=lambda: {"main": 0.0, "mtp": 0.0, "vision": 0.0})
+
+    def plain(self, section: str, n: int, element_bytes: float | None = None) -> None:
+        """Tensors stored unquantized (embeddings, norms, biases, routers, ...)."""
+        self.params[section] += n
+        self.nbytes[section] += n * (self.dtype_bytes if element_bytes is None else element_bytes)
+
+    def linear(self, section: str, part: str, out: int, inp: int, count: int = 1) -> None:
+        """``count`` weight matrices of shape [out, inp] belonging to ``part``."""
+        self.params[section] += count * out * inp
+        self.nbytes[section] += count * self._linear_bytes(section, part, out, inp)
+
+    def _linear_bytes(self, section: str, part: str, out: int, inp: int) -> float:
+        q = self.quant
+        if q is None or not _quantized(q, section, part):
+            return out * inp * self.dtype_bytes
+        n = out * inp
+        if "fp8" in q.method:
+            if q.block_size is None:
+                return n + 4  # one fp32 scale per tensor
+            b0, b1 = q.block_size
+            return n + math.ceil(out / b0) * math.ceil(inp / b1) * 4
+        if q.method == "mxfp4":
+            return n / 2 + out * math.ceil(inp / 32)  # e2m1 pairs + one e8m0 scale per 32
+        if q.method == "nvfp4":
+            return n / 2 + out * math.ceil(inp / 16) + 8  # + fp8 scale per 16, two fp32 scalars
+        bits, group = _int_bits_group(q.raw)
+        if group <= 0:
+            return n * bits / 8 + out * 2  # per-channel 16-bit scales
+        groups = out * math.ceil(inp / group)
+        return n * bits / 8 + groups * (2 + bits / 8)  # 16-bit scale and packed zero per group
+
+
+def _int_bits_group(raw: dict[str, Any]) -> tuple[int, int]:
+    """Weight bits and group size of an AWQ/GPTQ/compressed-tensors/other integer scheme."""
+    groups = raw.get("config_groups")
+    if isinstance(groups, dict):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict):
+                bits = weights.get("num_bits")
+                size = weights.get("group_size")
+                return (
+                    bits if isinstance(bits, int) else 8,
+                    size if isinstance(size, int) else 0,
+                )
+    if raw.get("load_in_4bit"):
+        return 4, 64
+    if raw.get("load_in_8bit"):
+        return 8, 0
+    bits = raw.get("bits", raw.get("w_bit"))
+    size = raw.get("group_size", raw.get("q_group_size"))
+    return (bits if isinstance(bits, int) else 4, size if isinstance(size, int) else 128)
+
+
+def _excluded(patterns: list[str], module: str) -> bool:
+    for pattern in patterns:
+        if pattern.startswith("re:"):
+            if re.match(pattern[3:], module):
+                return True
+        elif any(c in pattern for c in "*?["):
+            if fnmatch.fnmatch(module, pattern) or fnmatch.fnmatch(module, pattern + ".*"):
+                return True
+        elif pattern in module:
+            return True
+    return False
+
+
+def _quantized(q: QuantInfo, section: str, part: str) -> bool:
+    """Whether linear weights of ``part`` are stored quantized (embeddings, the LM head,
+    routers and vision towers never are)."""
+    module = _PART_MODULES.get(part)
+    if module is None or section == "vision":
+        return False
+    if section == "mtp":
+        module = module.replace("model.layers.0", "mtp.layers.0")
+    patterns: list[str] = []
+    for key in ("modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers"):
+        value = q.raw.get(key)
+        if isinstance(value, list):
+            patterns.extend(p for p in value if isinstance(p, str))
+    return not _excluded(patterns, module)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def _attention(t: _Tally, cfg: _Config, s: _Shape, section: str, mla: MlaInfo | None,
+               model_type: str) -> None:
+    """One attention block: projections, their biases, q/k norms, sinks."""
+    h = s.hidden
+    if mla is not None:
+        nope = mla.qk_nope_head_dim or 0
+        v_dim = mla.v_head_dim or 0
+        q_dim = s.heads * (nope + mla.qk_rope_head_dim)
+        if mla.q_lora_rank:
+            t.linear(section, "attn", mla.q_lora_rank, h)
+            t.plain(section, mla.q_lora_rank)  # q_a_layernorm
+            t.linear(section, "attn", q_dim, mla.q_lora_rank)
+        else:
+            t.linear(section, "attn", q_dim, h)
+        t.linear(section, "attn", mla.kv_lora_rank + mla.qk_rope_head_dim, h)
+        t.plain(section, mla.kv_lora_rank)  # kv_a_layernorm
+        t.linear(section, "attn", s.heads * (nope + v_dim), mla.kv_lora_rank)
+        t.linear(section, "attn", h, s.heads * v_dim)
+        return
+    q_out = s.heads * s.head_dim
+    kv_out = s.kv_heads * s.head_dim
+    gated = bool(cfg.get("attn_output_gate")) or model_type == "qwen3_next"
+    t.linear(section, "attn", 2 * q_out if gated else q_out, h)
+    t.linear(section, "attn", kv_out, h, count=2)
+    t.linear(section, "attn", h, q_out)
+    qkv_bias = bool(cfg.get("attention_bias")) or model_type in ("qwen2", "qwen2_moe")
+    if qkv_bias:
+        t.plain(section, q_out + 2 * kv_out)
+    if cfg.get("attention_bias"):
+        t.plain(section, h)  # o_proj bias
+    if model_type.startswith("qwen3") or cfg.get("use_qk_norm"):
+        t.plain(section, 2 * s.head_dim)  # q_norm, k_norm
+    if model_type == "gpt_oss":
+        t.plain(section, s.heads)  # attention sinks
+
+
+@dataclass(frozen=True)
+class _Gdn:
+    key_dim: int
+    value_dim: int
+    v_heads: int
+    conv_dim: int
+    kernel: int
+    k_head_dim: int
+    v_head_dim: int
+
+
+def _gdn_dims(cfg: _Config) -> _Gdn:
+    k_heads = cfg.need("linear_num_key_heads")
+    v_heads = cfg.need("linear_num_value_heads")
+    k_dim = cfg.need("linear_key_head_dim")
+    v_dim = cfg.need("linear_value_head_dim")
+    kernel = cfg.need("linear_conv_kernel_dim")
+    key_dim, value_dim = k_heads * k_dim, v_heads * v_dim
+    return _Gdn(key_dim, value_dim, v_heads, 2 * key_dim + value_dim, kernel, k_dim, v_dim)
+
+
+def _linear_attention(t: _Tally, g: _Gdn, hidden: int, section: str) -> None:
+    """One Gated DeltaNet block (Qwen3-Next / Qwen3.5)."""
+    t.linear(section, "linear_attn", 2 * g.key_dim + 2 * g.value_dim, hidden)  # q, k, v, z
+    t.linear(section, "linear_attn", 2 * g.v_heads, hidden)  # b, a
+    t.plain(section, g.conv_dim * g.kernel)  # depthwise conv1d
+    t.plain(section, 2 * g.v_heads + g.v_head_dim)  # A_log, dt_bias, gated norm
+    t.linear(section, "linear_attn", hidden, g.value_dim)
+
+
+@dataclass(frozen=True)
+class _Moe:
+    experts: int
+    active: int
+    expert_inter: int
+    shared_inter: int  # 0 without shared experts
+    shared_gate: bool  # Qwen-style scalar gate on the shared expert
+    router_bias: int  # router/e_score_correction bias elements
+    router_bias_bytes: float | None
+    fused_bias: bool  # gpt-oss experts carry biases
+
+
+def _mlp(t: _Tally, hidden: int, inter: int, section: str) -> None:
+    t.linear(section, "mlp", inter, hidden, count=2)
+    t.linear(section, "mlp", hidden, inter)
+
+
+def _moe_block(t: _Tally, m: _Moe, hidden: int, section: str) -> None:
+    t.plain(section, m.experts * hidden)  # router
+    if m.router_bias:
+        t.plain(section, m.router_bias, m.router_bias_bytes)
+    t.linear(section, "experts", m.expert_inter, hidden, count=2 * m.experts)
+    t.linear(section, "experts", hidden, m.expert_inter, count=m.experts)
+    if m.fused_bias:
+        t.plain(section, m.experts * (2 * m.expert_inter + hidden))
+    if m.shared_inter:
+        t.linear(section, "shared", m.shared_inter, hidden, count=2)
+        t.linear(section, "shared", hidden, m.shared_inter)
+        if m.shared_gate:
+            t.plain(section, hidden)
+
+
+def _vision_tower(t: _Tally, vision: dict[str, Any], missing: list[str]) -> None:
+    """A Qwen-VL style ViT (patch embedding, position table, blocks, patch merger and any
+    deepstack mergers), stored unquantized."""
+
+    def number(name: str, default: int | None = None) -> int:
+        value = vision.get(name, default)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        missing.append(f"vision_config.{name}")
+        return 0
+
+    h, depth, inter = number("hidden_size"), number("depth"), number("intermediate_size")
+    patch, temporal = number("patch_size"), number("temporal_patch_size", 1)
+    channels, merge = number("in_channels", 3), number("spatial_merge_size", 2)
+    out, positions = number("out_hidden_size", h), number("num_position_embeddings", 0)
+    deepstack = vision.get("deepstack_visual_indexes")
+    t.plain("vision", channels * temporal * patch * patch * h + h + positions * h)
+    per_block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h)
+    t.plain("vision", depth * per_block)
+    wide = h * merge * merge
+    merger = (wide * wide + wide) + (wide * out + out)
+    t.plain("vision", merger + 2 * h)  # the main merger normalizes before the 2x2 shuffle
+    if isinstance(deepstack, list):
+        t.plain("vision", len(deepstack) * (merger + 2 * wide))  # deepstack ones after it
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def facts_from_config(
+    config: dict[str, Any],
+    *,
+    id: str,
+    source: str = "local",
+    local_path: str | None = None,
+    index: dict[str, Any] | None = None,
+    file_sizes: dict[str, int] | None = None,
+) -> ModelFacts:
+    """Everything gpuops knows about a model, derived from its config.json (plus the index and
+    the safetensors file sizes when the caller has them). Never raises on a partial config."""
+    cfg = _Config(config)
+    architecture = _architecture(config)
+    model_type_top = config.get("model_type") if isinstance(config.get("model_type"), str) else None
+    text_type = cfg.text.get("model_type")
+    model_type = (text_type if isinstance(text_type, str) else model_type_top) or ""
+
+    hidden = cfg.need("hidden_size", "d_model", "n_embd")
+    layers = cfg.need("num_hidden_layers", "n_layer", "num_layers")
+    vocab = cfg.need("vocab_size")
+    heads = cfg.need("num_attention_heads", "n_head")
+    kv_heads = cfg.number("num_key_value_heads") or heads
+    head_dim = cfg.number("head_dim") or (hidden // heads if heads else 0)
+    shape = _Shape(hidden, heads, kv_heads, head_dim)
+
+    dtype_name = cfg.get("dtype") or cfg.get("torch_dtype")
+    dtype = dtype_name if isinstance(dtype_name, str) else None
+    quant = _quant_info(cfg)
+    if dtype is None and quant is None:
+        cfg.missing.append("torch_dtype")
+    dtype_bytes = _DTYPE_BYTES.get(dtype or "bfloat16", 2)
+
+    mla = None
+    kv_lora = cfg.number("kv_lora_rank")
+    if kv_lora:
+        mla = MlaInfo(
+            kv_lora_rank=kv_lora,
+            qk_rope_head_dim=cfg.need("qk_rope_head_dim"),
+            qk_nope_head_dim=cfg.number("qk_nope_head_dim"),
+            v_head_dim=cfg.number("v_head_dim"),
+            q_lora_rank=cfg.number("q_lora_rank"),
+        )
+        head_dim = (mla.qk_nope_head_dim or 0) + mla.qk_rope_head_dim  # per query/key head
+
+    # Which layers are full attention, which Gated DeltaNet.
+    layer_types = cfg.get("layer_types")
+    interval = cfg.number("full_attention_interval")
+    is_linear: list[bool]
+    if isinstance(layer_types, list) and "linear_attention" in layer_types:
+        is_linear = [i < len(layer_types) and layer_types[i] == "linear_attention" for i in range(layers)]
+    elif interval:
+        is_linear = [(i + 1) % interval != 0 for i in range(layers)]
+    else:
+        is_linear = [False] * layers
+    gdn = _gdn_dims(cfg) if any(is_linear) else None
+
+    # Experts.
+    num_experts = cfg.number("num_experts", "n_routed_experts", "num_local_experts") or 0
+    moe: _Moe | None = None
+    moe_layers = [False] * layers
+    if num_experts:
+        active = cfg.need("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+        expert_inter = cfg.number("moe_intermediate_size") or cfg.need("intermediate_size")
+        n_shared = cfg.number("n_shared_experts") or 0
+        shared_inter = cfg.number("shared_expert_intermediate_size") or 0
+        if n_shared:
+            shared_inter = n_shared * expert_inter
+        topk_method = cfg.get("topk_method")
+        moe = _Moe(
+            experts=num_experts,
+            active=active,
+            expert_inter=expert_inter,
+            shared_inter=shared_inter,
+            shared_gate=bool(cfg.number("shared_expert_intermediate_size")),
+            router_bias=num_experts if (topk_method == "noaux_tc" or model_type == "gpt_oss") else 0,
+            router_bias_bytes=4 if topk_method == "noaux_tc" else None,
+            fused_bias=model_type == "gpt_oss",
+        )
+        first_dense = cfg.number("first_k_dense_replace") or 0
+        freq = cfg.number("moe_layer_freq") or 1
+        step = cfg.number("decoder_sparse_step") or 1
+        mlp_only = cfg.get("mlp_only_layers")
+        dense_only = {i for i in mlp_only if isinstance(i, int)} if isinstance(mlp_only, list) else set()
+        moe_layers = [
+            i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only
+            for i in range(layers)
+        ]
+    dense_inter = cfg.need("intermediate_size") if moe is None or not all(moe_layers) else 0
+
+    nextn = cfg.number("num_nextn_predict_layers")
+    mtp_layers = cfg.number("mtp_num_hidden_layers")
+    if mtp_layers is None:
+        mtp_layers = nextn if nextn is not None else (1 if model_type == "qwen3_next" else 0)
+    deepseek_mtp = nextn is not None and mtp_layers > 0
+
+    t = _Tally(dtype_bytes=dtype_bytes, quant=quant)
+    tied = bool(cfg.get("tie_word_embeddings"))
+    t.plain("main", vocab * hidden * (1 if tied else 2) + hidden)  # embeddings, head, final norm
+
+    def decoder_layer(section: str, linear: bool, sparse: bool) -> None:
+        if linear and gdn is not None:
+            _linear_attention(t, gdn, hidden, section)
+        else:
+            _attention(t, cfg, shape, section, mla, model_type)
+        if sparse and moe is not None:
+            _moe_block(t, moe, hidden, section)
+        else:
+            _mlp(t, hidden, dense_inter, section)
+        t.plain(section, 2 * hidden)  # input and post-attention norms
+
+    for i in range(layers):
+        decoder_layer("main", is_linear[i], moe_layers[i])
+    for _ in range(mtp_layers):
+        decoder_layer("mtp", False, moe is not None)
+        if deepseek_mtp:
+            # enorm, hnorm, eh_proj, shared_head.norm, and the copies of embed/head it stores
+            t.plain("mtp", 3 * hidden + 2 * hidden * hidden + 2 * vocab * hidden)
+        else:
+            # pre_fc norms (embedding, hidden), fc, final norm
+            t.plain("mtp", 3 * hidden + 2 * hidden * hidden)
+    vision = config.get("vision_config")
+    if isinstance(vision, dict) and architecture and "ConditionalGeneration" in architecture:
+        _vision_tower(t, vision, cfg.missing)
+
+    params = sum(t.params.values())
+    computed_bytes = round(sum(t.nbytes.values()))
+    active_params: int | None = params
+    if moe is not None and moe.experts:
+        expert_params = 3 * hidden * moe.expert_inter * moe.experts * sum(moe_layers)
+        inactive = expert_params * (moe.experts - moe.active) // moe.experts
+        active_params = t.params["main"] - inactive
+
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
+    safetensors = sum(size for name, size in (file_sizes or {}).items() if name.endswith(".safetensors"))
+    if isinstance(total_size, int) and total_size > 0:
+        checkpoint_bytes, bytes_source = total_size, "index"
+    elif safetensors > 0:
+        checkpoint_bytes, bytes_source = safetensors, "files"
+    else:
+        checkpoint_bytes, bytes_source = computed_bytes, "computed"
+    known = architecture in _KNOWN_ARCHITECTURES
+    if not known and bytes_source != "computed" and quant is None:
+        # An architecture the computation does not model: the weights themselves are the count.
+        params = checkpoint_bytes // dtype_bytes
+        if moe is None:
+            active_params = params
+
+    hybrid = None
+    if gdn is not None:
+        linear_layers = sum(is_linear)
+        ssm_dtype = cfg.get("mamba_ssm_dtype")
+        ssm_bytes = _DTYPE_BYTES.get(ssm_dtype if isinstance(ssm_dtype, str) else "float32", 4)
+        conv_state = gdn.conv_dim * max(gdn.kernel - 1, 0) * dtype_bytes
+        ssm_state = gdn.v_heads * gdn.k_head_dim * gdn.v_head_dim * ssm_bytes
+        hybrid = HybridInfo(
+            full_attention_layers=layers - linear_layers,
+            linear_attention_layers=linear_layers,
+            state_bytes_per_request=linear_layers * (conv_state + ssm_state),
+        )
+
+    return ModelFacts(
+        id=id,
+        source=source,
+        local_path=local_path,
+        architecture=architecture,
+        model_type=model_type_top,
+        family=_family(model_type, architecture, vocab, id),
+        known_architecture=known,
+        hidden_size=hidden or None,
+        num_layers=layers or None,
+        vocab_size=vocab or None,
+        num_attention_heads=heads or None,
+        num_kv_heads=kv_heads or None,
+        head_dim=head_dim or None,
+        mla=mla,
+        moe=(
+            MoeInfo(
+                num_experts=moe.experts,
+                active_experts=moe.active,
+                shared_experts=(cfg.number("n_shared_experts") or (1 if moe.shared_inter else 0)),
+                moe_intermediate_size=cfg.number("moe_intermediate_size"),
+                dense_layers=layers - sum(moe_layers),
+            )
+            if moe is not None
+            else None
+        ),
+        hybrid=hybrid,
+        mtp_layers=mtp_layers,
+        dtype=dtype,
+        quant=quant,
+        context_length=_context_length(cfg),
+        params=params,
+        active_params=active_params,
+        checkpoint_bytes=checkpoint_bytes,
+        checkpoint_bytes_source=bytes_source,
+        mtp_bytes=round(t.nbytes["mtp"]),
+        missing=tuple(cfg.missing),
+    )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ModelError(f"{what}: {path.name} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ModelError(f"{what}: cannot read {path.name}: {e.__class__.__name__}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{what}: {path.name} is not a JSON object")
+    return data
+
+
+def _safetensors_sizes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in folder.glob("*.safetensors") if p.is_file()}
+
+
+def _load_local(path: str) -> ModelFacts:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ModelError(f"no such model folder: {path} (a local model is a folder holding {CONFIG_FILE})")
+    config_path = folder / CONFIG_FILE
+    if not config_path.is_file():
+        raise ModelError(f"{path} has no {CONFIG_FILE}: not a model folder")
+    config = _read_json(config_path, path)
+    index_path = folder / INDEX_FILE
+    index = _read_json(index_path, path) if index_path.is_file() else None
+    return facts_from_config(
+        config, id=path, source="local", local_path=path, index=index,
+        file_sizes=_safetensors_sizes(folder),
+    )
+
+
+def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
+    import httpx2
+    from huggingface_hub import HfApi, constants, hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    if offline is None:
+        offline = constants.is_offline_mode()
+    unreachable = f"{repo} is not in the local HF cache and the Hub can't be reached (offline)"
+    try:
+        config_file = hf_hub_download(repo, CONFIG_FILE, local_files_only=offline)
+    except GatedRepoError:
+        raise ModelError(
+            f"{repo} is a gated repo: accept its terms on the Hub, then log in (hf auth login) "
+            "or set HF_TOKEN"
+        ) from None
+    except RepositoryNotFoundError:
+        raise ModelError(f"no such repo on the Hub: {repo}") from None
+    except RemoteEntryNotFoundError:
+        raise ModelError(f"{repo} has no {CONFIG_FILE}: not a model repo") from None
+    except (LocalEntryNotFoundError, OfflineModeIsEnabled, httpx2.TransportError):
+        raise ModelError(unreachable) from None
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else "?"
+        raise ModelError(f"cannot read {repo} from the Hub: HTTP {status}") from None
+    snapshot = Path(config_file).parent
+    config = _read_json(Path(config_file), repo)
+
+    try:
+        index: dict[str, Any] | None = _read_json(
+            Path(hf_hub_download(repo, INDEX_FILE, local_files_only=offline)), repo
+        )
+    except (EntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx2.TransportError):
+        index = None
+
+    sizes = _safetensors_sizes(snapshot)
+    if index is None and not offline:
+        try:
+            info = HfApi().model_info(repo, files_metadata=True)
+            sizes = {
+                s.rfilename: s.size for s in info.siblings or [] if s.size is not None
+            }
+        except (HfHubHTTPError, OfflineModeIsEnabled, httpx2.TransportError):
+            pass
+    return facts_from_config(
+        config, id=repo, source="hub", local_path=str(snapshot), index=index, file_sizes=sizes
+    )
+
+
+def load_model_facts(ref: str, *, offline: bool | None = None) -> ModelFacts:
+    """Facts for an HF repo id (through huggingface_hub: its cache, HF_HUB_OFFLINE, the token
+    from the usual place) or an absolute local folder holding config.json.
+
+    ``offline=None`` follows HF_HUB_OFFLINE. Raises ModelError with a one-line reason.
+    """
+    try:
+        ref = validate_model_ref(ref)
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+    if ref.startswith("/"):
+        return _load_local(ref)
+    return _load_hub(ref, offline)

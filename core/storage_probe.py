@@ -1,0 +1,598 @@
+"""gpuops' storage probe: the models on a host, their sizes, and deleting one carefully.
+
+Like ``reporter.py`` this file is sent as source to a host and run there with the
+host's python (``python -c SOURCE --gpuops-storage-probe MODE ...``), so it stays
+standalone: standard library only, nothing from gpuops. gpuops imports it too, for
+its constants. Output: one JSON document on stdout.
+
+Modes::
+
+    scan   --model-dir D ... --forbidden F ...
+        {"v": 1, "hf_cache": PATH, "mounts": [{"mount", "total_bytes", "free_bytes", "paths"}],
+         "models": [{"id", "path", "realpath", "kind": "dir"|"hf-cache", "size_bytes",
+                     "disk_bytes", "modified", "complete", "used_by": [{"pid", "command"}],
+                     "refusal": null|{"rule", "message"}}],
+         "skipped": [PATH, ...]}
+
+    delete --model-dir D ... --forbidden F ... --kind dir|hf-cache --path P [--id ID]
+        {"v": 1, "ok": true, "path", "freed_bytes"}
+        {"v": 1, "ok": false, "rule", "message", "used_by": [...]}
+      Everything is checked again here, on the host, after resolving symlinks with
+      realpath: a path is removed only when it is a model under one of the model dirs
+      or a ``models--owner--name`` folder of the HF hub cache, not under a forbidden
+      path, and no process mentions it.
+
+Sizes: ``size_bytes`` is the apparent size (``st_size``), ``disk_bytes`` what the blocks
+take (``st_blocks * 512``); both count every file (inode) once, so the symlinks of an HF
+snapshot and its blobs are one copy. Times are RFC 3339 UTC.
+"""
+
+import json
+import os
+import shutil
+import stat
+import struct
+import sys
+import time
+
+MARKER = "--gpuops-storage-probe"
+MAX_DEPTH = 3  # model folders are found at most this deep under a model dir
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_HEADER_LIMIT = 100 * 1024 * 1024  # a safetensors header bigger than this is not believed
+_COMMAND_LIMIT = 500
+
+
+# ---------------------------------------------------------------- paths
+
+
+def hf_hub_cache(environ=None):
+    """Where huggingface_hub keeps its cache, with the same variables and defaults."""
+    env = os.environ if environ is None else environ
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not hub:
+        home = env.get("HF_HOME")
+        if not home:
+            home = os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+        hub = os.path.join(os.path.expanduser(home), "hub")
+    return os.path.normpath(os.path.expanduser(hub))
+
+
+def _is_under(path, root, strictly=False):
+    if path == root:
+        return not strictly
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _rfc3339(ts):
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _encodable(path):
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+class Roots:
+    """The places gpuops manages on this host, literal and resolved."""
+
+    def __init__(self, model_dirs, forbidden, hub):
+        self.model_dirs = [os.path.normpath(d) for d in model_dirs]
+        self.model_reals = [os.path.realpath(d) for d in self.model_dirs]
+        self.hub = hub
+        self.hub_real = os.path.realpath(hub)
+        dirs = set(self.model_dirs) | set(self.model_reals)
+        # A forbidden entry that is also a model dir does not forbid its models.
+        self.forbidden = [
+            (os.path.normpath(f), os.path.realpath(f))
+            for f in forbidden
+            if os.path.normpath(f) not in dirs and os.path.realpath(f) not in dirs
+        ]
+
+    def describe(self):
+        dirs = ", ".join(self.model_dirs) or "none"
+        return "model_dirs (%s) or the HF hub cache (%s)" % (dirs, self.hub)
+
+
+def refusal(roots, path, kind):
+    """None when ``path`` may be removed by gpuops, else {"rule", "message"} (policy only:
+    whether a process uses it is checked apart)."""
+
+    def no(rule, message):
+        return {"rule": rule, "message": message}
+
+    path = os.path.normpath(path)
+    if not os.path.isabs(path):
+        return no("outside-model-dirs", "%s is not an absolute path" % path)
+    if not os.path.lexists(path):
+        return no("missing", "%s no longer exists" % path)
+    real = os.path.realpath(path)
+    if kind == "hf-cache":
+        inside = os.path.dirname(real) == roots.hub_real and os.path.basename(real).startswith("models--")
+        literally = os.path.dirname(path) in (roots.hub, roots.hub_real)
+    elif kind == "dir":
+        inside = any(_is_under(real, r, strictly=True) for r in roots.model_reals)
+        literally = any(_is_under(path, d, strictly=True) for d in roots.model_dirs + roots.model_reals)
+    else:
+        return no("not-a-model", "unknown kind %r" % (kind,))
+    if not inside:
+        if literally:
+            return no(
+                "symlink-escapes",
+                "%s resolves to %s, outside the host's %s" % (path, real, roots.describe()),
+            )
+        return no("outside-model-dirs", "%s is not under the host's %s" % (path, roots.describe()))
+    for literal, resolved in roots.forbidden:
+        if _is_under(real, resolved) or _is_under(path, literal):
+            return no("forbidden-path", "%s is under forbidden path %s" % (path, literal))
+    for managed in roots.model_reals + [roots.hub_real]:
+        if _is_under(managed, real):
+            return no("holds-managed-root", "%s holds %s, a place gpuops manages" % (path, managed))
+    if kind == "dir" and not os.path.isfile(os.path.join(real, "config.json")):
+        return no("not-a-model", "%s holds no config.json" % path)
+    if kind == "hf-cache" and not (
+        os.path.isdir(os.path.join(real, "snapshots")) or os.path.isdir(os.path.join(real, "blobs"))
+    ):
+        return no("not-a-model", "%s is not a huggingface_hub cache entry" % path)
+    return None
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _ancestors():
+    pids = set()
+    pid = os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                stat_line = f.read()
+            pid = int(stat_line.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def _is_gpuops(raw):
+    """gpuops itself (``gpuops models rm PATH`` names the path it removes; it does not use it)."""
+    argv = [a for a in raw.split("\0") if a][:3]
+    for i, arg in enumerate(argv):
+        if os.path.basename(arg) == "gpuops":
+            return True
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1].split(".")[0] == "gpuops":
+            return True
+    return False
+
+
+def processes():
+    """[(pid, raw NUL-separated cmdline)] of every process but this probe, its callers and
+    gpuops itself."""
+    skip = _ancestors()
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                raw = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if not raw or MARKER in raw or _is_gpuops(raw):
+            continue
+        out.append((int(name), raw))
+    return out
+
+
+def mentions(cmdline, needle):
+    """Whether ``needle`` (a path or repo id) appears in ``cmdline`` as a whole name:
+    ``/m/qwen`` is in ``--model-path=/m/qwen/`` but not in ``/m/qwen122`` or ``/x/m/qwen``."""
+    if not needle:
+        return False
+    start = 0
+    while True:
+        i = cmdline.find(needle, start)
+        if i < 0:
+            return False
+        before = cmdline[i - 1] if i > 0 else ""
+        end = i + len(needle)
+        after = cmdline[end] if end < len(cmdline) else ""
+        if before not in _NAME_CHARS and before != "/" and (after == "" or after not in _NAME_CHARS):
+            return True
+        start = i + 1
+
+
+def users(procs, needles):
+    found = []
+    for pid, raw in procs:
+        if any(mentions(raw, n) for n in needles):
+            command = " ".join(part for part in raw.split("\0") if part)[:_COMMAND_LIMIT]
+            found.append({"pid": pid, "command": command})
+    return found
+
+
+# ---------------------------------------------------------------- sizes and completeness
+
+
+class Tally:
+    """Bytes of files, each inode once."""
+
+    def __init__(self):
+        self.seen = set()
+        self.size = 0
+        self.disk = 0
+        self.newest = None
+        self.incomplete = False
+
+    def add(self, st):
+        key = (st.st_dev, st.st_ino)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.size += st.st_size
+        self.disk += getattr(st, "st_blocks", 0) * 512
+        if self.newest is None or st.st_mtime > self.newest:
+            self.newest = st.st_mtime
+
+
+def _walk_files(top, tally):
+    """Every file under ``top`` into ``tally``. File symlinks are followed (each target
+    counted once: an HF snapshot's links and its blobs are one copy); symlinks to
+    directories are not (a link to / would count the whole machine)."""
+    seen_dirs = set()
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            dst = os.stat(d)
+        except OSError:
+            continue
+        if (dst.st_dev, dst.st_ino) in seen_dirs:
+            continue
+        seen_dirs.add((dst.st_dev, dst.st_ino))
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                    continue
+                if e.is_symlink():
+                    st = os.stat(e.path)
+                    if stat.S_ISDIR(st.st_mode):
+                        continue
+                else:
+                    st = e.stat(follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+            except OSError:
+                continue  # a dangling symlink, or a file gone meanwhile
+            if e.name.endswith(".incomplete"):
+                tally.incomplete = True
+            tally.add(st)
+
+
+def safetensors_ok(path):
+    """Exists, non-empty and as long as its header says (a download cut short is not)."""
+    try:
+        size = os.stat(path).st_size
+        if size <= 8:
+            return False
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > _HEADER_LIMIT or 8 + n > size:
+                return False
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, struct.error):
+        return False
+    if not isinstance(header, dict):
+        return False
+    end = 0
+    for key, tensor in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            end = max(end, int(tensor["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            return False
+    return size == 8 + n + end
+
+
+def weights_complete(folder):
+    """True/False from ``model.safetensors.index.json`` (or a lone ``model.safetensors``);
+    None when the folder says nothing about its weights."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index) as f:
+                weight_map = json.load(f)["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        if not shards:
+            return False
+        for shard in shards:
+            if not isinstance(shard, str) or shard.startswith("/") or ".." in shard.split("/"):
+                return False
+            if not safetensors_ok(os.path.join(folder, shard)):
+                return False
+        return True
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.exists(single):
+        return safetensors_ok(single)
+    return None
+
+
+# ---------------------------------------------------------------- finding models
+
+
+def _model_folders(model_dir, skip_reals):
+    """Folders holding config.json under ``model_dir``, depth 1..MAX_DEPTH. A model's own
+    subfolders are not searched; nor are dot folders, HF cache entries and the hub."""
+    found = []
+    seen = set()
+
+    def visit(path, depth):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) in seen:
+            return
+        seen.add((st.st_dev, st.st_ino))
+        if os.path.realpath(path) in skip_reals:
+            return
+        if depth > 0 and os.path.isfile(os.path.join(path, "config.json")):
+            found.append(path)
+            return
+        if depth >= MAX_DEPTH:
+            return
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(".") or name.startswith(("models--", "datasets--", "spaces--")):
+                continue
+            child = os.path.join(path, name)
+            if os.path.isdir(child):
+                visit(child, depth + 1)
+
+    visit(model_dir, 0)
+    return found
+
+
+def dir_model(path, roots):
+    tally = Tally()
+    _walk_files(path, tally)
+    complete = weights_complete(path)
+    if tally.incomplete:
+        complete = False
+    if tally.newest is None:
+        try:
+            tally.newest = os.stat(path).st_mtime
+        except OSError:
+            pass
+    return {
+        "id": path,
+        "path": path,
+        "realpath": os.path.realpath(path),
+        "kind": "dir",
+        "size_bytes": tally.size,
+        "disk_bytes": tally.disk,
+        "modified": _rfc3339(tally.newest),
+        "complete": complete,
+        "refusal": refusal(roots, path, "dir"),
+    }
+
+
+def _snapshot(folder):
+    """The snapshot refs/main names, else the newest one; None when there is none."""
+    snaps = os.path.join(folder, "snapshots")
+    try:
+        with open(os.path.join(folder, "refs", "main")) as f:
+            rev = f.read().strip()
+        if rev and "/" not in rev and os.path.isdir(os.path.join(snaps, rev)):
+            return os.path.join(snaps, rev)
+    except OSError:
+        pass
+    try:
+        revs = [os.path.join(snaps, r) for r in os.listdir(snaps)]
+    except OSError:
+        return None
+    revs = [r for r in revs if os.path.isdir(r)]
+    return max(revs, key=lambda r: os.stat(r).st_mtime) if revs else None
+
+
+def hf_model(folder, roots):
+    repo_id = os.path.basename(folder).split("--", 1)[1].replace("--", "/")
+    tally = Tally()
+    _walk_files(folder, tally)
+    snap = _snapshot(folder)
+    complete = weights_complete(snap) if snap else None
+    if tally.incomplete:
+        complete = False
+    return {
+        "id": repo_id,
+        "path": folder,
+        "realpath": os.path.realpath(folder),
+        "kind": "hf-cache",
+        "size_bytes": tally.size,
+        "disk_bytes": tally.disk,
+        "modified": _rfc3339(tally.newest),
+        "complete": complete,
+        "refusal": refusal(roots, folder, "hf-cache"),
+    }
+
+
+def _needles(model):
+    needles = [model["path"], model["realpath"]]
+    if model["kind"] == "hf-cache":
+        needles.append(model["id"])
+    return needles
+
+
+def mounts(paths):
+    """The filesystems holding ``paths`` (the nearest existing folder of each)."""
+    by_mount = {}
+    order = []
+    for p in paths:
+        existing = p
+        while not os.path.exists(existing) and existing != "/":
+            existing = os.path.dirname(existing)
+        mount = os.path.realpath(existing)
+        while not os.path.ismount(mount) and mount != "/":
+            mount = os.path.dirname(mount)
+        if mount not in by_mount:
+            try:
+                st = os.statvfs(mount)
+            except OSError:
+                continue
+            by_mount[mount] = {
+                "mount": mount,
+                "total_bytes": st.f_blocks * st.f_frsize,
+                "free_bytes": st.f_bavail * st.f_frsize,
+                "paths": [],
+            }
+            order.append(mount)
+        if p not in by_mount[mount]["paths"]:
+            by_mount[mount]["paths"].append(p)
+    return [by_mount[m] for m in order]
+
+
+def scan(model_dirs, forbidden):
+    hub = hf_hub_cache()
+    roots = Roots(model_dirs, forbidden, hub)
+    models, skipped = [], []
+    listed = set()
+    for d in roots.model_dirs:
+        for path in _model_folders(d, {roots.hub_real}):
+            if not _encodable(path):
+                skipped.append(path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+                continue
+            if path in listed:
+                continue
+            listed.add(path)
+            models.append(dir_model(path, roots))
+    try:
+        names = sorted(os.listdir(hub))
+    except OSError:
+        names = []
+    for name in names:
+        folder = os.path.join(hub, name)
+        if not name.startswith("models--") or len(name) <= len("models--"):
+            continue
+        if not os.path.isdir(folder):
+            continue
+        if not _encodable(folder):
+            skipped.append(folder.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+            continue
+        models.append(hf_model(folder, roots))
+    procs = processes()
+    for m in models:
+        m["used_by"] = users(procs, _needles(m))
+    return {
+        "v": 1,
+        "hf_cache": hub,
+        "mounts": mounts(list(roots.model_dirs) + [hub]),
+        "models": models,
+        "skipped": skipped,
+    }
+
+
+# ---------------------------------------------------------------- deleting
+
+
+def delete(model_dirs, forbidden, kind, path, repo_id):
+    roots = Roots(model_dirs, forbidden, hf_hub_cache())
+    path = os.path.normpath(path)
+    refused = refusal(roots, path, kind)
+    if refused:
+        return dict(refused, v=1, ok=False, used_by=[])
+    real = os.path.realpath(path)
+    needles = [path, real] + ([repo_id] if kind == "hf-cache" and repo_id else [])
+    in_use = users(processes(), needles)
+    if in_use:
+        pids = ", ".join("%d (%s)" % (u["pid"], u["command"][:80]) for u in in_use)
+        return {"v": 1, "ok": False, "rule": "in-use", "used_by": in_use,
+                "message": "%s is in use by pid %s" % (path, pids)}
+    tally = Tally()
+    _walk_files(real, tally)
+    errors = []
+
+    def failed(func, p, exc):
+        errors.append("%s: %s" % (p, exc[1] if isinstance(exc, tuple) else exc))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(real, onexc=failed)
+    else:
+        shutil.rmtree(real, onerror=failed)
+    if os.path.islink(path):
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            errors.append("%s: %s" % (path, exc))
+    if kind == "hf-cache":  # huggingface_hub's lock files for the repo
+        shutil.rmtree(os.path.join(os.path.dirname(real), ".locks", os.path.basename(real)), ignore_errors=True)
+    if errors or os.path.lexists(real):
+        return {"v": 1, "ok": False, "rule": "failed", "used_by": [],
+                "message": "could not remove all of %s: %s" % (path, "; ".join(errors[:3]) or "still there")}
+    return {"v": 1, "ok": True, "path": path, "freed_bytes": tally.disk, "size_bytes": tally.size}
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv):
+    args = list(argv)
+    if args and args[0] == MARKER:
+        args.pop(0)
+    if not args or args[0] not in ("scan", "delete"):
+        sys.stderr.write("storage probe: expected scan or delete\n")
+        return 2
+    mode = args.pop(0)
+    model_dirs, forbidden = [], []
+    kind = path = repo_id = None
+    while args:
+        arg = args.pop(0)
+        if not args:
+            sys.stderr.write("storage probe: %s needs a value\n" % arg)
+            return 2
+        value = args.pop(0)
+        if arg == "--model-dir":
+            model_dirs.append(value)
+        elif arg == "--forbidden":
+            forbidden.append(value)
+        elif arg == "--kind":
+            kind = value
+        elif arg == "--path":
+            path = value
+        elif arg == "--id":
+            repo_id = value
+        else:
+            sys.stderr.write("storage probe: unknown argument %r\n" % arg)
+            return 2
+    if mode == "scan":
+        doc = scan(model_dirs, forbidden)
+    else:
+        if kind not in ("dir", "hf-cache") or not path:
+            sys.stderr.write("storage probe: delete needs --kind dir|hf-cache and --path\n")
+            return 2
+        doc = delete(model_dirs, forbidden, kind, path, repo_id)
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,154 @@
+"""Model picker: type a model id, or pick one of the host's copies (HF cache, model dirs);
+the facts show as you move; Enter plans it for the host."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from gpuops.core.hosts import Host, HostError
+from gpuops.core.models import ModelError, ModelFacts
+from gpuops.core.plan import Wishes
+from gpuops.screens.base import GpuopsScreen
+from gpuops.tui.plan_view import facts_line
+from gpuops.tui.widgets import TextView
+
+
+class ModelPickerScreen(GpuopsScreen):
+    BINDINGS = [
+        Binding("slash", "focus_input", "Type an id", key_display="/"),
+        Binding("r", "rescan", "Rescan"),
+        Binding("escape", "app.pop_screen", "Back", key_display="esc"),
+    ]
+
+    def __init__(self, host_name: str):
+        super().__init__(id="model-picker")
+        self.host_name = host_name
+        self.copies: dict[str, tuple[str, str]] = {}  # row key -> (model id, path on the host)
+        self.facts: ModelFacts | None = None
+
+    @property
+    def host(self) -> Host:
+        return self.app.monitor.hosts[self.host_name]  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="owner/name (HF) or /path/on/this/machine — Enter plans it", id="model-input")
+        with Horizontal(id="picker-main"):
+            with Vertical(id="picker-left"):
+                yield Static(f"Models on {self.host_name}", classes="section", id="picker-title")
+                yield DataTable(id="candidates", cursor_type="row")
+            yield TextView(Text("move to a model to see its facts", style="dim"), id="picker-facts")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"pick a model for {self.host_name}"
+        self.query_one("#candidates", DataTable).add_columns("model", "kind", "size", "complete")
+        self.scan()
+
+    # ---------------------------------------------------------------- scanning
+
+    @work(exclusive=True, group="scan")
+    async def scan(self) -> None:
+        from gpuops.core.storage import scan_or_error
+
+        title = self.query_one("#picker-title", Static)
+        title.update(f"Models on {self.host_name}: scanning…")
+        storage = await scan_or_error(self.host)
+        table = self.query_one("#candidates", DataTable)
+        table.clear()
+        self.copies.clear()
+        from gpuops.core.hostfacts import repo_id_for
+
+        for m in storage.models:
+            key = f"{m.kind}:{m.path}"
+            # a folder laid out as MODEL_DIR/owner/name is planned as that repo id
+            model_id = (repo_id_for(m.path, self.host.config.model_dirs) or m.id) if m.kind == "dir" else m.id
+            self.copies[key] = (model_id, m.path)
+            size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes else "?"
+            table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
+        note = f" ({storage.error})" if storage.error else ""
+        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}")
+        if storage.models:
+            table.focus()
+
+    def action_rescan(self) -> None:
+        self.scan()
+
+    def action_focus_input(self) -> None:
+        self.query_one("#model-input", Input).focus()
+
+    # ---------------------------------------------------------------- facts
+
+    @on(DataTable.RowHighlighted, "#candidates")
+    def _moved(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key else None
+        if key in self.copies:
+            model_id, path = self.copies[key]
+            self.load_facts(model_id, path)
+
+    async def _facts(self, model_id: str, host_path: str | None) -> ModelFacts:
+        """From the copy on the host, else from the HF cache/Hub on this machine."""
+        if host_path is not None:
+            from gpuops.core.hostfacts import facts_on_host
+
+            return await facts_on_host(self.host, model_id, host_path)
+        from asyncio import to_thread
+
+        from gpuops.core.models import load_model_facts
+
+        return await to_thread(load_model_facts, model_id)
+
+    @work(exclusive=True, group="facts")
+    async def load_facts(self, model_id: str, host_path: str | None) -> None:
+        view = self.query_one("#picker-facts", TextView)
+        view.set(Text(f"reading {model_id}…", style="dim"))
+        try:
+            facts = await self._facts(model_id, host_path)
+        except (ModelError, HostError, ValueError) as exc:
+            self.facts = None
+            view.set(Text(str(exc), style="red"))
+            return
+        self.facts = facts
+        view.set(Text.assemble((f"{facts.id}\n", "bold"), facts_line(facts)))
+
+    @on(Input.Submitted, "#model-input")
+    def _typed(self, event: Input.Submitted) -> None:
+        from gpuops.core.models import validate_model_ref
+
+        try:
+            ref = validate_model_ref(event.value.strip())
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.load_facts(ref, None)
+        self.plan_when_ready(ref)
+
+    # ---------------------------------------------------------------- planning
+
+    @on(DataTable.RowSelected, "#candidates")
+    def _picked(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value if event.row_key else None
+        if key in self.copies:
+            self.plan_when_ready(*self.copies[key])
+
+    @work(exclusive=True, group="plan")
+    async def plan_when_ready(self, model_id: str, host_path: str | None = None) -> None:
+        from gpuops.core.hostfacts import read_target
+        from gpuops.screens.plan_review import PlanReviewScreen
+
+        self.notify(f"reading {model_id} and {self.host_name}'s GPUs, disks and SGLang…")
+        try:
+            facts = await self._facts(model_id, host_path)
+            target = await read_target(self.host)
+        except (ModelError, ValueError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        except HostError as exc:
+            self.notify(f"{exc.message}" + (f" — {exc.hint}" if exc.hint else ""), severity="error")
+            return
+        self.app.push_screen(PlanReviewScreen(facts, target, Wishes()))

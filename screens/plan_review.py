@@ -1,0 +1,128 @@
+"""Plan review: the fit per GPU, every flag with its reason, the diff against `--like`;
+change TP or features and see the verdict update. Ends in Deploy (wired by the deploy issue)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Static
+
+from gpuops.core.models import ModelFacts
+from gpuops.core.plan import Plan, PlanError, Target, Wishes, build_plan
+from gpuops.screens.base import GpuopsScreen
+from gpuops.tui.plan_view import facts_line, fit_bars, launch_text
+from gpuops.tui.widgets import TextView
+
+
+class PlanReviewScreen(GpuopsScreen):
+    """Review one plan; `+`/`-` TP, `m` MTP, `d` deploy."""
+
+    BINDINGS = [
+        Binding("plus,equals_sign", "tp(1)", "TP+", key_display="+"),
+        Binding("minus", "tp(-1)", "TP-", key_display="-"),
+        Binding("m", "toggle_mtp", "MTP on/off"),
+        Binding("d", "deploy", "Deploy"),
+        Binding("escape", "app.pop_screen", "Back", key_display="esc"),
+    ]
+
+    class DeployRequested(Message):
+        def __init__(self, plan: Plan) -> None:
+            super().__init__()
+            self.plan = plan
+
+    def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes):
+        super().__init__(id="plan-review")
+        self.facts = facts
+        self.target = target
+        self.wishes = wishes
+        self.plan: Plan | None = None
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="plan-body"):
+            yield TextView(id="plan-facts")
+            yield TextView(id="plan-verdict")
+            yield Static(id="plan-bars")
+            yield Static("Launch", classes="section")
+            yield Static(id="plan-launch")
+            yield Static("Why each flag", classes="section")
+            yield DataTable(id="plan-rules", cursor_type="row", zebra_stripes=True)
+            yield Static("Against the previous deployment", classes="section", id="plan-diff-title")
+            yield TextView(id="plan-diff")
+            yield TextView(id="plan-warnings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#plan-rules", DataTable)
+        table.add_columns("rule", "adds / removes", "why")
+        self.sub_title = f"plan for {self.target.host or 'offline'}"
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        try:
+            self.plan = build_plan(self.facts, self.target, self.wishes)
+            self.error = None
+        except PlanError as exc:
+            self.error = str(exc)
+        self.show()
+
+    def show(self) -> None:
+        self.query_one("#plan-facts", TextView).set(facts_line(self.facts))
+        verdict = self.query_one("#plan-verdict", TextView)
+        if self.error or self.plan is None:
+            verdict.set(Text(self.error or "no plan", style="bold red"))
+            return
+        plan = self.plan
+        verdict.set(Text(f"TP{plan.tp} on GPUs {','.join(map(str, plan.gpu_ids))} · SGLang {plan.sglang_version}: "
+                         f"{plan.fit.verdict}", style="bold green" if plan.fit.fits else "bold red"))
+        self.query_one("#plan-bars", Static).update(fit_bars(plan))
+        self.query_one("#plan-launch", Static).update(launch_text(plan))
+        table = self.query_one("#plan-rules", DataTable)
+        table.clear()
+        for r in plan.rules:
+            change = " ".join(r.adds) + (("  −" + " ".join(r.removes)) if r.removes else "")
+            table.add_row(r.id, change, r.why)
+        diff = Text()
+        for op, text in plan.like_diff:
+            diff.append(f"{op} {text}\n", style={"+": "green", "-": "red", "~": "yellow"}[op])
+        self.query_one("#plan-diff", TextView).set(diff)
+        self.query_one("#plan-diff-title").display = bool(plan.like_diff)
+        warnings = Text()
+        for w in plan.warnings:
+            warnings.append(f"warning: {w}\n", style="yellow")
+        self.query_one("#plan-warnings", TextView).set(warnings)
+
+    # ---------------------------------------------------------------- actions
+
+    def action_tp(self, step: int) -> None:
+        current = self.plan.tp if self.plan else (self.wishes.tp or 1)
+        heads = self.facts.num_attention_heads
+        gpus = len(self.target.gpus) or 1
+        tp = current
+        while True:
+            tp += step
+            if tp < 1 or tp > gpus:
+                self.notify(f"TP stays {current}: {'no fewer than 1' if tp < 1 else f'only {gpus} GPUs'}")
+                return
+            if not heads or heads % tp == 0:
+                break
+        self.wishes = replace(self.wishes, tp=tp, gpu_ids=None)
+        self.rebuild()
+
+    def action_toggle_mtp(self) -> None:
+        self.wishes = replace(self.wishes, mtp=not self.wishes.mtp)
+        self.rebuild()
+        self.notify("MTP " + ("on" if self.wishes.mtp else "off"))
+
+    def action_deploy(self) -> None:
+        if self.plan is None:
+            self.notify("no valid plan to deploy", severity="error")
+            return
+        self.post_message(self.DeployRequested(self.plan))
+

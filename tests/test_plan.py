@@ -1,0 +1,301 @@
+"""The planner: rules, fit, storage, --like, the unit file, and the CLI contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuops.core.hostfacts import offline_target
+from gpuops.core.models import facts_from_config
+from gpuops.core.plan import (
+    GpuInfo,
+    PlanError,
+    Target,
+    Wishes,
+    build_plan,
+    previous_from_unit,
+    split_flags,
+    systemd_quote,
+)
+from tests.test_cli import gpuops
+
+DATA = Path(__file__).parent / "data"
+GIB = 1024**3
+H200 = 143771 / 1024  # GiB
+
+
+def config(name: str) -> dict:
+    return json.loads((DATA / "configs" / f"{name}.json").read_text())
+
+
+def facts(name: str, repo: str):
+    return facts_from_config(config(name), id=repo, source="hub")
+
+
+QWEN122 = ("qwen3_5__Qwen3.5-122B-A10B", "Qwen/Qwen3.5-122B-A10B")
+
+
+def flags_of(plan) -> dict[str, tuple[str, ...]]:
+    return dict(split_flags(plan.argv))
+
+
+def rule_ids(plan) -> list[str]:
+    return [r.id for r in plan.rules]
+
+
+def test_qwen35_at_tp4_on_old_sglang_gets_the_two_flags_the_operator_missed():
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.10"))
+    f = flags_of(plan)
+    assert f["--tp-size"] == ("4",) and f["--model-path"] and f["--served-model-name"] == ("Qwen/Qwen3.5-122B-A10B",)
+    assert f["--reasoning-parser"] == ("qwen3",) and f["--tool-call-parser"] == ("qwen3_coder",)
+    assert f["--speculative-algorithm"] == ("NEXTN",) and f["--speculative-num-draft-tokens"] == ("4",)
+    assert f["--mamba-scheduler-strategy"] == ("extra_buffer",)
+    assert plan.env["SGLANG_ENABLE_SPEC_V2"] == "1"  # default off in 0.5.10
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert f["--host"] == ("127.0.0.1",) and "--api-key" not in f
+    assert "--enable-metrics" in f and f["--mem-fraction-static"] == ("0.8",)
+    # every flag carries the rule that put it there
+    added = {a for r in plan.rules for a in r.adds}
+    for name, values in split_flags(plan.argv):
+        assert name in added, f"{name} has no rule"
+    assert plan.fit.fits and plan.fit.max_total_tokens > 262144
+    assert 55 * GIB < plan.fit.weights_per_gpu_bytes < 66 * GIB  # ~244 GB over 4 GPUs
+    assert not plan.unknown_flags
+
+
+def test_newer_sglang_names_the_mamba_flag_differently_and_needs_no_spec_v2_env():
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+    f = flags_of(plan)
+    assert f["--mamba-radix-cache-strategy"] == ("extra_buffer",) and "--mamba-scheduler-strategy" not in f
+    assert "SGLANG_ENABLE_SPEC_V2" not in plan.env
+    assert "mamba-extra-buffer" in rule_ids(plan)
+
+
+def test_no_mtp_drops_speculative_and_mamba_flags():
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, mtp=False, sglang_version="0.5.23"))
+    f = flags_of(plan)
+    assert not any(n.startswith("--speculative") or n.startswith("--mamba") for n in f)
+    assert any("--no-mtp" in w for w in plan.warnings)
+
+
+def test_like_a_previous_fp4_unit_drops_what_no_longer_applies():
+    prev = previous_from_unit((DATA / "units" / "qwen397-nvfp4.service").read_text(), "qwen397.service")
+    assert prev.argv[:3] == ("/opt/sglang/bin/python3", "-m", "sglang.launch_server")
+    assert ("SGLANG_ENABLE_SPEC_V2", "1") in prev.env
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23", like=prev))
+    f = flags_of(plan)
+    for gone in ("--quantization", "--moe-runner-backend", "--fp4-gemm-backend", "--mamba-scheduler-strategy"):
+        assert gone not in f
+    assert f["--watchdog-timeout"] == ("1200",)  # still valid: kept
+    dropped = {r.removes[0]: r.why for r in plan.rules if r.id == "like-drop"}
+    assert "FP4" in dropped["--quantization"] and "FP4" in dropped["--moe-runner-backend"]
+    assert "renamed to --mamba-radix-cache-strategy" in dropped["--mamba-scheduler-strategy"]
+    ops = {(op, text.split()[0]) for op, text in plan.like_diff}
+    assert ("-", "--quantization") in ops and ("+", "--mamba-radix-cache-strategy") in ops
+    assert ("~", "--model-path") in ops and ("~", "--host") in ops  # 0.0.0.0 → policy's loopback
+    assert "--mem-fraction-static" in f and f["--mem-fraction-static"] == ("0.8",)
+
+
+def test_does_not_fit_names_the_smallest_tp_that_does():
+    # 250 GB of BF16 weights: at TP2 that is 116.5 GiB a GPU, more than 80% of an H200's
+    # 140.4 GiB (112.3 GiB, what --mem-fraction-static 0.8 gives weights + KV): TP4 is the smallest.
+    plan = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=1, sglang_version="0.5.23"))
+    assert not plan.fit.fits and plan.fit.smallest_tp == 4
+    assert "smallest TP that fits is 4" in plan.fit.verdict
+    tp2 = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=2, sglang_version="0.5.23"))
+    assert not tp2.fit.fits and tp2.fit.weights_per_gpu_bytes > 0.8 * H200 * GIB
+    auto = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(sglang_version="0.5.23"))
+    assert auto.tp == 4 and auto.fit.fits and len(auto.gpu_ids) == 4
+
+
+@pytest.mark.parametrize("wishes, message", [
+    (Wishes(tp=3), "does not divide"),
+    (Wishes(tp=16), "needs 16 GPUs"),
+    (Wishes(tp=2, gpu_ids=(0, 1, 2)), "must match"),
+    (Wishes(gpu_ids=(9,)), "not among"),
+    (Wishes(tp=4, port=70000), "--port"),
+])
+def test_absurd_requests_are_refused(wishes, message):
+    with pytest.raises(PlanError, match=message):
+        build_plan(facts(*QWEN122), offline_target(8, H200), wishes)
+
+
+def host_target(**kw) -> Target:
+    base = dict(host="gpu1", gpus=tuple(GpuInfo(i, int(H200 * GIB)) for i in range(8)), sglang_version="0.5.23",
+                model_dirs=("/data/models", "/shared/models"), forbidden_paths=("/data",),
+                free_bytes={"/data/models": 10**13, "/shared/models": 10**13})
+    base.update(kw)
+    return Target(**base)
+
+
+def test_download_dir_never_under_a_forbidden_path():
+    plan = build_plan(facts(*QWEN122), host_target(), Wishes(tp=4))
+    assert plan.download_dir == "/shared/models"
+    assert plan.model_path == "/shared/models/Qwen/Qwen3.5-122B-A10B"
+    with pytest.raises(PlanError, match="forbidden path /data"):
+        build_plan(facts(*QWEN122), host_target(), Wishes(tp=4, download_dir="/data/elsewhere"))
+    small = host_target(free_bytes={"/shared/models": 100 * GIB}, model_dirs=("/shared/models", "/big"))
+    assert build_plan(facts(*QWEN122), small, Wishes(tp=4)).download_dir == "/big"
+
+
+def test_busy_gpus_are_avoided_and_policy_gpu_ids_respected():
+    gpus = tuple(GpuInfo(i, int(H200 * GIB), processes=1 if i in (0, 1) else 0) for i in range(8))
+    plan = build_plan(facts(*QWEN122), host_target(gpus=gpus, allowed_gpu_ids=(0, 1, 2, 3, 4, 5)), Wishes(tp=4))
+    assert plan.gpu_ids == (2, 3, 4, 5)
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5"
+
+
+def test_serving_beyond_loopback_needs_an_api_key_never_shown():
+    plan = build_plan(facts(*QWEN122), host_target(serve_host="0.0.0.0"), Wishes(tp=4))
+    f = flags_of(plan)
+    assert f["--host"] == ("0.0.0.0",) and f["--api-key"] == ("${GPUOPS_API_KEY}",)
+    assert "GPUOPS_API_KEY=<generated at deploy, never shown>" in plan.env_file_text()
+    assert "ExecStart=" in plan.unit_text() and "${GPUOPS_API_KEY}" in plan.unit_text()
+    assert "EnvironmentFile=/etc/gpuops/qwen3.5-122b-a10b.env" in plan.unit_text()
+
+
+def test_systemd_quoting():
+    assert systemd_quote("--tp") == "--tp"
+    assert systemd_quote("a b") == '"a b"'
+    assert systemd_quote("50%") == "50%%"
+    assert systemd_quote('{"x": "$HOME"}') == '"{\\"x\\": \\"$$HOME\\"}"'
+
+
+def test_unknown_architecture_gets_generic_rules_and_a_warning():
+    cfg = config("llama3__Llama-3.1-8B-Instruct")
+    cfg["architectures"] = ["FancyNewForCausalLM"]
+    cfg["model_type"] = "fancy"
+    plan = build_plan(facts_from_config(cfg, id="acme/fancy"), offline_target(1, H200), Wishes(tp=1))
+    assert any("unknown architecture" in w for w in plan.warnings)
+    assert "--tool-call-parser" not in flags_of(plan)
+
+
+# ------------------------------------------------------------------ the CLI
+
+
+@pytest.fixture
+def model_dir():
+    d = Path(tempfile.mkdtemp(prefix="gpuops-model-")) / "Qwen3.5-122B-A10B"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config(QWEN122[0])))
+    yield d
+    subprocess.run(["rm", "-rf", str(d.parent)])
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_STATE_HOME=str(tmp_path / "state"),
+             XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"))
+    e.pop("GPUOPS_CONFIG", None)
+    return e
+
+
+def test_cli_plan_json_contract(model_dir, env):
+    out = gpuops("plan", str(model_dir), "--gpus", "4", "--gpu-memory", "140.4", "--tp", "4",
+                 "--sglang-version", "0.5.23", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    for key in ("schema", "name", "host", "model", "tp", "gpu_ids", "port", "launcher", "sglang_version", "env",
+                "argv", "download_dir", "fit", "rules", "unit", "warnings"):
+        assert key in doc, key
+    assert doc["schema"] == 1 and doc["tp"] == 4 and doc["gpu_ids"] == [0, 1, 2, 3]
+    assert set(doc["model"]) >= {"id", "architecture", "params", "active_params", "checkpoint_bytes", "dtype",
+                                 "quant", "moe", "hybrid_linear_attention", "mtp_layers", "context_length"}
+    assert doc["model"]["hybrid_linear_attention"] is True and doc["model"]["mtp_layers"] == 1
+    assert set(doc["fit"]) >= {"weights_per_gpu_bytes", "kv_cache_per_gpu_bytes", "max_total_tokens", "fits"}
+    assert doc["unit"]["name"] == "gpuops-qwen3.5-122b-a10b.service"
+    assert all(set(r) == {"id", "why", "adds", "removes"} for r in doc["rules"])
+    assert doc["argv"][doc["argv"].index("--model-path") + 1] == str(model_dir)
+    human = gpuops("plan", str(model_dir), "--gpus", "4", "--gpu-memory", "140.4", "--tp", "4", env=env)
+    assert human.returncode == 0 and "fits at TP4" in human.stdout and "why each flag" in human.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["Qwen/Qwen 3"], "MODEL"),
+    (["Qwen/x;rm -rf /"], "MODEL"),
+    (["../relative"], "MODEL"),
+    (["{model}", "--tp", "3"], "does not divide"),
+    (["{model}", "--tp", "16"], "needs 16 GPUs"),
+    (["{model}", "--download-dir", "/a b"], "--download-dir"),
+    (["{model}", "--gpu-ids", "0;1"], "--gpu-ids"),
+    (["{model}", "--sglang-version", "latest"], "--sglang-version"),
+    (["/nonexistent/folder"], "config.json"),
+])
+def test_cli_bad_input_is_exit_2_one_line(model_dir, env, args, message):
+    args = [a.replace("{model}", str(model_dir)) for a in args]
+    out = gpuops("plan", *args, "--gpus", "8", "--gpu-memory", "140", env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and out.stdout == ""
+
+
+def test_cli_needs_a_host_or_offline_gpus(model_dir, env):
+    out = gpuops("plan", str(model_dir), env=env)
+    assert out.returncode == 2 and "--gpus" in out.stderr
+
+
+def test_cli_like_unit_shows_the_diff(model_dir, env):
+    out = gpuops("plan", str(model_dir), "--gpus", "4", "--gpu-memory", "140.4", "--tp", "4", "--sglang-version",
+                 "0.5.23", "--like", str(DATA / "units" / "qwen397-nvfp4.service"), env=env)
+    assert out.returncode == 0, out.stderr
+    assert "against" in out.stdout and "--quantization modelopt_fp4" in out.stdout
+
+
+def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home, tmp_path):
+    """GPU facts and the SGLang version (and its --help flags) are read from the host."""
+    from gpuops.core.simhost import setup_simhost
+
+    root = Path(tempfile.mkdtemp(prefix="gpuops-plan-sim-"))
+    root.chmod(0o755)
+    try:
+        sim = setup_simhost(root / "h", gpus=4, sglang_version="0.5.10")
+        busy = subprocess.Popen(["sleep", "777.5"])
+        sim.set_gpu(0, memory_used=20 * GIB, processes=[{"pid": busy.pid, "used": 20 * GIB}])
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root}/models"]\n')
+        e = dict(env, HOME=str(ssh_home))
+        out = gpuops("--config", str(cfg), "plan", str(model_dir), "--host", "gpu1", "--tp", "2", "--json", env=e)
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert doc["host"] == "gpu1" and doc["sglang_version"] == "0.5.10"
+        assert doc["sglang_version_source"] == "host"
+        assert "--help" in doc["flags_checked_against"] and doc["unknown_flags"] == []
+        assert doc["gpu_ids"] == [1, 2]  # GPU 0 is busy
+        assert doc["fit"]["gpu_memory_bytes"] == 143771 * 1024 * 1024
+        assert "--mamba-scheduler-strategy" in doc["argv"] and doc["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+        assert (Path(e["XDG_CACHE_HOME"]) / "gpuops" / "sglang-help" / "0.5.10.json").is_file()  # cached
+        busy.kill()
+        busy.wait()
+        # a host without SGLang still gets a plan, with a warning that deploy will refuse
+        bare = setup_simhost(root / "bare", gpus=2, sglang_version="none")
+        cfg.write_text(bare.host_block("gpu2", ssh="simbox"))
+        out = gpuops("--config", str(cfg), "plan", str(model_dir), "--host", "gpu2", "--tp", "2", "--json", env=e)
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert doc["sglang_version_source"] == "newest known"
+        assert any("not installed" in w and "deploy will refuse" in w for w in doc["warnings"])
+    finally:
+        subprocess.run(["rm", "-rf", str(root)])
+
+
+def test_like_translates_deprecated_flags_and_drops_unknown_ones():
+    from gpuops.core import sglang_versions as sv
+    from gpuops.core.plan import Previous
+
+    assert sv.deprecated_flags("0.5.15").get("--cuda-graph-max-bs") == "--cuda-graph-max-bs-decode"
+    prev = Previous("old.json", ("--model-path", "/m", "--tp", "4", "--cuda-graph-max-bs", "256",
+                                 "--enable-flashinfer-allreduce-fusion", "--no-such-flag-anywhere", "1"))
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.15", like=prev))
+    f = flags_of(plan)
+    assert f["--cuda-graph-max-bs-decode"] == ("256",) and "--cuda-graph-max-bs" not in f
+    assert f["--flashinfer-allreduce-fusion-backend"] == ("auto",)  # the plan's own rule, new spelling
+    assert "--enable-flashinfer-allreduce-fusion" not in f and "--no-such-flag-anywhere" not in f
+    assert "--tp" not in f and f["--tp-size"] == ("4",)  # `--tp` was argparse's prefix for --tp-size
+    reasons = {r.removes[0]: r.why for r in plan.rules if r.id == "like-drop"}
+    assert "has no --no-such-flag-anywhere" in reasons["--no-such-flag-anywhere"]
+    assert not plan.unknown_flags

@@ -1,0 +1,108 @@
+"""The model picker and plan review screens, driven through the pilot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from gpuops.core.config import parse_inventory
+from gpuops.core.hostfacts import offline_target
+from gpuops.core.plan import Wishes
+from gpuops.core.simhost import setup_simhost
+from gpuops.screens.model_picker import ModelPickerScreen
+from gpuops.screens.plan_review import PlanReviewScreen
+from gpuops.tui.app import GpuopsApp
+from tests.test_plan import H200, QWEN122, config, facts
+from tests.tui_helpers import screen_text, until
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+def app_for(block: str = "[hosts.localhost]\nlocal = true\n") -> GpuopsApp:
+    return GpuopsApp(parse_inventory(block, source="t.toml"), interval=0.5)
+
+
+def verdict(app) -> str:
+    return app.screen.query_one("#plan-verdict").text.plain
+
+
+async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
+    app = app_for()
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+        await app.push_screen(screen)
+        await pilot.pause(0.2)
+        assert "TP4" in verdict(app) and "fits at TP4" in verdict(app)
+        rules = screen.query_one("#plan-rules", DataTable)
+        ids = [rules.get_row_at(i)[0] for i in range(rules.row_count)]
+        assert "mtp" in ids and "mamba-extra-buffer" in ids and "tool-call-parser" in ids
+        await pilot.press("minus")
+        assert await until(pilot, lambda: "does not fit at TP2" in verdict(app))
+        await pilot.press("minus")
+        assert await until(pilot, lambda: "does not fit at TP1" in verdict(app))
+        assert "smallest TP that fits is 4" in verdict(app)
+        await pilot.press("plus", "plus")
+        assert await until(pilot, lambda: "TP4" in verdict(app))
+        await pilot.press("m")
+        await pilot.pause(0.1)
+        ids = [rules.get_row_at(i)[0] for i in range(rules.row_count)]
+        assert "mtp" not in ids and "mamba-extra-buffer" not in ids
+        assert "--speculative" not in " ".join(screen.plan.argv)
+        await pilot.press("d")
+        await pilot.pause(0.2)
+        assert any("deploy" in str(n.message) for n in app._notifications)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, PlanReviewScreen)
+
+
+@pytest.fixture
+def sim_with_model():
+    root = Path(tempfile.mkdtemp(prefix="gpuops-plan-"))
+    root.chmod(0o755)
+    sim = setup_simhost(root / "host", gpus=4)
+    models = root / "models"
+    model = models / "Qwen" / "Qwen3.5-122B-A10B"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(config(QWEN122[0])))
+    shard = "model-00001-of-00001.safetensors"
+    header = json.dumps({"lm_head.weight": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}).encode()
+    (model / shard).write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)  # a real, tiny shard
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 244_000_000_000}, "weight_map": {"lm_head.weight": shard}}))
+    block = sim.host_block("gpu1") + f'model_dirs = ["{models}"]\n'
+    yield sim, block, model
+    subprocess.run(["rm", "-rf", str(root)])
+
+
+async def test_model_picker_lists_the_hosts_models_shows_facts_and_plans(sim_with_model):
+    sim, block, model = sim_with_model
+    app = app_for(block)
+    async with app.run_test(size=(170, 50)) as pilot:
+        await pilot.press("p")
+        assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        picker = app.screen
+        table = picker.query_one("#candidates", DataTable)
+        assert await until(pilot, lambda: table.row_count == 1, timeout=20)
+        assert table.get_row_at(0)[0] == "Qwen/Qwen3.5-122B-A10B"
+        table.focus()
+        assert await until(pilot, lambda: "MoE 256 experts" in picker.query_one("#picker-facts").text.plain,
+                           timeout=20)
+        await pilot.press("enter")
+        assert await until(pilot, lambda: isinstance(app.screen, PlanReviewScreen), timeout=30)
+        review = app.screen
+        assert review.target.host == "gpu1" and len(review.target.gpus) == 4
+        assert review.target.sglang_version == sim.sglang_version
+        assert await until(pilot, lambda: "fits at TP" in verdict(app))
+        assert review.plan.model_path == str(model)  # the copy already on the host is reused
+        assert "SGLang " + sim.sglang_version in screen_text(app)

@@ -1,0 +1,84 @@
+"""Rich renderables for a plan, shared by `gpuops plan` and the plan review screen."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+
+GIB = 1024**3
+
+
+def facts_line(facts) -> Text:
+    """"MoE 256 experts 8+1 active · hybrid linear attention (12 of 48 layers full) · 1 MTP layer · BF16 · 262k"."""
+    parts: list[str] = []
+    parts.append(facts.architecture or facts.model_type or "unknown architecture")
+    if facts.moe is not None:
+        shared = f"+{facts.moe.shared_experts}" if facts.moe.shared_experts else ""
+        parts.append(f"MoE {facts.moe.num_experts} experts {facts.moe.active_experts}{shared} active")
+    else:
+        parts.append("dense")
+    if facts.hybrid is not None:
+        total = facts.hybrid.full_attention_layers + facts.hybrid.linear_attention_layers
+        parts.append(f"hybrid linear attention ({facts.hybrid.full_attention_layers} of {total} layers full)")
+    if facts.mla is not None:
+        parts.append(f"MLA (kv rank {facts.mla.kv_lora_rank})")
+    if facts.mtp_layers:
+        parts.append(f"{facts.mtp_layers} MTP layer{'s' if facts.mtp_layers > 1 else ''}")
+    quant = facts.quant.method.upper() if facts.quant else (facts.dtype or "?").upper().replace("BFLOAT16", "BF16")
+    parts.append(quant)
+    if facts.context_length:
+        ctx = facts.context_length
+        parts.append(f"{ctx // 1024}k context" if ctx % 1024 == 0 else f"{ctx:,} context")
+    size = Text(" · ".join(parts))
+    params = f"{facts.params / 1e9:.1f}B params"
+    if facts.active_params and facts.active_params != facts.params:
+        params += f" ({facts.active_params / 1e9:.1f}B active)"
+    size.append(f"\n{params}, checkpoint {facts.checkpoint_bytes / 1e9:.1f} GB "
+                f"({facts.checkpoint_bytes_source})", style="dim")
+    return size
+
+
+def fit_bars(plan, width: int = 48) -> Group:
+    """One bar per GPU: weights | state | KV cache | what SGLang keeps free."""
+    fit = plan.fit
+    total = max(1, fit.gpu_memory_bytes)
+    rows = []
+    for gpu in plan.gpu_ids:
+        parts = [
+            (fit.weights_per_gpu_bytes, "█", "bold magenta"),
+            (fit.state_cache_per_gpu_bytes, "█", "cyan"),
+            (fit.kv_cache_per_gpu_bytes, "█", "green"),
+        ]
+        used = 0
+        line = Text(f"GPU{gpu:<2} ")
+        for nbytes, ch, style in parts:
+            cells = min(width - used, round(width * nbytes / total))
+            line.append(ch * cells, style=style)
+            used += cells
+        line.append("░" * (width - used), style="dim")
+        line.append(f" {total / GIB:.1f} GiB")
+        rows.append(line)
+    legend = Text.assemble(
+        ("█", "bold magenta"), f" weights {fit.weights_per_gpu_bytes / GIB:.1f}  ",
+        ("█", "cyan"), f" state {fit.state_cache_per_gpu_bytes / GIB:.1f}  ",
+        ("█", "green"), f" KV {fit.kv_cache_per_gpu_bytes / GIB:.1f}  ",
+        ("░", "dim"), f" kept free {(1 - fit.mem_fraction_static) * 100:.0f}%  (GiB per GPU)",
+    )
+    return Group(*rows, legend)
+
+
+def launch_text(plan) -> Text:
+    out = Text()
+    for k, v in sorted(plan.env.items()):
+        out.append(f"{k}={v} ", style="yellow")
+    if plan.env:
+        out.append("\\\n")
+    out.append(f"{plan.python} -m sglang.launch_server")
+    from gpuops.core.plan import split_flags
+
+    for name, values in split_flags(plan.argv):
+        out.append(" \\\n  ")
+        out.append(name, style="bold cyan")
+        if values:
+            out.append(" " + " ".join(values))
+    return out
