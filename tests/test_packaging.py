@@ -39,6 +39,7 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
         assert f"gpuops/{sub}/__init__.py" in names
     assert "gpuops/themes/gpuops.tcss" in names
     assert "gpuops/core/reporter.py" in names
-    assert {"gpuops/core/simhost-files/pynvml.py", "gpuops/core/simhost-files/nvidia-smi"} <= set(names)
+    assert {"gpuops/core/simhost-files/pynvml.py", "gpuops/core/simhost-files/nvidia-smi",
+            "gpuops/core/sglang-data/sglang_versions.json"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpuops = gpuops.tui.cli:main" in entry

@@ -1,4 +1,4 @@
-"""SGLang's flags, parsers and defaults per version (core/data/sglang_versions.json, read from
+"""SGLang's flags, parsers and defaults per version (core/sglang-data/sglang_versions.json, read from
 the wheels by scripts/extract_sglang_flags.py), checked against ../shared/facts/sglang.md §1-2
 where the wheels agree with it. Offline: the data file is in the repo; nothing is downloaded."""
 
