@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from . import sglang_versions as sv
-from .hosts import Host, HostError
+from .hosts import Host, HostError, host_python
 from .plan import GpuInfo, Target
 from .telemetry import is_na, snapshot
 
@@ -51,7 +51,7 @@ def cache_dir() -> Path:
 
 
 async def sglang_version(host: Host) -> str | None:
-    python = host.config.python or "python3"
+    python = host_python(host)
     res = await host.run([python, "-c", _VERSION], timeout=60)
     out = res.stdout.strip()
     return out if res.ok and out and len(out) < 64 else None
@@ -64,7 +64,7 @@ async def help_flags(host: Host, version: str) -> frozenset[str] | None:
         return frozenset(json.loads(path.read_text()))
     except (OSError, ValueError):
         pass
-    python = host.config.python or "python3"
+    python = host_python(host)
     try:
         res = await host.run([python, "-m", "sglang.launch_server", "--help"], timeout=180)
     except HostError:
@@ -84,7 +84,7 @@ async def help_flags(host: Host, version: str) -> frozenset[str] | None:
 async def free_space(host: Host, dirs: tuple[str, ...]) -> dict[str, int]:
     if not dirs:
         return {}
-    python = host.config.python or "python3"
+    python = host_python(host)
     res = await host.run([python, "-c", _FREE, *dirs], timeout=30)
     try:
         data = json.loads(res.stdout) if res.ok else {}
@@ -176,7 +176,7 @@ async def facts_on_host(host: Host, model_id: str, path: str):
     """Model facts from a copy on the host (its config.json, index and shard sizes)."""
     from .models import ModelError, facts_from_config
 
-    python = host.config.python or "python3"
+    python = host_python(host)
     res = await host.run([python, "-c", _READ_CONFIG, path], timeout=30)
     if not res.ok:
         raise ModelError(f"{path} on {host.name}: no config.json found")

@@ -12,13 +12,16 @@ means gpuops went away, and the guard kills the command's process group.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shlex
 import signal
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 from .config import HostConfig
@@ -583,6 +586,20 @@ def _known_hosts_lists(path: Path, host: str, port: int) -> bool:
     except Exception:
         return False
     return bool(trusted)
+
+
+def host_python(host: Host) -> str:
+    """The interpreter gpuops runs its scripts with on a host: its `python` key, else
+    gpuops' own interpreter locally and `python3` elsewhere."""
+    if host.config.python:
+        return host.config.python
+    return sys.executable if isinstance(host, LocalHost) else "python3"
+
+
+@functools.cache
+def script_source(module: ModuleType) -> str:
+    """The text of one of gpuops' standalone scripts (sent to hosts as `python -c`)."""
+    return Path(module.__file__ or "").read_text()
 
 
 def make_host(config: HostConfig, connect_options: dict[str, Any] | None = None) -> Host:

@@ -19,13 +19,11 @@ leaves them, or under a forbidden path.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping
 
 from . import storage_probe
-from .hosts import Host, HostError, LocalHost
+from .hosts import Host, HostError, host_python, script_source
 
 SCAN_TIMEOUT_S = 300.0
 DELETE_TIMEOUT_S = 900.0
@@ -143,26 +141,14 @@ class Deleted:
 
 # ------------------------------------------------------------------ running the probe
 
-_PROBE_SOURCE: str | None = None
-
-
 def probe_source() -> str:
-    global _PROBE_SOURCE
-    if _PROBE_SOURCE is None:
-        _PROBE_SOURCE = Path(storage_probe.__file__).read_text()
-    return _PROBE_SOURCE
-
-
-def _python(host: Host) -> str:
-    if host.config.python:
-        return host.config.python
-    return sys.executable if isinstance(host, LocalHost) else "python3"
+    return script_source(storage_probe)
 
 
 def probe_argv(host: Host, mode: str, *extra: str) -> list[str]:
     """The probe run with the host's python: ``python -c SOURCE --gpuops-storage-probe MODE …``
     with the host's policy (model dirs, forbidden paths) from its validated config."""
-    argv = [_python(host), "-c", probe_source(), storage_probe.MARKER, mode]
+    argv = [host_python(host), "-c", probe_source(), storage_probe.MARKER, mode]
     for d in host.config.model_dirs:
         argv += ["--model-dir", d]
     for f in host.config.forbidden_paths:
@@ -176,7 +162,7 @@ async def _run_probe(host: Host, argv: list[str], timeout: float) -> dict:
         last = next((ln for ln in reversed(res.stderr.splitlines()) if ln.strip()), "no output")
         hint = None
         if res.returncode == 127 or "not found" in last:
-            hint = f"no {_python(host)} on {host.name}: set `python` in its [hosts.{host.name}] entry"
+            hint = f"no {host_python(host)} on {host.name}: set `python` in its [hosts.{host.name}] entry"
         raise StorageError(f"{host.name}: storage probe exited ({res.returncode}): {last}", hint)
     try:
         doc = json.loads(res.stdout.strip().splitlines()[-1])

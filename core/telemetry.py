@@ -14,11 +14,10 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, AsyncIterator
 
 from . import reporter
-from .hosts import Host, HostError, LocalHost
+from .hosts import Host, HostError, LocalHost, host_python, script_source
 
 MIB = 1024 * 1024
 
@@ -279,19 +278,13 @@ def parse_nvsmi_apps(text: str) -> dict[str, list[GpuProcess]]:
 # ------------------------------------------------------------------ sources
 
 
-_REPORTER_SOURCE: str | None = None
-
-
 def reporter_source() -> str:
-    global _REPORTER_SOURCE
-    if _REPORTER_SOURCE is None:
-        _REPORTER_SOURCE = Path(reporter.__file__).read_text()
-    return _REPORTER_SOURCE
+    return script_source(reporter)
 
 
 def reporter_argv(host: Host, interval: float | None) -> list[str]:
     """The reporter run with the host's python: `python -c SOURCE --interval N`."""
-    argv = [host.config.python or "python3", "-c", reporter_source()]
+    argv = [host_python(host), "-c", reporter_source()]
     argv += ["--once"] if interval is None else ["--interval", f"{interval:g}"]
     for d in host.config.model_dirs:
         argv += ["--path", d]
@@ -309,7 +302,7 @@ class ReporterFailed(HostError):
 def _reporter_failure(host: Host, rc: int | None, stderr: list[str] | str) -> ReporterFailed:
     lines = stderr.splitlines() if isinstance(stderr, str) else list(stderr)
     last = next((line for line in reversed(lines) if line.strip()), "no output")
-    python = host.config.python or "python3"
+    python = host_python(host)
     hint = None
     if rc == 127 or "not found" in last:
         hint = f"no {python} on {host.name}: set `python` in its [hosts.{host.name}] entry"

@@ -6,6 +6,7 @@ from typing import Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
 
@@ -67,12 +68,13 @@ class GpuopsApp(App):
         self.set_interval(self.interval, self._tick)
 
     def _tick(self) -> None:
-        screen = self.screen
-        refresh = getattr(screen, "refresh_data", None)
-        if refresh is None and isinstance(screen, HelpScreen):
+        refresh = getattr(self.screen, "refresh_data", None)
+        if refresh is None or not self.screen.is_mounted:
             return
-        if refresh is not None:
+        try:
             refresh()
+        except NoMatches:  # the screen is being torn down (the app is exiting)
+            pass
 
     def _remember_theme(self, theme: Theme) -> None:
         save_ui_state(theme=theme.name)
