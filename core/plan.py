@@ -214,8 +214,8 @@ def _spec_on(ctx: Ctx) -> bool:
 
 RULES: tuple[Rule, ...] = (
     Rule("model", lambda c: True,
-         lambda c: [("--model-path", (c.model_path,)), ("--served-model-name", (c.facts.id,))],
-         lambda c: f"serve {c.facts.id} from {c.model_path}; clients use the repo id as the model name"),
+         lambda c: [("--model-path", (c.model_path,)), ("--served-model-name", (served_name(c.facts),))],
+         lambda c: f"serve {c.facts.id} from {c.model_path}; clients ask for it as {served_name(c.facts)!r}"),
     Rule("tensor-parallel", lambda c: True,
          lambda c: [("--tp-size", (str(c.tp),))],
          lambda c: f"shard over {c.tp} GPU(s) ({', '.join(map(str, c.gpu_ids))})",
@@ -264,6 +264,11 @@ RULES: tuple[Rule, ...] = (
          lambda c: [_allreduce_fusion(c) or ("", ())],
          lambda c: "cookbook: fuse all-reduce with the norm for non-FP4 checkpoints at TP > 1"),
 )
+
+
+def served_name(facts: ModelFacts) -> str:
+    """The model name clients use: the repo id, or a local folder's name."""
+    return facts.id.rstrip("/").rsplit("/", 1)[-1] if facts.id.startswith("/") else facts.id
 
 
 def _loopback(addr: str) -> bool:
@@ -534,8 +539,8 @@ def _choose_download_dir(facts: ModelFacts, target: Target, wishes: Wishes, warn
     if target.model_dirs:
         frees = ", ".join(f"{d} {target.free_bytes.get(d, 0) / GIB:.0f} GiB" for d in target.model_dirs)
         warnings.append(f"no model dir has {need / GIB:.0f} GiB free (1.1x the checkpoint): {frees}")
-    else:
-        warnings.append("the host lists no model_dirs: the download goes to its HF cache")
+    elif target.host is not None:
+        warnings.append(f"{target.host} lists no model_dirs: the download goes to its HF cache")
     return None, facts.id, False
 
 
@@ -797,6 +802,28 @@ def previous_from_unit(text: str, source: str) -> Previous:
     if argv and argv[0].endswith("/env"):
         argv = argv[1:]
     return Previous(source, tuple(argv), tuple(env))
+
+
+def load_previous(ref: str) -> Previous:
+    """A previous deployment from a plan JSON or a systemd unit file on this machine
+    (a stored deployment name once the store exists). PlanError on anything else."""
+    import json
+    from pathlib import Path
+
+    path = Path(ref)
+    if not path.is_file():
+        raise PlanError(f"--like {ref}: no such file (stored deployments come with `gpuops deploy`; "
+                        "give a plan JSON or a systemd unit file)")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"--like {ref}: cannot read: {exc}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            return previous_from_plan_json(json.loads(text), str(path))
+        except ValueError as exc:
+            raise PlanError(f"--like {ref}: invalid JSON: {exc}") from None
+    return previous_from_unit(text, str(path))
 
 
 def previous_from_plan_json(data: dict, source: str) -> Previous:

@@ -10,10 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual import on
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from gpuops.core.models import ModelFacts
-from gpuops.core.plan import Plan, PlanError, Target, Wishes, build_plan
+from gpuops.core.plan import Plan, PlanError, Target, Wishes, build_plan, load_previous
 from gpuops.screens.base import GpuopsScreen
 from gpuops.tui.plan_view import facts_line, fit_bars, launch_text
 from gpuops.tui.widgets import TextView
@@ -26,8 +27,9 @@ class PlanReviewScreen(GpuopsScreen):
         Binding("plus,equals_sign", "tp(1)", "TP+", key_display="+"),
         Binding("minus", "tp(-1)", "TP-", key_display="-"),
         Binding("m", "toggle_mtp", "MTP on/off"),
+        Binding("l", "like", "Like…"),
         Binding("d", "deploy", "Deploy"),
-        Binding("escape", "app.pop_screen", "Back", key_display="esc"),
+        Binding("escape", "back", "Back", key_display="esc"),
     ]
 
     class DeployRequested(Message):
@@ -56,11 +58,13 @@ class PlanReviewScreen(GpuopsScreen):
             yield Static("Against the previous deployment", classes="section", id="plan-diff-title")
             yield TextView(id="plan-diff")
             yield TextView(id="plan-warnings")
+        yield Input(placeholder="--like: path of a plan JSON or systemd unit file (esc cancels)", id="like-input")
         yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one("#plan-rules", DataTable)
         table.add_columns("rule", "adds / removes", "why")
+        self.query_one("#like-input", Input).display = False
         self.sub_title = f"plan for {self.target.host or 'offline'}"
         self.rebuild()
 
@@ -100,6 +104,14 @@ class PlanReviewScreen(GpuopsScreen):
 
     # ---------------------------------------------------------------- actions
 
+    def action_back(self) -> None:
+        box = self.query_one("#like-input", Input)
+        if box.display:
+            box.display = False
+            self.query_one("#plan-rules").focus()
+        else:
+            self.app.pop_screen()
+
     def action_tp(self, step: int) -> None:
         current = self.plan.tp if self.plan else (self.wishes.tp or 1)
         heads = self.facts.num_attention_heads
@@ -119,6 +131,24 @@ class PlanReviewScreen(GpuopsScreen):
         self.wishes = replace(self.wishes, mtp=not self.wishes.mtp)
         self.rebuild()
         self.notify("MTP " + ("on" if self.wishes.mtp else "off"))
+
+    def action_like(self) -> None:
+        box = self.query_one("#like-input", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#like-input")
+    def _like_given(self, event: Input.Submitted) -> None:
+        box = self.query_one("#like-input", Input)
+        box.display = False
+        try:
+            previous = load_previous(event.value.strip())
+        except PlanError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.wishes = replace(self.wishes, like=previous)
+        self.rebuild()
+        self.notify(f"planned like {previous.source}")
 
     def action_deploy(self) -> None:
         if self.plan is None:

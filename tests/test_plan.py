@@ -299,3 +299,20 @@ def test_like_translates_deprecated_flags_and_drops_unknown_ones():
     reasons = {r.removes[0]: r.why for r in plan.rules if r.id == "like-drop"}
     assert "has no --no-such-flag-anywhere" in reasons["--no-such-flag-anywhere"]
     assert not plan.unknown_flags
+
+
+def test_cli_plan_from_the_hf_cache_offline(env, tmp_path):
+    hub = Path(env["HF_HUB_CACHE"])
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub / "models--Qwen--Qwen3.5-122B-A10B"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(sha)
+    (repo / "snapshots" / sha).mkdir(parents=True)
+    (repo / "snapshots" / sha / "config.json").write_text(json.dumps(config(QWEN122[0])))
+    out = gpuops("plan", "Qwen/Qwen3.5-122B-A10B", "--gpus", "4", "--gpu-memory", "140.4", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["model"]["id"] == "Qwen/Qwen3.5-122B-A10B" and doc["tp"] == 4  # the smallest TP that fits
+    assert doc["argv"][doc["argv"].index("--served-model-name") + 1] == "Qwen/Qwen3.5-122B-A10B"
+    out = gpuops("plan", "Qwen/Not-Cached", "--gpus", "4", "--gpu-memory", "140.4", env=env)
+    assert out.returncode == 2 and "not in the local HF cache" in out.stderr and len(out.stderr.splitlines()) == 1

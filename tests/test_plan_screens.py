@@ -106,3 +106,24 @@ async def test_model_picker_lists_the_hosts_models_shows_facts_and_plans(sim_wit
         assert await until(pilot, lambda: "fits at TP" in verdict(app))
         assert review.plan.model_path == str(model)  # the copy already on the host is reused
         assert "SGLang " + sim.sglang_version in screen_text(app)
+
+
+async def test_plan_review_like_a_previous_unit_shows_the_diff():
+    from tests.test_plan import DATA
+
+    app = app_for()
+    async with app.run_test(size=(160, 60)) as pilot:
+        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+        await app.push_screen(screen)
+        await pilot.pause(0.1)
+        assert not screen.query_one("#plan-diff-title").display
+        await pilot.press("l")
+        await pilot.press(*str(DATA / "units" / "qwen397-nvfp4.service"), "enter")
+        assert await until(pilot, lambda: screen.plan.like is not None)
+        diff = screen.query_one("#plan-diff").text.plain
+        assert "- --quantization modelopt_fp4" in diff and "+ --mamba-radix-cache-strategy extra_buffer" in diff
+        assert screen.query_one("#plan-diff-title").display
+        await pilot.press("l", *"/no/such/unit", "enter")
+        await pilot.pause(0.1)
+        assert any("no such file" in str(n.message) for n in app._notifications)
+        assert screen.plan.like is not None  # a bad path changes nothing

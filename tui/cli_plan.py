@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import re
-from pathlib import Path
 
 from gpuops.core.config import HostConfig, Inventory
 
@@ -49,25 +48,10 @@ def _version(text: str | None) -> str | None:
 
 
 def load_like(ref: str):
-    """A previous deployment from a plan JSON or a systemd unit file (a stored deployment
-    name once the store exists)."""
-    from gpuops.core.plan import PlanError, previous_from_plan_json, previous_from_unit
+    from gpuops.core.plan import PlanError, load_previous
 
-    path = Path(ref)
-    if not path.is_file():
-        raise PlanUsageError(f"--like {ref}: no such file (stored deployments come with `gpuops deploy`; "
-                             "give a plan JSON or a systemd unit file)")
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanUsageError(f"--like {ref}: cannot read: {exc}") from None
-    try:
-        if text.lstrip().startswith("{"):
-            try:
-                return previous_from_plan_json(json.loads(text), str(path))
-            except ValueError as exc:
-                raise PlanUsageError(f"--like {ref}: invalid JSON: {exc}") from None
-        return previous_from_unit(text, str(path))
+        return load_previous(ref)
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None
 
