@@ -744,9 +744,14 @@ def _apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env
         elif prev_map[name] != values:
             diff.append(("~", f"{name} {' '.join(prev_map[name])} → {' '.join(values)}"))
     new_env = dict(prev.env)
-    for k in list(new_env):
-        if k == "SGLANG_ENABLE_SPEC_V2" and not ctx.spec:
-            diff.append(("-", f"{k}={new_env.pop(k)}  (speculative decoding is off)"))
+    if "SGLANG_ENABLE_SPEC_V2" in new_env:
+        why = ("speculative decoding is off" if not ctx.spec
+               else f"SGLang {ctx.version} has no such variable any more" if sv.spec_v2_default(ctx.version) is None
+               else None)
+        if why:
+            value = new_env.pop("SGLANG_ENABLE_SPEC_V2")
+            diff.append(("-", f"SGLANG_ENABLE_SPEC_V2={value}  ({why})"))
+            fired.append(RuleFired("like-drop", why, [], [f"SGLANG_ENABLE_SPEC_V2={value}"]))
     for k, v in env.items():
         if new_env.get(k) != v:
             diff.append(("+" if k not in new_env else "~", f"{k}={v}"))

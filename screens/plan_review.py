@@ -11,12 +11,12 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual import on
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Input, Static
 
 from gpuops.core.models import ModelFacts
 from gpuops.core.plan import Plan, PlanError, Target, Wishes, build_plan, load_previous
 from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.plan_view import facts_line, fit_bars, launch_text
+from gpuops.tui.plan_view import facts_line, fit_bars, launch_text, rules_table
 from gpuops.tui.widgets import TextView
 
 
@@ -54,7 +54,7 @@ class PlanReviewScreen(GpuopsScreen):
             yield Static("Launch", classes="section")
             yield Static(id="plan-launch")
             yield Static("Why each flag", classes="section")
-            yield DataTable(id="plan-rules", cursor_type="row", zebra_stripes=True)
+            yield Static(id="plan-rules")
             yield Static("Against the previous deployment", classes="section", id="plan-diff-title")
             yield TextView(id="plan-diff")
             yield TextView(id="plan-warnings")
@@ -62,8 +62,6 @@ class PlanReviewScreen(GpuopsScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#plan-rules", DataTable)
-        table.add_columns("rule", "adds / removes", "why")
         self.query_one("#like-input", Input).display = False
         self.sub_title = f"plan for {self.target.host or 'offline'}"
         self.rebuild()
@@ -87,11 +85,7 @@ class PlanReviewScreen(GpuopsScreen):
                          f"{plan.fit.verdict}", style="bold green" if plan.fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
         self.query_one("#plan-launch", Static).update(launch_text(plan))
-        table = self.query_one("#plan-rules", DataTable)
-        table.clear()
-        for r in plan.rules:
-            change = " ".join(r.adds) + (("  −" + " ".join(r.removes)) if r.removes else "")
-            table.add_row(r.id, change, r.why)
+        self.query_one("#plan-rules", Static).update(rules_table(plan))
         diff = Text()
         for op, text in plan.like_diff:
             diff.append(f"{op} {text}\n", style={"+": "green", "-": "red", "~": "yellow"}[op])
@@ -108,7 +102,7 @@ class PlanReviewScreen(GpuopsScreen):
         box = self.query_one("#like-input", Input)
         if box.display:
             box.display = False
-            self.query_one("#plan-rules").focus()
+            self.query_one("#plan-body").focus()
         else:
             self.app.pop_screen()
 

@@ -44,8 +44,7 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
         await app.push_screen(screen)
         await pilot.pause(0.2)
         assert "TP4" in verdict(app) and "fits at TP4" in verdict(app)
-        rules = screen.query_one("#plan-rules", DataTable)
-        ids = [rules.get_row_at(i)[0] for i in range(rules.row_count)]
+        ids = [r.id for r in screen.plan.rules]
         assert "mtp" in ids and "mamba-extra-buffer" in ids and "tool-call-parser" in ids
         await pilot.press("minus")
         assert await until(pilot, lambda: "does not fit at TP2" in verdict(app))
@@ -56,7 +55,7 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
         assert await until(pilot, lambda: "TP4" in verdict(app))
         await pilot.press("m")
         await pilot.pause(0.1)
-        ids = [rules.get_row_at(i)[0] for i in range(rules.row_count)]
+        ids = [r.id for r in screen.plan.rules]
         assert "mtp" not in ids and "mamba-extra-buffer" not in ids
         assert "--speculative" not in " ".join(screen.plan.argv)
         await pilot.press("d")
@@ -120,6 +119,7 @@ async def test_plan_review_like_a_previous_unit_shows_the_diff():
         await pilot.press("l")
         await pilot.press(*str(DATA / "units" / "qwen397-nvfp4.service"), "enter")
         assert await until(pilot, lambda: screen.plan.like is not None)
+        assert "SGLANG_ENABLE_SPEC_V2" not in screen.plan.env  # retired in 0.5.14: dropped, with a reason
         diff = screen.query_one("#plan-diff").text.plain
         assert "- --quantization modelopt_fp4" in diff and "+ --mamba-radix-cache-strategy extra_buffer" in diff
         assert screen.query_one("#plan-diff-title").display

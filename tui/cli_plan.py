@@ -145,10 +145,9 @@ def print_plan(plan) -> None:
     from rich.console import Console, Group
     from rich.panel import Panel
     from rich.syntax import Syntax
-    from rich.table import Table
     from rich.text import Text
 
-    from gpuops.tui.plan_view import facts_line, fit_bars, launch_text
+    from gpuops.tui.plan_view import facts_line, fit_bars, launch_text, rules_table
 
     console = Console()
     console.print(Panel(facts_line(plan.facts), title=f"[b]{plan.facts.id}[/b]", title_align="left"))
@@ -162,13 +161,7 @@ def print_plan(plan) -> None:
     console.print(Panel(launch_text(plan), title=f"launch (SGLang {plan.sglang_version}, {plan.version_source}; "
                                                  f"flags checked against {plan.flags_checked_against})",
                         title_align="left"))
-    rules = Table(box=None, header_style="bold", padding=(0, 1))
-    rules.add_column("rule")
-    rules.add_column("adds / removes")
-    rules.add_column("why")
-    for r in plan.rules:
-        change = " ".join(r.adds) + ("  −" + " ".join(r.removes) if r.removes else "")
-        rules.add_row(r.id, change, r.why)
+    rules = rules_table(plan)
     console.print(Panel(rules, title="why each flag", title_align="left"))
     if plan.like_diff:
         diff = Text()

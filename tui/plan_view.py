@@ -82,3 +82,19 @@ def launch_text(plan) -> Text:
         if values:
             out.append(" " + " ".join(values))
     return out
+
+
+def rules_table(plan):
+    """Every rule that fired: what it added or removed, and why (wraps to the width)."""
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", padding=(0, 1), expand=True)
+    table.add_column("rule", no_wrap=True)
+    table.add_column("adds / removes", ratio=1)
+    table.add_column("why", ratio=1)
+    for r in plan.rules:
+        change = Text(" ".join(r.adds), style="green")
+        if r.removes:
+            change.append(("  " if r.adds else "") + "−" + " ".join(r.removes), style="red")
+        table.add_row(r.id, change, r.why)
+    return table
