@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parser(sub, common)
     add_models_parser(sub, common)
 
+    p = sub.add_parser("status", parents=[common], help="the stored deployments and their state")
+    p.add_argument("name", metavar="NAME", nargs="?", help="one deployment (with its recent events)")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
     p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
     p.add_argument("--scenario", default="ok", choices=["ok"], help="what the simulated host does")
     p.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs")
@@ -194,6 +198,37 @@ def _print_gpus(doc: dict) -> None:
         console.print(table)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from gpuops.core.store import Store
+
+    store = Store()
+    try:
+        if args.name is None:
+            deployments = store.deployments()
+            if args.json:
+                print(json.dumps({"schema": SCHEMA, "deployments": [d.to_json() for d in deployments]}, indent=2))
+            elif not deployments:
+                print("no deployments yet (gpuops deploy … creates them)")
+            for d in [] if args.json else deployments:
+                print(f"{d.name:24} {d.state:12} {d.host:16} {d.model}  (since {d.updated_at})")
+            return 0
+        d = store.deployment(args.name)
+        if d is None:
+            known = ", ".join(x.name for x in store.deployments()) or "none"
+            raise UsageError(f"no deployment named {args.name!r} (known: {known})")
+        events = list(store.events(d.name))[-50:]
+        if args.json:
+            print(json.dumps({"schema": SCHEMA, "deployment": d.to_json(),
+                              "events": [e.to_json() for e in events]}, indent=2))
+        else:
+            print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, since {d.updated_at})")
+            for e in events:
+                print(f"  {e.ts}  {e.kind:8} {json.dumps(e.data)}")
+        return 0
+    finally:
+        store.close()
+
+
 def cmd_hosts(inv: Inventory, args: argparse.Namespace) -> int:
     doc = hosts_document(asyncio.run(_snapshots(inv.hosts)))
     print(json.dumps(doc, indent=2)) if args.json else _print_hosts(doc)
@@ -264,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sim_setup(args)
         if args.verb == "demo":
             return cmd_demo(args)
+        if args.verb == "status":
+            return cmd_status(args)
         inv = load_inventory(getattr(args, "config", None))
         if args.verb == "hosts":
             return cmd_hosts(inv, args)
