@@ -32,7 +32,7 @@ def ssh_config(sshd, user=None, port=None, name="box", **kw) -> HostConfig:
 
 
 def processes_matching(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,user,args"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,user,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
 
 
