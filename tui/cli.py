@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 
 from gpuops.core.config import ConfigError, HostConfig, Inventory, load_inventory
+from gpuops.tui.cli_deploy import DeployUsageError, add_deploy_parsers
 from gpuops.tui.cli_models import add_models_parser
 from gpuops.tui.cli_plan import PlanUsageError, add_plan_parser
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plan_parser(sub, common)
     add_models_parser(sub, common)
+    add_deploy_parsers(sub, common)
 
     p = sub.add_parser("status", parents=[common], help="the stored deployments and their state")
     p.add_argument("name", metavar="NAME", nargs="?", help="one deployment (with its recent events)")
@@ -301,6 +303,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_demo(args)
         if args.verb == "status":
             return cmd_status(args)
+        if args.verb == "triage":
+            from gpuops.tui.cli_deploy import run_triage
+
+            return run_triage(args)
         inv = load_inventory(getattr(args, "config", None))
         if args.verb == "hosts":
             return cmd_hosts(inv, args)
@@ -310,12 +316,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gpuops.tui.cli_models import run_models
 
             return run_models(inv, args)
+        if args.verb in ("deploy", "logs", "stop"):
+            from gpuops.tui import cli_deploy
+
+            return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs,
+                    "stop": cli_deploy.run_stop}[args.verb](inv, args)
         if args.verb == "plan":
             from gpuops.tui.cli_plan import run_plan
 
             return run_plan(inv, args)
         return run_dashboard(inv, readonly=getattr(args, "readonly", False))
-    except (ConfigError, UsageError, PlanUsageError) as exc:
+    except (ConfigError, UsageError, PlanUsageError, DeployUsageError) as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -106,6 +106,16 @@ def make_target(inv: Inventory, args: argparse.Namespace):
 
 
 def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
+    plan = run_plan_object(inv, args)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print_plan(plan)
+    return 0
+
+
+def run_plan_object(inv: Inventory, args: argparse.Namespace):
+    """The plan the `plan` verb's arguments ask for (PlanUsageError on bad input)."""
     from gpuops.core.models import ModelError, load_model_facts, validate_model_ref
     from gpuops.core.plan import PlanError, Wishes, build_plan
 
@@ -131,14 +141,9 @@ def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
     except ModelError as exc:
         raise PlanUsageError(str(exc)) from None
     try:
-        plan = build_plan(facts, target, wishes)
+        return build_plan(facts, target, wishes)
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None
-    if args.json:
-        print(json.dumps(plan.to_json(), indent=2))
-    else:
-        print_plan(plan)
-    return 0
 
 
 def print_plan(plan) -> None:

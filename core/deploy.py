@@ -1,0 +1,301 @@
+"""From a plan to a ready server, watched: checks, download, launch, phases, quick check.
+
+Every step is an event (state, phase, progress, log, finding) that is stored before it
+is shown, so a gpuops that is closed (or killed) and reopened finds the deployment where
+it was and reattaches: the server never depends on gpuops staying open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .download import Download, DownloadError
+from .hostfacts import free_space, sglang_version
+from .hosts import Host, HostError, host_python
+from .launch import Launcher, ProcessLauncher, SystemdLauncher, new_api_key, read_env_value, remote_home
+from .store import Store, utc_now
+from .telemetry import snapshot
+
+# Seconds without progress before a phase counts as stalled (config [stall] overrides).
+DEFAULT_STALL = {"starting": 300.0, "dist_init": 120.0, "weights": 900.0, "kv_cache": 300.0,
+                 "cuda_graph": 900.0, "draft": 900.0, "http": 300.0, "download": 120.0}
+
+# argv[1] host, argv[2] port: exit 0 when the port is free to bind
+_PORT_FREE = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+except OSError as e:
+    print(e)
+    sys.exit(1)
+"""
+
+# argv[1] port, argv[2] model name, $GPUOPS_API_KEY from the env file: one short chat completion
+_QUICK_CHECK = r"""
+import json, os, sys, time, urllib.request
+body = json.dumps({"model": sys.argv[2], "max_tokens": 16,
+                   "messages": [{"role": "user", "content": "Say hello in five words."}]}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/chat/completions", data=body,
+                             headers={"Content-Type": "application/json"})
+key = os.environ.get("GPUOPS_API_KEY")
+if key:
+    req.add_header("Authorization", "Bearer " + key)
+t0 = time.time()
+with urllib.request.urlopen(req, timeout=120) as r:
+    out = json.load(r)
+msg = out["choices"][0]["message"]
+print(json.dumps({"seconds": round(time.time() - t0, 3), "content": msg.get("content"),
+                  "reasoning": bool(msg.get("reasoning_content")), "usage": out.get("usage")}))
+"""
+
+
+class DeployError(Exception):
+    """Deploy refused before anything changed on the host (exit 2), with a one-line reason."""
+
+
+@dataclass
+class DeployEvent:
+    kind: str  # "state" | "phase" | "progress" | "log" | "finding"
+    data: dict
+    ts: str = field(default_factory=utc_now)
+
+    def to_json(self) -> dict:
+        return {"ts": self.ts, "event": self.kind, **self.data}
+
+
+def launcher_for(host: Host, plan: dict, home: str | None) -> Launcher:
+    exec_argv = [plan.get("python") or "python3", "-m", "sglang.launch_server", *plan["argv"]]
+    env = dict(plan.get("env") or {})
+    if plan.get("launcher") == "systemd":
+        return SystemdLauncher(host, plan["name"], exec_argv, env, (plan.get("unit") or {}).get("text") or "")
+    assert home is not None
+    return ProcessLauncher(host, plan["name"], exec_argv, env, home)
+
+
+class Deployer:
+    def __init__(self, host: Host, plan: dict, store: Store, *, emit: Callable[[DeployEvent], Any],
+                 yes: bool = False, ask: Callable[[str], bool] | None = None,
+                 stall: dict[str, float] | None = None, hf_token: str | None = None,
+                 journal_dir: str | None = None):
+        self.host = host
+        self.plan = plan
+        self.name = plan["name"]
+        self.store = store
+        self.emit_cb = emit
+        self.yes = yes
+        self.ask = ask
+        self.stall = {**DEFAULT_STALL, **(stall or {})}
+        self.hf_token = hf_token
+        self.journal_dir = journal_dir
+        self.state = "planned"
+        self.launcher: Launcher | None = None
+
+    # ---------------------------------------------------------------- events
+
+    def emit(self, kind: str, **data: Any) -> None:
+        event = DeployEvent(kind, data)
+        if kind != "log":  # log lines live in the log itself; the store keeps what happened
+            self.store.add_event(self.name, kind, data, ts=event.ts)
+        self.emit_cb(event)
+
+    def set_state(self, state: str, **data: Any) -> None:
+        self.state = state
+        event = self.store.set_state(self.name, state, **data)
+        self.emit_cb(DeployEvent("state", {"state": state, **data}, event.ts))
+
+    # ---------------------------------------------------------------- checks
+
+    async def preflight(self) -> None:
+        plan, host = self.plan, self.host
+        version = await sglang_version(host)
+        if version is None:
+            raise DeployError(f"SGLang is not installed on {host.name} (python {plan.get('python')}): "
+                              "install it there first")
+        port = str(plan["port"])
+        bind = _bind_host(plan)
+        res = await host.run([host_python(host), "-c", _PORT_FREE, bind, port], timeout=30)
+        if not res.ok:
+            raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
+        snap = await snapshot(host)
+        busy = [(g.index, p) for g in snap.gpus if g.index in plan["gpu_ids"] for p in g.processes]
+        if busy:
+            listing = "; ".join(f"GPU{i}: pid {p.pid} {p.user or '?'} {p.command or '?'}" for i, p in busy)
+            question = f"the plan's GPUs already run processes: {listing}"
+            if not self.yes and not (self.ask and self.ask(question)):
+                raise DeployError(question + " (refusing without --yes)")
+        model = plan.get("model") or {}
+        if plan.get("download_dir") and not plan.get("reuse_existing"):
+            free = (await free_space(host, (plan["download_dir"],))).get(plan["download_dir"])
+            need = int((model.get("checkpoint_bytes") or 0) * 1.1)
+            if free is not None and free < need:
+                raise DeployError(f"{plan['download_dir']} on {host.name} has {free / 1e9:.0f} GB free; "
+                                  f"the model needs {need / 1e9:.0f} GB")
+
+    # ---------------------------------------------------------------- steps
+
+    async def download(self) -> bool:
+        plan = self.plan
+        model = plan.get("model") or {}
+        if plan.get("reuse_existing") or not plan.get("download_dir"):
+            return True
+        self.set_state("downloading", model=model.get("id"), into=plan["model_path"])
+        home = await remote_home(self.host)
+        dl = Download(self.host, model["id"], plan["model_path"], model.get("checkpoint_bytes"),
+                      token=self.hf_token, token_file=f"{home}/.local/state/gpuops/deployments/{self.name}/hf.env",
+                      stall_after_s=self.stall["download"])
+        try:
+            async for p in dl.progress():
+                self.emit("progress", phase="downloading", done=p.done_bytes, total=p.total_bytes,
+                          rate_bps=round(p.rate_bps), eta_s=None if p.eta_s is None else round(p.eta_s, 1))
+        except DownloadError as exc:
+            stalled = exc.message.startswith("download-stalled")
+            self.emit("finding", code="download-stalled" if stalled else "download-failed",
+                      severity="error", summary=exc.message, fix={"summary": exc.hint, "applicable": False})
+            self.set_state("stalled" if stalled else "crashed", reason=exc.message)
+            return False
+        return True
+
+    async def launch(self) -> None:
+        plan = self.plan
+        home = None if plan.get("launcher") == "systemd" else await remote_home(self.host)
+        self.launcher = launcher_for(self.host, plan, home)
+        secrets_env: dict[str, str] = {}
+        if any("${GPUOPS_API_KEY}" in a for a in plan["argv"]):
+            env_path = getattr(self.launcher, "env_path")
+            secrets_env["GPUOPS_API_KEY"] = (await read_env_value(self.host, env_path, "GPUOPS_API_KEY")
+                                             or new_api_key())
+        await self.launcher.install(secrets_env)
+        await self.launcher.start()
+        self.set_state("starting", launcher=self.launcher.kind)
+
+    async def watch(self) -> str:
+        """Follow the server's log through its phases until ready, crashed or stalled."""
+        from .journal import FileFollower, JournalFollower
+        from .phases import Crash, PhaseEvent, PhaseTracker, Progress
+
+        assert self.launcher is not None
+        if isinstance(self.launcher, ProcessLauncher):
+            follower: Any = FileFollower(self.host, self.launcher.log_path)
+        else:
+            follower = JournalFollower(self.host, self.launcher.unit, directory=self.journal_dir)
+        tracker = PhaseTracker()
+        last_progress = time.monotonic()
+        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+
+        async def read() -> None:
+            # a task of its own: a timeout on the queue never cancels the follower mid-line
+            async for record in follower.records():
+                await queue.put(record)
+
+        reader = asyncio.create_task(read())
+        next_status = time.monotonic() + 5
+        try:
+            while True:
+                phase = tracker.phase or "starting"
+                limit = self.stall.get(phase, 600.0)
+                try:
+                    rec = await asyncio.wait_for(queue.get(), 1.0)
+                except asyncio.TimeoutError:
+                    rec = None
+                if reader.done() and rec is None and queue.empty() and reader.exception():
+                    raise reader.exception()  # type: ignore[misc]
+                now = time.monotonic()
+                if rec is not None:
+                    self.emit("log", line=rec.text)
+                    for ev in tracker.feed(rec.text):
+                        if isinstance(ev, PhaseEvent):
+                            last_progress = now
+                            if ev.phase != "ready":  # ready is recorded after the quick check
+                                self.set_state(ev.phase, line=ev.text)
+                            self.emit("phase", phase=ev.phase, line=ev.text)
+                        elif isinstance(ev, Progress):
+                            last_progress = now
+                            self.emit("progress", phase=ev.phase, done=ev.done, total=ev.total, what=ev.what)
+                        elif isinstance(ev, Crash):
+                            self.emit("finding", code="crash", severity="error", summary=ev.summary,
+                                      phase=ev.phase, evidence=list(ev.evidence))
+                    if tracker.outcome == "crashed":
+                        self.set_state("crashed", phase=tracker.crash.phase if tracker.crash else None)
+                        return "crashed"
+                    if tracker.outcome == "ready":
+                        return "ready"
+                    self._remember_position(follower)
+                    continue
+                if now - last_progress > limit:
+                    self.emit("finding", code="stalled", severity="error",
+                              summary=f"{phase} made no progress for {now - last_progress:.0f}s")
+                    self.set_state("stalled", phase=phase, silent_s=round(now - last_progress))
+                    return "stalled"
+                if now >= next_status:
+                    next_status = now + 5
+                    st = await self.launcher.status()
+                    if not st.running:
+                        self.set_state("crashed", phase=phase, reason=f"the server exited ({st.detail})")
+                        return "crashed"
+        finally:
+            self._remember_position(follower)
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    def _remember_position(self, follower: Any) -> None:
+        cursor = getattr(follower, "cursor", None)
+        offset = getattr(follower, "offset", None)
+        if cursor is not None or offset is not None:
+            self.store.set_position(self.name, cursor=cursor, log_offset=offset)
+
+    async def quick_check(self) -> dict | None:
+        plan = self.plan
+        env_path = getattr(self.launcher, "env_path", "")
+        served = _served_name(plan)
+        script = 'set -a; [ -r "$1" ] && . "$1"; set +a; shift; exec "$@"'
+        res = await self.host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(self.host), "-c",
+                                   _QUICK_CHECK, str(plan["port"]), served], timeout=180)
+        if not res.ok:
+            self.emit("finding", code="quick-check-failed", severity="warning",
+                      summary=(res.stderr.strip().splitlines() or ["no output"])[-1])
+            return None
+        try:
+            return json.loads(res.stdout)
+        except ValueError:
+            return None
+
+    async def run(self) -> str:
+        """The whole deployment; returns the final state (ready, crashed or stalled)."""
+        await self.preflight()
+        self.store.add_deployment(self.name, self.host.name, self.plan)
+        self.emit_cb(DeployEvent("state", {"state": "planned", "name": self.name, "host": self.host.name}))
+        try:
+            if not await self.download():
+                return self.state
+            await self.launch()
+            outcome = await self.watch()
+        except HostError as exc:
+            self.emit("finding", code="host-error", severity="error", summary=exc.message)
+            self.set_state("crashed", reason=exc.message)
+            return "crashed"
+        if outcome != "ready":
+            return outcome
+        endpoint = f"http://{_bind_host(self.plan)}:{self.plan['port']}"
+        check = await self.quick_check()
+        self.set_state("ready", endpoint=endpoint, model=_served_name(self.plan), quick_check=check)
+        return "ready"
+
+
+def _bind_host(plan: dict) -> str:
+    argv = plan.get("argv") or []
+    return argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
+
+
+def _served_name(plan: dict) -> str:
+    argv = plan.get("argv") or []
+    if "--served-model-name" in argv:
+        return argv[argv.index("--served-model-name") + 1]
+    return (plan.get("model") or {}).get("id") or "default"
+
+
