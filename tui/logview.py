@@ -1,0 +1,261 @@
+"""A virtual log view: only the lines on screen are rendered, memory is bounded.
+
+Follow mode keeps the newest line in view; any scroll up turns it off and a badge counts
+the new lines since; `s` (or End) turns it back on. `/` filters, `t` shows timestamps,
+`w` wraps, `e` jumps to the next error or warning, `c` copies the line under the cursor.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+ERROR_RE = re.compile(r"Traceback|Error|ERROR|Exception|error:|FAILED|fatal|OOM|out of memory", re.I)
+WARN_RE = re.compile(r"WARN|Warning|warning", re.I)
+
+
+@dataclass
+class Entry:
+    text: str
+    ts: float | None
+    level: int  # 0 normal, 1 warning, 2 error
+
+
+class LogView(ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    LogView { height: 1fr; background: $surface; }
+    LogView > .logview--cursor { background: $primary 30%; }
+    """
+    COMPONENT_CLASSES = {"logview--cursor"}
+    BINDINGS = [
+        Binding("s", "follow", "Follow"),
+        Binding("t", "timestamps", "Times"),
+        Binding("w", "wrap", "Wrap"),
+        Binding("e", "next_problem", "Next error"),
+        Binding("c", "copy_line", "Copy line"),
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "top", "Top", show=False),
+        Binding("end", "follow", "Bottom", show=False),
+    ]
+
+    follow: reactive[bool] = reactive(True)
+    show_timestamps: reactive[bool] = reactive(False)
+    wrap: reactive[bool] = reactive(False)
+
+    class NewLines(Message):
+        """How many lines arrived while not following (coalesced)."""
+
+        def __init__(self, count: int, dropped: int) -> None:
+            super().__init__()
+            self.count = count
+            self.dropped = dropped
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, LogView.NewLines)
+
+    def __init__(self, capacity: int = 100_000, *, id: str | None = None):
+        super().__init__(id=id)
+        self.capacity = capacity
+        self.entries: deque[Entry] = deque(maxlen=capacity)
+        self.dropped = 0
+        self.new_lines = 0
+        self.filter_text = ""
+        self.cursor = -1  # index into the visible rows
+        self._rows: deque[tuple[int, int]] = deque()  # (absolute entry number, wrapped piece) shown
+        self._first = 0  # absolute number of entries[0]
+        self._widest = 0
+        self._end_pending = False
+
+    # ---------------------------------------------------------------- data
+
+    def append(self, text: str, ts: float | None = None) -> None:
+        text = text.rstrip("\n")
+        level = 2 if ERROR_RE.search(text) else 1 if WARN_RE.search(text) else 0
+        if len(self.entries) == self.capacity:
+            self.dropped += 1
+            self._first += 1
+            while self._rows and self._rows[0][0] < self._first:
+                self._rows.popleft()
+        entry = Entry(text, ts if ts is not None else time.time(), level)
+        self.entries.append(entry)
+        if self._matches(text):
+            self._add_rows(self._first + len(self.entries) - 1, entry)
+            if not self.follow:
+                self.new_lines += 1
+                self.post_message(self.NewLines(self.new_lines, self.dropped))
+        self._sized()
+
+    def _matches(self, text: str) -> bool:
+        return not self.filter_text or self.filter_text.lower() in text.lower()
+
+    def _width(self) -> int:
+        return max(10, self.scrollable_content_region.width or 80)
+
+    def _add_rows(self, absolute: int, entry: Entry) -> None:
+        length = len(self._line_text(entry))
+        pieces = max(1, -(-length // self._width())) if self.wrap else 1
+        self._rows.extend((absolute, p) for p in range(pieces))
+        self._widest = max(self._widest, length)
+
+    def _relayout(self) -> None:
+        """All rows again (filter, wrap, timestamps or width changed)."""
+        self._rows.clear()
+        self._widest = 0
+        for i, e in enumerate(self.entries):
+            if self._matches(e.text):
+                self._add_rows(self._first + i, e)
+        self.cursor = min(self.cursor, len(self._rows) - 1)
+        self._sized()
+
+    def _sized(self) -> None:
+        width = self._width()
+        self.virtual_size = Size(width if self.wrap else max(width, self._widest), len(self._rows))
+        if self.follow and not self._end_pending:
+            self._end_pending = True
+            self.call_after_refresh(self._to_end)
+        self.refresh()
+
+    def _to_end(self) -> None:
+        self._end_pending = False
+        if self.follow:
+            self.scroll_end(animate=False, x_axis=False)
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self.cursor = -1
+        self._relayout()
+
+    def _entry(self, row: int) -> tuple[Entry, int]:
+        absolute, piece = self._rows[row]
+        return self.entries[absolute - self._first], piece
+
+    def _line_text(self, e: Entry) -> str:
+        if self.show_timestamps and e.ts is not None:
+            return time.strftime("%H:%M:%S ", time.localtime(e.ts)) + e.text
+        return e.text
+
+    # ---------------------------------------------------------------- rendering
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        row = scroll_y + y
+        width = self.scrollable_content_region.width
+        if row >= len(self._rows):
+            return Strip.blank(width, self.rich_style)
+        entry, piece = self._entry(row)
+        text = self._line_text(entry)
+        if self.wrap:
+            text = text[piece * width:(piece + 1) * width]
+        else:
+            text = text[scroll_x:scroll_x + width]
+        style = Style(color="red") if entry.level == 2 else Style(color="yellow") if entry.level == 1 else None
+        if row == self.cursor:
+            style = (style or Style()) + self.get_component_rich_style("logview--cursor")
+        segments = [Segment(text.ljust(width), style)]
+        return Strip(segments, width)
+
+    # ---------------------------------------------------------------- follow
+
+    def watch_follow(self, follow: bool) -> None:
+        if follow:
+            self.new_lines = 0
+            self.post_message(self.NewLines(0, self.dropped))
+            self.cursor = -1
+            self._sized()
+
+    def watch_show_timestamps(self) -> None:
+        self._relayout()
+
+    def watch_wrap(self) -> None:
+        self._relayout()
+
+    def on_resize(self) -> None:
+        if self.wrap:
+            self._relayout()
+
+    def _scroll_up_stops_following(self) -> None:
+        if self.follow and self.scroll_y < self.max_scroll_y:
+            self.follow = False
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new < old:
+            self._scroll_up_stops_following()
+
+    # ---------------------------------------------------------------- actions
+
+    def action_follow(self) -> None:
+        self.follow = True
+
+    def action_timestamps(self) -> None:
+        self.show_timestamps = not self.show_timestamps
+
+    def action_wrap(self) -> None:
+        self.wrap = not self.wrap
+
+    def action_top(self) -> None:
+        self.follow = False
+        self.scroll_home(animate=False)
+
+    def action_cursor(self, step: int) -> None:
+        if not self._rows:
+            return
+        self.follow = False
+        start = self.cursor if self.cursor >= 0 else int(self.scroll_y) + self.scrollable_content_region.height - 1
+        self.cursor = max(0, min(len(self._rows) - 1, start + step))
+        self.scroll_to_region_row(self.cursor)
+        self.refresh()
+
+    def action_page(self, step: int) -> None:
+        self.action_cursor(step * max(1, self.scrollable_content_region.height - 1))
+
+    def scroll_to_region_row(self, row: int) -> None:
+        height = self.scrollable_content_region.height
+        if row < self.scroll_y:
+            self.scroll_to(y=row, animate=False)
+        elif row >= self.scroll_y + height:
+            self.scroll_to(y=row - height + 1, animate=False)
+
+    def action_next_problem(self) -> None:
+        """The next error (or warning, when there are no errors) after the cursor."""
+        start = self.cursor + 1 if self.cursor >= 0 else 0
+        for level in (2, 1):
+            for row in range(start, len(self._rows)):
+                entry, piece = self._entry(row)
+                if piece == 0 and entry.level >= level:
+                    self.follow = False
+                    self.cursor = row
+                    self.scroll_to(y=max(0, row - 2), animate=False)
+                    self.refresh()
+                    return
+        self.notify("no (further) errors or warnings", severity="information")
+
+    def current_line(self) -> str | None:
+        if 0 <= self.cursor < len(self._rows):
+            return self._entry(self.cursor)[0].text
+        return None
+
+    def action_copy_line(self) -> None:
+        line = self.current_line()
+        if line is None:
+            self.notify("move the cursor to a line first (↑/↓ or e)", severity="warning")
+            return
+        self.app.copy_to_clipboard(line)
+        self.notify("line copied", timeout=2)
+
+    def plain_lines(self) -> list[str]:
+        return [self._line_text(self._entry(r)[0]) for r in range(len(self._rows)) if self._rows[r][1] == 0]
