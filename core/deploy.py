@@ -267,9 +267,16 @@ class Deployer:
 
     async def run(self) -> str:
         """The whole deployment; returns the final state (ready, crashed or stalled)."""
+        await self.prepare()
+        return await self.execute()
+
+    async def prepare(self) -> None:
+        """Checks, then the deployment is recorded (DeployError: refused, nothing changed)."""
         await self.preflight()
         self.store.add_deployment(self.name, self.host.name, self.plan)
         self.emit_cb(DeployEvent("state", {"state": "planned", "name": self.name, "host": self.host.name}))
+
+    async def execute(self) -> str:
         try:
             if not await self.download():
                 return self.state

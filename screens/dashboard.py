@@ -435,6 +435,9 @@ class DashboardScreen(GpuopsScreen):
                 self.notify(f"no theme named {arg!r}", severity="error")
             else:
                 self.app.theme = arg
+        elif verb in ("deployment", "dep") and arg:
+            if not self.gapp.open_deployment(arg):
+                self.notify(f"no deployment named {arg!r}", severity="error")
         elif verb in ("help", "?"):
             self.app.action_help()
         elif verb in ("q", "quit"):

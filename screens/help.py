@@ -13,6 +13,7 @@ from textual.widgets import Static
 COMMANDS = (
     (":host NAME", "jump to a host (also :NAME)"),
     (":theme NAME", "switch theme (gpuops-dark, gpuops-light, …)"),
+    (":dep NAME", "watch a deployment (reattaches to its server)"),
     (":help", "this help"),
     (":quit", "leave gpuops"),
 )

@@ -122,9 +122,54 @@ class GpuopsApp(App):
         self.push_screen(HelpScreen(title, shown, rest))
 
     def on_plan_review_screen_deploy_requested(self, event) -> None:
-        plan = event.plan
-        self.notify(f"deploying from the TUI arrives with the deploy issue; the plan for {plan.name} is ready: "
-                    f"`gpuops plan … --json` writes it", severity="warning", timeout=8)
+        """Deploy a reviewed plan: checks, then the deployment screen while it comes up."""
+        if self.readonly:
+            self.notify("read-only: deploy changes a host", severity="error")
+            return
+        plan = event.plan.to_json()
+        host = self.monitor.hosts.get(plan.get("host") or "")
+        if host is None:
+            self.notify("plan it for a host of the inventory first (offline plans can't be deployed)",
+                        severity="error")
+            return
+        from gpuops.core.deploy import DeployError, Deployer
+        from gpuops.core.store import Store, StoreError
+        from gpuops.screens.deployment import DeploymentScreen
+
+        async def work() -> None:
+            store = Store()
+            deployer = Deployer(host, plan, store, emit=lambda e: None, stall=dict(self.inventory.stall),
+                                journal_dir=host.config.journal_dir)
+            try:
+                await deployer.prepare()
+            except (DeployError, StoreError) as exc:
+                self.notify(f"deploy refused: {exc}", severity="error", timeout=10)
+                store.close()
+                return
+            deployment = store.deployment(plan["name"])
+            if deployment is not None:
+                await self.push_screen(DeploymentScreen(deployment))
+            try:
+                outcome = await deployer.execute()
+            finally:
+                store.close()
+            self.notify(f"{plan['name']}: {outcome}", severity="information" if outcome == "ready" else "error")
+
+        self.run_worker(work(), group="deploy", exit_on_error=False)
+
+    def open_deployment(self, name: str) -> bool:
+        from gpuops.core.store import Store
+        from gpuops.screens.deployment import DeploymentScreen
+
+        store = Store()
+        try:
+            deployment = store.deployment(name)
+        finally:
+            store.close()
+        if deployment is None:
+            return False
+        self.push_screen(DeploymentScreen(deployment))
+        return True
 
     def jump_to_host(self, name: str) -> None:
         screen = self.screen
