@@ -203,6 +203,9 @@ class Deployer:
                     rec = await asyncio.wait_for(queue.get(), 1.0)
                 except asyncio.TimeoutError:
                     rec = None
+                    tracker.idle()  # a quiet log: lets an inferred ready (no ready line) settle
+                    if tracker.outcome == "ready":
+                        return "ready"
                 if reader.done() and rec is None and queue.empty() and reader.exception():
                     raise reader.exception()  # type: ignore[misc]
                 now = time.monotonic()
