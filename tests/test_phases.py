@@ -262,7 +262,7 @@ def _compose(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
         colored = line.replace("] ", "]\x1b[0m ", 1) if line.startswith("[") else line
-        out.append(f"\x1b[36msglang-1  |\x1b[0m " + ("\x1b[32m" + colored if line.startswith("[") else colored))
+        out.append("\x1b[36msglang-1  |\x1b[0m " + ("\x1b[32m" + colored if line.startswith("[") else colored))
     return out
 
 
