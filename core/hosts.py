@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # asyncssh costs ~0.2 s to import: only when an SSH host conn
     import asyncssh
 
 STDERR_TAIL = 40
+LINE_LIMIT = 16 * 1024 * 1024  # a journald JSON line with a long binary MESSAGE can pass 64 KiB
 PREFERRED_CIPHERS = (
     "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
     "aes256-ctr", "aes192-ctr", "aes128-ctr",
@@ -268,6 +269,7 @@ class LocalHost(Host):
                 stderr=asyncio.subprocess.PIPE,
                 env=self._full_env(),
                 start_new_session=True,
+                limit=LINE_LIMIT,
             )
         except FileNotFoundError as exc:
             raise HostError(f"{argv[0]}: command not found on {self.name}", None) from exc

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian/Ubuntu machine, then run them all.
-# System packages: openssh-server (a real sshd on 127.0.0.1), tmux (the real-terminal check).
+# System packages: openssh-server (a real sshd on 127.0.0.1), tmux (the real-terminal check),
+# systemd-journal-remote (writes real journal files that the real journalctl follows).
 # The tests start the services they use themselves (sshd on a free port).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,7 @@ need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+[ -x /lib/systemd/systemd-journal-remote ] || need+=(systemd-journal-remote)  # real journal files (and journalctl)
 if [ ${#need[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     echo "== installing system packages: ${need[*]}"
