@@ -209,6 +209,9 @@ class Deployer:
                 if reader.done() and rec is None and queue.empty() and reader.exception():
                     raise reader.exception()  # type: ignore[misc]
                 now = time.monotonic()
+                if rec is not None and rec.notice:  # truncated/rotated/missing: say so, parse nothing
+                    self.emit("log", line=f"gpuops: log {rec.notice}: {rec.text}")
+                    continue
                 if rec is not None:
                     self.emit("log", line=rec.text)
                     for ev in tracker.feed(rec.text):

@@ -86,6 +86,8 @@ class DeploymentScreen(GpuopsScreen):
                 follower = JournalFollower(host, launcher.unit, directory=host.config.journal_dir)
             async for rec in follower.records():
                 view.append(rec.text, rec.ts)
+                if rec.notice:  # truncated/rotated/missing: shown, not parsed
+                    continue
                 self.tracker.feed(rec.text)
                 phase = self.tracker.phase
                 if phase and phase not in self.phase_started:

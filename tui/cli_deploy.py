@@ -198,6 +198,9 @@ def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
             else:
                 follower = JournalFollower(host, launcher.unit, directory=cfg.journal_dir, follow=args.follow)
             async for rec in follower.records():
+                if rec.notice:
+                    print(f"gpuops: log {rec.notice}: {rec.text}", file=sys.stderr, flush=True)
+                    continue
                 if args.json:
                     print(json.dumps({"ts": rec.ts, "event": "log", "line": rec.text}), flush=True)
                 else:
