@@ -217,7 +217,8 @@ class Deployer:
                     for ev in tracker.feed(rec.text):
                         if isinstance(ev, PhaseEvent):
                             last_progress = now
-                            if ev.phase != "ready":  # ready is recorded after the quick check
+                            # ready is recorded after the quick check; starting is already the state
+                            if ev.phase not in ("ready", self.state):
                                 self.set_state(ev.phase, line=ev.text)
                             self.emit("phase", phase=ev.phase, line=ev.text)
                         elif isinstance(ev, Progress):

@@ -10,11 +10,22 @@ gpuops code::
     DIR/lib/sglang/         a stand-in sglang package: ``__version__`` only (sglang_version=...),
                             or one whose import fails (sglang_version="none")
     DIR/lib/sglang-V.dist-info/  its package metadata (importlib.metadata.version("sglang"))
-    DIR/lib/sglang-sim/launch_server.help  ``python -m sglang.launch_server --help`` of that
-                            version, generated from gpuops.core.sglang_versions' data
+    DIR/lib/sglang/launch_server.py  runs the SGLang server simulator (``-m sglang.launch_server``)
+    DIR/lib/sglang-sim/     the simulator (template core/simhost-files/sglang_sim.py) and its data:
+                            launch_server.help (``--help`` of that version, generated from
+                            gpuops.core.sglang_versions' data), launch_server.json (that version's
+                            options, for the simulator's argparse), server_args.json (ServerArgs fields)
+    DIR/lib/sim-data/models.json  known repos: config.json, checkpoint size, shards (fake hf, simulator)
+    DIR/bin/hf              a fake huggingface_hub CLI (``hf download``; template core/simhost-files/hf)
+    DIR/bin/systemctl       a fake systemctl writing real journal files (template core/simhost-files/systemctl)
+    DIR/journal/            the journal (``journalctl --directory=DIR/journal``), written by
+                            systemd-journal-remote for the fake systemctl's units
     DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
+    DIR/state/sim.json      the scenario, the pace and the simulator's knobs (``SimHost.set_sim``)
+    DIR/state/systemd/      the fake systemctl's units: main pid, state, exit status
     DIR/root/...            host files the reporter reads through GPUOPS_HOST_ROOT:
-                            proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*
+                            proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*;
+                            etc/systemd/system/ and etc/gpuops/ are looked up here first by the fake systemctl
 
 gpuops sends its reporter (core/reporter.py) as ``python -c SOURCE``; with
 ``python = "DIR/bin/python"`` in the host's config entry that runs the real interpreter
@@ -23,8 +34,11 @@ simulated GPUs. ``SimHost.host_block()`` gives that config entry.
 
 The host presents one SGLang version to every question: ``import sglang`` and its package
 metadata name it, and ``python -m sglang.launch_server --help`` (or ``-h``) lists exactly that
-version's options in argparse's layout. Any other ``-m sglang.launch_server`` run is refused
-(exit 2) until the SGLang server simulator is installed at the wrapper's branch point.
+version's options in argparse's layout. Any other ``-m sglang.launch_server`` run starts the
+SGLang server simulator: that version's startup lines at the host's pace, GPU memory through the
+phases, then SGLang's HTTP API (see core/simhost-files/sglang_sim.py). Scenarios (``SCENARIOS``)
+and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=, pace=)`` or
+``SimHost.set_sim`` change them.
 """
 
 from __future__ import annotations
@@ -35,15 +49,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import sglang_versions
 
-__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR"]
+__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
+           "SIM_FIELDS", "LAUNCHERS"]
 
 TEMPLATES = Path(__file__).resolve().parent / "simhost-files"
 
@@ -78,8 +95,23 @@ _SGLANG_VERSION = re.compile(r"^\d+(\.\d+)*[0-9A-Za-z.+_-]*$")
 # sglang_version values that mean "this host has no SGLang".
 NO_SGLANG = ("none", "absent")
 
-# What the wrapper prints for a launch it cannot serve yet (the deploy issue replaces it).
+# Kept for callers of the first version (the simulator now answers every launch).
 NO_SIMULATOR = "gpuops simulated host: the SGLang server simulator is not installed yet"
+
+SCENARIOS = ("ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom", "slow-download")
+LAUNCHERS = ("process", "systemd")
+
+# DIR/state/sim.json: what set_sim accepts, with the defaults setup writes.
+SIM_DEFAULTS = {
+    "scenario": "ok",
+    "pace": 1.0,  # multiplies every simulated delay: 1 starts a big model in ~5-10 s, 60 is about real time
+    "token_delay_s": 0.01,  # per generated token (divided by the accept length with speculative decoding)
+    "download_rate": 2 * 1024**3,  # fake hf: bytes of apparent size per second at pace 1
+    "slow_download_rate": 64 * 1024**2,  # the slow-download scenario's rate at pace 1, before it stalls
+    "stall_after_bytes": 1024**3,  # slow-download: no progress at all once this much was written
+    "gated_repos": [],  # fake hf: repos that need HF_TOKEN (besides the known gated ones)
+}
+SIM_FIELDS = frozenset(SIM_DEFAULTS)
 
 
 def _check_path(what: str, path: str) -> None:
@@ -163,17 +195,87 @@ class SimHost:
     bin_dir: Path
     state_file: Path
     sglang_version: str | None = None  # None: the host has no SGLang
+    scenario: str = "ok"
+    pace: float = 1.0
 
-    def host_block(self, name: str, ssh: str | None = None) -> str:
-        """The config's ``[hosts.NAME]`` entry that reaches this simulated host."""
+    @property
+    def journal_dir(self) -> Path:
+        """Where the fake systemctl's units log (``journalctl --directory=...``)."""
+        return self.directory / "journal"
+
+    @property
+    def sim_file(self) -> Path:
+        return self.state_file.with_name("sim.json")
+
+    def host_block(self, name: str, ssh: str | None = None, launcher: str = "process") -> str:
+        """The config's ``[hosts.NAME]`` entry that reaches this simulated host (LAUNCHER:
+        "process", or "systemd" for the fake systemctl and its journal)."""
         if not _HOST_NAME.match(name or ""):
             raise ValueError("host name %r must match [a-z0-9][a-z0-9._-]*" % (name,))
+        if launcher not in LAUNCHERS:
+            raise ValueError("launcher must be one of %s, not %r" % (", ".join(LAUNCHERS), launcher))
         key = name if re.match(r"^[A-Za-z0-9_-]+$", name) else _toml_string(name)
         lines = ["[hosts.%s]" % key]
         lines.append("ssh = %s" % _toml_string(ssh) if ssh else "local = true")
         lines.append("python = %s" % _toml_string(str(self.python)))
+        lines.append("launcher = %s" % _toml_string(launcher))
+        lines.append("journal_dir = %s" % _toml_string(str(self.journal_dir)))
         lines.append("env = { PATH = %s }" % _toml_string("%s:$PATH" % self.bin_dir))
         return "\n".join(lines) + "\n"
+
+    def read_sim(self) -> dict:
+        try:
+            with open(self.sim_file) as f:
+                return dict(SIM_DEFAULTS, **json.load(f))
+        except (OSError, ValueError):
+            return dict(SIM_DEFAULTS)
+
+    def set_sim(self, **fields) -> None:
+        """Change the scenario, the pace or a simulator knob (SIM_FIELDS) of this host; servers
+        and downloads started afterwards see it."""
+        unknown = sorted(k for k in fields if k not in SIM_FIELDS)
+        if unknown:
+            raise ValueError("unknown simulator field(s): %s (known: %s)" % (", ".join(unknown), ", ".join(sorted(SIM_FIELDS))))
+        if "scenario" in fields:
+            _check_scenario(fields["scenario"])
+        if "pace" in fields:
+            fields["pace"] = _check_pace(fields["pace"])
+        with self._locked():
+            sim = self.read_sim()
+            sim.update(fields)
+            _write_json_atomic(self.sim_file, sim)
+        self.scenario, self.pace = sim["scenario"], float(sim["pace"])
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop what this host runs in the background: the fake systemctl's units (SIGTERM to
+        their process groups, SIGKILL after TIMEOUT) and its systemd-journal-remote."""
+        units = self.directory / "state" / "systemd"
+        pids = []
+        for f in sorted(units.glob("*.state")) if units.is_dir() else []:
+            try:
+                st = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            for key in ("main_pid", "supervisor_pid"):
+                if st.get(key):
+                    pids.append(int(st[key]))
+        jr = self.directory / "state" / "journal-remote.pid"
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int(jr.read_text().split()[0]))
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGTERM)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+            time.sleep(0.05)
+        for pid in pids:
+            if _pid_alive(pid):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def read_state(self) -> dict:
         with open(self.state_file) as f:
@@ -224,6 +326,30 @@ class SimHost:
             self.write_state(state)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def _check_scenario(scenario: str) -> str:
+    if scenario not in SCENARIOS:
+        raise ValueError("scenario must be one of %s, not %r" % (", ".join(SCENARIOS), scenario))
+    return scenario
+
+
+def _check_pace(pace) -> float:
+    try:
+        value = float(pace)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 < value <= 10000:
+        raise ValueError("pace must be a number > 0 (1: a start of ~5-10 s; 60: about real time), not %r" % (pace,))
+    return value
+
+
 def _toml_string(value: str) -> str:
     out = ['"']
     for ch in value:
@@ -272,24 +398,34 @@ export GPUOPS_HOST_ROOT="$SIM_DIR/root"
 export PYTHONPATH="{pythonpath}${{PYTHONPATH:+:$PYTHONPATH}}"
 case "$1 $2" in
     "-m sglang.launch_server")
-        # The SGLang server simulator hooks in here (a later issue), e.g.:
-        #     shift 2; exec "$REAL_PYTHON" "$SIM_DIR/lib/sglang_sim.py" "$@" ;;
-        # Until then: --help answers for the host's version, anything else is refused.
+        # The SGLang server simulator's branch point: --help answers for the host's version;
+        # anything else runs $SIM_DIR/lib/sglang/launch_server.py (the simulator) with the
+        # real python below, so the process looks like `python -m sglang.launch_server ...`.
         # (With no SGLang the real python runs it and fails: No module named 'sglang'.)
         if [ -n "$SGLANG_VERSION" ]; then
-            shift 2
             for arg in "$@"; do
                 case "$arg" in
                     -h|--help) exec cat "$SIM_DIR/lib/sglang-sim/launch_server.help" ;;
                 esac
             done
-            echo "{no_simulator}" >&2
-            exit 2
         fi ;;
     *) ;;
 esac
 exec "$REAL_PYTHON" "$@"
 """
+
+_LAUNCH_SERVER = '''"""gpuops' simulated host: `python -m sglang.launch_server` runs the SGLang server simulator."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang-sim"))
+
+import sglang_sim  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(sglang_sim.main(sys.argv[1:]))
+'''
 
 _SGLANG_INIT = '''"""gpuops' simulated host: a stand-in for SGLang {version} (its version, nothing else)."""
 
@@ -351,7 +487,34 @@ def _write_sglang(lib_dir: Path, version: str | None) -> None:
     info = lib_dir / ("sglang-%s.dist-info" % version)
     _write(info / "METADATA", _SGLANG_METADATA.format(version=version))
     _write(info / "INSTALLER", "gpuops-simhost\n")
-    _write(lib_dir / "sglang-sim" / "launch_server.help", sglang_versions.format_help(version))
+    sim_dir = lib_dir / "sglang-sim"
+    _write(sim_dir / "launch_server.help", sglang_versions.format_help(version))
+    _write(sim_dir / "launch_server.json", json.dumps(_launch_spec(version), indent=1) + "\n")
+    _write(sim_dir / "sglang_sim.py", (TEMPLATES / "sglang_sim.py").read_bytes())
+    _write(sim_dir / "server_args.json", (TEMPLATES / "sglang-server-args.json").read_bytes())
+    _write(lib_dir / "sglang" / "launch_server.py", _LAUNCH_SERVER)
+
+
+def _launch_spec(version: str) -> dict:
+    """What the simulator's argparse needs: VERSION's option strings (the same parser
+    ``format_help`` describes), nargs, static choices, and the parser names."""
+    resolved = sglang_versions.resolve_version(version)
+    args = []
+    for key, spec in sorted(sglang_versions._expanded()[resolved].items()):
+        arg = {"opts": list(spec.get("opts", [key]))}
+        for field in ("nargs", "choices", "hidden", "required"):
+            if spec.get(field) is not None:
+                arg[field] = spec[field]
+        args.append(arg)
+    return {
+        "version": version,
+        "resolved": resolved,
+        "prog": sglang_versions.help_prog(version),
+        "args": args,
+        "tool_call_parsers": sorted(sglang_versions.tool_call_parsers(version)),
+        "reasoning_parsers": sorted(sglang_versions.reasoning_parsers(version)),
+        "spec_v2_default": sglang_versions.spec_v2_default(version),
+    }
 
 
 def setup_simhost(
@@ -365,8 +528,16 @@ def setup_simhost(
     library_version: str = "565.57.01",
     python: str | None = None,
     sglang_version: str | None = None,
+    scenario: str = "ok",
+    pace: float = 1.0,
 ) -> SimHost:
     """Write a simulated GPU host into DIRECTORY (created if missing) and return it.
+
+    scenario (SCENARIOS): what its SGLang server and hf do: "ok"; "ok-with-mtp" (as ok, the model
+    gets one MTP layer if its config has none); "hang-at-dist-init"; "spec-config-crash";
+    "kv-cache-oom"; "slow-download". pace: multiplies the simulated delays (1: a start of a big
+    model takes ~5-10 s; 60: about real time; tests use much less than 1). Both are kept in
+    DIR/state/sim.json; running setup again (or ``SimHost.set_sim``) changes them.
 
     nvml: "ok"; "absent" (no pynvml module: the reporter must fall back);
     "no-driver" (nvmlInit: LibraryNotFound); "driver-not-loaded" (DriverNotLoaded);
@@ -391,6 +562,8 @@ def setup_simhost(
         if not _VERSION.match(v or ""):
             raise ValueError("%s must look like 580.159.04, not %r" % (what, v))
     sglang_version = _check_sglang_version(sglang_version)
+    scenario = _check_scenario(scenario)
+    pace = _check_pace(pace)
     real = os.path.abspath(python or sys.executable)
     _check_path("python", real)
     if not os.access(real, os.X_OK):
@@ -398,15 +571,16 @@ def setup_simhost(
 
     bin_dir, lib_dir, absent_dir = root / "bin", root / "lib", root / "lib-absent"
     state_dir, host_root = root / "state", root / "root"
-    for d in (bin_dir, lib_dir, state_dir):
+    for d in (bin_dir, lib_dir, state_dir, state_dir / "systemd", root / "journal"):
         d.mkdir(parents=True, exist_ok=True)
-    # Start from a clean slate for what this function owns (a re-run may change modes).
-    for d in (absent_dir, host_root):
+    # Start from a clean slate for what this function owns (a re-run may change modes); the
+    # host's own files under DIR/root/etc (units, env files) stay.
+    for d in (absent_dir, host_root / "proc", host_root / "usr"):
         shutil.rmtree(d, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):
         (lib_dir / "pynvml.py").unlink()
     shutil.rmtree(lib_dir / "__pycache__", ignore_errors=True)
-    for d in [lib_dir / "sglang", lib_dir / "sglang-sim", *lib_dir.glob("sglang-*.dist-info")]:
+    for d in [lib_dir / "sglang", lib_dir / "sglang-sim", lib_dir / "sim-data", *lib_dir.glob("sglang-*.dist-info")]:
         shutil.rmtree(d, ignore_errors=True)
 
     # The fakes.
@@ -418,11 +592,11 @@ def setup_simhost(
         pythonpath = "$SIM_DIR/lib"
     _write_sglang(lib_dir, sglang_version)
     _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath,
-                                               sglang_version=sglang_version or "", no_simulator=NO_SIMULATOR),
-           0o755)
-    smi = (TEMPLATES / "nvidia-smi").read_text()
-    smi = "#!%s -I\n%s" % (real, smi.split("\n", 1)[1])
-    _write(bin_dir / "nvidia-smi", smi, 0o755)
+                                               sglang_version=sglang_version or ""), 0o755)
+    for tool in ("nvidia-smi", "hf", "systemctl"):
+        text = (TEMPLATES / tool).read_text()
+        _write(bin_dir / tool, "#!%s -I\n%s" % (real, text.split("\n", 1)[1]), 0o755)
+    _write(lib_dir / "sim-data" / "models.json", (TEMPLATES / "hf-models.json").read_bytes())
 
     # The host's files, read by the reporter under GPUOPS_HOST_ROOT.
     init_error = NVML_MODES[nvml]
@@ -437,7 +611,8 @@ def setup_simhost(
 
     state_file = state_dir / "gpus.json"
     host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file,
-                   sglang_version=sglang_version)
+                   sglang_version=sglang_version, scenario=scenario, pace=pace)
+    _write_json_atomic(host.sim_file, dict(SIM_DEFAULTS, scenario=scenario, pace=pace))
     host.write_state(
         default_state(
             root,
@@ -449,6 +624,6 @@ def setup_simhost(
             library_version=lib_version,
         )
     )
-    for p in (bin_dir / "python", bin_dir / "nvidia-smi"):
+    for p in (bin_dir / "python", bin_dir / "nvidia-smi", bin_dir / "hf", bin_dir / "systemctl"):
         os.chmod(p, os.stat(p).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return host

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.sshd import start_sshd, Sshd
+from gpuops.core.simhost import setup_simhost
+from tests.sshd import Sshd, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,3 +45,36 @@ def ssh_home(tmp_path, sshd, monkeypatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     return home
+
+
+PACE = 0.05  # the simulated server's pace in deploy tests
+
+
+@pytest.fixture
+def world(tmp_path, sshd, ssh_home):
+    """A simulated 4-GPU host reached over SSH, an operator HF cache holding Qwen3-8B's config."""
+    root = Path(tempfile.mkdtemp(prefix="gpuops-deploy-"))
+    root.chmod(0o755)
+    hub = tmp_path / "hub"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub / "models--Qwen--Qwen3-8B"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(sha)
+    (repo / "snapshots" / sha).mkdir(parents=True)
+    (repo / "snapshots" / sha / "config.json").write_text((Path(__file__).parent / "data" / "configs" / "qwen3__Qwen3-8B.json").read_text())
+    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"),
+               HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
+    env.pop("GPUOPS_CONFIG", None)
+    env.pop("HF_TOKEN", None)
+
+    def make(scenario: str = "ok", stall: str = "") -> tuple[Path, object]:
+        sim = setup_simhost(root / scenario, gpus=4, sglang_version="0.5.23", scenario=scenario, pace=PACE)
+        cfg = tmp_path / f"{scenario}.toml"
+        cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / scenario / "models"}"]\n'
+                       + stall)
+        return cfg, sim
+
+    yield make, env
+    subprocess.run(["pkill", "-f", str(root)])
+    subprocess.run(["rm", "-rf", str(root)])

@@ -73,6 +73,16 @@ def test_layout_paths_and_state(tmp_path, monkeypatch):
     assert f"SIM_DIR='{d}'" in wrapper and 'exec "$REAL_PYTHON" "$@"' in wrapper
     assert "sglang.launch_server" in wrapper  # the simulator's branch point
     assert (host.bin_dir / "nvidia-smi").read_text().startswith(f"#!{os.path.abspath(sys.executable)} ")
+    for tool in ("hf", "systemctl"):
+        assert os.access(host.bin_dir / tool, os.X_OK)
+        assert (host.bin_dir / tool).read_text().startswith(f"#!{os.path.abspath(sys.executable)} -I\n")
+    assert (d / "lib" / "sglang" / "launch_server.py").is_file()
+    assert (d / "lib" / "sglang-sim" / "sglang_sim.py").is_file()
+    assert json.loads((d / "lib" / "sim-data" / "models.json").read_text())["models"]["Qwen/Qwen3-8B"]["shards"] == 5
+    assert host.journal_dir == d / "journal" and host.journal_dir.is_dir()
+    assert (d / "state" / "systemd").is_dir()
+    assert (host.scenario, host.pace) == ("ok", 1.0)
+    assert json.loads((d / "state" / "sim.json").read_text())["scenario"] == "ok"
     assert (d / "lib" / "pynvml.py").is_file()
     assert not (d / "lib" / "__init__.py").exists()
     assert (d / "root/proc/driver/nvidia/version").read_text().startswith(
@@ -104,17 +114,23 @@ def test_layout_paths_and_state(tmp_path, monkeypatch):
 def test_host_block_is_valid_config(host):
     local = host.host_block("sim1")
     doc = tomllib.loads(local)["hosts"]["sim1"]
-    assert doc == {"local": True, "python": str(host.python), "env": {"PATH": f"{host.bin_dir}:$PATH"}}
+    assert doc == {"local": True, "python": str(host.python), "launcher": "process",
+                   "journal_dir": str(host.directory / "journal"), "env": {"PATH": f"{host.bin_dir}:$PATH"}}
     remote = tomllib.loads(host.host_block("gpu.lab-2", ssh='root@10.0.0.5:22'))
     assert remote["hosts"]["gpu.lab-2"]["ssh"] == "root@10.0.0.5:22"
     assert "local" not in remote["hosts"]["gpu.lab-2"]
     with pytest.raises(ValueError):
         host.host_block("Bad Name")
+    with pytest.raises(ValueError, match="launcher"):
+        host.host_block("sim1", launcher="docker")
     # gpuops' own config parser takes it
     from gpuops.core.config import parse_inventory
 
     cfg = parse_inventory(local, "test").hosts[0]
     assert cfg.local and cfg.python == str(host.python) and cfg.path_prefix() == str(host.bin_dir)
+    assert cfg.launcher == "process" and cfg.journal_dir == str(host.journal_dir)
+    cfg = parse_inventory(host.host_block("sim1", launcher="systemd"), "test").hosts[0]
+    assert cfg.launcher == "systemd" and cfg.journal_dir == str(host.journal_dir)
 
 
 def test_write_state_is_atomic_and_set_gpu_validates(host):
@@ -185,9 +201,17 @@ print(json.dumps(out))
 """
 
 
-def test_fake_pynvml_mimics_the_binding(host):
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_fake_pynvml_mimics_the_binding(host, sleeper):
     host.set_gpu(1, memory_used=11_291_918_336, util=87, mem_util=40, power_mw=412_345, temp_c=58,
-                 sm_clock=1980, processes=[{"pid": 4242, "used": 11_282_677_760}])
+                 sm_clock=1980, processes=[{"pid": sleeper.pid, "used": 11_282_677_760}])
     host.set_gpu(0, power_mw=None)
     res = run([host.python, "-c", PYNVML_PROBE])
     assert res.returncode == 0, res.stderr
@@ -205,7 +229,7 @@ def test_fake_pynvml_mimics_the_binding(host):
     assert out["v2"] == [total, total - used - reserved, used, reserved]
     assert out["util"] == [87, 40]
     assert (out["power"], out["temp"], out["sm"]) == (412_345, 58, 1980)
-    assert out["procs"] == [[4242, 11_282_677_760]] and out["gprocs"] == []
+    assert out["procs"] == [[sleeper.pid, 11_282_677_760]] and out["gprocs"] == []
     assert out["p2p_write"] == 0 and out["p2p_read_const"] == [0]
     assert out["p2p_read"] == "argument 3: TypeError: Don't know how to convert parameter 3"
     assert out["na_power"] == ["NVMLError_NotSupported", 3, "Not Supported"] and out["na_is_subclass"]
@@ -269,18 +293,18 @@ def test_reporter_reads_the_simulated_gpus(host):
     assert again["gpus"][0]["temp_c"] is None  # N/A
 
 
-def test_running_reporter_sees_set_gpu(host):
+def test_running_reporter_sees_set_gpu(host, sleeper):
     proc = subprocess.Popen([str(host.python), "-c", REPORTER_SOURCE, "--interval", "0.05"],
                             stdout=subprocess.PIPE, text=True)
     try:
         first = json.loads(proc.stdout.readline())
         assert first["gpus"][0]["memory_used_bytes"] == 0
-        host.set_gpu(0, memory_used=7 * GIB, processes=[{"pid": 99999, "used": 7 * GIB}])
+        host.set_gpu(0, memory_used=7 * GIB, processes=[{"pid": sleeper.pid, "used": 7 * GIB}])
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             row = json.loads(proc.stdout.readline())["gpus"][0]
             if row["memory_used_bytes"] == 7 * GIB:
-                assert [p["pid"] for p in row["processes"]] == [99999]
+                assert [p["pid"] for p in row["processes"]] == [sleeper.pid]
                 break
         else:
             pytest.fail("the running reporter never saw set_gpu's change")
@@ -417,12 +441,17 @@ def test_nvidia_smi_compute_apps(host):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         uuid1 = host.read_state()["gpus"][1]["uuid"]
+        waker = subprocess.Popen(["sleep", "30"])
         host.set_gpu(1, processes=[{"pid": sleeper.pid, "used": 11_282_677_760},
-                                   {"pid": 2**22 + 1, "used": None}])
+                                   {"pid": waker.pid, "used": None, "name": ""}])
         res = smi(host, "--query-compute-apps=gpu_uuid,pid,used_memory,process_name", "--format=csv,noheader,nounits")
         assert res.returncode == 0
         assert res.stdout.splitlines() == [f"{uuid1}, {sleeper.pid}, 10760, sleep",
-                                           f"{uuid1}, {2**22 + 1}, [N/A], [Not Found]"]
+                                           f"{uuid1}, {waker.pid}, [N/A], sleep"]
+        waker.kill()
+        waker.wait()  # a process that is gone is no longer listed
+        res = smi(host, "--query-compute-apps=gpu_uuid,pid,used_memory,process_name", "--format=csv,noheader,nounits")
+        assert res.stdout.splitlines() == [f"{uuid1}, {sleeper.pid}, 10760, sleep"]
         res = smi(host, "--query-compute-apps=gpu_uuid,pid,used_memory,process_name", "--format=csv")
         assert res.stdout.splitlines()[:2] == ["gpu_uuid, pid, used_gpu_memory [MiB], process_name",
                                                f"{uuid1}, {sleeper.pid}, 10760 MiB, sleep"]
@@ -468,18 +497,18 @@ def test_nvidia_smi_invalid_field_and_format(host):
     assert res.stdout == "index\n0\n1\n"
 
 
-def test_nvidia_smi_table_matches_real_layout(real_h200):
+def test_nvidia_smi_table_matches_real_layout(real_h200, sleeper):
     real_h200.set_gpu(0, power_mw=80_236, temp_c=32)
     out = smi(real_h200).stdout
     date, rest = out.split("\n", 1)
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}", date)
     assert rest == REAL_TABLE
-    # with a process (the real row, recorded with a 10 GiB PyTorch allocation)
+    # with a process (the real row, recorded with a 10 GiB PyTorch allocation by pid 566)
     real_h200.set_gpu(0, memory_used=11_291_918_336,
-                      processes=[{"pid": 566, "used": 11_282_677_760, "name": "python3"}])
+                      processes=[{"pid": sleeper.pid, "used": 11_282_677_760, "name": "python3"}])
     out = smi(real_h200).stdout
     assert "|   10769MiB / 143771MiB |" in out
-    assert "|    0   N/A  N/A             566      C   python3                               10760MiB |\n" in out
+    assert f"|    0   N/A  N/A{sleeper.pid:>16}      C   python3                               10760MiB |\n" in out
 
 
 # ------------------------------------------------------------------ over SSH, as gpuops reaches a host
@@ -555,11 +584,16 @@ def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
     assert (again.returncode, again.stdout) == (0, res.stdout)
 
 
-def test_launch_server_is_refused_until_the_simulator_exists(host):
-    from gpuops.core.simhost import NO_SIMULATOR
+def test_launch_server_runs_the_simulator(host):
+    from gpuops.core import sglang_versions as sv
 
-    res = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp", "2"])
-    assert (res.returncode, res.stdout, res.stderr) == (2, "", NO_SIMULATOR + "\n")
+    # the simulator's own argparse answers: an unknown flag is refused as SGLang refuses it
+    res = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp", "2",
+               "--no-such-flag"])
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.endswith("%s: error: unrecognized arguments: --no-such-flag\n" % sv.help_prog(host.sglang_version))
+    # the process is `python -m sglang.launch_server ...` with the real interpreter
+    assert 'exec "$REAL_PYTHON" "$@"' in host.python.read_text()
     # other modules and scripts still reach the real interpreter
     res = run([host.python, "-m", "json.tool", "--help"])
     assert res.returncode == 0 and "usage:" in res.stdout
@@ -638,3 +672,72 @@ async def test_launch_server_help_over_ssh(sshd, tmp_path_factory):
         assert sv.parse_help_flags(res.stdout) == sv.flags_for("0.5.15") - sv.hidden_flags("0.5.15")
     finally:
         await ssh.close()
+
+
+# ------------------------------------------------------------------ scenario, pace, liveness
+
+
+def test_scenario_and_pace_are_stored_and_changed(tmp_path):
+    from gpuops.core.simhost import SCENARIOS
+
+    d = tmp_path / "sim"
+    host = setup_simhost(d, gpus=1, scenario="hang-at-dist-init", pace=0.5)
+    assert (host.scenario, host.pace) == ("hang-at-dist-init", 0.5)
+    assert host.read_sim()["scenario"] == "hang-at-dist-init" and host.read_sim()["pace"] == 0.5
+    host.set_sim(scenario="kv-cache-oom", token_delay_s=0.02)
+    assert host.read_sim()["scenario"] == "kv-cache-oom" and host.scenario == "kv-cache-oom"
+    with pytest.raises(ValueError, match="scenario"):
+        host.set_sim(scenario="nope")
+    with pytest.raises(ValueError, match="pace"):
+        host.set_sim(pace=0)
+    with pytest.raises(ValueError, match="unknown simulator field"):
+        host.set_sim(colour="red")
+    with pytest.raises(ValueError, match="scenario"):
+        setup_simhost(d, scenario="crash")
+    # a later setup changes them (and keeps the host's own files under DIR/root/etc)
+    unit = d / "root/etc/systemd/system/x.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
+    host = setup_simhost(d, gpus=1, scenario="slow-download")
+    assert (host.scenario, host.pace) == ("slow-download", 1.0) and unit.is_file()
+    assert set(SCENARIOS) == {"ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom",
+                              "slow-download"}
+
+
+def test_cli_sim_setup_scenario_and_pace(tmp_path):
+    res = run([Path(sys.executable).parent / "gpuops", "sim", "setup", tmp_path / "sim", "--scenario",
+               "spec-config-crash", "--pace", "0.5", "--gpus", "2"], timeout=60)
+    assert res.returncode == 0, res.stderr
+    doc = tomllib.loads(res.stdout)["hosts"]["sim"]
+    assert doc["launcher"] == "process" and doc["journal_dir"] == str(tmp_path / "sim" / "journal")
+    sim = json.loads((tmp_path / "sim" / "state" / "sim.json").read_text())
+    assert (sim["scenario"], sim["pace"]) == ("spec-config-crash", 0.5)
+    bad = run([Path(sys.executable).parent / "gpuops", "sim", "setup", tmp_path / "sim2", "--scenario", "x"])
+    assert bad.returncode == 2 and "scenario must be one of" in bad.stderr
+
+
+def test_dead_processes_are_dropped_and_their_memory_freed(host, sleeper):
+    victim = subprocess.Popen(["sleep", "300"])
+    host.set_gpu(0, memory_used=30 * GIB, processes=[{"pid": victim.pid, "used": 20 * GIB},
+                                                      {"pid": sleeper.pid, "used": 10 * GIB}])
+    # a reused pid: same number, another start time
+    host.set_gpu(1, memory_used=5 * GIB, processes=[{"pid": sleeper.pid, "used": 5 * GIB, "start": 1}])
+    data = report(host)
+    assert data["gpus"][0]["memory_used_bytes"] == 30 * GIB
+    assert [p["pid"] for p in data["gpus"][0]["processes"]] == [victim.pid, sleeper.pid]
+    assert data["gpus"][1]["memory_used_bytes"] == 0 and data["gpus"][1]["processes"] == []
+    victim.kill()
+    victim.wait()
+    data = report(host)
+    assert data["gpus"][0]["memory_used_bytes"] == 10 * GIB
+    assert [p["pid"] for p in data["gpus"][0]["processes"]] == [sleeper.pid]
+    res = smi(host, "--query-gpu=memory.used", "--format=csv,noheader,nounits")
+    assert res.stdout == "10240\n0\n"
+    res = smi(host, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+    assert res.stdout == f"{sleeper.pid}, 10240\n"
+    # a zombie counts as gone too
+    zombie = subprocess.Popen(["true"])
+    time.sleep(0.2)  # exited, not yet reaped
+    host.set_gpu(1, memory_used=3 * GIB, processes=[{"pid": zombie.pid, "used": 3 * GIB}])
+    assert report(host)["gpus"][1]["memory_used_bytes"] == 0
+    zombie.wait()

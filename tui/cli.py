@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "'none': no SGLang)")
     p.add_argument("--name", default="sim", help="host name in the printed block")
     p.add_argument("--ssh", metavar="TARGET", help="print an SSH entry (user@host:port) instead of a local one")
+    p.add_argument("--scenario", default="ok", metavar="S",
+                   help="what its SGLang server and hf do: ok, ok-with-mtp, hang-at-dist-init, spec-config-crash, "
+                        "kv-cache-oom, slow-download (default: ok)")
+    p.add_argument("--pace", type=float, default=1.0, metavar="F",
+                   help="multiplies the simulated delays: 1 (default) starts a big model in ~5-10 s, 60 is about "
+                        "real time")
     return parser
 
 
@@ -267,7 +273,8 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
             raise UsageError(f"--ssh: {exc}") from None
     try:
         memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
-        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version, **memory)
+        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
+                            scenario=args.scenario, pace=args.pace, **memory)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(sim.host_block(args.name, ssh=args.ssh), end="")

@@ -24,6 +24,9 @@ and a real H200 with driver 580.159.04):
 - a GPU field set to ``null`` in the state makes the call that reads it raise
   ``NVMLError_NotSupported`` (gpuops shows N/A). nvml* device/system functions this
   fake does not model also raise ``NVMLError_NotSupported``.
+- a process whose pid no longer exists (or is a zombie, or, when its entry has a ``start``
+  time, is another process that reused the pid) is left out and its ``used`` memory no longer
+  counts in the GPU's used memory: a SIGKILLed server frees its memory as the driver would.
 """
 
 import ctypes
@@ -33,6 +36,7 @@ import re
 import string
 import sys
 import threading
+import time
 
 GPUOPS_SIMULATED = True
 
@@ -248,22 +252,67 @@ class LP_struct_c_nvmlDevice_t(object):
 
 _lock = threading.Lock()
 _refcount = 0
-_cache = {"key": None, "state": None}
+_cache = {"key": None, "raw": None, "state": None, "checked": None}
 _handles = {}
 
 
+def _pid_alive(pid, start=None):
+    """Whether PID is a live process (not a zombie), and the same one when START (its start
+    time in clock ticks, field 22 of /proc/PID/stat) is given."""
+    try:
+        with open("/proc/%d/stat" % int(pid), "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError, ValueError):
+        if os.path.isdir("/proc/self"):
+            return False
+        try:  # no procfs: all that can be asked is whether the pid exists
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except (OSError, ValueError):
+            pass
+        return True
+    if fields[0] in (b"Z", b"X"):
+        return False
+    return start is None or fields[19].decode() == str(start)
+
+
+def _drop_dead(state):
+    """The state without the processes that no longer exist, their memory no longer counted
+    as used (a server killed with SIGKILL leaves its entries behind; the driver frees its memory)."""
+    gpus = state.get("gpus") or []
+    if not any(gpu.get("processes") for gpu in gpus):
+        return state
+    out = dict(state)
+    out["gpus"] = []
+    for gpu in gpus:
+        procs = gpu.get("processes") or []
+        live = [p for p in procs if _pid_alive(p.get("pid", -1), p.get("start"))]
+        if len(live) != len(procs):
+            gpu = dict(gpu, processes=live)
+            dead = sum(int(p.get("used") or 0) for p in procs if p not in live)
+            if gpu.get("memory_used") is not None:
+                gpu["memory_used"] = max(0, int(gpu["memory_used"]) - dead)
+        out["gpus"].append(gpu)
+    return out
+
+
 def _load():
-    """The state, re-read only when the file changed (mtime, inode or size)."""
+    """The state, re-read only when the file changed (mtime, inode or size); processes that
+    have exited are dropped (checked at most every 0.1 s)."""
     try:
         st = os.stat(_STATE_FILE)
         key = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
         if key != _cache["key"]:
             with open(_STATE_FILE, "r") as f:
                 state = json.load(f)
-            _cache["key"], _cache["state"] = key, state
+            _cache["key"], _cache["raw"], _cache["checked"] = key, state, None
     except (OSError, ValueError):
-        if _cache["state"] is None:
+        if _cache.get("raw") is None:
             raise NVMLError(NVML_ERROR_UNKNOWN)
+    now = time.monotonic()
+    if _cache.get("checked") is None or now - _cache["checked"] > 0.1:
+        _cache["state"], _cache["checked"] = _drop_dead(_cache["raw"]), now
     return _cache["state"]
 
 

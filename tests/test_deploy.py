@@ -1,0 +1,102 @@
+"""`gpuops deploy` end to end: the simulated host over real SSH, the process launcher,
+download → phases → ready → quick check → stop, and the failing scenarios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuops.core.simhost import setup_simhost
+from tests.test_cli import GPUOPS
+from tests.test_hosts import processes_matching
+
+
+
+def deploy(cfg: Path, env: dict, *args: str, timeout: float = 120) -> tuple[int, list[dict], str]:
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
+                          "--yes", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return out.returncode, events, out.stderr
+
+
+def states(events: list[dict]) -> list[str]:
+    return [e["state"] for e in events if e["event"] == "state"]
+
+
+def test_full_deploy_over_ssh_then_status_logs_and_stop(world):
+    make, env = world
+    cfg, sim = make("ok")
+    rc, events, err = deploy(cfg, env, "--name", "qwen8b")
+    assert rc == 0, err + "\n".join(map(json.dumps, events[-15:]))
+    seen = states(events)
+    assert seen[0] == "planned" and seen[-1] == "ready"
+    order = ["downloading", "starting", "dist_init", "weights", "kv_cache", "cuda_graph", "http", "ready"]
+    assert [s for s in seen if s in order] == order, seen
+    downloads = [e for e in events if e["event"] == "progress" and e["phase"] == "downloading"]
+    assert downloads and downloads[-1]["done"] >= downloads[-1]["total"] * 0.99  # bytes on disk, measured
+    shards = [e for e in events if e["event"] == "progress" and e["phase"] == "weights"]
+    assert shards and shards[-1]["done"] == shards[-1]["total"]
+    ready = events[-1]
+    assert ready["endpoint"] == "http://127.0.0.1:30000" and ready["quick_check"]["content"]
+    assert any(e["event"] == "log" and "fired up and ready" in e["line"] for e in events)
+    assert all(e["ts"].endswith("Z") for e in events)
+
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "status", "qwen8b", "--json"], capture_output=True,
+                         text=True, env=env)
+    doc = json.loads(out.stdout)
+    assert doc["deployment"]["state"] == "ready" and doc["deployment"]["host"] == "gpu1"
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "logs", "qwen8b"], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert "The server is fired up and ready to roll!" in out.stdout
+    # the server runs on after gpuops has exited; stop asks first
+    assert processes_matching("sglang.launch_server")
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b"], capture_output=True, text=True, env=env,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and "--yes" in out.stderr
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "--readonly", "stop", "qwen8b", "--yes"],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 2 and "read-only" in out.stderr
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b", "--yes"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "status", "qwen8b", "--json"], capture_output=True,
+                         text=True, env=env)
+    assert json.loads(out.stdout)["deployment"]["state"] == "stopped"
+    # a second deploy reuses the downloaded copy: no download this time
+    rc, events, err = deploy(cfg, env, "--name", "qwen8b")
+    assert rc == 0, err
+    assert "downloading" not in states(events)
+    subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b", "--yes"], capture_output=True, env=env)
+
+
+@pytest.mark.parametrize("scenario, stall, final, phase", [
+    ("hang-at-dist-init", "\n[stall]\ndist_init = 3\n", "stalled", "dist_init"),
+    ("kv-cache-oom", "", "crashed", "kv_cache"),
+    ("slow-download", "\n[stall]\ndownload = 3\n", "stalled", None),
+])
+def test_failing_scenarios_end_with_the_right_outcome(world, scenario, stall, final, phase):
+    make, env = world
+    cfg, sim = make(scenario, stall)
+    rc, events, err = deploy(cfg, env, "--name", f"t-{scenario}")
+    assert rc == 1, err
+    last = [e for e in events if e["event"] == "state"][-1]
+    assert last["state"] == final
+    if phase:
+        assert last.get("phase") == phase
+    else:
+        assert any(e["event"] == "finding" and e["code"] == "download-stalled" for e in events)
+    subprocess.run([GPUOPS, "--config", str(cfg), "stop", f"t-{scenario}", "--yes"], capture_output=True, env=env)
+
+
+def test_refused_before_anything_changes(world):
+    make, env = world
+    cfg, sim = make("ok")
+    bare = setup_simhost(Path(sim.directory).parent / "bare", gpus=2, sglang_version="none")
+    cfg.write_text(bare.host_block("gpu1", ssh="simbox"))
+    rc, events, err = deploy(cfg, env)
+    assert rc == 2 and "SGLang is not installed" in err and events == []
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "status", "--json"], capture_output=True, text=True, env=env)
+    assert json.loads(out.stdout)["deployments"] == []  # nothing recorded

@@ -1,0 +1,41 @@
+"""The deployment screen reattaches to a server that gpuops started earlier and shows its phases."""
+
+from __future__ import annotations
+
+import subprocess
+
+from gpuops.core.config import load_inventory
+from gpuops.screens.deployment import DeploymentScreen
+from gpuops.tui.app import GpuopsApp
+from gpuops.tui.logview import LogView
+from tests.test_cli import GPUOPS
+from tests.test_deploy import deploy
+from tests.tui_helpers import until
+
+
+async def test_reattach_shows_phases_numbers_and_the_log(world, monkeypatch):
+    make, env = world
+    cfg, sim = make("ok")
+    rc, events, err = deploy(cfg, env, "--name", "qwen8b")
+    assert rc == 0, err
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    try:
+        async with app.run_test(size=(170, 50)) as pilot:
+            await pilot.press("colon", *"dep qwen8b", "enter")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+            screen = app.screen
+            assert await until(pilot, lambda: screen.tracker.outcome == "ready", timeout=30)
+            await pilot.pause(1.2)  # one refresh of the view
+            phases = screen.query_one("#dep-phases").text.plain
+            for phase in ("dist_init", "weights", "kv_cache", "cuda_graph", "http"):
+                assert f"✔ {phase}" in phases
+            assert "ready: http://127.0.0.1:30000" in phases
+            assert "kv_tokens" in screen.query_one("#dep-numbers").text.plain
+            log = screen.query_one(LogView)
+            assert any("fired up and ready" in line for line in log.plain_lines())
+            await pilot.press("k")  # the quick check
+            assert await until(pilot, lambda: (screen.check_result or "").startswith("quick check:"), timeout=30)
+    finally:
+        subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b", "--yes"], capture_output=True, env=env)
