@@ -4,6 +4,8 @@ download → phases → ready → quick check → stop, and the failing scenario
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -100,3 +102,31 @@ def test_refused_before_anything_changes(world):
     assert rc == 2 and "SGLang is not installed" in err and events == []
     out = subprocess.run([GPUOPS, "--config", str(cfg), "status", "--json"], capture_output=True, text=True, env=env)
     assert json.loads(out.stdout)["deployments"] == []  # nothing recorded
+
+
+def test_systemd_launcher_with_the_fake_systemctl_and_a_real_journal(world):
+    """No machine here runs systemd as PID 1: the simulated host's systemctl starts the unit gpuops
+    wrote and feeds its output into a real journal file, which gpuops follows with journalctl."""
+    make, env = world
+    cfg, sim = make("ok")
+    cfg.write_text(sim.host_block("gpu1", ssh="simbox", launcher="systemd")
+                   + f'model_dirs = ["{sim.directory / "models"}"]\n')
+    name = f"sd{os.getpid()}"
+    unit, env_file = Path(f"/etc/systemd/system/gpuops-{name}.service"), Path(f"/etc/gpuops/{name}.env")
+    try:
+        rc, events, err = deploy(cfg, env, "--name", name)
+        assert rc == 0, err + "\n".join(map(json.dumps, events[-10:]))
+        assert [s for s in states(events) if s in ("starting", "dist_init", "ready")] == ["starting", "dist_init",
+                                                                                            "ready"]
+        assert unit.is_file() and "EnvironmentFile=" in unit.read_text()
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+        out = subprocess.run([GPUOPS, "--config", str(cfg), "logs", name], capture_output=True, text=True, env=env,
+                             timeout=60)
+        assert "The server is fired up and ready to roll!" in out.stdout  # read back from the journal
+        out = subprocess.run([GPUOPS, "--config", str(cfg), "stop", name, "--yes"], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+    finally:
+        sim.shutdown()
+        unit.unlink(missing_ok=True)
+        env_file.unlink(missing_ok=True)
