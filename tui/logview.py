@@ -78,7 +78,7 @@ class LogView(ScrollView, can_focus=True):
         self._rows: deque[tuple[int, int]] = deque()  # (absolute entry number, wrapped piece) shown
         self._first = 0  # absolute number of entries[0]
         self._widest = 0
-        self._end_pending = False
+        self._size_pending = False
 
     # ---------------------------------------------------------------- data
 
@@ -122,15 +122,20 @@ class LogView(ScrollView, can_focus=True):
         self._sized()
 
     def _sized(self) -> None:
+        # Lines can arrive thousands a second: size, scroll and repaint at most once a frame.
+        if not self._size_pending:
+            self._size_pending = True
+            self.set_timer(1 / 30, self._apply_size)
+
+    def _apply_size(self) -> None:
+        self._size_pending = False
         width = self._width()
         self.virtual_size = Size(width if self.wrap else max(width, self._widest), len(self._rows))
-        if self.follow and not self._end_pending:
-            self._end_pending = True
+        if self.follow:  # once the new size is laid out
             self.call_after_refresh(self._to_end)
         self.refresh()
 
     def _to_end(self) -> None:
-        self._end_pending = False
         if self.follow:
             self.scroll_end(animate=False, x_axis=False)
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The log pipeline's figures (issue 4), each against a baseline measured in the same run:
+
+1. rate: gpuops' pipeline (journalctl JSON line → Record → phase tracker → ring buffer) over the
+   lines of a real journal, against `journalctl -o json` writing the same journal to /dev/null.
+   Ratio >= 1.0 means gpuops is never the bottleneck.
+2. key press → repaint in the log view while 20,000 lines/s flow into it (p50/p99), against
+   the same app with no lines flowing.
+3. memory after 1,000,000 lines: Python heap (tracemalloc) after 100k and after 1M lines fed
+   through tracker + ring buffer (flat means bounded by the ring buffer).
+
+    .venv/bin/python tests/perf/log_pipeline.py [--entries 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from gpuops.core.journal import RingBuffer, parse_journal_line  # noqa: E402
+from gpuops.core.phases import PhaseTracker  # noqa: E402
+from tests.journal_util import JournalWriter  # noqa: E402
+
+LOGS = REPO / "tests" / "data" / "logs"
+
+
+def sample_lines() -> list[str]:
+    lines: list[str] = []
+    for f in sorted(LOGS.glob("sglang-*.log")):
+        lines += f.read_text().splitlines()
+    decode = [f"[2026-07-14 07:5{i % 10}:0{i % 10} TP0] Decode batch, #running-req: 12, #token: 4{i}, "
+              f"token usage: 0.01, accept len: 3.1, gen throughput (token/s): 812.4, #queue-req: 0"
+              for i in range(200)]
+    return lines + decode
+
+
+def pipeline(json_lines: list[str]) -> tuple[float, PhaseTracker, RingBuffer]:
+    tracker, ring = PhaseTracker(), RingBuffer(100_000)
+    t0 = time.perf_counter()
+    for line in json_lines:
+        rec = parse_journal_line(line)
+        tracker.feed(rec.text)
+        ring.append(rec)
+    return time.perf_counter() - t0, tracker, ring
+
+
+def rate(entries: int) -> None:
+    base = sample_lines()
+    messages = [base[i % len(base)] for i in range(entries)]
+    with tempfile.TemporaryDirectory() as tmp:
+        w = JournalWriter(Path(tmp))
+        for i in range(0, entries, 50_000):
+            w.append(messages[i:i + 50_000])
+        argv = ["journalctl", f"--directory={tmp}", "-o", "json", "--all", "--no-pager"]
+        t0 = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        t_journal = time.perf_counter() - t0
+        json_lines = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
+    t_gpuops, tracker, ring = pipeline(json_lines)
+    n = len(json_lines)
+    print(f"1. {n:,} journal entries: journalctl -o json > /dev/null {n / t_journal:,.0f} lines/s; "
+          f"gpuops parse+phase+buffer {n / t_gpuops:,.0f} lines/s; ratio {t_journal / t_gpuops:.2f} "
+          f"(>= 1.0: gpuops keeps up)")
+
+
+def repaint() -> None:
+    from textual.app import App, ComposeResult
+
+    from gpuops.tui.logview import LogView
+
+    class LogApp(App):
+        def compose(self) -> ComposeResult:
+            yield LogView(100_000, id="log")
+
+    async def measure(flowing: bool) -> list[float]:
+        app = LogApp()
+        latencies: list[float] = []
+        async with app.run_test(size=(160, 45)) as pilot:
+            view = app.query_one(LogView)
+            view.focus()
+            stop = False
+
+            async def flow() -> None:
+                i = 0
+                while not stop:
+                    for _ in range(200):  # 200 lines every 10 ms = 20,000 lines/s
+                        view.append(f"[2026-07-14 07:49:04 TP0] Decode batch, #running-req: {i % 64}, line {i}")
+                        i += 1
+                    await asyncio.sleep(0.01)
+
+            task = asyncio.create_task(flow()) if flowing else None
+            await pilot.pause(0.5)
+            loop = asyncio.get_running_loop()
+            for _ in range(60):
+                before = view.show_timestamps
+                t0 = time.perf_counter()
+                app.simulate_key("t")  # timestamps on/off: every visible line changes
+                while view.show_timestamps == before:
+                    await asyncio.sleep(0.0005)
+                painted = loop.create_future()
+                app.call_after_refresh(lambda: painted.done() or painted.set_result(time.perf_counter()))
+                latencies.append((await painted - t0) * 1000)
+                await asyncio.sleep(0.05)
+            stop = True
+            if task:
+                await task
+        return latencies
+
+    quiet = asyncio.run(measure(False))
+    busy = asyncio.run(measure(True))
+    q = statistics.quantiles
+    print(f"2. key → repaint: quiet p50 {statistics.median(quiet):.1f} ms p99 {q(quiet, n=100)[98]:.1f} ms; "
+          f"with 20,000 lines/s flowing p50 {statistics.median(busy):.1f} ms p99 {q(busy, n=100)[98]:.1f} ms "
+          f"(goal p99 < 50 ms)")
+
+
+def memory() -> None:
+    base = sample_lines()
+    tracker, ring = PhaseTracker(), RingBuffer(100_000)
+    tracemalloc.start()
+    marks = {}
+    for i in range(1_000_000):
+        text = base[i % len(base)]
+        tracker.feed(text)
+        ring.append(text)
+        if i + 1 in (100_000, 1_000_000):
+            marks[i + 1] = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(f"3. heap after 100,000 lines {marks[100_000] / 2**20:.1f} MiB, after 1,000,000 lines "
+          f"{marks[1_000_000] / 2**20:.1f} MiB (ring buffer of 100,000; dropped {ring.dropped:,})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--entries", type=int, default=200_000)
+    args = ap.parse_args()
+    rate(args.entries)
+    repaint()
+    memory()
+
+
+if __name__ == "__main__":
+    main()
