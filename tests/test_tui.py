@@ -115,6 +115,7 @@ async def test_readonly_and_simulated_are_labelled():
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause(0.1)
         assert app.screen.sub_title == "SIMULATED · READONLY"
+        assert app.title == "gpuops · SIMULATED · READONLY"  # the header of every screen
         assert "READONLY" in screen_text(app)
 
 

@@ -46,6 +46,8 @@ class GpuopsApp(App):
         self.simulated = simulated
         self.interval = interval
         self.monitor = Monitor(inventory, interval=interval, hosts=hosts)
+        if self.mode_label():  # in every screen's header
+            self.title = f"gpuops · {self.mode_label()}"
         for theme in THEMES:
             self.register_theme(theme)
         # Before the first frame: a theme change later would restyle every widget.

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
     p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
-    p.add_argument("--scenario", default="ok", choices=["ok"], help="what the simulated host does")
+    p.add_argument("--scenario", default="ok", metavar="S",
+                   help="what the simulated host's server does: ok, ok-with-mtp, hang-at-dist-init, "
+                        "spec-config-crash, kv-cache-oom, slow-download")
     p.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs")
 
     sim = sub.add_parser("sim", parents=[common], help="the simulated GPU host")
@@ -294,8 +296,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from gpuops.core.config import parse_inventory
     from gpuops.core.simhost import setup_simhost
 
+    from gpuops.core.simhost import SCENARIOS
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {args.scenario!r}")
     with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
-        sim = setup_simhost(tmp, gpus=args.gpus)
+        sim = setup_simhost(tmp, gpus=args.gpus, scenario=args.scenario)
         inv = parse_inventory(sim.host_block("sim"), source=f"{tmp}/demo.toml")
         return run_dashboard(inv, readonly=getattr(args, "readonly", False), simulated=True)
 
