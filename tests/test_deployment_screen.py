@@ -39,3 +39,32 @@ async def test_reattach_shows_phases_numbers_and_the_log(world, monkeypatch):
             assert await until(pilot, lambda: (screen.check_result or "").startswith("quick check:"), timeout=30)
     finally:
         subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b", "--yes"], capture_output=True, env=env)
+
+
+async def test_deploy_from_plan_review_opens_the_deployment_screen_until_ready(world, monkeypatch):
+    from gpuops.core.hostfacts import read_target
+    from gpuops.core.models import load_model_facts
+    from gpuops.core.plan import Wishes
+    from gpuops.screens.plan_review import PlanReviewScreen
+
+    make, env = world
+    cfg, sim = make("ok")
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    try:
+        async with app.run_test(size=(170, 50)) as pilot:
+            host = app.monitor.hosts["gpu1"]
+            facts = load_model_facts("Qwen/Qwen3-8B")
+            target = await read_target(host)
+            await app.push_screen(PlanReviewScreen(facts, target, Wishes(tp=1, name="fromtui")))
+            await pilot.pause(0.2)
+            await pilot.press("d")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen), timeout=30)
+            screen = app.screen
+            assert screen.deployment.name == "fromtui"
+            assert await until(pilot, lambda: screen.tracker.outcome == "ready", timeout=60)
+            assert await until(pilot, lambda: any("fromtui: ready" in str(n.message) for n in app._notifications),
+                               timeout=60)
+    finally:
+        subprocess.run([GPUOPS, "--config", str(cfg), "stop", "fromtui", "--yes"], capture_output=True, env=env)
