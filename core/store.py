@@ -115,6 +115,7 @@ class Store:
             self.db = db
 
         def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE")  # the write lock up front: no upgrade deadlock
             return self.db
 
         def __exit__(self, *exc: Any) -> None:
@@ -140,7 +141,6 @@ class Store:
         now = utc_now()
         model = (plan.get("model") or {}).get("id") or "?"
         with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM deployments WHERE name = ?", (name,))
             db.execute(
                 "INSERT INTO deployments (name, host, model, launcher, plan_json, state, created_at, updated_at)"
@@ -163,7 +163,6 @@ class Store:
             raise StoreError(f"unknown deployment state {state!r}")
         now = utc_now()
         with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
             if db.execute("UPDATE deployments SET state = ?, updated_at = ? WHERE name = ?",
                           (state, now, name)).rowcount == 0:
                 raise StoreError(f"no deployment named {name!r}")
@@ -176,7 +175,6 @@ class Store:
             raise StoreError(f"unknown event kind {kind!r}")
         ts = ts or utc_now()
         with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
             cur = db.execute("INSERT INTO events (deployment, ts, kind, data_json) VALUES (?, ?, ?, ?)",
                              (name, ts, kind, json.dumps(data)))
         return Event(cur.lastrowid or 0, name, ts, kind, data)
@@ -184,7 +182,6 @@ class Store:
     def set_position(self, name: str, *, cursor: str | None = None, log_offset: int | None = None) -> None:
         """Where reading the deployment's log stopped (resumed from there on reattach)."""
         with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
             db.execute("UPDATE deployments SET cursor = COALESCE(?, cursor), log_offset = COALESCE(?, log_offset) "
                        "WHERE name = ?", (cursor, log_offset, name))
 
@@ -199,7 +196,6 @@ class Store:
 
     def remove(self, name: str) -> bool:
         with self._tx() as db:
-            db.execute("BEGIN IMMEDIATE")
             return db.execute("DELETE FROM deployments WHERE name = ?", (name,)).rowcount > 0
 
 
