@@ -339,10 +339,17 @@ async def nvsmi_once(host: Host) -> tuple[list[GpuSample], str | None]:
     return [], "nvidia-smi refused the query"
 
 
-def _fallback_status(status: NvmlStatus, gpus: list[GpuSample], error: str | None) -> NvmlStatus:
+def _with_fallback(snap: Snapshot, gpus: list[GpuSample], error: str | None) -> None:
+    """A snapshot whose python has no pynvml gets nvidia-smi's GPU rows (or both errors)."""
+    status = snap.nvml
+    snap.gpus = gpus
     if error is None:
-        return NvmlStatus(ok=True, code=None, error=None, hint=status.error + "; GPU rows from nvidia-smi" if status.error else None)
-    return NvmlStatus(ok=False, code=status.code, error=f"{status.error}; nvidia-smi: {error}", hint=status.hint)
+        hint = f"{status.error}; GPU rows from nvidia-smi" if status.error else None
+        snap.nvml, snap.source = NvmlStatus(ok=True, hint=hint), "nvidia-smi"
+    else:
+        snap.nvml = NvmlStatus(ok=False, code=status.code, error=f"{status.error}; nvidia-smi: {error}",
+                               hint=status.hint)
+        snap.source = "none"
 
 
 async def snapshot(host: Host, timeout: float = 20.0) -> Snapshot:
@@ -355,10 +362,7 @@ async def snapshot(host: Host, timeout: float = 20.0) -> Snapshot:
         if snap is None:
             raise _reporter_failure(host, res.returncode, res.stderr)
     if snap.nvml.code == "no-pynvml":
-        gpus, error = await nvsmi_once(host)
-        snap.gpus = gpus
-        snap.nvml = _fallback_status(snap.nvml, gpus, error)
-        snap.source = "nvidia-smi" if error is None else "none"
+        _with_fallback(snap, *await nvsmi_once(host))
     return snap
 
 
@@ -405,9 +409,7 @@ class Sampler:
                         if fallback is None:
                             fallback = _NvsmiFollower(self.host, self.interval)
                             fallback.start()
-                        snap.gpus = fallback.latest()
-                        snap.nvml = _fallback_status(snap.nvml, snap.gpus, fallback.error)
-                        snap.source = "nvidia-smi" if fallback.error is None else "none"
+                        _with_fallback(snap, fallback.latest(), fallback.error)
                     yield snap
             raise _reporter_failure(self.host, lines.returncode, lines.stderr_tail)
         finally:
