@@ -17,12 +17,13 @@ from .download import Download, DownloadError
 from .hostfacts import free_space, sglang_version
 from .hosts import Host, HostError, host_python
 from .launch import Launcher, ProcessLauncher, SystemdLauncher, new_api_key, read_env_value, remote_home
+from .procs import process_tree
+from .stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
 from .store import Store, utc_now
-from .telemetry import snapshot
+from .telemetry import plain, snapshot
 
-# Seconds without progress before a phase counts as stalled (config [stall] overrides).
-DEFAULT_STALL = {"starting": 300.0, "dist_init": 120.0, "weights": 900.0, "kv_cache": 300.0,
-                 "cuda_graph": 900.0, "draft": 900.0, "http": 300.0, "download": 120.0}
+# How often the watch samples the server's processes and its GPUs' memory (seconds).
+POLL_S = 5.0
 
 # argv[1] host, argv[2] port: exit 0 when the port is free to bind
 _PORT_FREE = r"""
@@ -82,7 +83,8 @@ class Deployer:
     def __init__(self, host: Host, plan: dict, store: Store, *, emit: Callable[[DeployEvent], Any],
                  yes: bool = False, ask: Callable[[str], bool] | None = None,
                  stall: dict[str, float] | None = None, hf_token: str | None = None,
-                 journal_dir: str | None = None):
+                 journal_dir: str | None = None, poll_s: float = POLL_S,
+                 clock: Callable[[], float] = time.monotonic):
         self.host = host
         self.plan = plan
         self.name = plan["name"]
@@ -95,6 +97,9 @@ class Deployer:
         self.journal_dir = journal_dir
         self.state = "planned"
         self.launcher: Launcher | None = None
+        self.poll_s = poll_s
+        self.clock = clock
+        self.stalled: Stall | None = None
 
     # ---------------------------------------------------------------- events
 
@@ -175,7 +180,11 @@ class Deployer:
         self.set_state("starting", launcher=self.launcher.kind)
 
     async def watch(self) -> str:
-        """Follow the server's log through its phases until ready, crashed or stalled."""
+        """Follow the server's log through its phases until ready, crashed or stalled.
+
+        Every ``poll_s`` the server's processes and its GPUs' memory are sampled for the stall
+        watcher (:mod:`gpuops.core.stall`): a stall is flagged within its threshold plus one
+        poll, and only while the processes live and the memory stays flat."""
         from .journal import FileFollower, JournalFollower
         from .phases import Crash, PhaseEvent, PhaseTracker, Progress
 
@@ -185,7 +194,7 @@ class Deployer:
         else:
             follower = JournalFollower(self.host, self.launcher.unit, directory=self.journal_dir)
         tracker = PhaseTracker()
-        last_progress = time.monotonic()
+        watcher = StallWatcher(self.stall, clock=self.clock)
         queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
 
         async def read() -> None:
@@ -194,13 +203,12 @@ class Deployer:
                 await queue.put(record)
 
         reader = asyncio.create_task(read())
-        next_status = time.monotonic() + 5
+        next_poll = self.clock()
+        last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
         try:
             while True:
-                phase = tracker.phase or "starting"
-                limit = self.stall.get(phase, 600.0)
                 try:
-                    rec = await asyncio.wait_for(queue.get(), 1.0)
+                    rec = await asyncio.wait_for(queue.get(), min(1.0, self.poll_s))
                 except asyncio.TimeoutError:
                     rec = None
                     tracker.idle()  # a quiet log: lets an inferred ready (no ready line) settle
@@ -208,21 +216,22 @@ class Deployer:
                         return "ready"
                 if reader.done() and rec is None and queue.empty() and reader.exception():
                     raise reader.exception()  # type: ignore[misc]
-                now = time.monotonic()
                 if rec is not None and rec.notice:  # truncated/rotated/missing: say so, parse nothing
                     self.emit("log", line=f"gpuops: log {rec.notice}: {rec.text}")
                     continue
                 if rec is not None:
                     self.emit("log", line=rec.text)
+                    if rec.text.strip():
+                        last = (rec.text, tracker.line_no + 1)
                     for ev in tracker.feed(rec.text):
                         if isinstance(ev, PhaseEvent):
-                            last_progress = now
+                            watcher.progress(ev.phase)
                             # ready is recorded after the quick check; starting is already the state
                             if ev.phase not in ("ready", self.state):
                                 self.set_state(ev.phase, line=ev.text)
                             self.emit("phase", phase=ev.phase, line=ev.text)
                         elif isinstance(ev, Progress):
-                            last_progress = now
+                            watcher.progress()
                             self.emit("progress", phase=ev.phase, done=ev.done, total=ev.total, what=ev.what)
                         elif isinstance(ev, Crash):
                             self.emit("finding", code="crash", severity="error", summary=ev.summary,
@@ -233,22 +242,49 @@ class Deployer:
                     if tracker.outcome == "ready":
                         return "ready"
                     self._remember_position(follower)
-                    continue
-                if now - last_progress > limit:
-                    self.emit("finding", code="stalled", severity="error",
-                              summary=f"{phase} made no progress for {now - last_progress:.0f}s")
-                    self.set_state("stalled", phase=phase, silent_s=round(now - last_progress))
-                    return "stalled"
-                if now >= next_status:
-                    next_status = now + 5
-                    st = await self.launcher.status()
-                    if not st.running:
+                    if self.clock() < next_poll:
+                        continue
+                if self.clock() >= next_poll:
+                    next_poll = self.clock() + self.poll_s
+                    if not await self._sample(watcher):
+                        phase = tracker.phase or "starting"
+                        st = await self.launcher.status()
                         self.set_state("crashed", phase=phase, reason=f"the server exited ({st.detail})")
                         return "crashed"
+                stall = watcher.check()
+                if stall is not None:
+                    await self._stalled(stall, *last)
+                    return "stalled"
         finally:
             self._remember_position(follower)
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    async def _sample(self, watcher: StallWatcher) -> bool:
+        """Feed the watcher the server's processes and its GPUs' memory; False when the server
+        has exited. A reading that fails (NVML, a slow host) leaves the watcher's last one."""
+        assert self.launcher is not None
+        st = await self.launcher.status()
+        if not st.running:
+            return False
+        if st.pid:
+            tree = await process_tree(self.host, st.pid, host_python(self.host))
+            watcher.processes(len(tree.pids), len(tree.ranks) or None)
+        gpu_ids = set(self.plan.get("gpu_ids") or ())
+        try:
+            snap = await snapshot(self.host)
+        except HostError:
+            return True
+        used = {g.index: plain(g.memory_used) for g in snap.gpus if not gpu_ids or g.index in gpu_ids}
+        if used:
+            watcher.gpus({i: None if v is None else int(v) for i, v in used.items()})
+        return True
+
+    async def _stalled(self, stall: Stall, last_line: str | None, last_line_no: int | None) -> None:
+        """Say the stall (state, finding with its evidence) and triage it."""
+        self.stalled = stall
+        self.emit("finding", **stall_finding(stall, last_line, last_line_no).to_json())
+        self.set_state("stalled", phase=stall.phase, silent_s=round(stall.silent_s, 1), summary=stall.summary)
 
     def _remember_position(self, follower: Any) -> None:
         cursor = getattr(follower, "cursor", None)

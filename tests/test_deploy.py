@@ -90,6 +90,18 @@ def test_failing_scenarios_end_with_the_right_outcome(world, scenario, stall, fi
         assert last.get("phase") == phase
     else:
         assert any(e["event"] == "finding" and e["code"] == "download-stalled" for e in events)
+    if scenario == "hang-at-dist-init":
+        # the watcher's finding: the simulated GPUs' memory (0 MiB on the plan's 4 GPUs) and the
+        # server's live processes as evidence, and the NCCL_DEBUG restart as an applicable fix
+        (f,) = [e for e in events if e["event"] == "finding" and e["code"] == "nccl-init-stall"]
+        assert f["summary"].startswith("dist_init silent ") and "0 MiB used on GPU0" in f["summary"]
+        readings = [ev["reading"] for ev in f["evidence"] if ev["source"] == "nvml"]
+        assert readings == ["GPU0 memory used 0 MiB"]  # the plan's one GPU (Qwen3-8B fits TP1)
+        assert any(ev["source"] == "ps" and "server processes alive" in ev["reading"] for ev in f["evidence"])
+        (line,) = [ev for ev in f["evidence"] if ev["source"].startswith("log:")]  # the last line: 0.5.23's
+        assert "Init parallel begin." in line["line"] or "nccl" in line["line"].lower()  # or NCCL's after it
+        assert f["fix"]["applicable"] and f["fix"]["plan_patch"]["set_env"]["NCCL_DEBUG"] == "INFO"
+        assert 3 <= f["data"]["silent_s"] < 3 + 5 + 2  # threshold + one poll (+ the quiet-log wait)
     subprocess.run([GPUOPS, "--config", str(cfg), "stop", f"t-{scenario}", "--yes"], capture_output=True, env=env)
 
 
