@@ -1,0 +1,149 @@
+"""Proof on real GPUs: the stall watcher against a real NCCL rendezvous (issue 5).
+
+Runs gpuops' own Deployer (process launcher on the local host, the log follower, the phase
+tracker, the stall watcher, the NVML sampler) against tests/gpu/nccl_server.py, a stand-in
+server whose dist_init is a real 2-rank NCCL rendezvous, in three cases:
+
+  stall      rank 1 is held back for good: rank 0 waits in the rendezvous (as facts/gpu-host.md
+             reproduced). With [stall] dist_init = 20 and a 1 s poll, the watcher must flag
+             nccl-init-stall within 20 s + one poll of the last progress (the dist_init line, or
+             GPU memory that moved after it: rank 0's CUDA context), with both GPUs' real NVML
+             memory readings in its evidence (compared with nvidia-smi's at that moment).
+  slow-peer  rank 1 joins 8 s late: a slow rendezvous that completes; never flagged.
+  healthy    both ranks join at once; never flagged.
+
+Needs 2 GPUs, torch and nvidia-ml-py; nothing else of gpuops' dependencies (core imports only
+the standard library). Usage: python3 tests/gpu/check_nccl_stall.py [--threshold 20] [--cases ...]
+Prints what it saw, and RESULT: PASS/FAIL; exit 0 on PASS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def import_core(tmp: Path) -> None:
+    """gpuops.core from this checkout without installing it (its deps aren't on the GPU box)."""
+    pkg = tmp / "path" / "gpuops"
+    pkg.mkdir(parents=True)
+    (pkg / "core").symlink_to(REPO / "core")
+    sys.path.insert(0, str(tmp / "path"))
+
+
+def nvidia_smi_used() -> dict[int, int]:
+    if shutil.which("nvidia-smi") is None:  # the CPU smoke run (GPUOPS_STANDIN_BACKEND=gloo)
+        return {}
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return {int(i): int(v) for i, v in (line.split(",") for line in out.strip().splitlines())}
+
+
+async def run_case(case: str, threshold: float, tmp: Path) -> dict:
+    from gpuops.core.config import HostConfig
+    from gpuops.core.deploy import Deployer
+    from gpuops.core.hosts import LocalHost
+    from gpuops.core.store import Store
+
+    work = tmp / case
+    (work / "home").mkdir(parents=True)
+    os.environ["HOME"] = str(work / "home")
+    wrapper = work / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests/gpu/nccl_server.py'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    hold = {"stall": ["--hold-back-rank", "1", "--hold-back-s", "-1"],
+            "slow-peer": ["--hold-back-rank", "1", "--hold-back-s", "8"], "healthy": []}[case]
+    port = {"stall": 30101, "slow-peer": 30102, "healthy": 30103}[case]
+    plan = {"name": f"nccl-{case}", "launcher": "process", "python": str(wrapper), "gpu_ids": [0, 1],
+            "port": port, "env": {"NCCL_DEBUG": "WARN"},
+            "argv": ["--tp", "2", "--port", str(port), "--nccl-port", str(port + 1000), *hold]}
+    host = LocalHost(HostConfig(name="localhost", local=True, ssh=None, python=sys.executable))
+    store = Store(work / "gpuops.db")
+    store.add_deployment(plan["name"], host.name, plan)
+    events: list[tuple[float, object]] = []
+    deployer = Deployer(host, plan, store, emit=lambda e: events.append((time.monotonic(), e)),
+                        stall={"dist_init": threshold}, poll_s=1.0)
+    t0 = time.monotonic()
+    await deployer.launch()
+    try:
+        outcome = await asyncio.wait_for(deployer.watch(), timeout=threshold + 150)
+        smi = nvidia_smi_used()
+    finally:
+        await deployer.launcher.stop()
+        store.close()
+    begin = next((t for t, e in events if e.kind == "phase" and e.data.get("phase") == "dist_init"), None)
+    findings = [(t, e.data) for t, e in events if e.kind == "finding"]
+    stalls = [(t, f) for t, f in findings if f.get("code") == "nccl-init-stall"]
+    result = {"case": case, "outcome": outcome, "seconds_total": round(time.monotonic() - t0, 1),
+              "findings": [f.get("code") for _, f in findings], "nvidia_smi_used_mib": smi}
+    if stalls:
+        t, f = stalls[0]
+        result["flag_after_dist_init_s"] = round(t - begin, 2) if begin is not None else None
+        # silence as the watcher measured it: since the last progress, which is the dist_init line
+        # or, later, GPU memory that moved (rank 0's CUDA context appears after the line)
+        result["silent_s"] = f["data"]["silent_s"]
+        result["summary"] = f["summary"]
+        result["evidence"] = f["evidence"]
+    phases = [e.data.get("phase") for _, e in events if e.kind == "phase"]
+    result["phases"] = phases
+    return result
+
+
+def verdict(r: dict, threshold: float, poll: float) -> list[str]:
+    problems = []
+    if r["case"] == "stall":
+        if r["outcome"] != "stalled" or "flag_after_dist_init_s" not in r:
+            problems.append(f"stall case ended {r['outcome']} without nccl-init-stall")
+        else:
+            silent = r["silent_s"]
+            if not (threshold <= silent <= threshold + poll + 0.5):
+                problems.append(f"flagged after {silent} s of silence (want {threshold}..{threshold + poll + 0.5})")
+            readings = [e["reading"] for e in r["evidence"] if e["source"] == "nvml"]
+            if [x.split()[0] for x in readings] != ["GPU0", "GPU1"]:
+                problems.append(f"evidence lacks both GPUs' NVML readings: {readings}")
+            for x in readings:
+                gpu, mib = int(x.split()[0][3:]), float(x.split()[3])
+                if abs(mib - r["nvidia_smi_used_mib"].get(gpu, float("nan"))) <= 64:
+                    continue
+                problems.append(f"GPU{gpu}: watcher read {mib} MiB, nvidia-smi {r['nvidia_smi_used_mib'].get(gpu)} MiB")
+    else:
+        if r["outcome"] != "ready" or "nccl-init-stall" in r["findings"]:
+            problems.append(f"{r['case']}: outcome {r['outcome']}, findings {r['findings']}")
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threshold", type=float, default=20.0)
+    ap.add_argument("--cases", nargs="+", default=["stall", "slow-peer", "healthy"])
+    a = ap.parse_args()
+    if shutil.which("nvidia-smi"):
+        print(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip())
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="gpuops-gpu-") as d:
+        tmp = Path(d)
+        os.environ["XDG_STATE_HOME"] = str(tmp / "state")
+        os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
+        import_core(tmp)
+        for case in a.cases:
+            r = asyncio.run(run_case(case, a.threshold, tmp))
+            print(json.dumps(r, indent=1))
+            p = verdict(r, a.threshold, 1.0)
+            print(f"{case}: {'PASS' if not p else 'FAIL: ' + '; '.join(p)}", flush=True)
+            problems += p
+    print("RESULT:", "PASS" if not problems else "FAIL")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
