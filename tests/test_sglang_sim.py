@@ -202,6 +202,15 @@ def test_startup_lines_0_5_10_old_wording_with_mtp(tmp_path, models):
         state = info["internal_states"][0]
         assert state["avg_spec_accept_length"] > 1 and set(state["memory_usage"]) == {"weight", "kvcache",
                                                                                        "token_capacity", "graph"}
+        # 0.5.10's chat JSON: every chunk pydantic with all delta fields; null content beside tool_calls
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        message = httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=10).json()["choices"][0]["message"]
+        assert message["content"] is None and message["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
+        with httpx.stream("POST", srv.url + "/v1/chat/completions", json=dict(body, stream=True), timeout=10) as r:
+            data = [json.loads(x) for x in sse(r)[:-1]]
+        assert all(d["usage"] is None and set(d["choices"][0]["delta"]) == {"role", "content", "reasoning_content",
+                                                                           "tool_calls"} for d in data)
     finally:
         srv.stop()
 
@@ -627,8 +636,10 @@ def test_completions_stream_and_usage(served):
         data = [json.loads(x) for x in chunks[:-1]]
         texts = [d["choices"][0]["text"] for d in data if d["choices"] and d["choices"][0]["text"]]
         assert len(texts) == 20 and all(t.startswith(" ") and len(t.split()) == 1 for t in texts)
-        assert data[-2]["choices"][0]["finish_reason"] == "length"
-        assert data[-1]["choices"] == [] and data[-1]["usage"]["completion_tokens"] == 20
+        assert data[-2]["choices"][0]["finish_reason"] == "length" and data[-2]["choices"][0]["text"]  # the 20th
+        assert [d["choices"][0]["finish_reason"] for d in data[:-2]] == [None] * 19
+        assert data[-1]["choices"] == [] and data[-1]["usage"] == {"prompt_tokens": 1, "total_tokens": 21,
+                                                                    "completion_tokens": 20, "reasoning_tokens": 0}
         assert elapsed >= 19 * 0.002  # the per-token delay: throughput is measurable
         # without include_usage: no usage-only chunk (bench_serving reads choices[0] of every chunk)
         with c.stream("POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 3, "stream": True}) as r:
@@ -686,6 +697,50 @@ def test_chat_reasoning_and_tool_calls_with_parsers(served):
         assert data[-1]["choices"] == [] and data[-1]["usage"]["completion_tokens"] > 0
 
 
+def test_chat_json_has_sglang_0_5_23s_shapes(served):
+    """The chunks of serving_chat.py/sse_utils.py as 0.5.23 writes them: compact JSON, msgspec chunks
+    for role, reasoning and the finish, pydantic ones for the tool-call parser's output, the
+    Qwen3-Coder detector's argument fragments, and an answer that ends at its EOS."""
+    full, auth = served["full"], served["auth"]
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string",
+                                                                             "enum": ["celsius", "fahrenheit"]}}}}}
+    msg = [{"role": "user", "content": "Weather in Paris?"}]
+    with httpx.Client(base_url=full.url, timeout=20, headers=auth) as c:
+        with c.stream("POST", "/v1/chat/completions", json={"messages": msg, "tools": [weather], "stream": True,
+                                                            "stream_options": {"include_usage": True}}) as r:
+            lines = sse(r)
+        assert lines[-1] == "[DONE]" and lines[0].startswith('{"id":"')  # compact, as orjson/msgspec write it
+        data = [json.loads(x) for x in lines[:-1]]
+        assert all(d["model"] == "default" and d["object"] == "chat.completion.chunk" for d in data)
+        first, *middle, finish, usage = data
+        assert "usage" not in first and first["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant",
+                                                                         "content": ""}
+        reasoning = [d for d in middle if "tool_calls" not in d["choices"][0]["delta"]]
+        calls = [d for d in middle if "tool_calls" in d["choices"][0]["delta"]]
+        assert reasoning and all(set(d["choices"][0]["delta"]) == {"reasoning_content"} for d in reasoning)
+        assert all(d["usage"] is None and d["choices"][0]["delta"]["content"] is None for d in calls)
+        fragments = [d["choices"][0]["delta"]["tool_calls"][0]["function"] for d in calls]
+        assert fragments == [{"name": "get_weather", "arguments": ""}, {"name": None, "arguments": "{"},
+                             {"name": None, "arguments": '"city": "Paris"'},
+                             {"name": None, "arguments": ', "unit": "celsius"'}, {"name": None, "arguments": "}"}]
+        assert finish["choices"][0] == {"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
+                                        "finish_reason": "tool_calls", "matched_stop": None}
+        assert usage["choices"] == [] and usage["usage"]["completion_tokens_details"] == {"reasoning_tokens": 8}
+        # not streamed: content "" beside tool_calls; no tool_calls key when there are none
+        doc = c.post("/v1/chat/completions", json={"messages": msg, "tools": [weather]}).json()
+        message = doc["choices"][0]["message"]
+        assert message["content"] == "" and json.loads(message["tool_calls"][0]["function"]["arguments"]) == {
+            "city": "Paris", "unit": "celsius"}
+        doc = c.post("/v1/chat/completions", json={"messages": msg, "max_tokens": 100}).json()
+        assert "tool_calls" not in doc["choices"][0]["message"]
+        # the answer ends at its EOS under max_tokens; ignore_eos (bench_serving's default) runs to max_tokens
+        assert doc["choices"][0]["finish_reason"] == "stop" and doc["choices"][0]["matched_stop"] == 151645
+        assert doc["usage"]["completion_tokens"] < 100
+        doc = c.post("/v1/chat/completions", json={"messages": msg, "max_tokens": 100, "ignore_eos": True}).json()
+        assert doc["choices"][0]["finish_reason"] == "length" and doc["usage"]["completion_tokens"] == 100
+
+
 def test_chat_without_parsers_writes_everything_into_content(served):
     bare = served["bare"]
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
@@ -694,7 +749,7 @@ def test_chat_without_parsers_writes_everything_into_content(served):
         doc = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "find gpuops"}],
                                                    "tools": tools}).json()
         choice = doc["choices"][0]
-        assert choice["message"]["tool_calls"] is None and choice["finish_reason"] == "stop"
+        assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
         content = choice["message"]["content"]
         body = content[content.index("<tool_call>") + len("<tool_call>"):content.index("</tool_call>")]
         assert json.loads(body) == {"name": "lookup", "arguments": {"query": "sglang"}}  # Qwen3's hermes style

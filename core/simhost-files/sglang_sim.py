@@ -101,6 +101,9 @@ DRAFT_ARCH = {
 HYBRID_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
                 "NemotronHForCausalLM", "FalconH1ForCausalLM", "Lfm2ForCausalLM", "KimiLinearForCausalLM")
 
+# A request's "model" defaults to this, and responses echo the request's (protocol.py DEFAULT_MODEL_NAME).
+DEFAULT_MODEL = "default"
+
 WORDS = ("the quick model answers every request with plain words so that clients can count tokens "
          "while gpuops measures throughput latency and the shape of each streamed chunk on a simulated "
          "host where nothing runs on a real GPU yet every reply still looks like one").split()
@@ -1401,6 +1404,15 @@ class Server:
 
     # ------------------------------------------------------------ documents
 
+    def usage(self, prompt, completion, reasoning=0):
+        """UsageInfo as SGLang dumps it (entrypoints/openai/protocol.py UsageInfo); 0.5.23 adds
+        completion_tokens_details (usage_processor.py:117-131; not in 0.5.19)."""
+        usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+                 "prompt_tokens_details": None, "reasoning_tokens": reasoning}
+        if self.V >= (0, 5, 23):
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning} if reasoning else None
+        return usage
+
     def model_info(self):
         return {
             "model_path": self.model_path, "tokenizer_path": self.arg("--tokenizer-path") or self.model_path,
@@ -1552,6 +1564,53 @@ def example_value(schema, name="", depth=0):
     return words.get(name.lower(), "example")
 
 
+def compact(obj):
+    """JSON as SGLang's encoders write it (orjson, pydantic's model_dump_json, msgspec): no spaces, UTF-8."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def tool_call_pieces(call, xml):
+    """The model's raw text for CALL, one piece a token: Qwen3-Coder/Qwen3.5's XML
+    (``<tool_call><function=NAME><parameter=K>V</parameter>...``) or the Qwen2.5/Qwen3 JSON."""
+    if xml:
+        raw = "<tool_call>\n<function=%s>\n" % call["name"]
+        for k, v in call["arguments"].items():
+            raw += "<parameter=%s>\n%s\n</parameter>\n" % (k, v if isinstance(v, str) else json.dumps(v))
+        raw += "</function>\n</tool_call>"
+    else:
+        raw = "<tool_call>\n%s\n</tool_call>" % json.dumps({"name": call["name"], "arguments": call["arguments"]})
+    return re.findall(r"\s*\S+", raw) or [raw]
+
+
+def tool_call_deltas(call, pieces, xml):
+    """What the tool-call parser streams as the model writes PIECES: {piece index: [(name or
+    None, arguments fragment)]}. Qwen3CoderDetector (function_call/qwen3_coder_detector.py:270-383):
+    the name with arguments "" once ``<function=NAME>`` is complete, "{" and '"key": value' as each
+    ``</parameter>`` closes, "}" at ``</function>``. The JSON detectors (base_format_detector.py:260,
+    330): the name first, then the arguments as they are written."""
+    out = {}
+    if not xml:
+        args = json.dumps(call["arguments"], ensure_ascii=False)
+        out[0] = [(call["name"], "")]
+        step = max(1, len(args) // 4)
+        out.setdefault(len(pieces) - 1, []).extend((None, args[j:j + step]) for j in range(0, len(args), step))
+        return out
+    params = iter(call["arguments"].items())
+    count = 0
+    for i, piece in enumerate(pieces):
+        tag = piece.strip()
+        if tag.startswith("<function="):
+            out[i] = [(call["name"], "")]
+        elif tag == "</parameter>":
+            k, v = next(params)
+            fragment = "%s: %s" % (json.dumps(k), json.dumps(v, ensure_ascii=False))
+            out[i] = ([(None, "{")] if count == 0 else []) + [(None, fragment if count == 0 else ", " + fragment)]
+            count += 1
+        elif tag == "</function>":
+            out[i] = ([(None, "{")] if count == 0 else []) + [(None, "}")]
+    return out
+
+
 class Generation:
     """What one request produces: a list of (kind, text) tokens and how it finishes."""
 
@@ -1606,7 +1665,7 @@ def make_handler(server):
             elif payload is None:
                 data = b""
             else:
-                data = json.dumps(payload).encode()
+                data = compact(payload).encode()
             self.send_response(status)
             if data or ctype:
                 self.send_header("content-type", ctype)
@@ -1632,7 +1691,7 @@ def make_handler(server):
             self.wfile.flush()
 
         def sse(self, obj):
-            self.chunk("data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n")
+            self.chunk("data: " + (obj if isinstance(obj, str) else compact(obj)) + "\n\n")
 
         def end_stream(self):
             self.chunk("data: [DONE]\n\n")
@@ -1640,7 +1699,8 @@ def make_handler(server):
             self.wfile.flush()
 
         def authorized(self, path):
-            if not server.api_key or path.startswith("/health") or path.startswith("/metrics"):
+            """srt/utils/auth.py decide_request_auth: probes and Prometheus scrapes need no key."""
+            if not server.api_key or path.startswith(("/health", "/metrics")):
                 return True
             auth = self.headers.get("Authorization") or ""
             parts = auth.split(" ", 1)
@@ -1788,6 +1848,8 @@ def make_handler(server):
             return default, None
 
         def completions(self, body):
+            """serving_completions.py (0.5.23): the last token's chunk carries finish_reason (:374-403);
+            the usage-only chunk, only with stream_options.include_usage, is dumped without nulls (:495)."""
             prompt = body.get("prompt")
             if prompt is None:
                 return self.error(400, "Field required: prompt")
@@ -1799,9 +1861,8 @@ def make_handler(server):
             tokens = gen.words(n, WORDS)
             rid = uuid.uuid4().hex
             created = int(time.time())
-            model = body.get("model") or server.served
-            usage = {"prompt_tokens": ptoks, "total_tokens": ptoks + n, "completion_tokens": n,
-                     "prompt_tokens_details": None, "reasoning_tokens": 0}
+            model = body.get("model") or DEFAULT_MODEL
+            usage = server.usage(ptoks, n)
             if not body.get("stream"):
                 self.run_tokens(ptoks, tokens, lambda i, t: None)
                 return self.send(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
@@ -1813,16 +1874,16 @@ def make_handler(server):
 
             def emit(i, tok):
                 self.sse({"id": rid, "object": "text_completion", "created": created, "model": model,
-                          "choices": [{"index": 0, "text": tok, "logprobs": None, "finish_reason": None,
-                                       "matched_stop": None}], "usage": None})
+                          "choices": [{"index": 0, "text": tok, "logprobs": None,
+                                       "finish_reason": "length" if i == n - 1 else None, "matched_stop": None}],
+                          "usage": None})
 
             self.run_tokens(ptoks, tokens, emit)
-            self.sse({"id": rid, "object": "text_completion", "created": created, "model": model,
-                      "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length",
-                                   "matched_stop": None}], "usage": None})
+            if not tokens:
+                emit(-1, "")
             if include_usage:
                 self.sse({"id": rid, "object": "text_completion", "created": created, "model": model,
-                          "choices": [], "usage": usage})
+                          "choices": [], "usage": dict((k, v) for k, v in usage.items() if v is not None)})
             self.end_stream()
 
         def generate(self, body):
@@ -1857,6 +1918,18 @@ def make_handler(server):
             self.end_stream()
 
         def chat(self, body):
+            """serving_chat.py (0.5.23). The model writes raw text: its reasoning up to </think> when
+            thinking is on (chat_template_kwargs enable_thinking / thinking false turns it off), then
+            an answer or a tool call in its own format. SGLang's parsers split that text only when the
+            server was started with them: --reasoning-parser moves the reasoning to reasoning_content
+            (separate_reasoning, the default), --tool-call-parser turns the call into tool_calls with
+            finish_reason "tool_calls" (:3150-3214, :2641-2662). Without them everything stays in
+            content, as real SGLang leaves it. The JSON changed across releases (read from the wheels):
+            up to 0.5.12 every chunk is a pydantic ChatCompletionStreamResponse with all delta fields and
+            an empty non-streaming content is null; from 0.5.13 role, reasoning, plain content and the
+            finish are sse_utils.build_sse_content's msgspec chunks (nulls left out), the tool-call
+            parser's output stays pydantic (:3656-3756), and empty content is "" (:2994-2997); 0.5.23
+            leaves a null tool_calls out (protocol.py:1299, :1380; still there in 0.5.19)."""
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 return self.error(400, "Field required: messages")
@@ -1870,8 +1943,7 @@ def make_handler(server):
             separate = server.reasoning_parser is not None and body.get("separate_reasoning", True) is not False
             tools = body.get("tools") or []
             choice = body.get("tool_choice", "auto")
-            rng = self.rng_for(body)
-            gen = Generation(server, rng)
+            gen = Generation(server, self.rng_for(body))
             call = None
             if tools and choice != "none":
                 fn = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
@@ -1880,65 +1952,58 @@ def make_handler(server):
                     fn = next((t.get("function", {}) for t in tools if (t.get("function") or {}).get("name") == want), fn)
                 args = example_value(fn.get("parameters") or {"type": "object", "properties": {}})
                 call = {"name": fn.get("name") or "tool", "arguments": args}
-            # the plan: reasoning tokens, content tokens (a word each), or a tool call
-            if n_given is None:
-                r_n, c_n = (12 if think else 0), 20
-                finish = "stop"
-            else:
+            # _tool_call_parsing_active (:1080): a tool-call parser, tools, tool_choice other than "none"
+            parse_tools = call is not None and server.tool_parser is not None
+            # the plan: reasoning tokens, content tokens (a word each), or a tool call; the answer ends at
+            # its EOS unless max_tokens cuts it short or the request sets ignore_eos (as bench_serving does)
+            r_n, c_n = (12 if think else 0), 20
+            finish = "stop"
+            if n_given is not None and (n_given < r_n + c_n or body.get("ignore_eos")):
                 r_n = n_given // 2 if think else 0
                 c_n = n_given - r_n
                 finish = "length"
             if call is not None:
                 r_n = min(r_n, 8) if think else 0
-                finish = "tool_calls" if server.tool_parser else "stop"
+                finish = "tool_calls" if parse_tools else "stop"
             reasoning = gen.words(r_n, THOUGHTS)
             content = gen.words(c_n, WORDS) if call is None else []
-            if call is not None:
-                if server.model.xml_tools:
-                    raw = "<tool_call>\n<function=%s>\n" % call["name"]
-                    for k, v in call["arguments"].items():
-                        raw += "<parameter=%s>\n%s\n</parameter>\n" % (k, v if isinstance(v, str) else json.dumps(v))
-                    raw += "</function>\n</tool_call>"
-                else:
-                    raw = "<tool_call>\n%s\n</tool_call>" % json.dumps({"name": call["name"],
-                                                                         "arguments": call["arguments"]})
-                pieces = re.findall(r"\s*\S+", raw) or [raw]
-                call["raw_pieces"] = pieces
-            # tokens as (kind, text)
+            pieces = tool_call_pieces(call, server.model.xml_tools) if call is not None else []
+            # the tokens as (where SGLang's parsers put them, text)
             seq = []
-            if reasoning:
-                if separate:
-                    seq += [("reasoning", t) for t in reasoning]
+            if reasoning and separate:
+                seq += [("reasoning", t) for t in reasoning]
+            elif reasoning:
+                seq += [("content", ("<think>\n" if i == 0 else "") + t) for i, t in enumerate(reasoning)]
+                if content:
+                    content[0] = "\n</think>\n\n" + content[0].lstrip()
                 else:
-                    seq += [("content", ("<think>\n" if i == 0 else "") + t) for i, t in enumerate(reasoning)]
-                    if content:
-                        content[0] = "\n</think>\n\n" + content[0].lstrip()
-                    elif call is not None:
-                        call["raw_pieces"][0] = "\n</think>\n\n" + call["raw_pieces"][0].lstrip()
+                    seq.append(("content", "\n</think>\n\n"))
             elif content:
                 content[0] = content[0].lstrip()
             seq += [("content", t) for t in content]
-            if call is not None:
-                kind = "tool" if server.tool_parser else "content"
-                seq += [(kind, t) for t in call["raw_pieces"]]
-            completion_tokens = len(seq)
+            first_piece = len(seq)
+            seq += [("tool" if parse_tools else "content", t) for t in pieces]
+            deltas = tool_call_deltas(call, pieces, server.model.xml_tools) if parse_tools else {}
             rid = uuid.uuid4().hex
             created = int(time.time())
-            model = body.get("model") or server.served
+            model = body.get("model") or DEFAULT_MODEL
             tool_calls = None
-            if call is not None and server.tool_parser:
+            if parse_tools:
                 tool_calls = [{"id": "call_%s" % uuid.uuid4().hex[:24], "index": 0, "type": "function",
-                               "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}]
-            usage = {"prompt_tokens": ptoks, "total_tokens": ptoks + completion_tokens,
-                     "completion_tokens": completion_tokens, "prompt_tokens_details": None,
-                     "reasoning_tokens": len(reasoning) if separate else 0}
-            matched = 151645 if finish == "stop" else None
+                               "function": {"name": call["name"],
+                                            "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]
+            usage = server.usage(ptoks, len(seq), len(reasoning) if separate else 0)
+            matched = 151645 if finish == "stop" else None  # <|im_end|>
+            msgspec_chunks = server.V >= (0, 5, 13)
+            drop_null_calls = server.V >= (0, 5, 23)
             if not body.get("stream"):
                 self.run_tokens(ptoks, seq, lambda i, t: None)
                 text = "".join(t for k, t in seq if k == "content")
-                rtext = "".join(t for k, t in seq if k == "reasoning").lstrip()
-                message = {"role": "assistant", "content": text if (text or tool_calls is None) else None,
-                           "reasoning_content": rtext if separate and reasoning else None, "tool_calls": tool_calls}
+                message = {"role": "assistant", "content": text or ("" if msgspec_chunks else None),
+                           "reasoning_content": "".join(t for k, t in seq if k == "reasoning").lstrip() or None,
+                           "tool_calls": tool_calls}
+                if tool_calls is None and drop_null_calls:
+                    del message["tool_calls"]
                 return self.send(200, {"id": rid, "object": "chat.completion", "created": created, "model": model,
                                        "choices": [{"index": 0, "message": message, "logprobs": None,
                                                     "finish_reason": finish, "matched_stop": matched}],
@@ -1946,35 +2011,34 @@ def make_handler(server):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self.start_stream()
 
-            def chunk(delta, finish_reason=None, matched_stop=None):
-                d = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None}
-                d.update(delta)
-                self.sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                          "choices": [{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish_reason,
-                                       "matched_stop": matched_stop}], "usage": None})
+            def chunk(delta, finish_reason=None, matched_stop=None, parsed=False):
+                """build_sse_content's msgspec chunk (reasoning_content always, role and content when set)
+                from 0.5.13 unless PARSED by the tool-call parser; else the pydantic one."""
+                doc = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                       "choices": [{"index": 0, "delta": None, "logprobs": None, "finish_reason": finish_reason,
+                                    "matched_stop": matched_stop}]}
+                if msgspec_chunks and not parsed:
+                    d = {"reasoning_content": delta.get("reasoning_content")}
+                    d.update((k, delta[k]) for k in ("role", "content") if delta.get(k) is not None)
+                else:
+                    d = dict((k, delta.get(k)) for k in ("role", "content", "reasoning_content", "tool_calls"))
+                    if d["tool_calls"] is None and drop_null_calls:
+                        del d["tool_calls"]
+                    doc["usage"] = None
+                doc["choices"][0]["delta"] = d
+                self.sse(doc)
 
             chunk({"role": "assistant", "content": ""})
-            state = {"tool_started": False, "reasoning_started": False}
 
             def emit(i, item):
                 kind, text = item
                 if kind == "reasoning":
-                    chunk({"reasoning_content": text.lstrip() if not state["reasoning_started"] else text})
-                    state["reasoning_started"] = True
+                    chunk({"reasoning_content": text.lstrip() if i == 0 else text})
                 elif kind == "content":
-                    chunk({"content": text})
-                else:  # the tool call, once the parser has seen it: name first, then the arguments
-                    if not state["tool_started"]:
-                        state["tool_started"] = True
-                        tc = tool_calls[0]
-                        chunk({"tool_calls": [{"id": tc["id"], "index": 0, "type": "function",
-                                               "function": {"name": tc["function"]["name"], "arguments": ""}}]})
-                    if i == len(seq) - 1:
-                        args = tool_calls[0]["function"]["arguments"]
-                        step = max(1, len(args) // 4)
-                        for j in range(0, len(args), step):
-                            chunk({"tool_calls": [{"id": None, "index": 0, "type": "function",
-                                                   "function": {"name": None, "arguments": args[j:j + step]}}]})
+                    chunk({"content": text}, parsed=parse_tools)
+                for name, args in deltas.get(i - first_piece, ()):
+                    chunk({"tool_calls": [{"id": tool_calls[0]["id"] if name else None, "index": 0, "type": "function",
+                                           "function": {"name": name, "arguments": args}}]}, parsed=True)
 
             self.run_tokens(ptoks, seq, emit)
             chunk({}, finish, matched)
