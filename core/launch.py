@@ -22,6 +22,11 @@ from dataclasses import dataclass
 from .hosts import Host, HostError
 
 STOP_GRACE_S = 60
+# A shell function: is pid $1 alive? A zombie is not: where PID 1 reaps late (a container's
+# init), an ended server lingers as a zombie that `kill -0` still answers.
+_ALIVE = r"""
+alive() { kill -0 "$1" 2>/dev/null && [ "$(sed -n 's/.*) \([A-Z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+"""
 
 
 class LaunchError(HostError):
@@ -123,10 +128,10 @@ class ProcessLauncher(Launcher):
 
     async def start(self) -> None:
         # `set -a` exports what the env file sets; ${GPUOPS_API_KEY} in argv is filled from it.
-        script = r"""
+        script = _ALIVE + r"""
 d=$1; shift
 cd "$d" || exit 3
-if [ -f pid ] && kill -0 "$(cat pid)" 2>/dev/null; then echo "already running: $(cat pid)" >&2; exit 4; fi
+if [ -f pid ] && alive "$(cat pid)"; then echo "already running: $(cat pid)" >&2; exit 4; fi
 set -a; . ./env; set +a
 args=""
 for a in "$@"; do
@@ -144,20 +149,20 @@ cat pid
                               f"{res.stderr.strip() or 'exit ' + str(res.returncode)}")
 
     async def status(self) -> LaunchStatus:
-        script = 'p=$(cat "$1" 2>/dev/null) || { echo none; exit 0; }; if kill -0 "$p" 2>/dev/null; then ' \
+        script = _ALIVE + 'p=$(cat "$1" 2>/dev/null) || { echo none; exit 0; }; if alive "$p"; then ' \
                  'echo "running $p"; else echo "exited $p"; fi'
         res = await self.host.run(["sh", "-c", script, "gpuops-status", self.pid_path], timeout=15)
         word, _, pid = res.stdout.strip().partition(" ")
         return LaunchStatus(word == "running", int(pid) if pid.isdigit() else None, word or "unknown")
 
     async def stop(self) -> LaunchStatus:
-        script = r"""
+        script = _ALIVE + r"""
 p=$(cat "$1" 2>/dev/null) || { echo "not started"; exit 0; }
-kill -0 "$p" 2>/dev/null || { echo "not running"; exit 0; }
+alive "$p" || { echo "not running"; exit 0; }
 kill -TERM -"$p" 2>/dev/null || kill -TERM "$p"
 i=0
-while kill -0 "$p" 2>/dev/null && [ "$i" -lt "$(( $2 * 10 ))" ]; do sleep 0.1; i=$((i + 1)); done
-if kill -0 "$p" 2>/dev/null; then kill -KILL -"$p" 2>/dev/null || kill -KILL "$p"; echo killed; else echo stopped; fi
+while alive "$p" && [ "$i" -lt "$(( $2 * 10 ))" ]; do sleep 0.1; i=$((i + 1)); done
+if alive "$p"; then kill -KILL -"$p" 2>/dev/null || kill -KILL "$p"; echo killed; else echo stopped; fi
 """
         res = await self.host.run(["sh", "-c", script, "gpuops-stop", self.pid_path, str(STOP_GRACE_S)],
                                   timeout=STOP_GRACE_S + 30)
