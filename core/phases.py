@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import Callable, Iterable, Union
 
 __all__ = [
     "PHASES",
@@ -946,10 +946,12 @@ class PhaseTracker:
 # --------------------------------------------------------------------------------------------
 
 
-def track_log(lines: Iterable[str]) -> PhaseTracker:
+def track_log(lines: Iterable[str], observer: Callable[[LogLine, PhaseTracker], object] | None = None) -> PhaseTracker:
     """Run a tracker over a finished log and return it. When the log holds several server
     starts (a journal across restarts), the tracker of the last start is returned: a new
-    ``server_args=`` line after the previous start got past ``starting`` begins a new run."""
+    ``server_args=`` line after the previous start got past ``starting`` begins a new run.
+    ``observer(line, tracker)`` sees every cleaned line after the tracker did (a new run shows
+    as a new tracker): the finding rules' scanner reads the same pass."""
     tr = PhaseTracker()
     for raw in lines:
         ln = clean(raw)
@@ -957,18 +959,24 @@ def track_log(lines: Iterable[str]) -> PhaseTracker:
             tr.finish()
             tr = PhaseTracker()
         tr.feed(ln)
+        if observer is not None:
+            observer(ln, tr)
     tr.finish()
     return tr
 
 
-def triage_log(lines: Iterable[str]) -> dict:
+def triage_log(lines: Iterable[str], plan: dict | None = None) -> dict:
     """``gpuops triage``'s document for a finished log (DESIGN.md § JSON conventions):
-    ``{"schema": 1, "phase": …, "outcome": …, "findings": []}``. ``phase`` is where the server
+    ``{"schema": 1, "phase": …, "outcome": …, "findings": [...]}``. ``phase`` is where the server
     got to, or, when it crashed, the phase it crashed in (``Crash.phase``); null when the log
-    says nothing. The finding rules belong to the triage issue; they can start from
-    :func:`track_log`'s tracker (``crash``, ``numbers``, ``info``)."""
-    tr = track_log(lines)
+    says nothing. ``findings`` come from the rules in :mod:`gpuops.core.rules` (the last start in
+    the log); with the deployment's ``plan`` (plan JSON) their fixes can patch it."""
+    from .rules import LogScanner  # rules builds on this module
+
+    scanner = LogScanner()
+    tr = track_log(lines, scanner.feed)
     phase = tr.phase
     if tr.outcome == "crashed" and tr.crash is not None and tr.crash.phase is not None:
         phase = tr.crash.phase
-    return {"schema": 1, "phase": phase, "outcome": tr.outcome, "findings": []}
+    findings = [f.to_json() for f in scanner.findings(tr, plan)]
+    return {"schema": 1, "phase": phase, "outcome": tr.outcome, "findings": findings}

@@ -470,17 +470,28 @@ def systemd_quote(arg: str) -> str:
 
 
 def render_unit(plan: Plan) -> str:
+    return _unit_text(plan.facts.id, plan.name, plan.env_file, plan.exec_argv())
+
+
+def unit_text_from_json(doc: dict) -> str:
+    """The systemd unit of a plan JSON document (``Plan.to_json()``), as :func:`render_unit` writes
+    it for the Plan: for a document whose argv changed since (core/fixes.py applies fixes to JSON)."""
+    exec_argv = [doc.get("python") or "python3", "-m", "sglang.launch_server", *doc["argv"]]
+    return _unit_text(doc["model"]["id"], doc["name"], doc["unit"]["env_file"], exec_argv)
+
+
+def _unit_text(model_id: str, name: str, env_file: str, exec_argv: list[str]) -> str:
     exec_start = " \\\n    ".join(
-        " ".join(systemd_quote(a) for a in chunk) for chunk in _chunks(plan.exec_argv())
+        " ".join(systemd_quote(a) for a in chunk) for chunk in _chunks(exec_argv)
     )
     return (
         "[Unit]\n"
-        f"Description=gpuops: {plan.facts.id} ({plan.name})\n"
+        f"Description=gpuops: {model_id} ({name})\n"
         "After=network-online.target\n"
         "Wants=network-online.target\n\n"
         "[Service]\n"
         "Type=simple\n"
-        f"EnvironmentFile={plan.env_file}\n"
+        f"EnvironmentFile={env_file}\n"
         f"ExecStart={exec_start}\n"
         "Restart=no\n"
         "KillMode=control-group\n"

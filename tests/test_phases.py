@@ -398,8 +398,9 @@ def test_crash_spec_config_value_error():
     assert any("_handle_mamba_radix_cache" in e for e in c.evidence)
     assert c.line_no == 4  # the "Traceback (most recent call last):" line
     assert [e for e in events if isinstance(e, Crash)] == [c]
-    assert triage_log(lines_of("crash-spec-config-0.5.10.log")) == {
-        "schema": 1, "phase": "starting", "outcome": "crashed", "findings": []}
+    doc = triage_log(lines_of("crash-spec-config-0.5.10.log"))
+    assert (doc["phase"], doc["outcome"]) == ("starting", "crashed")
+    assert [f["code"] for f in doc["findings"]] == ["spec-config-invalid"]  # tests/test_rules.py: the rules
 
 
 def test_crash_cuda_graph_oom_inferred_from_traceback():
@@ -446,8 +447,9 @@ def test_crash_kv_cache_not_enough_memory():
     assert c.summary == ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
                          "Current value: mem_fraction_static=0.42")
     assert any(e.endswith("in init_memory_pools") for e in c.evidence)
-    assert triage_log(lines_of("crash-kv-not-enough-memory-0.5.23.log")) == {
-        "schema": 1, "phase": "kv_cache", "outcome": "crashed", "findings": []}
+    doc = triage_log(lines_of("crash-kv-not-enough-memory-0.5.23.log"))
+    assert (doc["phase"], doc["outcome"]) == ("kv_cache", "crashed")
+    assert [f["code"] for f in doc["findings"]] == ["kv-cache-oom"]
 
 
 def test_incomplete_after_dist_init_begin():
@@ -455,8 +457,9 @@ def test_incomplete_after_dist_init_begin():
     assert phases_of(events) == ["starting", "dist_init"]
     assert tr.phase == "dist_init" and tr.outcome == "incomplete" and tr.crash is None
     assert tr.last_phase_line == "Init torch distributed begin."
-    assert triage_log(lines_of("incomplete-dist-init-0.5.10.log")) == {
-        "schema": 1, "phase": "dist_init", "outcome": "incomplete", "findings": []}
+    doc = triage_log(lines_of("incomplete-dist-init-0.5.10.log"))
+    assert (doc["phase"], doc["outcome"]) == ("dist_init", "incomplete")
+    assert [(f["code"], f["severity"]) for f in doc["findings"]] == [("nccl-init-stall", "warning")]
 
 
 def test_fatal_lines_without_traceback():
@@ -549,7 +552,12 @@ def test_triage_log_reports_the_last_start_of_a_journal():
     lines = lines_of("crash-nccl-dist-init-0.5.10.log") + lines_of("sglang-0.5.10-dense-tp4.log")
     assert triage_log(lines)["outcome"] == "ready"
     lines = lines_of("sglang-0.5.10-dense-tp4.log") + lines_of("incomplete-dist-init-0.5.10.log")
-    assert triage_log(lines) == {"schema": 1, "phase": "dist_init", "outcome": "incomplete", "findings": []}
+    doc = triage_log(lines)
+    assert (doc["phase"], doc["outcome"]) == ("dist_init", "incomplete")
+    # the finding's evidence counts lines from the top of the whole journal
+    n = len(lines_of("sglang-0.5.10-dense-tp4.log"))
+    assert [f["code"] for f in doc["findings"]] == ["nccl-init-stall"]
+    assert doc["findings"][0]["evidence"][0]["source"] == f"log:{n + 5}"
     assert track_log(lines).line_no == len(lines_of("incomplete-dist-init-0.5.10.log"))
 
 
