@@ -23,8 +23,10 @@ gpuops code::
     DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
     DIR/state/sim.json      the scenario, the pace and the simulator's knobs (``SimHost.set_sim``)
     DIR/state/systemd/      the fake systemctl's units: main pid, state, exit status
-    DIR/root/...            host files the reporter reads through GPUOPS_HOST_ROOT:
-                            proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*;
+    DIR/root/...            host files the reporter and the triage probe read through GPUOPS_HOST_ROOT:
+                            proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.* and
+                            libcuda.so.*, proc/cmdline, sys/kernel/iommu_groups/N/type and
+                            sys/bus/pci/devices/BUS/iommu_group (iommu=...), var/log/kern.log, dev/shm/;
                             etc/systemd/system/ and etc/gpuops/ are looked up here first by the fake systemctl
 
 gpuops sends its reporter (core/reporter.py) as ``python -c SOURCE``; with
@@ -59,7 +61,7 @@ from pathlib import Path
 
 from . import sglang_versions
 
-__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
+__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "IOMMU_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
            "SIM_FIELDS", "LAUNCHERS"]
 
 TEMPLATES = Path(__file__).resolve().parent / "simhost-files"
@@ -97,6 +99,11 @@ NO_SGLANG = ("none", "absent")
 
 # Kept for callers of the first version (the simulator now answers every launch).
 NO_SIMULATOR = "gpuops simulated host: the SGLang server simulator is not installed yet"
+
+# iommu=...: the kernel's IOMMU as /proc/cmdline, /sys and the kernel log show it. "off": no IOMMU
+# groups; "pt": groups in pass-through (identity); "translated": DMA translation (what breaks PCIe
+# peer-to-peer); "sev-snp": translated, in an AMD SEV-SNP confidential VM.
+IOMMU_MODES = ("off", "pt", "translated", "sev-snp")
 
 SCENARIOS = ("ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom", "slow-download")
 LAUNCHERS = ("process", "systemd")
@@ -394,8 +401,32 @@ _WRAPPER = """#!/bin/sh
 SIM_DIR='{dir}'
 REAL_PYTHON='{real}'
 SGLANG_VERSION='{sglang_version}'  # empty: this host has no SGLang
+SGLANG_VENV='{sglang_venv}'  # empty: no real SGLang for its benchmark and eval modules
+SIM_PYTHONPATH="{pythonpath}"  # the stand-ins (pynvml, sglang) this wrapper puts first on PYTHONPATH
+case "$1 $2" in
+    "-m sglang.launch_server") ;;
+    "-m sglang."*)
+        # SGLang's benchmark and eval modules (bench_serving, benchmark.serving, test.run_eval, ...)
+        # run for real from the SGLang virtualenv given to setup, without the stand-ins on PYTHONPATH.
+        # (With no SGLang they fall through to the real python below: No module named 'sglang'.)
+        if [ -n "$SGLANG_VERSION" ]; then
+            if [ -z "$SGLANG_VENV" ]; then
+                echo "gpuops simulated host: python $1 $2 needs a real SGLang virtualenv; set one up with" \
+                     "gpuops sim setup DIR --sglang-venv PATH" >&2
+                exit 1
+            fi
+            while :; do  # a parent python run by this wrapper left the stand-ins on PYTHONPATH
+                case "${{PYTHONPATH:-}}" in
+                    "$SIM_PYTHONPATH") unset PYTHONPATH; break ;;
+                    "$SIM_PYTHONPATH:"*) PYTHONPATH=${{PYTHONPATH#"$SIM_PYTHONPATH:"}} ;;
+                    *) break ;;
+                esac
+            done
+            exec "$SGLANG_VENV/bin/python" "$@"
+        fi ;;
+esac
 export GPUOPS_HOST_ROOT="$SIM_DIR/root"
-export PYTHONPATH="{pythonpath}${{PYTHONPATH:+:$PYTHONPATH}}"
+export PYTHONPATH="$SIM_PYTHONPATH${{PYTHONPATH:+:$PYTHONPATH}}"
 case "$1 $2" in
     "-m sglang.launch_server")
         # The SGLang server simulator's branch point: --help answers for the host's version;
@@ -517,6 +548,78 @@ def _launch_spec(version: str) -> dict:
     }
 
 
+_TORCH_INIT = '''"""gpuops' simulated host: a stand-in torch with only its version.py (what triage reads)."""
+raise ImportError("gpuops simulated host: torch is a stand-in here (torch/version.py only)")
+'''
+
+# torch's generated version.py, as a cu129 wheel ships it
+_TORCH_VERSION = '''from typing import Optional
+
+__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']
+__version__ = '2.9.1+cu{tag}'
+debug = False
+cuda: Optional[str] = '{cuda}'
+git_version = 'd38164a545b4a4e4e0cf73ce67173f70574890b6'
+hip: Optional[str] = None
+xpu: Optional[str] = None
+'''
+
+# A kernel log (dmesg with timestamps) of an Ubuntu 24.04 GPU box; the IOMMU lines follow the mode.
+_KERN_BOOT = """[    0.000000] Linux version 6.8.0-60-generic (buildd@lcy02-amd64-054) (x86_64-linux-gnu-gcc-13 (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #63-Ubuntu SMP PREEMPT_DYNAMIC Tue Apr 15 19:04:15 UTC 2025
+[    0.000000] Command line: {cmdline}
+"""
+_KERN_IOMMU = {
+    "off": "[    0.391502] iommu: Default domain type: Translated\n",  # printed even with no IOMMU at all
+    "pt": "[    0.391502] iommu: Default domain type: Passthrough (set via kernel command line)\n"
+          "[    1.117342] pci 0000:00:00.2: AMD-Vi: IOMMU performance counters supported\n"
+          "[    1.120786] AMD-Vi: Interrupt remapping enabled\n",
+    "translated": "[    0.391502] iommu: Default domain type: Translated\n"
+                  "[    0.391505] iommu: DMA domain TLB invalidation policy: lazy mode\n"
+                  "[    1.117342] pci 0000:00:00.2: AMD-Vi: IOMMU performance counters supported\n"
+                  "[    1.120786] AMD-Vi: Interrupt remapping enabled\n",
+}
+_KERN_IOMMU["sev-snp"] = ("[    0.000000] Memory Encryption Features active: AMD SEV SEV-ES SEV-SNP\n"
+                          + _KERN_IOMMU["translated"])
+_KERN_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.8.0-60-generic root=UUID=4c1f7d2e-95b1-4b8e-8f3e-2f0c6b1d7a90 ro "
+_KERN_CMDLINE_IOMMU = {"off": "quiet", "pt": "amd_iommu=on iommu=pt", "translated": "amd_iommu=on",
+                       "sev-snp": "amd_iommu=on"}
+_KERN_NVIDIA = """[    5.218841] nvidia: loading out-of-tree module taints kernel.
+[    5.402113] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  (dvs-builder@U16-I1-N07-12-3)  Sun Oct 12 2025
+"""
+# What the driver logs when a process's userspace library is not the kernel module's version.
+_KERN_API_MISMATCH = """[  312.881234] NVRM: API mismatch: the client has the version {lib}, but
+[  312.881236] NVRM: this kernel module has the version {v}.  Please
+[  312.881237] NVRM: make sure that this kernel module and all NVIDIA driver
+[  312.881238] NVRM: components have the same version.
+"""
+
+
+def _write_kernel_files(host_root: Path, *, iommu: str, gpus: int, driver_version: str,
+                        mismatch: str | None) -> None:
+    """The kernel's side of the host: /proc/cmdline, IOMMU groups in /sys (one per GPU, plus a
+    few others), the kernel log, and a /dev/shm folder (its size is the filesystem it lives on)."""
+    cmdline = _KERN_CMDLINE + _KERN_CMDLINE_IOMMU[iommu]
+    _write(host_root / "proc/cmdline", cmdline + "\n")
+    log = _KERN_BOOT.format(cmdline=cmdline) + _KERN_IOMMU[iommu] + _KERN_NVIDIA.format(v=driver_version)
+    if mismatch:
+        log += _KERN_API_MISMATCH.format(lib=mismatch, v=driver_version)
+    _write(host_root / "var/log/kern.log", log)
+    (host_root / "dev/shm").mkdir(parents=True, exist_ok=True)
+    groups = host_root / "sys/kernel/iommu_groups"
+    groups.mkdir(parents=True, exist_ok=True)  # there (and empty) with no IOMMU too
+    if iommu == "off":
+        return
+    kind = "identity" if iommu == "pt" else "DMA-FQ"
+    for n in range(4):  # host bridges and the like
+        _write(groups / str(n) / "type", kind + "\n")
+    for i in range(gpus):
+        group = str(10 + i)
+        _write(groups / group / "type", kind + "\n")
+        device = host_root / "sys/bus/pci/devices" / _bus_id(i)[4:].lower()
+        device.mkdir(parents=True, exist_ok=True)
+        os.symlink("../../../../kernel/iommu_groups/" + group, device / "iommu_group")
+
+
 def setup_simhost(
     directory: str | Path,
     *,
@@ -530,6 +633,9 @@ def setup_simhost(
     sglang_version: str | None = None,
     scenario: str = "ok",
     pace: float = 1.0,
+    sglang_venv: str | None = None,
+    iommu: str = "off",
+    torch_cuda: str | None = None,
 ) -> SimHost:
     """Write a simulated GPU host into DIRECTORY (created if missing) and return it.
 
@@ -547,6 +653,15 @@ def setup_simhost(
     sglang_version: the SGLang release the host presents (default: the newest gpuops has data
     for; any version string works, its flags are those of ``sglang_versions.resolve_version``);
     "none" (or "absent"): a host without SGLang, where ``import sglang`` fails.
+
+    sglang_venv: a virtualenv with the real SGLang (scripts/sglang-host-venv.sh builds one): ``python
+    -m sglang.X`` other than launch_server (bench_serving, benchmark.serving, test.run_eval) runs its
+    python. Without one those modules fail with a message saying so.
+
+    iommu (IOMMU_MODES): the kernel command line, IOMMU groups (the GPUs' included) and kernel
+    log of the host; the kernel log also carries NVRM's "API mismatch" lines with nvml="mismatch".
+    torch_cuda: a stand-in torch package whose ``torch/version.py`` says this CUDA runtime
+    (e.g. "12.9"; its import fails, only the file is there); None: no stand-in.
     """
     raw = str(directory)
     _check_path("simulated host directory", raw)
@@ -564,10 +679,20 @@ def setup_simhost(
     sglang_version = _check_sglang_version(sglang_version)
     scenario = _check_scenario(scenario)
     pace = _check_pace(pace)
+    if iommu not in IOMMU_MODES:
+        raise ValueError("iommu must be one of %s, not %r" % (", ".join(IOMMU_MODES), iommu))
+    if torch_cuda is not None and not re.match(r"^\d+\.\d+$", str(torch_cuda)):
+        raise ValueError("torch_cuda must look like 12.9, not %r" % (torch_cuda,))
     real = os.path.abspath(python or sys.executable)
     _check_path("python", real)
     if not os.access(real, os.X_OK):
         raise ValueError("python %r is not an executable" % real)
+    venv = ""
+    if sglang_venv is not None:
+        venv = os.path.abspath(str(sglang_venv))
+        _check_path("sglang_venv", venv)
+        if not os.access(os.path.join(venv, "bin", "python"), os.X_OK):
+            raise ValueError("sglang_venv %r is not a virtualenv (no bin/python)" % str(sglang_venv))
 
     bin_dir, lib_dir, absent_dir = root / "bin", root / "lib", root / "lib-absent"
     state_dir, host_root = root / "state", root / "root"
@@ -575,8 +700,11 @@ def setup_simhost(
         d.mkdir(parents=True, exist_ok=True)
     # Start from a clean slate for what this function owns (a re-run may change modes); the
     # host's own files under DIR/root/etc (units, env files) stay.
-    for d in (absent_dir, host_root / "proc", host_root / "usr"):
+    for d in (absent_dir, host_root / "proc", host_root / "usr", host_root / "sys", host_root / "dev",
+              lib_dir / "torch"):
         shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        (host_root / "var/log/kern.log").unlink()
     with contextlib.suppress(FileNotFoundError):
         (lib_dir / "pynvml.py").unlink()
     shutil.rmtree(lib_dir / "__pycache__", ignore_errors=True)
@@ -592,7 +720,7 @@ def setup_simhost(
         pythonpath = "$SIM_DIR/lib"
     _write_sglang(lib_dir, sglang_version)
     _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath,
-                                               sglang_version=sglang_version or ""), 0o755)
+                                               sglang_version=sglang_version or "", sglang_venv=venv), 0o755)
     for tool in ("nvidia-smi", "hf", "systemctl"):
         text = (TEMPLATES / tool).read_text()
         _write(bin_dir / tool, "#!%s -I\n%s" % (real, text.split("\n", 1)[1]), 0o755)
@@ -605,9 +733,16 @@ def setup_simhost(
         _write(host_root / "proc/driver/nvidia/version", _PROC_VERSION.format(v=driver_version))
     if nvml != "no-driver":  # the driver's userspace library
         libdir = host_root / "usr/lib/x86_64-linux-gnu"
-        libname = "libnvidia-ml.so.%s" % lib_version
-        _write(libdir / libname, b"\x7fELF gpuops simulated host: placeholder for %s\n" % libname.encode())
-        os.symlink(libname, libdir / "libnvidia-ml.so.1")
+        for stem in ("libnvidia-ml.so", "libcuda.so"):
+            libname = "%s.%s" % (stem, lib_version)
+            _write(libdir / libname, b"\x7fELF gpuops simulated host: placeholder for %s\n" % libname.encode())
+            os.symlink(libname, libdir / ("%s.1" % stem))
+    _write_kernel_files(host_root, iommu=iommu, gpus=gpus, driver_version=driver_version,
+                        mismatch=lib_version if nvml == "mismatch" else None)
+    if torch_cuda is not None:
+        _write(lib_dir / "torch" / "__init__.py", _TORCH_INIT)
+        _write(lib_dir / "torch" / "version.py", _TORCH_VERSION.format(cuda=torch_cuda,
+                                                                        tag=torch_cuda.replace(".", "")))
 
     state_file = state_dir / "gpus.json"
     host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file,

@@ -32,8 +32,11 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
     p.add_argument("name", metavar="NAME")
     p.add_argument("--yes", action="store_true", help="don't ask")
 
-    p = sub.add_parser("triage", parents=[common], help="where a server log got to, and why it stopped there")
-    p.add_argument("logfile", metavar="LOGFILE|-", help="a log file, or - for stdin")
+    p = sub.add_parser("triage", parents=[common], help="where a server log got to, and why it stopped there; "
+                       "for a deployment also the checks on its host")
+    p.add_argument("logfile", metavar="LOGFILE|-", nargs="?", help="a log file, or - for stdin")
+    p.add_argument("--deployment", metavar="NAME", help="a deployment's log and its host's checks (driver, NVML, "
+                   "P2P, /dev/shm, ports, leftover GPU processes, py-spy stacks of the ranks)")
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
 
@@ -41,9 +44,18 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def run_triage(args: argparse.Namespace) -> int:
+    from gpuops.core.hosts import HostError
     from gpuops.core.phases import triage_log
 
-    if args.logfile == "-":
+    if (args.logfile is None) == (args.deployment is None):
+        raise DeployUsageError("triage wants a LOGFILE (- for stdin) or --deployment NAME, not both")
+    if args.deployment is not None:
+        try:
+            doc = _triage_deployment(args)
+        except HostError as exc:
+            print(f"gpuops: {exc.message}", file=sys.stderr)
+            return 1
+    elif args.logfile == "-":
         doc = triage_log(sys.stdin)
     else:
         path = Path(args.logfile)
@@ -53,11 +65,58 @@ def run_triage(args: argparse.Namespace) -> int:
             doc = triage_log(f)
     if args.json:
         print(json.dumps(doc, indent=2))
-    else:
-        print(f"phase: {doc['phase'] or '-'}   outcome: {doc['outcome']}")
-        for finding in doc.get("findings") or []:
-            print(f"  {finding.get('severity', '?')}: {finding.get('code')}: {finding.get('summary')}")
+        return 0
+    print(f"phase: {doc['phase'] or '-'}   outcome: {doc['outcome']}")
+    for finding in doc.get("findings") or []:
+        print(f"  {finding.get('severity', '?')}: {finding.get('code')}: {finding.get('summary')}")
+    for check in doc.get("checks") or []:
+        mark = {True: "ok", False: "FAIL", None: "n/a"}[check["ok"]]
+        print(f"  [{mark:>4}] {check['name']}: {check['detail']}")
+    for stack in doc.get("stacks") or []:
+        print(f"--- py-spy {stack.get('rank') or 'server'} (pid {stack['pid']}) ---")
+        print((stack.get("text") or stack.get("error") or "").rstrip())
     return 0
+
+
+def _triage_deployment(args: argparse.Namespace) -> dict:
+    """The deployment's log through the log triage, plus the host checks (core/triage.py) with its
+    running server's pid: ``{"schema": 1, phase, outcome, findings, checks, stacks}``."""
+    from gpuops.core.config import load_inventory
+    from gpuops.core.deploy import launcher_for
+    from gpuops.core.hosts import make_host
+    from gpuops.core.journal import FileFollower, JournalFollower
+    from gpuops.core.launch import ProcessLauncher, remote_home
+    from gpuops.core.phases import triage_log
+    from gpuops.core.triage import findings, run_checks, stacks
+
+    d = _deployment(args.deployment)
+    inv = load_inventory(getattr(args, "config", None))
+    try:
+        cfg = inv.host(d.host)
+    except KeyError:
+        raise DeployUsageError(f"deployment {d.name} is on {d.host!r}, which the inventory no longer has") from None
+
+    async def go() -> dict:
+        host = make_host(cfg)
+        try:
+            home = None if d.launcher == "systemd" else await remote_home(host)
+            launcher = launcher_for(host, d.plan, home)
+            if isinstance(launcher, ProcessLauncher):
+                follower = FileFollower(host, launcher.log_path, follow=False)
+            else:
+                follower = JournalFollower(host, launcher.unit, directory=cfg.journal_dir, follow=False)
+            lines = [rec.text async for rec in follower.records() if not rec.notice]
+            status = await launcher.status()
+            results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
+        finally:
+            await host.close()
+        doc = triage_log(lines)
+        doc["findings"] = list(doc.get("findings") or []) + [f.to_json() for f in findings(results)]
+        doc["checks"] = [r.to_json() for r in results]
+        doc["stacks"] = stacks(results)
+        return doc
+
+    return asyncio.run(go())
 
 
 # ------------------------------------------------------------------ deploy
