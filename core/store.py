@@ -1,4 +1,4 @@
-"""gpuops' store: deployments, their plans and their events, in SQLite (WAL).
+"""gpuops' store: deployments, their plans and their events, and benchmark runs, in SQLite (WAL).
 
 Every write is its own committed transaction, so a `kill -9` of gpuops at any moment
 loses nothing already recorded; WAL lets a second gpuops read while one writes.
@@ -18,7 +18,9 @@ from .config import PHASES, validate_host_name
 from .paths import state_dir
 
 STATES = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
-EVENT_KINDS = ("state", "phase", "progress", "log", "finding")
+EVENT_KINDS = ("state", "phase", "progress", "log", "finding", "plan", "checks")
+BENCH_STATUSES = ("running", "ok", "failed", "cancelled")
+BENCH_SOURCES = ("gpuops", "import")
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: deployments and their events
@@ -43,6 +45,31 @@ MIGRATIONS: tuple[str, ...] = (
         data_json   TEXT NOT NULL
     );
     CREATE INDEX events_by_deployment ON events(deployment, id);
+    """,
+    # 2: benchmark runs (no foreign key to deployments: a run keeps its own copy of the plan,
+    # so it stays comparable after the deployment is replaced or removed)
+    """
+    CREATE TABLE bench_runs (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        source          TEXT NOT NULL,   -- gpuops | import
+        deployment      TEXT,
+        host            TEXT,
+        url             TEXT,
+        model           TEXT,
+        sglang_version  TEXT,
+        gpus_json       TEXT,            -- {"count", "ids", "names"} or null
+        plan_json       TEXT,
+        profile         TEXT NOT NULL,
+        settings_json   TEXT NOT NULL,
+        status          TEXT NOT NULL,   -- running | ok | failed | cancelled
+        error           TEXT,
+        records_json    TEXT NOT NULL,   -- bench_serving's JSONL records, in order
+        quality_json    TEXT,            -- {"eval", "score", ...} of a quality run
+        remote_dir      TEXT,            -- the run folder on the host
+        created_at      TEXT NOT NULL,
+        started_at      TEXT,
+        finished_at     TEXT
+    );
     """,
 )
 
@@ -85,6 +112,40 @@ class Event:
 
     def to_json(self) -> dict:
         return {"ts": self.ts, "event": self.kind, "deployment": self.deployment, **self.data}
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    id: int
+    source: str
+    deployment: str | None
+    host: str | None
+    url: str | None
+    model: str | None
+    sglang_version: str | None
+    gpus: dict | None
+    plan: dict | None
+    profile: str
+    settings: dict
+    status: str
+    error: str | None
+    records: list
+    quality: dict | None
+    remote_dir: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+
+    def to_json(self, full: bool = True) -> dict:
+        """The run as JSON; ``full=False`` leaves out the plan and the records (listings)."""
+        doc = {"id": self.id, "source": self.source, "deployment": self.deployment, "host": self.host,
+               "url": self.url, "model": self.model, "sglang_version": self.sglang_version, "gpus": self.gpus,
+               "profile": self.profile, "settings": self.settings, "status": self.status, "error": self.error,
+               "quality": self.quality, "remote_dir": self.remote_dir, "created_at": self.created_at,
+               "started_at": self.started_at, "finished_at": self.finished_at}
+        if full:
+            doc.update(plan=self.plan, records=self.records)
+        return doc
 
 
 def default_path() -> Path:
@@ -179,6 +240,18 @@ class Store:
                              (name, ts, kind, json.dumps(data)))
         return Event(cur.lastrowid or 0, name, ts, kind, data)
 
+    def replace_plan(self, name: str, plan: dict, why: dict) -> Event:
+        """A fix applied: the deployment's plan becomes `plan`; the event (kind "plan") keeps
+        `why` (the finding code and the diff) so the history says what changed and why."""
+        now = utc_now()
+        with self._tx() as db:
+            if db.execute("UPDATE deployments SET plan_json = ?, updated_at = ? WHERE name = ?",
+                          (json.dumps(plan), now, name)).rowcount == 0:
+                raise StoreError(f"no deployment named {name!r}")
+            cur = db.execute("INSERT INTO events (deployment, ts, kind, data_json) VALUES (?, ?, 'plan', ?)",
+                             (name, now, json.dumps(why)))
+        return Event(cur.lastrowid or 0, name, now, "plan", why)
+
     def set_position(self, name: str, *, cursor: str | None = None, log_offset: int | None = None) -> None:
         """Where reading the deployment's log stopped (resumed from there on reattach)."""
         with self._tx() as db:
@@ -197,6 +270,88 @@ class Store:
     def remove(self, name: str) -> bool:
         with self._tx() as db:
             return db.execute("DELETE FROM deployments WHERE name = ?", (name,)).rowcount > 0
+
+
+    # ---------------------------------------------------------------- benchmark runs
+
+    def add_bench_run(self, *, profile: str, settings: dict, source: str = "gpuops", status: str = "running",
+                      deployment: str | None = None, host: str | None = None, url: str | None = None,
+                      model: str | None = None, sglang_version: str | None = None, gpus: dict | None = None,
+                      plan: dict | None = None, records: list | None = None, quality: dict | None = None,
+                      remote_dir: str | None = None, started_at: str | None = None,
+                      finished_at: str | None = None) -> BenchRun:
+        """Record a run (``running`` when gpuops starts one; imported runs arrive finished).
+        JSON is written strictly (no NaN/Infinity): callers normalise bench_serving's records."""
+        if status not in BENCH_STATUSES:
+            raise StoreError(f"unknown benchmark status {status!r}")
+        if source not in BENCH_SOURCES:
+            raise StoreError(f"unknown benchmark source {source!r}")
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO bench_runs (source, deployment, host, url, model, sglang_version, gpus_json, plan_json,"
+                " profile, settings_json, status, records_json, quality_json, remote_dir, created_at, started_at,"
+                " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (source, deployment, host, url, model, sglang_version, _strict_json_or_null(gpus),
+                 _strict_json_or_null(plan), profile, _strict_json(settings), status, _strict_json(records or []),
+                 _strict_json_or_null(quality), remote_dir, utc_now(), started_at, finished_at))
+        return self.bench_run(cur.lastrowid or 0)  # type: ignore[return-value]
+
+    def add_bench_records(self, run_id: int, records: list) -> None:
+        """Append bench_serving records to a run (each step of a sweep, as soon as it is read back)."""
+        with self._tx() as db:
+            row = db.execute("SELECT records_json FROM bench_runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"no benchmark run {run_id}")
+            db.execute("UPDATE bench_runs SET records_json = ? WHERE id = ?",
+                       (_strict_json(json.loads(row["records_json"]) + list(records)), run_id))
+
+    def finish_bench_run(self, run_id: int, status: str, *, error: str | None = None,
+                         quality: dict | None = None) -> BenchRun:
+        if status not in BENCH_STATUSES or status == "running":
+            raise StoreError(f"a run finishes ok, failed or cancelled, not {status!r}")
+        with self._tx() as db:
+            if db.execute("UPDATE bench_runs SET status = ?, error = ?, quality_json = COALESCE(?, quality_json),"
+                          " finished_at = ? WHERE id = ?",
+                          (status, error, _strict_json_or_null(quality), utc_now(), run_id)).rowcount == 0:
+                raise StoreError(f"no benchmark run {run_id}")
+        return self.bench_run(run_id)  # type: ignore[return-value]
+
+    def set_bench_model(self, run_id: int, model: str) -> BenchRun:
+        """The model of a run that only learnt it from the server (a --url run)."""
+        with self._tx() as db:
+            if db.execute("UPDATE bench_runs SET model = ? WHERE id = ?", (model, run_id)).rowcount == 0:
+                raise StoreError(f"no benchmark run {run_id}")
+        return self.bench_run(run_id)  # type: ignore[return-value]
+
+    def bench_run(self, run_id: int) -> BenchRun | None:
+        row = self._db.execute("SELECT * FROM bench_runs WHERE id = ?", (run_id,)).fetchone()
+        return _bench_run(row) if row else None
+
+    def bench_runs(self) -> list[BenchRun]:
+        return [_bench_run(r) for r in self._db.execute("SELECT * FROM bench_runs ORDER BY id")]
+
+
+def _strict_json(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError as exc:
+        raise StoreError(f"not storable as JSON: {exc}") from None
+
+
+def _strict_json_or_null(value: Any) -> str | None:
+    return None if value is None else _strict_json(value)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _bench_run(row: sqlite3.Row) -> BenchRun:
+    return BenchRun(row["id"], row["source"], row["deployment"], row["host"], row["url"], row["model"],
+                    row["sglang_version"], _loads(row["gpus_json"]), _loads(row["plan_json"]), row["profile"],
+                    json.loads(row["settings_json"]), row["status"], row["error"], json.loads(row["records_json"]),
+                    _loads(row["quality_json"]), row["remote_dir"], row["created_at"], row["started_at"],
+                    row["finished_at"])
 
 
 def _deployment(row: sqlite3.Row) -> Deployment:

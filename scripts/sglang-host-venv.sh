@@ -10,7 +10,7 @@ set -euo pipefail
 DIR=${1:?usage: $0 DIR [VERSION]}
 VER=${2:-0.5.23}
 PY=${PYTHON:-python3}
-if [ -f "$DIR/.gpuops-sglang-$VER" ] && "$DIR/bin/python" -c 'import sglang' 2>/dev/null; then
+if [ -f "$DIR/.gpuops-sglang-$VER" ] && "$DIR/bin/python" -c 'import sglang, httpx, openai' 2>/dev/null; then
     echo "== SGLang host venv $DIR ($VER) is ready"
     exit 0
 fi
@@ -20,14 +20,15 @@ rm -rf "$DIR"
 PIP=("$DIR/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" torch==2.14.1 torchvision==0.29.1 triton aiohttp msgspec numpy orjson requests tqdm \
     transformers==5.19.0 tokenizers psutil pybase64 pillow starlette pyzmq ipython pydantic datasets \
-    apache-tvm-ffi sentencepiece compressed-tensors gguf openai jinja2 prometheus_client
+    apache-tvm-ffi sentencepiece compressed-tensors gguf openai jinja2 httpx prometheus_client
 WHL=$(mktemp -d)
 "$DIR/bin/python" -m pip download -q --disable-pip-version-check --no-deps "sglang==$VER" -d "$WHL"
 "${PIP[@]}" --no-deps "$WHL"/sglang-*.whl
 rm -rf "$WHL"
-"$DIR/bin/python" -c 'import sglang.bench_serving' >/dev/null 2>&1 || {
-    echo "sglang.bench_serving does not import in $DIR" >&2
-    "$DIR/bin/python" -c 'import sglang.bench_serving' >&2
+CHECK='import sglang.bench_serving, sglang.test.run_eval'  # the benchmark and the quality eval
+"$DIR/bin/python" -c "$CHECK" >/dev/null 2>&1 || {
+    echo "sglang.bench_serving or sglang.test.run_eval does not import in $DIR" >&2
+    "$DIR/bin/python" -c "$CHECK" >&2
     exit 1
 }
 touch "$DIR/.gpuops-sglang-$VER"

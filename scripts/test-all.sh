@@ -26,5 +26,9 @@ fi
 echo "== installing gpuops (editable) with its test dependencies"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 
+echo "== the SGLang host virtualenv (real bench_serving and run_eval for the benchmark tests)"
+scripts/sglang-host-venv.sh .cache/sglang-host-venv
+export GPUOPS_TEST_SGLANG_VENV="$PWD/.cache/sglang-host-venv"
+
 echo "== running the test suite"
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

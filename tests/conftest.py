@@ -47,6 +47,34 @@ def ssh_home(tmp_path, sshd, monkeypatch) -> Path:
     return home
 
 
+@pytest.fixture(scope="session")
+def sglang_venv() -> Path:
+    """The "host" virtualenv with SGLang's real bench_serving and run_eval: scripts/test-all.sh builds
+    it (scripts/sglang-host-venv.sh) and exports GPUOPS_TEST_SGLANG_VENV. Unset: the tests that need
+    it are skipped here, and fail in CI (CI=true)."""
+    path = os.environ.get("GPUOPS_TEST_SGLANG_VENV")
+    if not path:
+        why = ("GPUOPS_TEST_SGLANG_VENV is not set: build the SGLang host venv with scripts/sglang-host-venv.sh "
+               "DIR and export GPUOPS_TEST_SGLANG_VENV=DIR (scripts/test-all.sh does both)")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    venv = Path(path).resolve()
+    if not os.access(venv / "bin" / "python", os.X_OK):
+        pytest.fail(f"GPUOPS_TEST_SGLANG_VENV={path} has no bin/python: rebuild it with scripts/sglang-host-venv.sh")
+    return venv
+
+
+@pytest.fixture(scope="session")
+def bench_tokenizer(sglang_venv, tmp_path_factory) -> Path:
+    """A tiny tokenizer built offline with the host venv's tokenizers (tests/data/bench/make_tokenizer.py),
+    to copy into a model folder that bench_serving reads as --tokenizer."""
+    out = tmp_path_factory.mktemp("tokenizer")
+    subprocess.run([str(sglang_venv / "bin" / "python"), str(REPO / "tests" / "data" / "bench" / "make_tokenizer.py"),
+                    str(out)], check=True, capture_output=True, timeout=120)
+    return out
+
+
 PACE = 0.05  # the simulated server's pace in deploy tests
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpuops.core.store import STATES, Store, StoreError
+from gpuops.core.store import MIGRATIONS, STATES, Store, StoreError
 
 PLAN = {"schema": 1, "name": "qwen122", "model": {"id": "Qwen/Qwen3.5-122B-A10B"}, "launcher": "process",
         "tp": 4, "gpu_ids": [0, 1, 2, 3], "port": 30000}
@@ -46,7 +46,7 @@ def test_schema_version_and_newer_schema_refused(tmp_path):
     path = tmp_path / "g.db"
     Store(path).close()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.execute("PRAGMA user_version = 99")
     db.commit()
@@ -114,3 +114,52 @@ def test_cli_status(tmp_path):
     assert [e["state"] for e in json.loads(out.stdout)["events"]] == ["planned", "weights"]
     out = gpuops("status", "nope", env=env)
     assert out.returncode == 2 and "no deployment named 'nope'" in out.stderr
+
+
+def test_bench_runs(tmp_path):
+    store = Store(tmp_path / "g.db")
+    run = store.add_bench_run(profile="sweep", settings={"concurrencies": [1, 4], "request_rate": "inf"},
+                              deployment="qwen122", host="gpu1", url="http://127.0.0.1:30000", model="Qwen/Qwen3.5-122B-A10B",
+                              sglang_version="0.5.23", gpus={"count": 4, "ids": [0, 1, 2, 3], "names": None}, plan=PLAN,
+                              remote_dir="/root/.local/state/gpuops/bench/x", started_at="2026-11-30T10:00:00.000Z")
+    assert (run.id, run.status, run.records, run.quality, run.finished_at) == (1, "running", [], None, None)
+    store.add_bench_records(run.id, [{"max_concurrency": 1, "output_throughput": 10.5}])
+    store.add_bench_records(run.id, [{"max_concurrency": 4, "output_throughput": 30.0}])
+    done = store.finish_bench_run(run.id, "ok")
+    assert done.status == "ok" and done.finished_at >= done.created_at and done.plan == PLAN
+    assert [r["max_concurrency"] for r in done.records] == [1, 4]
+    assert store.set_bench_model(run.id, "other").model == "other"
+    q = store.add_bench_run(profile="quality", settings={"eval_name": "gsm8k"})
+    assert store.finish_bench_run(q.id, "failed", error="run_eval printed no score").error == "run_eval printed no score"
+    assert store.finish_bench_run(q.id, "ok", quality={"eval": "gsm8k", "score": 0.5}).quality["score"] == 0.5
+    assert [r.id for r in store.bench_runs()] == [1, 2] and store.bench_run(99) is None
+    doc = store.bench_run(1).to_json(full=False)
+    assert "records" not in doc and "plan" not in doc and doc["gpus"]["count"] == 4
+    json.dumps(store.bench_run(1).to_json(), allow_nan=False)
+    with pytest.raises(StoreError, match="not storable as JSON"):  # bench_serving's Infinity is normalised first
+        store.add_bench_records(run.id, [{"request_rate": float("inf")}])
+    with pytest.raises(StoreError, match="finishes ok, failed or cancelled"):
+        store.finish_bench_run(run.id, "running")
+    with pytest.raises(StoreError, match="no benchmark run 42"):
+        store.finish_bench_run(42, "ok")
+    with pytest.raises(StoreError, match="unknown benchmark status"):
+        store.add_bench_run(profile="x", settings={}, status="great")
+    store.add_deployment("qwen122", "gpu1", PLAN)
+    assert store.remove("qwen122")  # a run outlives its deployment
+    assert store.bench_run(1).deployment == "qwen122"
+    store.close()
+
+
+def test_a_schema_1_store_is_migrated_keeping_its_deployments(tmp_path):
+    path = tmp_path / "g.db"
+    db = sqlite3.connect(path)
+    db.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
+    db.execute("INSERT INTO deployments (name, host, model, launcher, plan_json, state, created_at, updated_at) "
+               "VALUES ('old', 'gpu1', 'm', 'process', '{}', 'ready', 't', 't')")
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.deployment("old").state == "ready"
+    assert store.add_bench_run(profile="smoke", settings={}).id == 1
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 2
+    store.close()

@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 
 from gpuops.core.config import ConfigError, HostConfig, Inventory, load_inventory
+from gpuops.tui.cli_bench import BenchUsageError, add_bench_parser
 from gpuops.tui.cli_deploy import DeployUsageError, add_deploy_parsers
 from gpuops.tui.cli_models import add_models_parser
 from gpuops.tui.cli_plan import PlanUsageError, add_plan_parser
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parser(sub, common)
     add_models_parser(sub, common)
     add_deploy_parsers(sub, common)
+    add_bench_parser(sub, common)
 
     p = sub.add_parser("status", parents=[common], help="the stored deployments and their state")
     p.add_argument("name", metavar="NAME", nargs="?", help="one deployment (with its recent events)")
@@ -87,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default="ok", metavar="S",
                    help="what its SGLang server and hf do: ok, ok-with-mtp, hang-at-dist-init, spec-config-crash, "
                         "kv-cache-oom, slow-download (default: ok)")
+    p.add_argument("--sglang-venv", metavar="PATH", help="a virtualenv with the real SGLang: its benchmark and eval "
+                   "modules (bench_serving, run_eval) run from it (scripts/sglang-host-venv.sh builds one)")
     p.add_argument("--pace", type=float, default=1.0, metavar="F",
                    help="multiplies the simulated delays: 1 (default) starts a big model in ~5-10 s, 60 is about "
                         "real time")
@@ -276,7 +280,7 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
     try:
         memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
         sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
-                            scenario=args.scenario, pace=args.pace, **memory)
+                            scenario=args.scenario, pace=args.pace, sglang_venv=args.sglang_venv, **memory)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(sim.host_block(args.name, ssh=args.ssh), end="")
@@ -334,12 +338,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs,
                     "stop": cli_deploy.run_stop}[args.verb](inv, args)
+        if args.verb == "bench":
+            from gpuops.tui.cli_bench import run_bench
+
+            return run_bench(inv, args)
         if args.verb == "plan":
             from gpuops.tui.cli_plan import run_plan
 
             return run_plan(inv, args)
         return run_dashboard(inv, readonly=getattr(args, "readonly", False))
-    except (ConfigError, UsageError, PlanUsageError, DeployUsageError) as exc:
+    except (ConfigError, UsageError, PlanUsageError, DeployUsageError, BenchUsageError) as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
