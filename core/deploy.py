@@ -18,6 +18,7 @@ from .hostfacts import free_space, sglang_version
 from .hosts import Host, HostError, host_python
 from .launch import Launcher, ProcessLauncher, SystemdLauncher, new_api_key, read_env_value, remote_home
 from .procs import process_tree
+from .findings import Finding
 from .stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
 from .store import Store, utc_now
 from .telemetry import plain, snapshot
@@ -62,7 +63,7 @@ class DeployError(Exception):
 
 @dataclass
 class DeployEvent:
-    kind: str  # "state" | "phase" | "progress" | "log" | "finding"
+    kind: str  # "state" | "phase" | "progress" | "log" | "finding" | "checks" | "plan"
     data: dict
     ts: str = field(default_factory=utc_now)
 
@@ -179,21 +180,23 @@ class Deployer:
         await self.launcher.start()
         self.set_state("starting", launcher=self.launcher.kind)
 
-    async def watch(self) -> str:
+    async def watch(self, *, offset: int = 0, cursor: str | None = None) -> str:
         """Follow the server's log through its phases until ready, crashed or stalled.
 
         Every ``poll_s`` the server's processes and its GPUs' memory are sampled for the stall
         watcher (:mod:`gpuops.core.stall`): a stall is flagged within its threshold plus one
         poll, and only while the processes live and the memory stays flat."""
         from .journal import FileFollower, JournalFollower
-        from .phases import Crash, PhaseEvent, PhaseTracker, Progress
+        from .phases import PhaseEvent, PhaseTracker, Progress, clean
+        from .rules import LogScanner
 
         assert self.launcher is not None
         if isinstance(self.launcher, ProcessLauncher):
-            follower: Any = FileFollower(self.host, self.launcher.log_path)
+            follower: Any = FileFollower(self.host, self.launcher.log_path, offset=offset)
         else:
-            follower = JournalFollower(self.host, self.launcher.unit, directory=self.journal_dir)
+            follower = JournalFollower(self.host, self.launcher.unit, directory=self.journal_dir, cursor=cursor)
         tracker = PhaseTracker()
+        scanner = LogScanner()  # the finding rules' view of the same lines
         watcher = StallWatcher(self.stall, clock=self.clock)
         queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
 
@@ -205,6 +208,7 @@ class Deployer:
         reader = asyncio.create_task(read())
         next_poll = self.clock()
         last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
+        exited: str | None = None  # the server's processes are gone (status detail)
         try:
             while True:
                 try:
@@ -223,7 +227,10 @@ class Deployer:
                     self.emit("log", line=rec.text)
                     if rec.text.strip():
                         last = (rec.text, tracker.line_no + 1)
-                    for ev in tracker.feed(rec.text):
+                    line = clean(rec.text)
+                    events = tracker.feed(line)
+                    scanner.feed(line, tracker)
+                    for ev in events:
                         if isinstance(ev, PhaseEvent):
                             watcher.progress(ev.phase)
                             # ready is recorded after the quick check; starting is already the state
@@ -233,11 +240,8 @@ class Deployer:
                         elif isinstance(ev, Progress):
                             watcher.progress()
                             self.emit("progress", phase=ev.phase, done=ev.done, total=ev.total, what=ev.what)
-                        elif isinstance(ev, Crash):
-                            self.emit("finding", code="crash", severity="error", summary=ev.summary,
-                                      phase=ev.phase, evidence=list(ev.evidence))
                     if tracker.outcome == "crashed":
-                        self.set_state("crashed", phase=tracker.crash.phase if tracker.crash else None)
+                        await self._crashed(tracker, scanner, queue)
                         return "crashed"
                     if tracker.outcome == "ready":
                         return "ready"
@@ -246,14 +250,14 @@ class Deployer:
                         continue
                 if self.clock() >= next_poll:
                     next_poll = self.clock() + self.poll_s
-                    if not await self._sample(watcher):
-                        phase = tracker.phase or "starting"
-                        st = await self.launcher.status()
-                        self.set_state("crashed", phase=phase, reason=f"the server exited ({st.detail})")
-                        return "crashed"
+                    if exited is None and not await self._sample(watcher):
+                        exited = (await self.launcher.status()).detail
+                if exited is not None and rec is None:  # exited, and its log has gone quiet since
+                    await self._crashed(tracker, scanner, queue, reason=f"the server exited ({exited})")
+                    return "crashed"
                 stall = watcher.check()
                 if stall is not None:
-                    await self._stalled(stall, *last)
+                    await self._stalled(stall, *last, scanner=scanner, tracker=tracker)
                     return "stalled"
         finally:
             self._remember_position(follower)
@@ -280,11 +284,51 @@ class Deployer:
             watcher.gpus({i: None if v is None else int(v) for i, v in used.items()})
         return True
 
-    async def _stalled(self, stall: Stall, last_line: str | None, last_line_no: int | None) -> None:
-        """Say the stall (state, finding with its evidence) and triage it."""
+    async def _crashed(self, tracker: Any, scanner: Any, queue: asyncio.Queue, reason: str | None = None) -> None:
+        """The crash's findings from the rules, over the lines that followed it too (the rest
+        of the traceback, the other ranks' errors) as far as they have arrived. `reason`: the
+        server exited without a crash the tracker recognised."""
+        while not queue.empty():
+            rec = queue.get_nowait()
+            if not rec.notice:
+                self.emit("log", line=rec.text)
+                scanner.feed(rec.text, tracker)
+        for finding in scanner.findings(tracker, self.plan):
+            self.emit("finding", **finding.to_json())
+        phase = tracker.crash.phase if tracker.crash else tracker.phase or "starting"
+        self.set_state("crashed", phase=phase, **({"reason": reason} if reason else {}))
+
+    async def _stalled(self, stall: Stall, last_line: str | None, last_line_no: int | None, *,
+                       scanner: Any = None, tracker: Any = None) -> None:
+        """Say the stall (state, finding with its evidence), then triage it on the host: what the
+        log's silence suggests, and the host checks (driver/library, P2P, ports, /dev/shm, …)."""
         self.stalled = stall
         self.emit("finding", **stall_finding(stall, last_line, last_line_no).to_json())
         self.set_state("stalled", phase=stall.phase, silent_s=round(stall.silent_s, 1), summary=stall.summary)
+        await self.triage(scanner, tracker)
+
+    async def triage(self, scanner: Any = None, tracker: Any = None) -> list[Finding]:
+        """Findings beyond the stall itself, emitted and returned: the log rules' (errors in
+        the log so far; a silence rule's own nccl-init-stall is left out, the stall finding says
+        it with readings) and the host checks' for the running server (their pass/fail list is
+        a "checks" event)."""
+        from .triage import findings, run_checks
+
+        out: list[Finding] = []
+        if scanner is not None and tracker is not None:
+            out += [f for f in scanner.findings(tracker, self.plan) if f.code != "nccl-init-stall"]
+        assert self.launcher is not None
+        try:
+            st = await self.launcher.status()
+            results = await run_checks(self.host, self.plan, server_pids=[st.pid] if st.running and st.pid else [])
+        except HostError as exc:
+            out.append(Finding("host-error", "warning", f"the host checks could not run: {exc.message}"))
+        else:
+            self.emit("checks", checks=[r.to_json() for r in results])
+            out += findings(results)
+        for finding in out:
+            self.emit("finding", **finding.to_json())
+        return out
 
     def _remember_position(self, follower: Any) -> None:
         cursor = getattr(follower, "cursor", None)
@@ -326,9 +370,52 @@ class Deployer:
             await self.launch()
             outcome = await self.watch()
         except HostError as exc:
-            self.emit("finding", code="host-error", severity="error", summary=exc.message)
-            self.set_state("crashed", reason=exc.message)
-            return "crashed"
+            return self._host_error(exc)
+        return await self._finish(outcome)
+
+    async def apply_plan(self, new_plan: dict, why: dict) -> str:
+        """A fix applied: stop the server, record the new plan (with `why`: the finding's code
+        and the diff), install and start it, and watch it come up from where the log ends now."""
+        try:
+            if self.launcher is None:
+                home = None if self.plan.get("launcher") == "systemd" else await remote_home(self.host)
+                self.launcher = launcher_for(self.host, self.plan, home)
+            await self.launcher.stop()
+            position = await self._log_end()
+            self.store.replace_plan(self.name, new_plan, why)
+            self.emit_cb(DeployEvent("plan", why))
+            self.plan = new_plan
+            self.stalled = None
+            await self.launch()
+            outcome = await self.watch(**position)
+        except HostError as exc:
+            return self._host_error(exc)
+        return await self._finish(outcome)
+
+    async def _log_end(self) -> dict:
+        """Where the server's log ends now: a restarted server's watch starts there, so the
+        old run's crash is not read again."""
+        assert self.launcher is not None
+        if isinstance(self.launcher, ProcessLauncher):
+            res = await self.host.run(["sh", "-c", 'wc -c < "$1" 2>/dev/null || echo 0', "gpuops-size",
+                                       self.launcher.log_path], timeout=15)
+            size = res.stdout.strip()
+            return {"offset": int(size) if size.isdigit() else 0}
+        argv = ["journalctl", "-u", self.launcher.unit, "-n", "1", "-o", "json", "--no-pager"]
+        if self.journal_dir:
+            argv[1:1] = ["--directory", self.journal_dir]
+        res = await self.host.run(argv, timeout=30)
+        try:
+            return {"cursor": json.loads(res.stdout.strip().splitlines()[-1])["__CURSOR"]}
+        except (ValueError, IndexError, KeyError):
+            return {}
+
+    def _host_error(self, exc: HostError) -> str:
+        self.emit("finding", code="host-error", severity="error", summary=exc.message)
+        self.set_state("crashed", reason=exc.message)
+        return "crashed"
+
+    async def _finish(self, outcome: str) -> str:
         if outcome != "ready":
             return outcome
         endpoint = f"http://{_bind_host(self.plan)}:{self.plan['port']}"

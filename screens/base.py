@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.screen import Screen
 
 # Actions that change a host; `--readonly` disables every one of them.
-MUTATING_ACTIONS: frozenset[str] = frozenset({"end_process", "delete_model"})
+MUTATING_ACTIONS: frozenset[str] = frozenset({"end_process", "delete_model", "apply_fix", "nccl_debug"})
 
 
 class GpuopsScreen(Screen):

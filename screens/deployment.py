@@ -1,6 +1,10 @@
 """A deployment, watched: the phase stepper, progress and numbers from the log, the GPUs'
 memory beside them, and the log itself below. Reattaches to a running server: it reads
-the server's log from the start and catches up, so closing gpuops loses nothing."""
+the server's log from the start and catches up, so closing gpuops loses nothing.
+
+Why it is stuck: a crash shows the finding rules' findings at once; a stall (the stall
+watcher, fed by the log and the sampler's GPU memory) shows a banner and starts triage on its
+own. `f` applies the top finding's fix (diff first), `x` opens the triage screen."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Input
 
 from gpuops.core.config import PHASES
@@ -26,6 +31,9 @@ GIB = 1024**3
 class DeploymentScreen(GpuopsScreen):
     BINDINGS = [
         Binding("k", "quick_check", "Quick check"),
+        Binding("b", "bench", "Bench"),
+        Binding("f", "apply_fix", "Apply fix"),
+        Binding("x", "triage", "Triage"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "back", "Back", key_display="esc"),
     ]
@@ -38,11 +46,17 @@ class DeploymentScreen(GpuopsScreen):
         self.phase_lines: dict[str, str] = {}
         self.started = time.monotonic()
         self.check_result: str | None = None
+        self.scanner: Any = None
+        self.watcher: Any = None
+        self.findings: list[dict] = []  # the crash's or the stall's, most important first
+        self.triage_doc: dict | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="dep-top"):
-            yield TextView(id="dep-phases")
+            with Vertical(id="dep-main"):
+                yield TextView(id="dep-phases")
+                yield TextView(id="dep-banner")
             with Vertical(id="dep-side"):
                 yield TextView(id="dep-numbers")
                 yield TextView(id="dep-gpus")
@@ -51,9 +65,7 @@ class DeploymentScreen(GpuopsScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        from gpuops.core.phases import PhaseTracker
-
-        self.tracker = PhaseTracker()
+        self.new_run()
         d = self.deployment
         self.sub_title = f"{d.name} · {d.model} on {d.host} · {d.launcher}"
         self.query_one("#dep-filter", Input).display = False
@@ -61,6 +73,21 @@ class DeploymentScreen(GpuopsScreen):
         self.follow_log()
         self.set_interval(1.0, self.refresh_view)
         self.refresh_view()
+
+    def new_run(self) -> None:
+        """A server start: a fresh tracker, scanner and stall watcher (a restart in the same log
+        begins a new run at its server_args= line)."""
+        from gpuops.core.phases import PhaseTracker
+        from gpuops.core.rules import LogScanner
+        from gpuops.core.stall import StallWatcher
+
+        self.tracker = PhaseTracker()
+        self.scanner = LogScanner()
+        self.watcher = StallWatcher(self.app.inventory.stall)  # type: ignore[attr-defined]
+        self.phase_started.clear()
+        self.phase_lines.clear()
+        self.findings = []
+        self.triage_doc = None
 
     # ---------------------------------------------------------------- the log
 
@@ -70,6 +97,7 @@ class DeploymentScreen(GpuopsScreen):
         from gpuops.core.hosts import HostError
         from gpuops.core.journal import FileFollower, JournalFollower
         from gpuops.core.launch import ProcessLauncher, remote_home
+        from gpuops.core.phases import PhaseEvent, Progress, clean
 
         d = self.deployment
         host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
@@ -88,7 +116,17 @@ class DeploymentScreen(GpuopsScreen):
                 view.append(rec.text, rec.ts)
                 if rec.notice:  # truncated/rotated/missing: shown, not parsed
                     continue
-                self.tracker.feed(rec.text)
+                line = clean(rec.text)
+                if line.text.startswith("server_args=") and (self.tracker.phase not in (None, "starting")
+                                                             or self.tracker.crash is not None):
+                    self.new_run()
+                crashed = self.tracker.outcome == "crashed"
+                for ev in self.tracker.feed(line):
+                    if isinstance(ev, (PhaseEvent, Progress)):
+                        self.watcher.progress(ev.phase if isinstance(ev, PhaseEvent) else None)
+                self.scanner.feed(line, self.tracker)
+                if self.tracker.outcome == "crashed" and not crashed:
+                    self.set_timer(0.5, self.crash_findings)  # the rest of the traceback first
                 phase = self.tracker.phase
                 if phase and phase not in self.phase_started:
                     self.phase_started[phase] = time.monotonic()
@@ -96,9 +134,76 @@ class DeploymentScreen(GpuopsScreen):
         except HostError as exc:
             view.append(f"gpuops: {exc.message}")
 
+    # ---------------------------------------------------------------- why it is stuck
+
+    def crash_findings(self) -> None:
+        self.findings = [f.to_json() for f in self.scanner.findings(self.tracker, self.deployment.plan)]
+        self.refresh_view()
+
+    def watch_stall(self, gpus: dict[int, int | None]) -> None:
+        """One sampler reading for the stall watcher; a new stall starts triage on its own."""
+        if self.tracker.outcome in ("ready", "crashed") or self.deployment.state == "stopped":
+            return
+        if gpus:
+            self.watcher.gpus(gpus)
+        stall = self.watcher.check()
+        if stall is not None:
+            from gpuops.core.stall import stall_finding
+
+            self.findings = [stall_finding(stall).to_json()]
+            self.auto_triage()
+
+    @work(exclusive=True, group="deployment-triage")
+    async def auto_triage(self) -> None:
+        from gpuops.core.diagnose import triage_deployment
+        from gpuops.core.hosts import HostError
+
+        d = self.deployment
+        host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
+        if host is None:
+            return
+        try:
+            doc = await triage_deployment(host, d.plan, d.launcher, host.config.journal_dir)
+        except HostError as exc:
+            self.notify(f"triage failed: {exc.message}", severity="error")
+            return
+        self.triage_doc = doc
+        stall = self.findings[:1]
+        self.findings = stall + [f for f in doc["findings"] if not (stall and f["code"] == stall[0]["code"])]
+        self.refresh_view()
+
+    def banner(self) -> tuple[Text, str]:
+        out = Text()
+        kind = ""
+        stall = self.watcher.stall if self.watcher is not None else None
+        if stall is not None and self.tracker.outcome not in ("ready", "crashed"):
+            kind = "stalled"
+            out.append(f"STALLED: {stall.summary}\n", style="bold red")
+            if self.triage_doc is None:
+                out.append("triage running…\n", style="dim")
+        elif self.tracker.outcome == "crashed":
+            kind = "crashed"
+        for f in self.findings[:4]:
+            out.append(f"{f.get('severity', '?')}: {f.get('code')}: ", style="bold red" if f.get("severity") == "error"
+                       else "yellow")
+            out.append(f"{f.get('summary')}\n")
+        first_fix = next((f for f in self.findings if (f.get("fix") or {}).get("applicable")), None)
+        if first_fix is not None:
+            out.append(f"f: {first_fix['fix']['summary']}", style="green")
+            out.append("   x: triage\n")
+        elif self.findings:
+            out.append("x: triage (evidence, host checks, fixes)\n")
+        return out, kind
+
     # ---------------------------------------------------------------- the view
 
     def refresh_view(self) -> None:
+        try:
+            self._refresh_view()
+        except NoMatches:  # the app is closing: the screen's widgets are already gone
+            pass
+
+    def _refresh_view(self) -> None:
         if self.tracker is None:
             return
         now = time.monotonic()
@@ -142,15 +247,38 @@ class DeploymentScreen(GpuopsScreen):
         gpus = Text("GPUs (sampler)\n", style="bold")
         state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
         wanted = set(self.deployment.plan.get("gpu_ids") or [])
+        gpu_used: dict[int, int | None] = {}
         if state is not None and state.snapshot is not None:
             for g in state.snapshot.gpus:
                 if g.index in wanted:
+                    gpu_used[g.index] = int(g.memory_used) if isinstance(g.memory_used, (int, float)) and \
+                        g.memory_used == g.memory_used else None
                     used = g.memory_used / GIB if isinstance(g.memory_used, (int, float)) else float("nan")
                     total = g.memory_total / GIB if isinstance(g.memory_total, (int, float)) else float("nan")
                     gpus.append(f"  GPU{g.index}: {used:6.1f} / {total:.1f} GiB\n")
         self.query_one("#dep-gpus", TextView).set(gpus)
+        self.watch_stall(gpu_used)
+        text, kind = self.banner()
+        box = self.query_one("#dep-banner", TextView)
+        box.set(text)
+        box.set_class(kind == "stalled", "stalled")
+        box.set_class(kind == "crashed", "crashed")
 
     # ---------------------------------------------------------------- actions
+
+    def action_apply_fix(self) -> None:
+        from gpuops.screens.triage import ask_and_apply
+
+        first = next((f for f in self.findings if (f.get("fix") or {}).get("applicable")), None)
+        if first is None:
+            self.notify("no finding with a fix gpuops can apply (x: triage)", severity="warning")
+            return
+        ask_and_apply(self, self.deployment, first)
+
+    def action_triage(self) -> None:
+        from gpuops.screens.triage import TriageScreen
+
+        self.app.push_screen(TriageScreen(self.deployment, self.triage_doc))
 
     def action_filter(self) -> None:
         box = self.query_one("#dep-filter", Input)
@@ -165,6 +293,11 @@ class DeploymentScreen(GpuopsScreen):
         if event.input.id == "dep-filter":
             event.input.display = False
             self.query_one(LogView).focus()
+
+    def action_bench(self) -> None:
+        from gpuops.screens.bench_launch import open_launcher
+
+        open_launcher(self.app, self.deployment)
 
     def action_back(self) -> None:
         box = self.query_one("#dep-filter", Input)

@@ -87,7 +87,7 @@ def test_failing_scenarios_end_with_the_right_outcome(world, scenario, stall, fi
     last = [e for e in events if e["event"] == "state"][-1]
     assert last["state"] == final
     if phase:
-        assert last.get("phase") == phase
+        assert last.get("phase") == phase, [e for e in events if e["event"] in ("state", "finding", "phase")]
     else:
         assert any(e["event"] == "finding" and e["code"] == "download-stalled" for e in events)
     if scenario == "hang-at-dist-init":
@@ -102,6 +102,13 @@ def test_failing_scenarios_end_with_the_right_outcome(world, scenario, stall, fi
         assert "Init parallel begin." in line["line"] or "nccl" in line["line"].lower()  # or NCCL's after it
         assert f["fix"]["applicable"] and f["fix"]["plan_patch"]["set_env"]["NCCL_DEBUG"] == "INFO"
         assert 3 <= f["data"]["silent_s"] < 3 + 5 + 2  # threshold + one poll (+ the quiet-log wait)
+        # and triage ran on its own: the host checks, all passing on this healthy simulated host
+        (checks,) = [e["checks"] for e in events if e["event"] == "checks"]
+        assert {c["name"] for c in checks} >= {"driver-library-mismatch", "port-in-use", "leftover-gpu-process"}
+        assert all(c["ok"] is not False for c in checks), checks
+    if scenario == "kv-cache-oom":  # the rule's finding, with the plan change that fixes it
+        (f,) = [e for e in events if e["event"] == "finding" and e["code"] == "kv-cache-oom"]
+        assert f["fix"]["applicable"] and "--mem-fraction-static" in f["fix"]["plan_patch"]["set_flags"]
     subprocess.run([GPUOPS, "--config", str(cfg), "stop", f"t-{scenario}", "--yes"], capture_output=True, env=env)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
 
 from textual.app import App, SystemCommand
@@ -158,6 +159,44 @@ class GpuopsApp(App):
             self.notify(f"{plan['name']}: {outcome}", severity="information" if outcome == "ready" else "error")
 
         self.run_worker(work(), group="deploy", exit_on_error=False)
+
+    def apply_fix(self, name: str, patch: dict, why: dict) -> None:
+        """A fix applied to deployment `name`: its plan patched, the server restarted with it and
+        watched on a fresh deployment screen (callers have shown the diff and asked first)."""
+        if self.readonly:
+            self.notify("read-only: a fix restarts the server", severity="error")
+            return
+        from gpuops.core.deploy import Deployer
+        from gpuops.core.fixes import apply_patch
+        from gpuops.core.store import Store
+        from gpuops.screens.deployment import DeploymentScreen
+
+        async def work() -> None:
+            store = Store()
+            try:
+                d = store.deployment(name)
+                host = self.monitor.hosts.get(d.host) if d is not None else None
+                if d is None or host is None:
+                    self.notify(f"{name}: no such deployment on a host of the inventory", severity="error")
+                    return
+                try:
+                    new_plan, diff = apply_patch(d.plan, patch)
+                except ValueError as exc:
+                    self.notify(f"fix refused: {exc}", severity="error")
+                    return
+                deployer = Deployer(host, d.plan, store, emit=lambda e: None, stall=dict(self.inventory.stall),
+                                    journal_dir=host.config.journal_dir)
+                self.notify(f"{name}: restarting with the fix ({why.get('code', 'fix')})")
+                while len(self.screen_stack) > 1 and not isinstance(self.screen, DashboardScreen):
+                    await self.pop_screen()  # gone before its successor (same id) is pushed
+                # the screen reads the whole log; a new server_args= line starts its new run
+                await self.push_screen(DeploymentScreen(dataclasses.replace(d, plan=new_plan)))
+                outcome = await deployer.apply_plan(new_plan, {**why, "diff": [list(x) for x in diff]})
+            finally:
+                store.close()
+            self.notify(f"{name}: {outcome}", severity="information" if outcome == "ready" else "error")
+
+        self.run_worker(work(), group="fix", exit_on_error=False)
 
     def open_deployment(self, name: str) -> bool:
         from gpuops.core.store import Store

@@ -69,6 +69,12 @@ def run_triage(args: argparse.Namespace) -> int:
     print(f"phase: {doc['phase'] or '-'}   outcome: {doc['outcome']}")
     for finding in doc.get("findings") or []:
         print(f"  {finding.get('severity', '?')}: {finding.get('code')}: {finding.get('summary')}")
+        for ev in finding.get("evidence") or []:
+            print(f"      {ev.get('source')}: {ev.get('line') or ev.get('reading')}")
+        fix = finding.get("fix") or {}
+        if fix.get("summary"):
+            print(f"    fix{' (applicable: gpuops TUI, deployment screen, f)' if fix.get('applicable') else ''}: "
+                  f"{fix['summary']}")
     for check in doc.get("checks") or []:
         mark = {True: "ok", False: "FAIL", None: "n/a"}[check["ok"]]
         print(f"  [{mark:>4}] {check['name']}: {check['detail']}")
@@ -79,15 +85,10 @@ def run_triage(args: argparse.Namespace) -> int:
 
 
 def _triage_deployment(args: argparse.Namespace) -> dict:
-    """The deployment's log through the log triage, plus the host checks (core/triage.py) with its
-    running server's pid: ``{"schema": 1, phase, outcome, findings, checks, stacks}``."""
+    """The deployment's log through the log triage, plus the host checks (core/diagnose.py)."""
     from gpuops.core.config import load_inventory
-    from gpuops.core.deploy import launcher_for
+    from gpuops.core.diagnose import triage_deployment
     from gpuops.core.hosts import make_host
-    from gpuops.core.journal import FileFollower, JournalFollower
-    from gpuops.core.launch import ProcessLauncher, remote_home
-    from gpuops.core.phases import triage_log
-    from gpuops.core.triage import findings, run_checks, stacks
 
     d = _deployment(args.deployment)
     inv = load_inventory(getattr(args, "config", None))
@@ -99,22 +100,9 @@ def _triage_deployment(args: argparse.Namespace) -> dict:
     async def go() -> dict:
         host = make_host(cfg)
         try:
-            home = None if d.launcher == "systemd" else await remote_home(host)
-            launcher = launcher_for(host, d.plan, home)
-            if isinstance(launcher, ProcessLauncher):
-                follower = FileFollower(host, launcher.log_path, follow=False)
-            else:
-                follower = JournalFollower(host, launcher.unit, directory=cfg.journal_dir, follow=False)
-            lines = [rec.text async for rec in follower.records() if not rec.notice]
-            status = await launcher.status()
-            results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
+            return await triage_deployment(host, d.plan, d.launcher, cfg.journal_dir)
         finally:
             await host.close()
-        doc = triage_log(lines)
-        doc["findings"] = list(doc.get("findings") or []) + [f.to_json() for f in findings(results)]
-        doc["checks"] = [r.to_json() for r in results]
-        doc["stacks"] = stacks(results)
-        return doc
 
     return asyncio.run(go())
 

@@ -1,0 +1,35 @@
+"""Triage of a stored deployment: its log through the finding rules, plus the host checks.
+
+The one place the document of ``gpuops triage --deployment NAME`` is put together, for the CLI
+and the triage screen alike: ``{"schema": 1, phase, outcome, findings, checks, stacks}``.
+"""
+
+from __future__ import annotations
+
+from .deploy import launcher_for
+from .hosts import Host
+from .journal import FileFollower, JournalFollower
+from .launch import ProcessLauncher, remote_home
+from .phases import triage_log
+from .triage import findings, run_checks, stacks
+
+
+async def triage_deployment(host: Host, plan: dict, launcher: str, journal_dir: str | None = None) -> dict:
+    """Read the deployment's whole log (its file, or its unit's journal), run the log rules
+    with the deployment's plan (so fixes patch it) and the host checks with its running
+    server's pid. HostError propagates."""
+    home = None if launcher == "systemd" else await remote_home(host)
+    lau = launcher_for(host, plan, home)
+    if isinstance(lau, ProcessLauncher):
+        follower: FileFollower | JournalFollower = FileFollower(host, lau.log_path, follow=False)
+    else:
+        follower = JournalFollower(host, lau.unit, directory=journal_dir, follow=False)
+    lines = [rec.text async for rec in follower.records() if not rec.notice]
+    status = await lau.status()
+    results = await run_checks(host, plan, server_pids=[status.pid] if status.running and status.pid else [])
+    doc = triage_log(lines, plan)
+    doc["findings"] = list(doc.get("findings") or []) + [f.to_json() for f in findings(results)]
+    doc["checks"] = [r.to_json() for r in results]
+    doc["stacks"] = stacks(results)
+    doc["running"] = status.running
+    return doc

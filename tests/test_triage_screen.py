@@ -1,0 +1,151 @@
+"""Why is it stuck, in the TUI: the motivating MTP crash on the simulated host (SGLang 0.5.10, a
+plan without the two flags) shows its finding on the deployment screen; `f` shows the fix's diff,
+asks, restarts with the patched plan and the new run comes up; `x` opens triage with the host
+checks. A stall shows its banner and triage starts on its own."""
+
+from __future__ import annotations
+
+import json
+
+from textual.widgets import OptionList
+
+from gpuops.core.config import parse_inventory
+from gpuops.core.deploy import Deployer
+from gpuops.core.hosts import make_host
+from gpuops.core.simhost import setup_simhost
+from gpuops.core.store import Store
+from gpuops.screens.confirm import ConfirmScreen
+from gpuops.screens.deployment import DeploymentScreen
+from gpuops.screens.triage import TriageScreen
+from gpuops.tui.app import GpuopsApp
+from tests.test_rules import models, sim_plan, without  # noqa: F401  (models is a fixture)
+from tests.tui_helpers import until
+
+
+async def deploy_until_done(inv, plan: dict) -> str:
+    host = make_host(inv.host("sim"))
+    store = Store()
+    try:
+        deployer = Deployer(host, plan, store, emit=lambda e: None, stall=dict(inv.stall), poll_s=1.0)
+        await deployer.prepare()
+        return await deployer.execute()
+    finally:
+        store.close()
+        await host.close()
+
+
+def sim_world(tmp_path, monkeypatch, scenario: str, stall: str = ""):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "home").mkdir()
+    sim = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", scenario=scenario, pace=0.02)
+    inv = parse_inventory(sim.host_block("sim") + stall, source=str(tmp_path / "config.toml"))
+    return sim, inv
+
+
+async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the_diff(tmp_path, monkeypatch, models):
+    sim, inv = sim_world(tmp_path, monkeypatch, "spec-config-crash")
+    good = sim_plan(models["qwen35"], "0.5.10", 4, name="fixme")
+    broken = without(good, "--mamba-scheduler-strategy", env=("SGLANG_ENABLE_SPEC_V2",))
+    broken.update(host="sim", launcher="process", python=str(sim.python))
+    try:
+        assert await deploy_until_done(inv, broken) == "crashed"
+        app = GpuopsApp(inv, interval=0.5)
+        said = []
+        real_notify = app.notify
+        app.notify = lambda msg, **kw: (said.append(msg), real_notify(msg, **kw))[1]
+        async with app.run_test(size=(170, 50)) as pilot:
+            assert app.open_deployment("fixme")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+            screen = app.screen
+            assert await until(pilot, lambda: any(f["code"] == "spec-config-invalid" for f in screen.findings))
+            banner = screen.query_one("#dep-banner").text.plain
+            assert "spec-config-invalid" in banner and "f: " in banner
+            await pilot.press("f")
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            detail = str(app.screen.detail)
+            assert "+ --mamba-scheduler-strategy extra_buffer" in detail and "+ SGLANG_ENABLE_SPEC_V2=1" in detail
+            await pilot.press("y")
+            # a fresh deployment screen watches the restarted server come up with the fixed plan
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen) and app.screen is not screen,
+                               timeout=30), (said, app.screen_stack,
+                                             [(w.name, w.state, w.error) for w in app.workers])
+            fresh = app.screen
+            assert await until(pilot, lambda: fresh.tracker.outcome == "ready", timeout=90)
+            assert fresh.findings == []
+            assert await until(pilot, lambda: any("fixme: ready" in str(n.message) for n in app._notifications),
+                               timeout=60)
+        store = Store()
+        try:
+            d = store.deployment("fixme")
+            plan_events = list(store.events("fixme", kinds=("plan",)))
+        finally:
+            store.close()
+        assert d.state == "ready" and "--mamba-scheduler-strategy" in d.plan["argv"]
+        assert d.plan["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+        (ev,) = plan_events
+        assert ev.data["code"] == "spec-config-invalid"
+        assert ["+", "--mamba-scheduler-strategy extra_buffer"] in ev.data["diff"]
+    finally:
+        sim.shutdown()
+
+
+async def test_readonly_refuses_the_fix(tmp_path, monkeypatch, models):
+    sim, inv = sim_world(tmp_path, monkeypatch, "spec-config-crash")
+    broken = without(sim_plan(models["qwen35"], "0.5.10", 4, name="ro"), "--mamba-scheduler-strategy",
+                     env=("SGLANG_ENABLE_SPEC_V2",))
+    broken.update(host="sim", launcher="process", python=str(sim.python))
+    try:
+        assert await deploy_until_done(inv, broken) == "crashed"
+        app = GpuopsApp(inv, interval=0.5, readonly=True)
+        async with app.run_test(size=(170, 50)) as pilot:
+            assert app.open_deployment("ro")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
+                               and any(f["code"] == "spec-config-invalid" for f in app.screen.findings))
+            await pilot.press("f")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, DeploymentScreen)  # nothing asked, nothing restarted
+    finally:
+        sim.shutdown()
+
+
+async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, monkeypatch):
+    sim, inv = sim_world(tmp_path, monkeypatch, "hang-at-dist-init", "\n[stall]\ndist_init = 2\n")
+    from tests.test_rules import QWEN3, model_dir
+
+    folder = model_dir(tmp_path / "models", QWEN3, 16_381_470_720, shards=5)
+    plan = sim_plan(folder, "0.5.10", 1, name="hung")
+    plan.update(host="sim", launcher="process", python=str(sim.python))
+    try:
+        assert await deploy_until_done(inv, plan) == "stalled"
+        app = GpuopsApp(inv, interval=0.5)
+        async with app.run_test(size=(170, 50)) as pilot:
+            assert app.open_deployment("hung")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+            screen = app.screen
+            assert await until(pilot, lambda: screen.tracker is not None)  # mounted
+            # the screen's own watcher: 2 s after it read the dist_init line, with the sampler's memory
+            assert await until(pilot, lambda: "STALLED: dist_init silent" in screen.query_one("#dep-banner").text.plain,
+                               timeout=20)
+            assert await until(pilot, lambda: screen.triage_doc is not None, timeout=30)
+            assert {c["name"] for c in screen.triage_doc["checks"]} >= {"driver-library-mismatch", "port-in-use"}
+            assert screen.findings[0]["code"] == "nccl-init-stall"
+            await pilot.press("x")
+            assert await until(pilot, lambda: isinstance(app.screen, TriageScreen))
+            triage = app.screen
+            options = triage.query_one(OptionList)
+            assert options.option_count == len(screen.triage_doc["findings"])
+            assert "Host checks" in triage.query_one("#triage-checks").text.plain
+            await pilot.press("n")  # restart with NCCL_DEBUG=INFO: asks first, with the diff
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert "+ NCCL_DEBUG=INFO" in str(app.screen.detail)
+            await pilot.press("n")  # no: nothing changes
+            assert await until(pilot, lambda: app.screen is triage)
+        store = Store()
+        try:
+            assert json.dumps(store.deployment("hung").plan).count("NCCL_DEBUG") == 0
+        finally:
+            store.close()
+    finally:
+        sim.shutdown()
