@@ -106,3 +106,13 @@ def world(tmp_path, sshd, ssh_home):
     yield make, env
     subprocess.run(["pkill", "-f", str(root)])
     subprocess.run(["rm", "-rf", str(root)])
+
+
+@pytest.fixture
+def models(tmp_path) -> dict[str, Path]:
+    """Model folders the simulated server reads: Qwen3.5-122B-A10B (hybrid, MTP) and Qwen3-8B."""
+    from tests.test_sglang_sim import QWEN3, QWEN35, model_dir
+
+    root = tmp_path / "models"
+    return {"qwen35": model_dir(root, QWEN35, 250_170_000_000, shards=39),
+            "qwen3": model_dir(root, QWEN3, 16_381_470_720, shards=5)}

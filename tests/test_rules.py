@@ -32,7 +32,7 @@ from gpuops.core.plan import Wishes, build_plan, split_flags
 from gpuops.core.rules import LINE_RULES, SILENCE_RULES, LogScanner, findings_for_log
 from gpuops.core.simhost import setup_simhost
 from tests.sshd import free_port
-from tests.test_sglang_sim import QWEN3, QWEN35, Server, model_dir
+from tests.test_sglang_sim import Server
 
 LOGS = Path(__file__).parent / "data" / "logs"
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -679,13 +679,6 @@ def test_unknown_flags_are_dropped_or_renamed(tmp_path):
 
 
 # ------------------------------------------------------------------ the simulated host's failures
-
-
-@pytest.fixture
-def models(tmp_path) -> dict[str, Path]:
-    root = tmp_path / "models"
-    return {"qwen35": model_dir(root, QWEN35, 250_170_000_000, shards=39),
-            "qwen3": model_dir(root, QWEN3, 16_381_470_720, shards=5)}
 
 
 def sim_plan(folder: Path, version: str, gpus: int, **wishes) -> dict:

@@ -18,7 +18,7 @@ from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.screens.triage import TriageScreen
 from gpuops.tui.app import GpuopsApp
-from tests.test_rules import models, sim_plan, without  # noqa: F401  (models is a fixture)
+from tests.test_rules import sim_plan, without
 from tests.tui_helpers import until
 
 
@@ -110,12 +110,9 @@ async def test_readonly_refuses_the_fix(tmp_path, monkeypatch, models):
         sim.shutdown()
 
 
-async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, monkeypatch):
+async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, monkeypatch, models):
     sim, inv = sim_world(tmp_path, monkeypatch, "hang-at-dist-init", "\n[stall]\ndist_init = 2\n")
-    from tests.test_rules import QWEN3, model_dir
-
-    folder = model_dir(tmp_path / "models", QWEN3, 16_381_470_720, shards=5)
-    plan = sim_plan(folder, "0.5.10", 1, name="hung")
+    plan = sim_plan(models["qwen3"], "0.5.10", 1, name="hung")
     plan.update(host="sim", launcher="process", python=str(sim.python))
     try:
         assert await deploy_until_done(inv, plan) == "stalled"
