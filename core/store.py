@@ -196,7 +196,9 @@ class Store:
         if state not in STATES:
             raise StoreError(f"unknown deployment state {state!r}")
         existing = self.deployment(name)
-        if existing is not None and existing.state != "stopped":
+        # A deployment whose server never started (gpuops closed or killed while planning or
+        # downloading) may be deployed again: its download resumes from what is on disk.
+        if existing is not None and existing.state not in ("stopped", "planned", "downloading"):
             raise StoreError(f"a deployment named {name!r} exists ({existing.state} on {existing.host}): "
                              "stop it first or choose another --name")
         now = utc_now()

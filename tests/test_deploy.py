@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,45 @@ def test_systemd_launcher_with_the_fake_systemctl_and_a_real_journal(world):
         sim.shutdown()
         unit.unlink(missing_ok=True)
         env_file.unlink(missing_ok=True)
+
+
+def test_a_deploy_killed_mid_download_resumes_from_what_is_on_disk(world):
+    """kill -9 of gpuops while `hf download` runs on the host: the host's download dies with the
+    channel, what was recorded stays, and the same deploy again resumes (not from 0) to ready."""
+    make, env = world
+    cfg, sim = make("ok")
+    sim.set_sim(download_rate=150 << 20)  # / PACE: ~3 GB/s of apparent size, 16.4 GB takes ~5 s
+    argv = [GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json", "--yes",
+            "--name", "resume"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    first: list[dict] = []
+    try:
+        for line in proc.stdout:
+            ev = json.loads(line)
+            if ev["event"] == "progress" and ev["phase"] == "downloading" and ev["done"] >= 0.25 * ev["total"]:
+                first.append(ev)
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first, "the download never got a quarter done"
+    killed_at = first[-1]["done"]
+    assert wait_until_gone(str(sim.directory / "bin" / "hf"))  # the host's hf ended with the channel
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "status", "resume", "--json"], capture_output=True,
+                         text=True, env=env)
+    assert json.loads(out.stdout)["deployment"]["state"] == "downloading"  # recorded before the kill
+    rc, events, err = deploy(cfg, env, "--name", "resume")
+    assert rc == 0, err
+    downloads = [e for e in events if e["event"] == "progress" and e["phase"] == "downloading"]
+    assert downloads[0]["done"] >= killed_at  # resumed from the bytes on disk
+    assert downloads[-1]["done"] >= downloads[-1]["total"] * 0.99
+    subprocess.run([GPUOPS, "--config", str(cfg), "stop", "resume", "--yes"], capture_output=True, env=env)
+
+
+def wait_until_gone(marker: str, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not processes_matching(marker):
+            return True
+        time.sleep(0.1)
+    return False
