@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
-from .config import _BENCH_PATHS, _BENCH_VALUES, validate_host_name
+from .config import BENCH_PATHS, BENCH_VALUES, validate_host_name
 from .hosts import Host, HostError, host_python
 from .store import BenchRun, Deployment, Store, utc_now
 
@@ -57,7 +57,7 @@ DEFAULT_PROFILES: dict[str, dict[str, Any]] = {
     "quality": {"eval_name": "gsm8k", "num_examples": 200, "max_concurrency": 64},
 }
 QUALITY_KEYS = frozenset({"eval_name", "num_examples", "eval_data_path", "max_concurrency"})
-SERVING_KEYS = (frozenset(_BENCH_VALUES) | frozenset(_BENCH_PATHS)) - (QUALITY_KEYS - {"max_concurrency"})
+SERVING_KEYS = (frozenset(BENCH_VALUES) | frozenset(BENCH_PATHS)) - (QUALITY_KEYS - {"max_concurrency"})
 EVAL_MODULE = "sglang.test.run_eval"
 EVALS = ("gsm8k",)  # run_eval's evals that read a local file (--gsm8k-data-path): hosts may be offline
 SWEEP_WAVES = 4
@@ -120,15 +120,15 @@ def validate_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
     """Each setting checked as config.toml's ``[bench.profiles.NAME]`` checks it (one table of rules)."""
     out = {}
     for key, value in settings.items():
-        if key in _BENCH_PATHS:
+        if key in BENCH_PATHS:
             if not (isinstance(value, str) and value.startswith("/") and "\n" not in value and "\0" not in value):
                 raise BenchInputError(f"{where}.{key}: expected an absolute path, got {value!r}")
             out[key] = value
             continue
-        if key not in _BENCH_VALUES:
-            known = ", ".join(sorted({*_BENCH_VALUES, *_BENCH_PATHS}))
+        if key not in BENCH_VALUES:
+            known = ", ".join(sorted({*BENCH_VALUES, *BENCH_PATHS}))
             raise BenchInputError(f"{where}: unknown setting {key!r} (known: {known})")
-        check, expected = _BENCH_VALUES[key]
+        check, expected = BENCH_VALUES[key]
         checked = check(value)
         if checked is None:
             raise BenchInputError(f"{where}.{key}: expected {expected}, got {value!r}")
@@ -362,18 +362,18 @@ async def url_target(host: Host, url: str) -> Target:
 async def deployment_target(host: Host, d: Deployment) -> Target:
     """A ready deployment: its port on the host's loopback, its model folder as tokenizer, its env
     file for the API key, its GPUs' names."""
-    from .deploy import _bind_host, _served_name, launcher_for
+    from .deploy import bind_host, served_name, launcher_for
     from .launch import remote_home
 
     plan = d.plan
     home = await remote_home(host)
-    bind = _bind_host(plan)
+    bind = bind_host(plan)
     reach = "127.0.0.1" if bind in ("0.0.0.0", "", "::") else bind
     url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan['port']}")
     keyed = any("${GPUOPS_API_KEY}" in a for a in plan.get("argv") or [])
     env_file = getattr(launcher_for(host, plan, home), "env_path", None) if keyed else None
     return Target(host=host, url=url, home=home, deployment=d.name, model=d.model,
-                  model_path=plan.get("model_path"), served_name=_served_name(plan), env_file=env_file,
+                  model_path=plan.get("model_path"), served_name=served_name(plan), env_file=env_file,
                   plan=plan, gpus=await _gpus(host, list(plan.get("gpu_ids") or [])))
 
 

@@ -253,7 +253,7 @@ class HostConfig:
 
 @dataclass(frozen=True)
 class BenchProfile:
-    """A named ``[bench.profiles.NAME]`` table; settings validated (see ``_BENCH_VALUES``)."""
+    """A named ``[bench.profiles.NAME]`` table; settings validated (see ``BENCH_VALUES``)."""
 
     name: str
     settings: dict[str, Any]
@@ -583,13 +583,13 @@ class _Checker:
         return profiles
 
     def bench_settings(self, t: dict[str, Any], path: KeyPath) -> dict[str, Any]:
-        self.known_keys(t, path, (*_BENCH_VALUES, *_BENCH_PATHS))
+        self.known_keys(t, path, (*BENCH_VALUES, *BENCH_PATHS))
         settings: dict[str, Any] = {}
         for key, value in t.items():
-            if key in _BENCH_PATHS:
+            if key in BENCH_PATHS:
                 settings[key] = self.abs_path(value, (*path, key))
                 continue
-            check, expected = _BENCH_VALUES[key]
+            check, expected = BENCH_VALUES[key]
             checked = check(value)
             if checked is None:
                 self.fail((*path, key), f"expected {expected}, got {_show(value)}")
@@ -638,7 +638,7 @@ def _dataset_name(v: object) -> str | None:
     return v if isinstance(v, str) and v in _DATASET_NAMES else None
 
 
-_BENCH_VALUES: dict[str, tuple[Callable[[object], object | None], str]] = {
+BENCH_VALUES: dict[str, tuple[Callable[[object], object | None], str]] = {
     "num_prompts": (_positive_int, "an integer > 0"),
     "max_concurrency": (_positive_int, "an integer > 0"),
     "concurrencies": (_positive_ints, "a non-empty list of integers > 0"),
@@ -652,7 +652,7 @@ _BENCH_VALUES: dict[str, tuple[Callable[[object], object | None], str]] = {
     "warmup_requests": (_non_negative_int, "an integer >= 0"),
     "backend": (_text, "a non-empty one-line string"),
 }
-_BENCH_PATHS = ("dataset_path", "eval_data_path")
+BENCH_PATHS = ("dataset_path", "eval_data_path")
 
 
 # --------------------------------------------------------------------------------------------------

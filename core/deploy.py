@@ -124,7 +124,7 @@ class Deployer:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.get('python')}): "
                               "install it there first")
         port = str(plan["port"])
-        bind = _bind_host(plan)
+        bind = bind_host(plan)
         res = await host.run([host_python(host), "-c", _PORT_FREE, bind, port], timeout=30)
         if not res.ok:
             raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
@@ -339,7 +339,7 @@ class Deployer:
     async def quick_check(self) -> dict | None:
         plan = self.plan
         env_path = getattr(self.launcher, "env_path", "")
-        served = _served_name(plan)
+        served = served_name(plan)
         script = 'set -a; [ -r "$1" ] && . "$1"; set +a; shift; exec "$@"'
         res = await self.host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(self.host), "-c",
                                    _QUICK_CHECK, str(plan["port"]), served], timeout=180)
@@ -418,18 +418,18 @@ class Deployer:
     async def _finish(self, outcome: str) -> str:
         if outcome != "ready":
             return outcome
-        endpoint = f"http://{_bind_host(self.plan)}:{self.plan['port']}"
+        endpoint = f"http://{bind_host(self.plan)}:{self.plan['port']}"
         check = await self.quick_check()
-        self.set_state("ready", endpoint=endpoint, model=_served_name(self.plan), quick_check=check)
+        self.set_state("ready", endpoint=endpoint, model=served_name(self.plan), quick_check=check)
         return "ready"
 
 
-def _bind_host(plan: dict) -> str:
+def bind_host(plan: dict) -> str:
     argv = plan.get("argv") or []
     return argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
 
 
-def _served_name(plan: dict) -> str:
+def served_name(plan: dict) -> str:
     argv = plan.get("argv") or []
     if "--served-model-name" in argv:
         return argv[argv.index("--served-model-name") + 1]
