@@ -149,6 +149,7 @@ class DashboardScreen(GpuopsScreen):
         Binding("ctrl+k", "end_process", "Kill"),
         Binding("p", "plan", "Plan"),
         Binding("s", "storage", "Storage"),
+        Binding("b", "bench", "Bench"),
     ]
 
     def __init__(self) -> None:
@@ -305,6 +306,11 @@ class DashboardScreen(GpuopsScreen):
         if self.selected:
             self.app.push_screen(StorageScreen(self.selected))
 
+    def action_bench(self) -> None:
+        from gpuops.screens.bench_runs import BenchRunsScreen
+
+        self.app.push_screen(BenchRunsScreen())
+
     # ------------------------------------------------------------- ending a process
 
     def selected_process(self) -> tuple[str, Any] | None:
@@ -368,7 +374,7 @@ class DashboardScreen(GpuopsScreen):
         cmd.suggester = SuggestFromList(
             [f"host {n}" for n in self.gapp.monitor.states]
             + [f"theme {t}" for t in self.app.available_themes]
-            + ["help", "quit"],
+            + ["bench", "help", "quit"],
             case_sensitive=False,
         )
         self.mount(cmd, before=self.query_one(Footer))
@@ -438,6 +444,8 @@ class DashboardScreen(GpuopsScreen):
         elif verb in ("deployment", "dep") and arg:
             if not self.gapp.open_deployment(arg):
                 self.notify(f"no deployment named {arg!r}", severity="error")
+        elif verb == "bench":
+            self.action_bench()
         elif verb in ("help", "?"):
             self.app.action_help()
         elif verb in ("q", "quit"):
