@@ -62,7 +62,8 @@ EVAL_MODULE = "sglang.test.run_eval"
 EVALS = ("gsm8k",)  # run_eval's evals that read a local file (--gsm8k-data-path): hosts may be offline
 SWEEP_WAVES = 4
 RUN_DIR = ".local/state/gpuops/bench"  # under the host user's home: RUN_DIR/RUNKEY/
-EVENT_KINDS = ("state", "step", "progress", "log", "result", "quality")  # what BenchRunner emits
+CHECK_WORDS = {True: "pass", False: "FAIL", None: "skipped", "not run": "-"}  # a check's ok, as a word
+EVENT_KINDS = ("state", "step", "progress", "log", "result", "quality", "checks")  # what BenchRunner emits
 
 # The headline figures, in the order compare and export show them: (key, label, unit, better).
 # "quality_score" is the run's eval score; the others are bench_serving record keys.
@@ -479,6 +480,7 @@ class BenchRunner:
                   module=EVAL_MODULE if self.profile.kind == "quality" else module)
         quality = None
         try:
+            await self._functional_checks()
             if self.profile.kind == "quality":
                 quality = await self._quality(run_dir)
             else:
@@ -490,6 +492,28 @@ class BenchRunner:
         except (BenchFailed, HostError) as exc:
             return self._finish("failed", str(exc) if isinstance(exc, BenchFailed) else exc.message, None)
         return self._finish("ok", None, quality)
+
+    async def _functional_checks(self) -> None:
+        """Tool calls, the reasoning split and the MTP accept length (core/checks.py), over
+        httpx through a port forward to the server as the host sees it; stored with the run and
+        emitted as one ``checks`` event. The API key, when the deployment has one, is read from
+        its 0600 env file into memory only (the Authorization header)."""
+        from .checks import run_checks
+        from .launch import read_env_value
+
+        t = self.target
+        parts = urlsplit(t.url)
+        address = parts.hostname or "127.0.0.1"
+        address = "127.0.0.1" if address in ("0.0.0.0", "::") else address
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = await read_env_value(t.host, t.env_file, "GPUOPS_API_KEY") if t.env_file else None
+        async with t.host.forward(address, port) as (local, lport):
+            results = await run_checks(f"{parts.scheme}://{local}:{lport}", model=t.served_name or "default",
+                                       api_key=key, plan=t.plan)
+        checks = [r.to_json() for r in results]
+        assert self.run_id is not None
+        self.store.set_bench_checks(self.run_id, checks)
+        self.emit("checks", checks=checks)
 
     def _finish(self, status: str, error: str | None, quality: dict | None) -> BenchRun:
         assert self.run_id is not None
@@ -692,10 +716,14 @@ def compare(runs: list[BenchRun]) -> dict:
                   for i, c in enumerate(cols)]
         metrics.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
                         "delta_percent": deltas})
+    by_id = {r.id: r for r in runs}
+    names = list(dict.fromkeys(c["name"] for r in runs for c in r.checks or []))
+    checks = [{"name": n, "values": [next((c["ok"] for c in by_id[col["run"]].checks or [] if c["name"] == n),
+                                          "not run") for col in cols]} for n in names]
     return {"schema": SCHEMA, "runs": [r.to_json(full=False) for r in runs],
             "columns": [{"run": c["run"], "label": c["label"], "max_concurrency": c["max_concurrency"],
                          "baseline": c["baseline"]} for c in cols],
-            "metrics": metrics}
+            "metrics": metrics, "checks": checks}
 
 
 def fmt(value: Any) -> str:
@@ -715,6 +743,8 @@ def compare_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
         for v, d in zip(m["values"], m["delta_percent"]):
             cells.append(fmt(v) + (f" ({d:+.1f}%)" if d is not None else ""))
         rows.append(cells)
+    for c in doc.get("checks") or []:
+        rows.append([f"check {c['name']}", *[CHECK_WORDS[v] for v in c["values"]]])
     return header, rows
 
 

@@ -12,6 +12,7 @@ means gpuops went away, and the guard kills the command's process group.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shlex
@@ -186,6 +187,12 @@ class Host:
 
     def stream(self, argv: Sequence[str]) -> Stream:
         raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def forward(self, address: str, port: int) -> AsyncIterator[tuple[str, int]]:
+        """A TCP port of the host (a server bound to its loopback, say) reachable from here:
+        yields (address, port) to connect to; closed on exit. Local hosts need none."""
+        yield address, port
 
     async def close(self) -> None:
         pass
@@ -422,6 +429,23 @@ class SshHost(Host):
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.abort()
+
+    @contextlib.asynccontextmanager
+    async def forward(self, address: str, port: int) -> AsyncIterator[tuple[str, int]]:
+        """An SSH local port forward (127.0.0.1, an ephemeral port) to `address`:`port` as seen
+        from the host, over the host's one connection."""
+        import asyncssh
+
+        conn = await self.connection()
+        try:
+            listener = await conn.forward_local_port("127.0.0.1", 0, address, port)
+        except (OSError, asyncssh.Error) as exc:
+            raise HostError(f"{self.name}: cannot forward to {address}:{port}: {exc}") from exc
+        try:
+            yield "127.0.0.1", listener.get_port()
+        finally:
+            listener.close()
+            await listener.wait_closed()
 
     async def connection(self) -> "asyncssh.SSHClientConnection":
         if self.connected:

@@ -71,6 +71,10 @@ MIGRATIONS: tuple[str, ...] = (
         finished_at     TEXT
     );
     """,
+    # 3: the functional checks of a run (tool calls, reasoning split, MTP accept length)
+    """
+    ALTER TABLE bench_runs ADD COLUMN checks_json TEXT;
+    """,
 )
 
 
@@ -135,6 +139,7 @@ class BenchRun:
     created_at: str
     started_at: str | None
     finished_at: str | None
+    checks: list | None = None  # [{name, ok, reason, details}] (core/checks.py), None: not run
 
     def to_json(self, full: bool = True) -> dict:
         """The run as JSON; ``full=False`` leaves out the plan and the records (listings)."""
@@ -142,7 +147,7 @@ class BenchRun:
                "url": self.url, "model": self.model, "sglang_version": self.sglang_version, "gpus": self.gpus,
                "profile": self.profile, "settings": self.settings, "status": self.status, "error": self.error,
                "quality": self.quality, "remote_dir": self.remote_dir, "created_at": self.created_at,
-               "started_at": self.started_at, "finished_at": self.finished_at}
+               "started_at": self.started_at, "finished_at": self.finished_at, "checks": self.checks}
         if full:
             doc.update(plan=self.plan, records=self.records)
         return doc
@@ -318,6 +323,14 @@ class Store:
                 raise StoreError(f"no benchmark run {run_id}")
         return self.bench_run(run_id)  # type: ignore[return-value]
 
+    def set_bench_checks(self, run_id: int, checks: list) -> BenchRun:
+        """The functional checks' results of a run."""
+        with self._tx() as db:
+            if db.execute("UPDATE bench_runs SET checks_json = ? WHERE id = ?",
+                          (_strict_json_or_null(checks), run_id)).rowcount == 0:
+                raise StoreError(f"no benchmark run {run_id}")
+        return self.bench_run(run_id)  # type: ignore[return-value]
+
     def set_bench_model(self, run_id: int, model: str) -> BenchRun:
         """The model of a run that only learnt it from the server (a --url run)."""
         with self._tx() as db:
@@ -353,7 +366,7 @@ def _bench_run(row: sqlite3.Row) -> BenchRun:
                     row["sglang_version"], _loads(row["gpus_json"]), _loads(row["plan_json"]), row["profile"],
                     json.loads(row["settings_json"]), row["status"], row["error"], json.loads(row["records_json"]),
                     _loads(row["quality_json"]), row["remote_dir"], row["created_at"], row["started_at"],
-                    row["finished_at"])
+                    row["finished_at"], _loads(row["checks_json"]))
 
 
 def _deployment(row: sqlite3.Row) -> Deployment:

@@ -21,7 +21,7 @@ import pytest
 from tqdm import tqdm
 
 from gpuops.core import bench
-from gpuops.core.bench import (BenchInputError, Profile, Target, compare, export, import_jsonl, normalize_record,
+from gpuops.core.bench import (BenchInputError, Profile, Target, compare, compare_rows, export, import_jsonl, normalize_record,
                                parse_jsonl, parse_metrics, parse_progress, poll_metrics, resolve_profile)
 from gpuops.core.config import HostConfig, parse_inventory
 from gpuops.core.hosts import LocalHost
@@ -283,6 +283,17 @@ def test_compare_matches_concurrencies_and_gives_percent_deltas(tmp_path):
     assert by_key["median_ttft_ms"]["delta_percent"][2:4] == [-50.0, -50.0]
     assert by_key["quality_score"]["values"] == [None, None, None, None, 0.75]
     assert "accept_length" not in by_key  # no run measured it
+    assert doc["checks"] == []
+    # functional checks stored with a run show beside the figures, per column of that run
+    store.set_bench_checks(2, [{"name": "tool_calls", "ok": False, "reason": "no tool_calls", "details": {}},
+                               {"name": "mtp", "ok": None, "reason": "no speculative decoding", "details": {}}])
+    runs = [store.bench_run(i) for i in (1, 2, 3)]
+    doc = compare(runs)
+    assert doc["checks"] == [{"name": "tool_calls", "values": ["not run", "not run", False, False, "not run"]},
+                             {"name": "mtp", "values": ["not run", "not run", None, None, "not run"]}]
+    _, rows = compare_rows(doc)
+    assert rows[-2:] == [["check tool_calls", "-", "-", "FAIL", "FAIL", "-"], ["check mtp", "-", "-", "skipped",
+                                                                             "skipped", "-"]]
     store.close()
 
 

@@ -165,6 +165,10 @@ def test_smoke_over_ssh_with_the_api_key_in_the_environment_only(w):
     assert [d for d, _ in progress] == sorted(d for d, _ in progress)  # counted up while it ran
     (result,) = [e for e in events if e["event"] == "result"]
     assert result["summary"]["completed"] == 12 and result["summary"]["output_throughput"] > 0
+    # the functional checks ran first, over a port forward, with the deployment's key
+    (checks,) = [e["checks"] for e in events if e["event"] == "checks"]
+    assert {c["name"]: c["ok"] for c in checks} == {"tool_calls": True, "thinking": True, "mtp": None}, checks
+    assert "no speculative" in next(c["reason"] for c in checks if c["name"] == "mtp").lower()
     # the real bench_serving ran on the host with the key in its environment, never in an argv
     bench_procs = [(argv, environ) for (_, argv), environ in watch.seen.items()
                    if argv.split(b"\0")[1:3] == [b"-m", MODULE.encode()]]
@@ -184,6 +188,9 @@ def test_smoke_over_ssh_with_the_api_key_in_the_environment_only(w):
     assert doc["gpus"] == {"count": 1, "ids": [0], "names": ["NVIDIA H200"]}
     assert doc["plan"]["argv"] == w.plan["argv"] and doc["settings"]["num_prompts"] == 12
     assert doc["started_at"] <= doc["finished_at"]
+    assert doc["checks"] == checks
+    text = run_gpuops(w, "bench", "show", str(run_id)).stdout
+    assert "check tool_calls: pass" in text and "check mtp: skipped" in text
     (record,) = doc["records"]
     assert record["request_rate"] == "inf" and record["max_concurrency"] == 4 and record["completed"] == 12
     assert record["server_info"]["api_key"] == "<redacted>"
@@ -251,7 +258,11 @@ def test_quality_profile_runs_sglang_run_eval(w):
     (quality,) = [e for e in events if e["event"] == "quality"]
     # the simulated server answers with words, never a number: SGLang's scorer gives 0 of 3
     assert quality["eval"] == "gsm8k" and quality["score"] == 0.0 and quality["num_examples"] == 3
-    assert _requests_served(w.url) - before == 3  # one chat completion per example, through the API key
+    # one chat completion per example, through the API key, after the functional checks' five (tool
+    # calls streamed and not; thinking streamed, not, and off; MTP skipped: no speculative decoding)
+    (checks,) = [e["checks"] for e in events if e["event"] == "checks"]
+    assert [c["ok"] for c in checks] == [True, True, None]
+    assert _requests_served(w.url) - before == 5 + 3
     assert [e["done"] for e in events if e["event"] == "progress"][-1] == 3
     run = json.loads(run_gpuops(w, "bench", "show", str(events[0]["run"]), "--json").stdout)["run"]
     assert run["quality"]["score"] == 0.0 and run["records"] == []

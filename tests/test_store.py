@@ -161,5 +161,5 @@ def test_a_schema_1_store_is_migrated_keeping_its_deployments(tmp_path):
     store = Store(path)
     assert store.deployment("old").state == "ready"
     assert store.add_bench_run(profile="smoke", settings={}).id == 1
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
     store.close()

@@ -108,7 +108,7 @@ def _list(store, args: argparse.Namespace) -> int:
 
 
 def _show(store, args: argparse.Namespace) -> int:
-    from gpuops.core.bench import compare, compare_rows, describe_run
+    from gpuops.core.bench import CHECK_WORDS, compare, compare_rows, describe_run
 
     (run,) = _runs(store, args, 1, 1)
     if args.json:
@@ -119,6 +119,8 @@ def _show(store, args: argparse.Namespace) -> int:
         print(f"error: {run.error}")
     if run.records or run.quality:
         _table(*compare_rows(compare([run])))
+    for c in run.checks or []:
+        print(f"check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {c['reason']}" if c["reason"] else ""))
     return 0
 
 
@@ -252,7 +254,7 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
 
 
 def _print_event(event, live: bool) -> None:
-    from gpuops.core.bench import fmt
+    from gpuops.core.bench import CHECK_WORDS, fmt
 
     d = event.data
     if event.kind == "state" and d["state"] == "running":
@@ -280,3 +282,7 @@ def _print_event(event, live: bool) -> None:
         if live:
             print()
         print(f"  {d['eval']} score {fmt(d['score'])} ({d['num_examples']} examples)", flush=True)
+    elif event.kind == "checks":
+        for c in d["checks"]:
+            print(f"  check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {c['reason']}" if c["reason"] else ""),
+                  flush=True)
