@@ -147,6 +147,8 @@ class DeploymentScreen(GpuopsScreen):
         if gpus:
             self.watcher.gpus(gpus)
         stall = self.watcher.check()
+        if self.watcher.stall is None and self.findings and self.tracker.outcome != "crashed":
+            self.findings, self.triage_doc = [], None  # progress again: the stall and its findings clear
         if stall is not None:
             from gpuops.core.stall import stall_finding
 

@@ -139,6 +139,11 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, mon
             assert "+ NCCL_DEBUG=INFO" in str(app.screen.detail)
             await pilot.press("n")  # no: nothing changes
             assert await until(pilot, lambda: app.screen is triage)
+            await pilot.press("escape")
+            assert await until(pilot, lambda: app.screen is screen)
+            screen.watcher.progress("weights")  # as a progress line would: the stall clears
+            assert await until(pilot, lambda: screen.findings == [] and
+                               "STALLED" not in screen.query_one("#dep-banner").text.plain)
         store = Store()
         try:
             assert json.dumps(store.deployment("hung").plan).count("NCCL_DEBUG") == 0
