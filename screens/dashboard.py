@@ -144,7 +144,7 @@ class DashboardScreen(GpuopsScreen):
     BINDINGS = [
         Binding("colon", "jump", "Jump", key_display=":"),
         Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("escape", "back", "Back", key_display="esc"),
+        Binding("escape", "back", "Back", key_display="esc", show=False),  # on ?; the footer keeps q Quit at 80 columns
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("ctrl+k", "end_process", "Kill"),
         Binding("p", "plan", "Plan"),
