@@ -72,7 +72,9 @@ class DeploymentScreen(GpuopsScreen):
         self.query_one(LogView).focus()
         self.follow_log()
         self.set_interval(1.0, self.refresh_view)
+        self.set_interval(5.0, self.sample_processes)
         self.refresh_view()
+        self.sample_processes()
 
     def new_run(self) -> None:
         """A server start: a fresh tracker, scanner and stall watcher (a restart in the same log
@@ -154,6 +156,30 @@ class DeploymentScreen(GpuopsScreen):
 
             self.findings = [stall_finding(stall).to_json()]
             self.auto_triage()
+
+    @work(exclusive=True, group="deployment-processes")
+    async def sample_processes(self) -> None:
+        """The server's processes for the stall watcher: a dead server is not stalled, and a
+        stall says how many ranks are alive."""
+        from gpuops.core.deploy import launcher_for
+        from gpuops.core.hosts import HostError, host_python
+        from gpuops.core.launch import remote_home
+        from gpuops.core.procs import process_tree
+
+        d = self.deployment
+        host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
+        if host is None or self.watcher is None:
+            return
+        try:
+            home = None if d.launcher == "systemd" else await remote_home(host)
+            st = await launcher_for(host, d.plan, home).status()
+            if not st.running or not st.pid:
+                self.watcher.processes(0)
+                return
+            tree = await process_tree(host, st.pid, host_python(host))
+        except HostError:
+            return  # unknown: the last reading stands
+        self.watcher.processes(len(tree.pids), len(tree.ranks) or None)
 
     @work(exclusive=True, group="deployment-triage")
     async def auto_triage(self) -> None:

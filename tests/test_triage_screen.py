@@ -125,6 +125,8 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, mon
             # the screen's own watcher: 2 s after it read the dist_init line, with the sampler's memory
             assert await until(pilot, lambda: "STALLED: dist_init silent" in screen.query_one("#dep-banner").text.plain,
                                timeout=20)
+            banner = screen.query_one("#dep-banner").text.plain
+            assert "0 MiB used on GPU0" in banner and "1 server process alive" in banner, banner
             assert await until(pilot, lambda: screen.triage_doc is not None, timeout=30)
             assert {c["name"] for c in screen.triage_doc["checks"]} >= {"driver-library-mismatch", "port-in-use"}
             assert screen.findings[0]["code"] == "nccl-init-stall"
