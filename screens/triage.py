@@ -1,6 +1,6 @@
 """Why is it stuck? A deployment's findings (log rules and host checks), their evidence and
 fixes; `f` applies the selected finding's fix (its diff shown first), `n` restarts with
-NCCL_DEBUG=INFO, `r` runs triage again."""
+NCCL_DEBUG=INFO, `ctrl+k` ends a leftover GPU process (asks first), `r` runs triage again."""
 
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ class TriageScreen(GpuopsScreen):
     BINDINGS = [
         Binding("f", "apply_fix", "Apply fix"),
         Binding("n", "nccl_debug", "Restart w/ NCCL_DEBUG"),
+        Binding("ctrl+k", "end_process", "End leftovers"),
         Binding("r", "rerun", "Re-run"),
         Binding("escape", "back", "Back", key_display="esc"),
     ]
@@ -184,6 +185,42 @@ class TriageScreen(GpuopsScreen):
         ask_and_apply(self, self.deployment, {"code": "nccl-debug", "fix": {
             "summary": "restart with NCCL's own logging on, to see which step NCCL waits in",
             "applicable": True, "plan_patch": NCCL_DEBUG_PATCH}})
+
+    def action_end_process(self) -> None:
+        """End the selected leftover-gpu-process finding's processes: asks first; each pid is
+        signalled only while it still runs the command shown (core/procs.py)."""
+        f = self.selected()
+        rows = ((f or {}).get("data") or {}).get("processes") or []
+        if not f or f.get("code") != "leftover-gpu-process" or not rows:
+            self.notify("select a leftover-gpu-process finding first", severity="warning")
+            return
+        listing = "\n".join(f"GPU{r['gpu']}  pid {r['pid']}  {r.get('user') or '?'}  {(r.get('command') or '?')[:90]}"
+                            for r in rows)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.end_processes(rows)
+
+        self.app.push_screen(ConfirmScreen(f"End {len(rows)} process(es) on {self.deployment.host}?", listing,
+                                           yes="End them"), answered)
+
+    @work(exclusive=True, group="triage-end")
+    async def end_processes(self, rows: list[dict]) -> None:
+        from gpuops.core.hosts import HostError
+        from gpuops.core.procs import end_process
+
+        host = self.app.monitor.hosts.get(self.deployment.host)  # type: ignore[attr-defined]
+        if host is None:
+            return
+        for pid in dict.fromkeys(r["pid"] for r in rows):
+            command = next(r.get("command") for r in rows if r["pid"] == pid)
+            try:
+                result = await end_process(host, pid, command)
+            except HostError as exc:
+                self.notify(exc.message, severity="error")
+                continue
+            self.notify(result.message, severity="information" if result.ended else "error")
+        self.action_rerun()
 
     def action_back(self) -> None:
         self.app.pop_screen()

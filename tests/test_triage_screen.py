@@ -153,3 +153,45 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, mon
             store.close()
     finally:
         sim.shutdown()
+
+
+async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(tmp_path, monkeypatch, models):
+    import subprocess
+    import sys
+
+    from gpuops.core.triage import findings, run_checks
+
+    sim, inv = sim_world(tmp_path, monkeypatch, "ok")
+    plan = sim_plan(models["qwen3"], "0.5.10", 1, name="left")
+    plan.update(host="sim", launcher="process", python=str(sim.python))
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        sim.set_gpu(0, processes=[{"pid": leftover.pid, "used": 3 << 30}])
+        store = Store()
+        store.add_deployment("left", "sim", plan)
+        d = store.deployment("left")
+        store.close()
+        host = make_host(inv.host("sim"))
+        try:
+            results = await run_checks(host, plan, py_spy=False)
+        finally:
+            await host.close()
+        doc = {"phase": None, "outcome": "incomplete", "findings": [f.to_json() for f in findings(results)],
+               "checks": [r.to_json() for r in results], "stacks": []}
+        assert [f["code"] for f in doc["findings"]] == ["leftover-gpu-process"]
+        app = GpuopsApp(inv, interval=0.5)
+        async with app.run_test(size=(170, 50)) as pilot:
+            await app.push_screen(TriageScreen(d, doc))
+            triage = app.screen
+            assert await until(pilot, lambda: f"pid {leftover.pid}" in triage.query_one("#triage-detail").text.plain)
+            await pilot.press("ctrl+k")
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert f"pid {leftover.pid}" in str(app.screen.detail) and "time.sleep(600)" in str(app.screen.detail)
+            await pilot.press("y")
+            assert await until(pilot, lambda: leftover.poll() is not None, timeout=20)  # SIGTERM, after asking
+            assert leftover.returncode == -15
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+        leftover.wait()
+        sim.shutdown()
