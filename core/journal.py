@@ -290,9 +290,13 @@ def _field_text(value: Any) -> str:
     return str(value)
 
 
+_decode = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
+
+
 def parse_journal_line(line: str) -> Record:
-    """One line of ``journalctl -o json``; ValueError when it is not a whole entry."""
-    obj = json.loads(line)
+    """One line of ``journalctl -o json``; ValueError when it is not a whole entry. (Hot: a
+    start-up's journal goes through here line by line, so plain strings take the short path.)"""
+    obj = _decode(line)
     if not isinstance(obj, dict):
         raise ValueError("a journal JSON line is an object")
     cursor = obj.get("__CURSOR")
@@ -303,11 +307,13 @@ def parse_journal_line(line: str) -> Record:
     if isinstance(raw_ts, str) and raw_ts.isdigit():
         ts = int(raw_ts) / 1e6
     priority: int | None = None
-    raw_prio = _field_text(obj.get("PRIORITY")).strip()
+    raw_prio = obj.get("PRIORITY")
+    raw_prio = (raw_prio if type(raw_prio) is str else _field_text(raw_prio)).strip()
     if raw_prio.isdigit():
         priority = int(raw_prio)
+    message = obj.get("MESSAGE")
     return Record(
-        text=_field_text(obj.get("MESSAGE")),
+        text=message if type(message) is str else _field_text(message),
         ts=ts,
         cursor=cursor,
         offset=None,

@@ -190,6 +190,11 @@ _SGL_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [A-Za-
 _RANK_RE = re.compile(r"([A-Za-z_]+)(\d+)")
 
 
+# " TP3 EP3" -> {"TP": 3, "EP": 3}: a handful of distinct prefixes per log, parsed once each.
+# The dicts are shared between LogLines: read them, never change them.
+_RANKS: dict[str, dict[str, int]] = {}
+
+
 def clean(raw: str) -> LogLine:
     """Split a raw log line into message text, SGLang timestamp and rank tags."""
     s = raw
@@ -223,7 +228,11 @@ def clean(raw: str) -> LogLine:
             ts = m.group(1)
             tags = m.group(2)
             if tags:
-                ranks = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+                ranks = _RANKS.get(tags)
+                if ranks is None:
+                    ranks = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+                    if len(_RANKS) < 1024:
+                        _RANKS[tags] = ranks
             s = s[m.end():]
     return LogLine(raw, s, ts, ranks)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The log pipeline's figures (issue 4), each against a baseline measured in the same run:
 
-1. rate: gpuops' pipeline (journalctl JSON line → Record → phase tracker → ring buffer) over the
+1. rate: gpuops' pipeline (journalctl JSON line → Record → phase tracker + finding rules → ring buffer) over the
    lines of a real journal, against `journalctl -o json` writing the same journal to /dev/null.
    Ratio >= 1.0 means gpuops is never the bottleneck.
 2. key press → repaint in the log view while 20,000 lines/s flow into it (p50/p99), against
@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from gpuops.core.journal import RingBuffer, parse_journal_line  # noqa: E402
-from gpuops.core.phases import PhaseTracker  # noqa: E402
+from gpuops.core.phases import PhaseTracker, clean  # noqa: E402
+from gpuops.core.rules import LogScanner  # noqa: E402
 from tests.journal_util import JournalWriter  # noqa: E402
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -45,11 +46,15 @@ def sample_lines() -> list[str]:
 
 
 def pipeline(json_lines: list[str]) -> tuple[float, PhaseTracker, RingBuffer]:
-    tracker, ring = PhaseTracker(), RingBuffer(100_000)
+    """What the deploy watch does per journal entry: parse, clean, phase tracker, finding rules'
+    scanner, ring buffer."""
+    tracker, scanner, ring = PhaseTracker(), LogScanner(), RingBuffer(100_000)
     t0 = time.perf_counter()
     for line in json_lines:
         rec = parse_journal_line(line)
-        tracker.feed(rec.text)
+        ln = clean(rec.text)
+        tracker.feed(ln)
+        scanner.feed(ln, tracker)
         ring.append(rec)
     return time.perf_counter() - t0, tracker, ring
 
@@ -69,7 +74,7 @@ def rate(entries: int) -> None:
     t_gpuops, tracker, ring = pipeline(json_lines)
     n = len(json_lines)
     print(f"1. {n:,} journal entries: journalctl -o json > /dev/null {n / t_journal:,.0f} lines/s; "
-          f"gpuops parse+phase+buffer {n / t_gpuops:,.0f} lines/s; ratio {t_journal / t_gpuops:.2f} "
+          f"gpuops parse+phase+findings+buffer {n / t_gpuops:,.0f} lines/s; ratio {t_journal / t_gpuops:.2f} "
           f"(>= 1.0: gpuops keeps up)")
 
 
