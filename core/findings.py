@@ -71,16 +71,3 @@ class Finding:
         if self.data:
             out["data"] = dict(self.data)
         return out
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "Finding":
-        fix = doc.get("fix")
-        return cls(
-            code=doc["code"],
-            severity=doc.get("severity", "error"),
-            summary=doc.get("summary", ""),
-            evidence=tuple(Evidence(e.get("source", ""), e.get("line"), e.get("reading"))
-                           for e in doc.get("evidence") or ()),
-            fix=Fix(fix.get("summary", ""), bool(fix.get("applicable")), fix.get("plan_patch")) if fix else None,
-            data=dict(doc.get("data") or {}),
-        )

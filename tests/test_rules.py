@@ -23,7 +23,6 @@ from typing import Callable
 import pytest
 
 from gpuops.core import rules
-from gpuops.core.findings import Finding
 from gpuops.core.fixes import apply_patch
 from gpuops.core.hostfacts import offline_target
 from gpuops.core.models import facts_from_config
@@ -455,7 +454,6 @@ def test_rule_on_real_text(case: Case):
     if case.severity == "error":  # one cause: what followed from it is covered, and it leads the list
         assert [x for x in found if x.severity == "error"] == [f] and found[0] is f
     json.dumps([x.to_json() for x in found])
-    assert Finding.from_json(f.to_json()) == f
 
 
 def test_a_ready_log_has_no_findings_and_a_recovered_error_is_none():
