@@ -6,7 +6,10 @@ checks. A stall shows its banner and triage starts on its own."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
 from textual.widgets import OptionList
 
 from gpuops.core.config import parse_inventory
@@ -34,18 +37,25 @@ async def deploy_until_done(inv, plan: dict) -> str:
         await host.close()
 
 
-def sim_world(tmp_path, monkeypatch, scenario: str, stall: str = ""):
+@pytest.fixture
+def sim_world(tmp_path, monkeypatch):
+    """make(scenario, stall) -> (simulated host, inventory); every server started under tmp_path
+    (the deployments' process launcher runs them in their own sessions) ends with the test."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "home").mkdir()
-    sim = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", scenario=scenario, pace=0.02)
-    inv = parse_inventory(sim.host_block("sim") + stall, source=str(tmp_path / "config.toml"))
-    return sim, inv
+
+    def make(scenario: str, stall: str = ""):
+        sim = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", scenario=scenario, pace=0.02)
+        return sim, parse_inventory(sim.host_block("sim") + stall, source=str(tmp_path / "config.toml"))
+
+    yield make
+    subprocess.run(["pkill", "-f", str(tmp_path)])
 
 
-async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the_diff(tmp_path, monkeypatch, models):
-    sim, inv = sim_world(tmp_path, monkeypatch, "spec-config-crash")
+async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the_diff(sim_world, models):
+    sim, inv = sim_world("spec-config-crash")
     good = sim_plan(models["qwen35"], "0.5.10", 4, name="fixme")
     broken = without(good, "--mamba-scheduler-strategy", env=("SGLANG_ENABLE_SPEC_V2",))
     broken.update(host="sim", launcher="process", python=str(sim.python))
@@ -91,8 +101,8 @@ async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the
         sim.shutdown()
 
 
-async def test_readonly_refuses_the_fix(tmp_path, monkeypatch, models):
-    sim, inv = sim_world(tmp_path, monkeypatch, "spec-config-crash")
+async def test_readonly_refuses_the_fix(sim_world, models):
+    sim, inv = sim_world("spec-config-crash")
     broken = without(sim_plan(models["qwen35"], "0.5.10", 4, name="ro"), "--mamba-scheduler-strategy",
                      env=("SGLANG_ENABLE_SPEC_V2",))
     broken.update(host="sim", launcher="process", python=str(sim.python))
@@ -110,8 +120,8 @@ async def test_readonly_refuses_the_fix(tmp_path, monkeypatch, models):
         sim.shutdown()
 
 
-async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, monkeypatch, models):
-    sim, inv = sim_world(tmp_path, monkeypatch, "hang-at-dist-init", "\n[stall]\ndist_init = 2\n")
+async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(sim_world, models):
+    sim, inv = sim_world("hang-at-dist-init", "\n[stall]\ndist_init = 2\n")
     plan = sim_plan(models["qwen3"], "0.5.10", 1, name="hung")
     plan.update(host="sim", launcher="process", python=str(sim.python))
     try:
@@ -155,13 +165,10 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(tmp_path, mon
         sim.shutdown()
 
 
-async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(tmp_path, monkeypatch, models):
-    import subprocess
-    import sys
-
+async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world, models):
     from gpuops.core.triage import findings, run_checks
 
-    sim, inv = sim_world(tmp_path, monkeypatch, "ok")
+    sim, inv = sim_world("ok")
     plan = sim_plan(models["qwen3"], "0.5.10", 1, name="left")
     plan.update(host="sim", launcher="process", python=str(sim.python))
     leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
