@@ -113,9 +113,9 @@ async def test_readonly_refuses_the_fix(sim_world, models):
             assert app.open_deployment("ro")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
                                and any(f["code"] == "spec-config-invalid" for f in app.screen.findings))
-            await pilot.press("f")
-            await pilot.pause(0.3)
-            assert isinstance(app.screen, DeploymentScreen)  # nothing asked, nothing restarted
+            assert app.screen.check_action("apply_fix", ()) is None  # disabled: shown so in the footer
+            await pilot.press("f")  # handled (pilot waits for it): nothing asked, nothing restarted
+            assert isinstance(app.screen, DeploymentScreen) and len(app.screen_stack) == 2
     finally:
         sim.shutdown()
 
