@@ -41,7 +41,9 @@ class DeploymentScreen(GpuopsScreen):
     def __init__(self, deployment: Deployment):
         super().__init__(id="deployment")
         self.deployment = deployment
-        self.tracker: Any = None
+        from gpuops.core.phases import PhaseTracker
+
+        self.tracker: Any = PhaseTracker()  # from the start: a caller may look before the mount (new_run)
         self.phase_started: dict[str, float] = {}
         self.phase_lines: dict[str, str] = {}
         self.started = time.monotonic()
@@ -232,7 +234,7 @@ class DeploymentScreen(GpuopsScreen):
             pass
 
     def _refresh_view(self) -> None:
-        if self.tracker is None:
+        if self.watcher is None:  # not mounted yet
             return
         now = time.monotonic()
         t = self.tracker
@@ -343,7 +345,7 @@ class DeploymentScreen(GpuopsScreen):
         from gpuops.core.launch import remote_home
         from gpuops.core.store import Store
 
-        if self.tracker is None or self.tracker.outcome != "ready":
+        if self.tracker.outcome != "ready":
             self.notify("the server is not ready yet", severity="warning")
             return
         d = self.deployment

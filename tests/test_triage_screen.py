@@ -131,7 +131,7 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(sim_world, mo
             assert app.open_deployment("hung")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
             screen = app.screen
-            assert await until(pilot, lambda: screen.tracker is not None)  # mounted
+            assert await until(pilot, lambda: screen.watcher is not None)  # mounted
             # the screen's own watcher: 2 s after it read the dist_init line, with the sampler's memory
             assert await until(pilot, lambda: "STALLED: dist_init silent" in screen.query_one("#dep-banner").text.plain,
                                timeout=20)
