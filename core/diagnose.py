@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .deploy import launcher_for
 from .hosts import Host
-from .journal import FileFollower, JournalFollower
+from .journal import FileFollower, FollowError, JournalFollower
 from .launch import ProcessLauncher, remote_home
 from .phases import triage_log
 from .triage import findings, run_checks, stacks
@@ -17,14 +17,19 @@ from .triage import findings, run_checks, stacks
 async def triage_deployment(host: Host, plan: dict, launcher: str, journal_dir: str | None = None) -> dict:
     """Read the deployment's whole log (its file, or its unit's journal), run the log rules
     with the deployment's plan (so fixes patch it) and the host checks with its running
-    server's pid. HostError propagates."""
+    server's pid. A log that cannot be read is ``log_error`` (the checks still run); any other
+    HostError propagates."""
     home = None if launcher == "systemd" else await remote_home(host)
     lau = launcher_for(host, plan, home)
     if isinstance(lau, ProcessLauncher):
         follower: FileFollower | JournalFollower = FileFollower(host, lau.log_path, follow=False)
     else:
         follower = JournalFollower(host, lau.unit, directory=journal_dir, follow=False)
-    lines = [rec.text async for rec in follower.records() if not rec.notice]
+    log_error = None
+    try:
+        lines = [rec.text async for rec in follower.records() if not rec.notice]
+    except FollowError as exc:  # no log (yet), or unreadable: the host checks still tell a lot
+        lines, log_error = [], exc.message
     status = await lau.status()
     results = await run_checks(host, plan, server_pids=[status.pid] if status.running and status.pid else [])
     doc = triage_log(lines, plan)
@@ -32,4 +37,5 @@ async def triage_deployment(host: Host, plan: dict, launcher: str, journal_dir: 
     doc["checks"] = [r.to_json() for r in results]
     doc["stacks"] = stacks(results)
     doc["running"] = status.running
+    doc["log_error"] = log_error
     return doc

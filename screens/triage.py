@@ -129,7 +129,10 @@ class TriageScreen(GpuopsScreen):
             self.query_one("#triage-detail", TextView).set(Text(
                 f"no findings (phase {doc.get('phase') or '-'}, outcome {doc.get('outcome') or '-'})."
                 " If it is stuck with nothing found: n restarts with NCCL_DEBUG=INFO."))
-        checks = Text("Host checks\n", style="bold")
+        checks = Text()
+        if doc.get("log_error"):
+            checks.append(f"The log could not be read: {doc['log_error']}\n\n", style="yellow")
+        checks.append("Host checks\n", style="bold")
         for c in doc.get("checks") or []:
             mark, style = {True: ("ok  ", "green"), False: ("FAIL", "bold red"), None: ("n/a ", "dim")}[c["ok"]]
             checks.append(f"  [{mark}] ", style=style)

@@ -197,6 +197,13 @@ async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world,
             await pilot.press("y")
             assert await until(pilot, lambda: leftover.poll() is not None, timeout=20)  # SIGTERM, after asking
             assert leftover.returncode == -15
+            # triage runs again by itself: the leftover is gone from the findings (this deployment
+            # never started: no log, which triage says, and the host checks still run)
+            assert await until(pilot, lambda: triage.doc is not doc and all(
+                f["code"] != "leftover-gpu-process" for f in triage.doc["findings"]), timeout=30)
+            assert triage.doc["log_error"] and "The log could not be read" in \
+                triage.query_one("#triage-checks").text.plain
+            await pilot.press("escape")
     finally:
         if leftover.poll() is None:
             leftover.kill()

@@ -67,6 +67,8 @@ def run_triage(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(f"phase: {doc['phase'] or '-'}   outcome: {doc['outcome']}")
+    if doc.get("log_error"):
+        print(f"  the log could not be read: {doc['log_error']}")
     for finding in doc.get("findings") or []:
         print(f"  {finding.get('severity', '?')}: {finding.get('code')}: {finding.get('summary')}")
         for ev in finding.get("evidence") or []:
