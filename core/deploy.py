@@ -80,6 +80,24 @@ def launcher_for(host: Host, plan: dict, home: str | None) -> Launcher:
     return ProcessLauncher(host, plan["name"], exec_argv, env, home)
 
 
+async def open_launcher(host: Host, plan: dict) -> Launcher:
+    """The deployment's launcher on `host` (the process launcher lives under the host user's home)."""
+    home = None if plan.get("launcher") == "systemd" else await remote_home(host)
+    return launcher_for(host, plan, home)
+
+
+def log_follower(host: Host, launcher: Launcher, journal_dir: str | None = None, *, follow: bool = True,
+                 offset: int = 0, cursor: str | None = None) -> Any:
+    """The follower of the server's log: its file (process launcher, from byte `offset`) or its
+    unit's journal (systemd, after `cursor`)."""
+    from .journal import FileFollower, JournalFollower
+
+    if isinstance(launcher, ProcessLauncher):
+        return FileFollower(host, launcher.log_path, offset=offset, follow=follow)
+    assert isinstance(launcher, SystemdLauncher)
+    return JournalFollower(host, launcher.unit, directory=journal_dir, cursor=cursor, follow=follow)
+
+
 class Deployer:
     def __init__(self, host: Host, plan: dict, store: Store, *, emit: Callable[[DeployEvent], Any],
                  yes: bool = False, ask: Callable[[str], bool] | None = None,
@@ -169,8 +187,7 @@ class Deployer:
 
     async def launch(self) -> None:
         plan = self.plan
-        home = None if plan.get("launcher") == "systemd" else await remote_home(self.host)
-        self.launcher = launcher_for(self.host, plan, home)
+        self.launcher = await open_launcher(self.host, plan)
         secrets_env: dict[str, str] = {}
         if any("${GPUOPS_API_KEY}" in a for a in plan["argv"]):
             env_path = getattr(self.launcher, "env_path")
@@ -186,15 +203,11 @@ class Deployer:
         Every ``poll_s`` the server's processes and its GPUs' memory are sampled for the stall
         watcher (:mod:`gpuops.core.stall`): a stall is flagged within its threshold plus one
         poll, and only while the processes live and the memory stays flat."""
-        from .journal import FileFollower, JournalFollower
         from .phases import PhaseEvent, PhaseTracker, Progress, clean
         from .rules import LogScanner
 
         assert self.launcher is not None
-        if isinstance(self.launcher, ProcessLauncher):
-            follower: Any = FileFollower(self.host, self.launcher.log_path, offset=offset)
-        else:
-            follower = JournalFollower(self.host, self.launcher.unit, directory=self.journal_dir, cursor=cursor)
+        follower = log_follower(self.host, self.launcher, self.journal_dir, offset=offset, cursor=cursor)
         tracker = PhaseTracker()
         scanner = LogScanner()  # the finding rules' view of the same lines
         watcher = StallWatcher(self.stall, clock=self.clock)
@@ -378,8 +391,7 @@ class Deployer:
         and the diff), install and start it, and watch it come up from where the log ends now."""
         try:
             if self.launcher is None:
-                home = None if self.plan.get("launcher") == "systemd" else await remote_home(self.host)
-                self.launcher = launcher_for(self.host, self.plan, home)
+                self.launcher = await open_launcher(self.host, self.plan)
             await self.launcher.stop()
             position = await self._log_end()
             self.store.replace_plan(self.name, new_plan, why)

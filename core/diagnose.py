@@ -6,25 +6,20 @@ and the triage screen alike: ``{"schema": 1, phase, outcome, findings, checks, s
 
 from __future__ import annotations
 
-from .deploy import launcher_for
+from .deploy import log_follower, open_launcher
 from .hosts import Host
-from .journal import FileFollower, FollowError, JournalFollower
-from .launch import ProcessLauncher, remote_home
+from .journal import FollowError
 from .phases import triage_log
 from .triage import findings, run_checks, stacks
 
 
-async def triage_deployment(host: Host, plan: dict, launcher: str, journal_dir: str | None = None) -> dict:
+async def triage_deployment(host: Host, plan: dict, journal_dir: str | None = None) -> dict:
     """Read the deployment's whole log (its file, or its unit's journal), run the log rules
     with the deployment's plan (so fixes patch it) and the host checks with its running
     server's pid. A log that cannot be read is ``log_error`` (the checks still run); any other
     HostError propagates."""
-    home = None if launcher == "systemd" else await remote_home(host)
-    lau = launcher_for(host, plan, home)
-    if isinstance(lau, ProcessLauncher):
-        follower: FileFollower | JournalFollower = FileFollower(host, lau.log_path, follow=False)
-    else:
-        follower = JournalFollower(host, lau.unit, directory=journal_dir, follow=False)
+    lau = await open_launcher(host, plan)
+    follower = log_follower(host, lau, journal_dir, follow=False)
     log_error = None
     try:
         lines = [rec.text async for rec in follower.records() if not rec.notice]

@@ -97,10 +97,8 @@ class DeploymentScreen(GpuopsScreen):
 
     @work(exclusive=True, group="deployment-log")
     async def follow_log(self) -> None:
-        from gpuops.core.deploy import launcher_for
+        from gpuops.core.deploy import log_follower, open_launcher
         from gpuops.core.hosts import HostError
-        from gpuops.core.journal import FileFollower, JournalFollower
-        from gpuops.core.launch import ProcessLauncher, remote_home
         from gpuops.core.phases import PhaseEvent, Progress, clean
 
         d = self.deployment
@@ -110,12 +108,7 @@ class DeploymentScreen(GpuopsScreen):
             view.append(f"gpuops: host {d.host} is not in the inventory")
             return
         try:
-            home = None if d.launcher == "systemd" else await remote_home(host)
-            launcher = launcher_for(host, d.plan, home)
-            if isinstance(launcher, ProcessLauncher):
-                follower: Any = FileFollower(host, launcher.log_path)
-            else:
-                follower = JournalFollower(host, launcher.unit, directory=host.config.journal_dir)
+            follower = log_follower(host, await open_launcher(host, d.plan), host.config.journal_dir)
             async for rec in follower.records():
                 view.append(rec.text, rec.ts)
                 if rec.notice:  # truncated/rotated/missing: shown, not parsed
@@ -163,9 +156,8 @@ class DeploymentScreen(GpuopsScreen):
     async def sample_processes(self) -> None:
         """The server's processes for the stall watcher: a dead server is not stalled, and a
         stall says how many ranks are alive."""
-        from gpuops.core.deploy import launcher_for
+        from gpuops.core.deploy import open_launcher
         from gpuops.core.hosts import HostError, host_python
-        from gpuops.core.launch import remote_home
         from gpuops.core.procs import process_tree
 
         d = self.deployment
@@ -173,8 +165,7 @@ class DeploymentScreen(GpuopsScreen):
         if host is None or self.watcher is None:
             return
         try:
-            home = None if d.launcher == "systemd" else await remote_home(host)
-            st = await launcher_for(host, d.plan, home).status()
+            st = await (await open_launcher(host, d.plan)).status()
             if not st.running or not st.pid:
                 self.watcher.processes(0)
                 return
@@ -193,7 +184,7 @@ class DeploymentScreen(GpuopsScreen):
         if host is None:
             return
         try:
-            doc = await triage_deployment(host, d.plan, d.launcher, host.config.journal_dir)
+            doc = await triage_deployment(host, d.plan, host.config.journal_dir)
         except HostError as exc:
             self.notify(f"triage failed: {exc.message}", severity="error")
             return
@@ -341,8 +332,7 @@ class DeploymentScreen(GpuopsScreen):
 
     @work(exclusive=True, group="quick-check")
     async def action_quick_check(self) -> None:
-        from gpuops.core.deploy import Deployer, launcher_for
-        from gpuops.core.launch import remote_home
+        from gpuops.core.deploy import Deployer, open_launcher
         from gpuops.core.store import Store
 
         if self.tracker.outcome != "ready":
@@ -353,8 +343,7 @@ class DeploymentScreen(GpuopsScreen):
         store = Store()
         try:
             deployer = Deployer(host, d.plan, store, emit=lambda e: None)
-            home = None if d.launcher == "systemd" else await remote_home(host)
-            deployer.launcher = launcher_for(host, d.plan, home)
+            deployer.launcher = await open_launcher(host, d.plan)
             result = await deployer.quick_check()
         finally:
             store.close()

@@ -102,7 +102,7 @@ class TriageScreen(GpuopsScreen):
             return
         self.query_one("#triage-detail", TextView).set(Text("running the log rules and the host checks…"))
         try:
-            self.doc = await triage_deployment(host, d.plan, d.launcher, host.config.journal_dir)
+            self.doc = await triage_deployment(host, d.plan, host.config.journal_dir)
         except HostError as exc:
             self.query_one("#triage-detail", TextView).set(Text(f"triage failed: {exc.message}", style="red"))
             return

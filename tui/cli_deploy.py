@@ -102,7 +102,7 @@ def _triage_deployment(args: argparse.Namespace) -> dict:
     async def go() -> dict:
         host = make_host(cfg)
         try:
-            return await triage_deployment(host, d.plan, d.launcher, cfg.journal_dir)
+            return await triage_deployment(host, d.plan, cfg.journal_dir)
         finally:
             await host.close()
 
@@ -226,10 +226,8 @@ def _deployment(name: str):
 
 
 def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
-    from gpuops.core.deploy import launcher_for
+    from gpuops.core.deploy import log_follower, open_launcher
     from gpuops.core.hosts import HostError, make_host
-    from gpuops.core.journal import FileFollower, JournalFollower
-    from gpuops.core.launch import ProcessLauncher, remote_home
 
     d = _deployment(args.name)
     try:
@@ -240,12 +238,7 @@ def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
     async def go() -> None:
         host = make_host(cfg)
         try:
-            home = None if d.launcher == "systemd" else await remote_home(host)
-            launcher = launcher_for(host, d.plan, home)
-            if isinstance(launcher, ProcessLauncher):
-                follower = FileFollower(host, launcher.log_path, follow=args.follow)
-            else:
-                follower = JournalFollower(host, launcher.unit, directory=cfg.journal_dir, follow=args.follow)
+            follower = log_follower(host, await open_launcher(host, d.plan), cfg.journal_dir, follow=args.follow)
             async for rec in follower.records():
                 if rec.notice:
                     print(f"gpuops: log {rec.notice}: {rec.text}", file=sys.stderr, flush=True)
@@ -268,9 +261,8 @@ def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
 
 
 def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
-    from gpuops.core.deploy import launcher_for
+    from gpuops.core.deploy import open_launcher
     from gpuops.core.hosts import HostError, make_host
-    from gpuops.core.launch import remote_home
     from gpuops.core.store import Store
 
     if getattr(args, "readonly", False):
@@ -289,8 +281,7 @@ def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
     async def go() -> str:
         host = make_host(cfg)
         try:
-            home = None if d.launcher == "systemd" else await remote_home(host)
-            status = await launcher_for(host, d.plan, home).stop()
+            status = await (await open_launcher(host, d.plan)).stop()
             return status.detail
         finally:
             await host.close()
