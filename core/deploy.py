@@ -21,7 +21,7 @@ from .procs import process_tree
 from .findings import Finding
 from .stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
 from .store import Store, utc_now
-from .telemetry import plain, snapshot
+from .telemetry import memory_used, snapshot
 
 # How often the watch samples the server's processes and its GPUs' memory (seconds).
 POLL_S = 5.0
@@ -292,9 +292,9 @@ class Deployer:
             snap = await snapshot(self.host)
         except HostError:
             return True
-        used = {g.index: plain(g.memory_used) for g in snap.gpus if not gpu_ids or g.index in gpu_ids}
+        used = memory_used(snap.gpus, gpu_ids or None)
         if used:
-            watcher.gpus({i: None if v is None else int(v) for i, v in used.items()})
+            watcher.gpus(used)
         return True
 
     async def _crashed(self, tracker: Any, scanner: Any, queue: asyncio.Queue, reason: str | None = None) -> None:

@@ -14,7 +14,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Container, Iterable
 
 from . import reporter
 from .hosts import Host, HostError, LocalHost, host_python, script_source
@@ -59,6 +59,17 @@ def is_na(value: Any) -> bool:
 def plain(value: Any) -> Any:
     """For JSON: NA (and NaN) become null."""
     return None if is_na(value) else value
+
+
+def memory_used(gpus: Iterable[GpuSample], gpu_ids: Container[int] | None = None) -> dict[int, int | None]:
+    """Bytes used per GPU index (None where NVML said N/A), for the GPUs in `gpu_ids` (all when
+    None): the stall watcher's memory reading."""
+    out: dict[int, int | None] = {}
+    for g in gpus:
+        if gpu_ids is None or g.index in gpu_ids:
+            v = plain(g.memory_used)
+            out[g.index] = None if v is None else int(v)
+    return out
 
 
 @dataclass

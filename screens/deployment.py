@@ -21,6 +21,7 @@ from textual.widgets import Footer, Header, Input
 
 from gpuops.core.config import PHASES
 from gpuops.core.store import Deployment
+from gpuops.core.telemetry import memory_used
 from gpuops.screens.base import GpuopsScreen
 from gpuops.tui.logview import LogView
 from gpuops.tui.widgets import TextView
@@ -270,10 +271,9 @@ class DeploymentScreen(GpuopsScreen):
         wanted = set(self.deployment.plan.get("gpu_ids") or [])
         gpu_used: dict[int, int | None] = {}
         if state is not None and state.snapshot is not None:
+            gpu_used = memory_used(state.snapshot.gpus, wanted)
             for g in state.snapshot.gpus:
                 if g.index in wanted:
-                    gpu_used[g.index] = int(g.memory_used) if isinstance(g.memory_used, (int, float)) and \
-                        g.memory_used == g.memory_used else None
                     used = g.memory_used / GIB if isinstance(g.memory_used, (int, float)) else float("nan")
                     total = g.memory_total / GIB if isinstance(g.memory_total, (int, float)) else float("nan")
                     gpus.append(f"  GPU{g.index}: {used:6.1f} / {total:.1f} GiB\n")
