@@ -100,7 +100,6 @@ class StallWatcher:
         self._ranks: int | None = None
         self._alive = True
         self.stall: Stall | None = None  # the stall in force, if any
-        self._reported = False
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -111,7 +110,6 @@ class StallWatcher:
         self.last_progress = self.clock() if at is None else at
         self._mark = dict(self._gpu_used)
         self.stall = None
-        self._reported = False
 
     def gpus(self, used: Mapping[int, int | None]) -> None:
         """A sampler reading: bytes used per GPU index (None where NVML said N/A). Memory that
@@ -151,11 +149,9 @@ class StallWatcher:
         limit = self.threshold(phase)
         if silent <= limit:
             return None
+        begun = self.stall is None
         self.stall = Stall(phase, silent, limit, dict(self._gpu_used), self._processes, self._ranks)
-        if self._reported:
-            return None
-        self._reported = True
-        return self.stall
+        return self.stall if begun else None
 
 
 # What a stall in each phase suggests (the finding's code, its cause in one sentence, the fix).
