@@ -258,11 +258,11 @@ class Deployer:
                         return "crashed"
                     if tracker.outcome == "ready":
                         return "ready"
-                    self._remember_position(follower)
                     if self.clock() < next_poll:
                         continue
                 if self.clock() >= next_poll:
                     next_poll = self.clock() + self.poll_s
+                    self._remember_position(follower)  # once a poll, not a store write per line
                     if exited is None and not await self._sample(watcher):
                         exited = (await self.launcher.status()).detail
                 if exited is not None and rec is None:  # exited, and its log has gone quiet since
