@@ -360,6 +360,11 @@ async def url_target(host: Host, url: str) -> Target:
     return Target(host=host, url=check_url(url), home=await remote_home(host))
 
 
+def reachable(bind: str) -> str:
+    """Where a client on the host reaches a server bound to `bind` (any address: the loopback)."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "", "::") else bind
+
+
 async def deployment_target(host: Host, d: Deployment) -> Target:
     """A ready deployment: its port on the host's loopback, its model folder as tokenizer, its env
     file for the API key, its GPUs' names."""
@@ -368,8 +373,7 @@ async def deployment_target(host: Host, d: Deployment) -> Target:
 
     plan = d.plan
     home = await remote_home(host)
-    bind = bind_host(plan)
-    reach = "127.0.0.1" if bind in ("0.0.0.0", "", "::") else bind
+    reach = reachable(bind_host(plan))
     url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan['port']}")
     keyed = any("${GPUOPS_API_KEY}" in a for a in plan.get("argv") or [])
     env_file = getattr(launcher_for(host, plan, home), "env_path", None) if keyed else None
@@ -503,8 +507,7 @@ class BenchRunner:
 
         t = self.target
         parts = urlsplit(t.url)
-        address = parts.hostname or "127.0.0.1"
-        address = "127.0.0.1" if address in ("0.0.0.0", "::") else address
+        address = reachable(parts.hostname or "")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         key = await read_env_value(t.host, t.env_file, "GPUOPS_API_KEY") if t.env_file else None
         async with t.host.forward(address, port) as (local, lport):
