@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .telemetry import is_na
+from .telemetry.samples import is_na
 
 GIB = 1024**3
 

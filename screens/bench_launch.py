@@ -19,10 +19,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from gpuops.core.bench import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
-from gpuops.core.store import Deployment, Store
-from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.widgets import TextView
+from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
+from ..core.deploy.store import Deployment, Store
+from .base import GpuopsScreen
+from ..tui.widgets import TextView
 
 READONLY_NOTICE = "read-only: a benchmark loads the server and writes on its host, so gpuops --readonly runs none"
 
@@ -223,7 +223,7 @@ class BenchLaunchScreen(GpuopsScreen):
             store.close()
 
     def action_start(self) -> None:
-        from gpuops.screens.bench_run import BenchRunScreen
+        from .bench_run import BenchRunScreen
 
         if getattr(self.app, "readonly", False):  # open_launcher refuses first; this guards direct use
             self.notify(READONLY_NOTICE, severity="error", timeout=8)

@@ -2,7 +2,7 @@
 and plots (output throughput against concurrency; TTFT and ITL percentiles).
 
 Thin: the figures, the columns and the deltas are the core's ``compare`` document
-(``gpuops.core.bench``); this module only lays it out and colours a delta by whether it is
+(``gpuops.core.bench.runner``); this module only lays it out and colours a delta by whether it is
 better (each metric says which way is better)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header
 from textual_plotext import PlotextPlot
 
-from gpuops.core.bench import compare, compare_rows, describe_run
-from gpuops.core.store import BenchRun, Store
-from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.widgets import TextView
+from ..core.bench.runner import compare, compare_rows, describe_run
+from ..core.deploy.store import BenchRun, Store
+from .base import GpuopsScreen
+from ..tui.widgets import TextView
 
 # (title, ((record key, bar label), ...)): the percentile bars of the compare screen
 PERCENTILE_PLOTS = (

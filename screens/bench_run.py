@@ -23,16 +23,16 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Sparkline
 from textual.worker import Worker, WorkerState
 
-from gpuops.core import units
-from gpuops.core.bench import BenchEvent, Profile, ServerMetrics, Target, compare, fmt
-from gpuops.core.store import Deployment, Store
-from gpuops.core.telemetry import is_na
-from gpuops.screens.base import GpuopsScreen
-from gpuops.screens.bench_launch import describe_profile
-from gpuops.screens.bench_results import fill_results
-from gpuops.screens.confirm import ConfirmScreen
-from gpuops.screens.dashboard import bar
-from gpuops.tui.widgets import TextView
+from ..core import units
+from ..core.bench.runner import BenchEvent, Profile, ServerMetrics, Target, compare, fmt
+from ..core.deploy.store import Deployment, Store
+from ..core.telemetry.samples import is_na
+from .base import GpuopsScreen
+from .bench_launch import describe_profile
+from .bench_results import fill_results
+from .confirm import ConfirmScreen
+from .dashboard import bar
+from ..tui.widgets import TextView
 
 FINAL = ("ok", "failed", "cancelled")
 LOG_LINES = 8
@@ -123,8 +123,8 @@ class BenchRunScreen(GpuopsScreen):
 
     @work(exclusive=True, group="bench-run", exit_on_error=False)
     async def run_bench(self) -> None:
-        from gpuops.core.bench import BenchInputError, BenchRunner, deployment_target
-        from gpuops.core.hosts import HostError
+        from ..core.bench.runner import BenchInputError, BenchRunner, deployment_target
+        from ..core.hosts.host import HostError
 
         host = self.app.monitor.hosts.get(self.deployment.host)  # type: ignore[attr-defined]
         if host is None:
@@ -145,9 +145,9 @@ class BenchRunScreen(GpuopsScreen):
     @work(exclusive=True, group="bench-metrics", exit_on_error=False)
     async def follow_metrics(self, target: Target) -> None:
         """Until the screen closes: the server draining after the run is worth seeing too."""
-        from gpuops.core.bench import poll_metrics
-        from gpuops.core.hosts import HostError
-        from gpuops.core.store import utc_now
+        from ..core.bench.runner import poll_metrics
+        from ..core.hosts.host import HostError
+        from ..core.deploy.store import utc_now
 
         try:
             async for reading in poll_metrics(target, interval=getattr(self.app, "interval", 1.0)):
@@ -174,7 +174,7 @@ class BenchRunScreen(GpuopsScreen):
         elif kind == "log":
             self.log_lines.append(d["line"])
         elif kind == "checks":
-            from gpuops.core.bench import CHECK_WORDS
+            from ..core.bench.runner import CHECK_WORDS
 
             self.log_lines.extend(f"check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f" ({c['reason']})" if c["reason"]
                                                                                    else "") for c in d["checks"])

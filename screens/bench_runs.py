@@ -10,10 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
-from gpuops.core.bench import fmt
-from gpuops.core.store import BenchRun, Store
-from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.widgets import TextView
+from ..core.bench.runner import fmt
+from ..core.deploy.store import BenchRun, Store
+from .base import GpuopsScreen
+from ..tui.widgets import TextView
 
 COLUMNS = (" ", "Run", "Status", "Profile", "Target", "Model", "SGLang", "GPUs", "Started", "Out tok/s", "Quality")
 STATUS_STYLE = {"ok": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan"}
@@ -120,7 +120,7 @@ class BenchRunsScreen(GpuopsScreen):
         table.move_cursor(row=min(table.cursor_row + 1, table.row_count - 1))
 
     def action_compare(self) -> None:
-        from gpuops.screens.bench_results import BenchCompareScreen
+        from .bench_results import BenchCompareScreen
 
         if len(self.marked) < 2:
             self.notify("mark two or more runs with space first", severity="warning")
@@ -129,13 +129,13 @@ class BenchRunsScreen(GpuopsScreen):
 
     @on(DataTable.RowSelected, "#runs-table")
     def _open(self, event: DataTable.RowSelected) -> None:
-        from gpuops.screens.bench_results import BenchResultsScreen
+        from .bench_results import BenchResultsScreen
 
         if event.row_key.value is not None:
             self.app.push_screen(BenchResultsScreen(int(event.row_key.value)))
 
     def action_new_run(self) -> None:
-        from gpuops.screens.bench_launch import open_launcher
+        from .bench_launch import open_launcher
 
         open_launcher(self.app)
 

@@ -17,15 +17,15 @@ from textual.suggester import SuggestFromList
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static
 
-from gpuops.core import units
-from gpuops.core.monitor import HostState
-from gpuops.core.telemetry import GpuSample, is_na
-from gpuops.screens.base import GpuopsScreen
-from gpuops.screens.confirm import ConfirmScreen
-from gpuops.tui.widgets import TextView
+from ..core import units
+from ..core.telemetry.monitor import HostState
+from ..core.telemetry.samples import GpuSample, is_na
+from .base import GpuopsScreen
+from .confirm import ConfirmScreen
+from ..tui.widgets import TextView
 
 if TYPE_CHECKING:
-    from gpuops.tui.app import GpuopsApp
+    from ..tui.app import GpuopsApp
 
 STALE_AFTER = 3.0  # seconds without a sample before a host shows as stale
 HISTORY_REDRAW_S = 5.0
@@ -295,19 +295,19 @@ class DashboardScreen(GpuopsScreen):
     # ------------------------------------------------------------- other screens
 
     def action_plan(self) -> None:
-        from gpuops.screens.model_picker import ModelPickerScreen
+        from .model_picker import ModelPickerScreen
 
         if self.selected:
             self.app.push_screen(ModelPickerScreen(self.selected))
 
     def action_storage(self) -> None:
-        from gpuops.screens.storage import StorageScreen
+        from .storage import StorageScreen
 
         if self.selected:
             self.app.push_screen(StorageScreen(self.selected))
 
     def action_bench(self) -> None:
-        from gpuops.screens.bench_runs import BenchRunsScreen
+        from .bench_runs import BenchRunsScreen
 
         self.app.push_screen(BenchRunsScreen())
 

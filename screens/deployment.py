@@ -19,12 +19,12 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Input
 
-from gpuops.core.config import PHASES
-from gpuops.core.store import Deployment
-from gpuops.core.telemetry import memory_used
-from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.logview import LogView
-from gpuops.tui.widgets import TextView
+from ..core.config import PHASES
+from ..core.deploy.store import Deployment
+from ..core.telemetry.samples import memory_used
+from .base import GpuopsScreen
+from ..tui.logview import LogView
+from ..tui.widgets import TextView
 
 GIB = 1024**3
 
@@ -42,7 +42,7 @@ class DeploymentScreen(GpuopsScreen):
     def __init__(self, deployment: Deployment):
         super().__init__(id="deployment")
         self.deployment = deployment
-        from gpuops.core.phases import PhaseTracker
+        from ..core.diagnose.phases import PhaseTracker
 
         self.tracker: Any = PhaseTracker()  # from the start: a caller may look before the mount (new_run)
         self.phase_started: dict[str, float] = {}
@@ -82,9 +82,9 @@ class DeploymentScreen(GpuopsScreen):
     def new_run(self) -> None:
         """A server start: a fresh tracker, scanner and stall watcher (a restart in the same log
         begins a new run at its server_args= line)."""
-        from gpuops.core.phases import PhaseTracker
-        from gpuops.core.rules import LogScanner
-        from gpuops.core.stall import StallWatcher
+        from ..core.diagnose.phases import PhaseTracker
+        from ..core.diagnose.finding_rules import LogScanner
+        from ..core.diagnose.stall import StallWatcher
 
         self.tracker = PhaseTracker()
         self.scanner = LogScanner()
@@ -98,9 +98,9 @@ class DeploymentScreen(GpuopsScreen):
 
     @work(exclusive=True, group="deployment-log")
     async def follow_log(self) -> None:
-        from gpuops.core.deploy import log_follower, open_launcher
-        from gpuops.core.hosts import HostError
-        from gpuops.core.phases import PhaseEvent, Progress, clean
+        from ..core.deploy.deployer import log_follower, open_launcher
+        from ..core.hosts.host import HostError
+        from ..core.diagnose.phases import PhaseEvent, Progress, clean
 
         d = self.deployment
         host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
@@ -148,7 +148,7 @@ class DeploymentScreen(GpuopsScreen):
         if self.watcher.stall is None and self.findings and self.tracker.outcome != "crashed":
             self.findings, self.triage_doc = [], None  # progress again: the stall and its findings clear
         if stall is not None:
-            from gpuops.core.stall import stall_finding
+            from ..core.diagnose.stall import stall_finding
 
             self.findings = [stall_finding(stall).to_json()]
             self.auto_triage()
@@ -157,9 +157,9 @@ class DeploymentScreen(GpuopsScreen):
     async def sample_processes(self) -> None:
         """The server's processes for the stall watcher: a dead server is not stalled, and a
         stall says how many ranks are alive."""
-        from gpuops.core.deploy import open_launcher
-        from gpuops.core.hosts import HostError, host_python
-        from gpuops.core.procs import process_tree
+        from ..core.deploy.deployer import open_launcher
+        from ..core.hosts.host import HostError, host_python
+        from ..core.hosts.procs import process_tree
 
         d = self.deployment
         host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
@@ -177,8 +177,8 @@ class DeploymentScreen(GpuopsScreen):
 
     @work(exclusive=True, group="deployment-triage")
     async def auto_triage(self) -> None:
-        from gpuops.core.diagnose import triage_deployment
-        from gpuops.core.hosts import HostError
+        from ..core.diagnose.triage import triage_deployment
+        from ..core.hosts.host import HostError
 
         d = self.deployment
         host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
@@ -288,7 +288,7 @@ class DeploymentScreen(GpuopsScreen):
     # ---------------------------------------------------------------- actions
 
     def action_apply_fix(self) -> None:
-        from gpuops.screens.triage import ask_and_apply
+        from .triage import ask_and_apply
 
         first = next((f for f in self.findings if (f.get("fix") or {}).get("applicable")), None)
         if first is None:
@@ -297,7 +297,7 @@ class DeploymentScreen(GpuopsScreen):
         ask_and_apply(self, self.deployment, first)
 
     def action_triage(self) -> None:
-        from gpuops.screens.triage import TriageScreen
+        from .triage import TriageScreen
 
         self.app.push_screen(TriageScreen(self.deployment, self.triage_doc))
 
@@ -316,7 +316,7 @@ class DeploymentScreen(GpuopsScreen):
             self.query_one(LogView).focus()
 
     def action_bench(self) -> None:
-        from gpuops.screens.bench_launch import open_launcher
+        from .bench_launch import open_launcher
 
         open_launcher(self.app, self.deployment)
 
@@ -332,8 +332,8 @@ class DeploymentScreen(GpuopsScreen):
 
     @work(exclusive=True, group="quick-check")
     async def action_quick_check(self) -> None:
-        from gpuops.core.deploy import Deployer, open_launcher
-        from gpuops.core.store import Store
+        from ..core.deploy.deployer import Deployer, open_launcher
+        from ..core.deploy.store import Store
 
         if self.tracker.outcome != "ready":
             self.notify("the server is not ready yet", severity="warning")

@@ -10,12 +10,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from gpuops.core.hosts import Host, HostError
-from gpuops.core.models import ModelError, ModelFacts
-from gpuops.core.plan import Wishes
-from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.plan_view import facts_line
-from gpuops.tui.widgets import TextView
+from ..core.hosts.host import Host, HostError
+from ..core.planning.model_facts import ModelError, ModelFacts
+from ..core.planning.plan import Wishes
+from .base import GpuopsScreen
+from ..tui.plan_view import facts_line
+from ..tui.widgets import TextView
 
 
 class ModelPickerScreen(GpuopsScreen):
@@ -54,7 +54,7 @@ class ModelPickerScreen(GpuopsScreen):
 
     @work(exclusive=True, group="scan")
     async def scan(self) -> None:
-        from gpuops.core.storage import scan_or_error
+        from ..core.hosts.model_copies import scan_or_error
 
         title = self.query_one("#picker-title", Static)
         title.update(f"Models on {self.host_name}: scanning…")
@@ -62,7 +62,7 @@ class ModelPickerScreen(GpuopsScreen):
         table = self.query_one("#candidates", DataTable)
         table.clear()
         self.copies.clear()
-        from gpuops.core.hostfacts import repo_id_for
+        from ..core.planning.hostfacts import repo_id_for
 
         for m in storage.models:
             key = f"{m.kind}:{m.path}"
@@ -94,12 +94,12 @@ class ModelPickerScreen(GpuopsScreen):
     async def _facts(self, model_id: str, host_path: str | None) -> ModelFacts:
         """From the copy on the host, else from the HF cache/Hub on this machine."""
         if host_path is not None:
-            from gpuops.core.hostfacts import facts_on_host
+            from ..core.planning.hostfacts import facts_on_host
 
             return await facts_on_host(self.host, model_id, host_path)
         from asyncio import to_thread
 
-        from gpuops.core.models import load_model_facts
+        from ..core.planning.model_facts import load_model_facts
 
         return await to_thread(load_model_facts, model_id)
 
@@ -118,7 +118,7 @@ class ModelPickerScreen(GpuopsScreen):
 
     @on(Input.Submitted, "#model-input")
     def _typed(self, event: Input.Submitted) -> None:
-        from gpuops.core.models import validate_model_ref
+        from ..core.planning.model_facts import validate_model_ref
 
         try:
             ref = validate_model_ref(event.value.strip())
@@ -138,8 +138,8 @@ class ModelPickerScreen(GpuopsScreen):
 
     @work(exclusive=True, group="plan")
     async def plan_when_ready(self, model_id: str, host_path: str | None = None) -> None:
-        from gpuops.core.hostfacts import read_target
-        from gpuops.screens.plan_review import PlanReviewScreen
+        from ..core.planning.hostfacts import read_target
+        from .plan_review import PlanReviewScreen
 
         self.notify(f"reading {model_id} and {self.host_name}'s GPUs, disks and SGLang…")
         try:

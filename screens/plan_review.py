@@ -13,11 +13,11 @@ from textual.message import Message
 from textual import on
 from textual.widgets import Footer, Header, Input, Static
 
-from gpuops.core.models import ModelFacts
-from gpuops.core.plan import Plan, PlanError, Target, Wishes, build_plan, load_previous
-from gpuops.screens.base import GpuopsScreen
-from gpuops.tui.plan_view import facts_line, fit_bars, launch_text, rules_table
-from gpuops.tui.widgets import TextView
+from ..core.planning.model_facts import ModelFacts
+from ..core.planning.plan import Plan, PlanError, Target, Wishes, build_plan, load_previous
+from .base import GpuopsScreen
+from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
+from ..tui.widgets import TextView
 
 
 class PlanReviewScreen(GpuopsScreen):

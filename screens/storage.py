@@ -1,6 +1,6 @@
 """Storage: one host's mounts and the models on its disks (model dirs, HF cache).
 
-Thin: the scan and the removal are core (``gpuops.core.storage``), run in a worker on the
+Thin: the scan and the removal are core (``gpuops.core.hosts.model_copies``), run in a worker on the
 app's loop; the screen shows what they post. ``ctrl+d`` deletes after a confirmation,
 refused in ``--readonly`` and whenever the host's policy or a user of the model says no.
 """
@@ -15,8 +15,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
-from gpuops.core import units
-from gpuops.core.storage import (
+from ..core import units
+from ..core.hosts.model_copies import (
     DeleteRefused,
     Deleted,
     HostStorage,
@@ -25,11 +25,11 @@ from gpuops.core.storage import (
     refusal_for,
     scan_or_error,
 )
-from gpuops.screens.base import GpuopsScreen
-from gpuops.screens.confirm import ConfirmScreen
+from .base import GpuopsScreen
+from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
-    from gpuops.core.hosts import Host
+    from ..core.hosts.host import Host
 
 COLUMNS = ("Model", "Kind", "Size", "Modified", "Complete", "Used by")
 

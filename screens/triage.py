@@ -12,10 +12,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Header, OptionList
 from textual.widgets.option_list import Option
 
-from gpuops.core.store import Deployment
-from gpuops.screens.base import GpuopsScreen
-from gpuops.screens.confirm import ConfirmScreen
-from gpuops.tui.widgets import TextView
+from ..core.deploy.store import Deployment
+from .base import GpuopsScreen
+from .confirm import ConfirmScreen
+from ..tui.widgets import TextView
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -30,7 +30,7 @@ def diff_text(diff: list[tuple[str, str]]) -> Text:
 def ask_and_apply(screen: GpuopsScreen, deployment: Deployment, finding: dict) -> None:
     """Show the fix's diff against the deployment's plan and, on yes, have the app apply it
     (restart with the patched plan). Shared by the deployment and triage screens."""
-    from gpuops.core.fixes import apply_patch
+    from ..core.diagnose.fixes import apply_patch
 
     fix = finding.get("fix") or {}
     if not fix.get("applicable") or not fix.get("plan_patch"):
@@ -92,8 +92,8 @@ class TriageScreen(GpuopsScreen):
 
     @work(exclusive=True, group="triage")
     async def action_rerun(self) -> None:
-        from gpuops.core.diagnose import triage_deployment
-        from gpuops.core.hosts import HostError
+        from ..core.diagnose.triage import triage_deployment
+        from ..core.hosts.host import HostError
 
         d = self.deployment
         host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
@@ -163,7 +163,7 @@ class TriageScreen(GpuopsScreen):
             out.append("\nFix\n", style="bold")
             out.append(f"  {fix['summary']}\n")
             if fix.get("applicable") and fix.get("plan_patch"):
-                from gpuops.core.fixes import apply_patch
+                from ..core.diagnose.fixes import apply_patch
 
                 try:
                     _, diff = apply_patch(self.deployment.plan, fix["plan_patch"])
@@ -183,7 +183,7 @@ class TriageScreen(GpuopsScreen):
         ask_and_apply(self, self.deployment, f)
 
     def action_nccl_debug(self) -> None:
-        from gpuops.core.stall import NCCL_DEBUG_PATCH
+        from ..core.diagnose.stall import NCCL_DEBUG_PATCH
 
         ask_and_apply(self, self.deployment, {"code": "nccl-debug", "fix": {
             "summary": "restart with NCCL's own logging on, to see which step NCCL waits in",
@@ -209,8 +209,8 @@ class TriageScreen(GpuopsScreen):
 
     @work(exclusive=True, group="triage-end")
     async def end_processes(self, rows: list[dict]) -> None:
-        from gpuops.core.hosts import HostError
-        from gpuops.core.procs import end_process
+        from ..core.hosts.host import HostError
+        from ..core.hosts.procs import end_process
 
         host = self.app.monitor.hosts.get(self.deployment.host)  # type: ignore[attr-defined]
         if host is None:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from gpuops.core.config import parse_inventory
-from gpuops.core.simhost import setup_simhost
+from gpuops.sim.host import setup_simhost
 from gpuops.tui.app import GpuopsApp
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "dashboard.svg"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.simhost import setup_simhost
+from gpuops.sim.host import setup_simhost
 from tests.sshd import Sshd, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent

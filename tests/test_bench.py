@@ -20,14 +20,14 @@ import httpx
 import pytest
 from tqdm import tqdm
 
-from gpuops.core import bench
-from gpuops.core.bench import (BenchInputError, Profile, Target, compare, compare_rows, export, import_jsonl, normalize_record,
+from gpuops.core.bench import runner as bench
+from gpuops.core.bench.runner import (BenchInputError, Profile, Target, compare, compare_rows, export, import_jsonl, normalize_record,
                                parse_jsonl, parse_metrics, parse_progress, poll_metrics, resolve_profile)
 from gpuops.core.config import HostConfig, parse_inventory
-from gpuops.core.hosts import LocalHost
-from gpuops.core.launch import env_file_text
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.store import Store
+from gpuops.core.hosts.host import LocalHost
+from gpuops.core.deploy.launch import env_file_text
+from gpuops.sim.host import setup_simhost
+from gpuops.core.deploy.store import Store
 from tests.test_cli import gpuops
 from tests.test_hosts import processes_matching
 from tests.test_sglang_sim import MTP, QWEN3, Server, model_dir

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from gpuops.core.bench import EVENT_KINDS
-from gpuops.core.simhost import setup_simhost
+from gpuops.core.bench.runner import EVENT_KINDS
+from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE
 from tests.sshd import free_port
 from tests.test_cli import GPUOPS

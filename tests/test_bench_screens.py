@@ -17,10 +17,10 @@ import pytest
 from textual.widgets import DataTable, Input, OptionList, Static
 from textual_plotext import PlotextPlot
 
-from gpuops.core.bench import compare, import_jsonl
+from gpuops.core.bench.runner import compare, import_jsonl
 from gpuops.core.config import load_inventory, parse_inventory
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.store import Store
+from gpuops.sim.host import setup_simhost
+from gpuops.core.deploy.store import Store
 from gpuops.screens.bench_launch import BenchLaunchScreen
 from gpuops.screens.bench_results import BenchCompareScreen, BenchResultsScreen, throughput_lines
 from gpuops.screens.bench_run import BenchRunScreen

@@ -11,10 +11,10 @@ import subprocess
 import httpx
 import pytest
 
-from gpuops.core import checks
-from gpuops.core.checks import accept_length_from_metrics, run_checks, schema_problem, tool_call_problem, WEATHER
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.store import Store
+from gpuops.core.bench import functional as checks
+from gpuops.core.bench.functional import accept_length_from_metrics, run_checks, schema_problem, tool_call_problem, WEATHER
+from gpuops.sim.host import setup_simhost
+from gpuops.core.deploy.store import Store
 from tests.sshd import free_port
 from tests.test_cli import GPUOPS
 from tests.test_deploy import deploy

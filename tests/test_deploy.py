@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.simhost import setup_simhost
+from gpuops.sim.host import setup_simhost
 from tests.test_cli import GPUOPS
 from tests.test_hosts import processes_matching
 

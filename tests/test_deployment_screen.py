@@ -42,9 +42,9 @@ async def test_reattach_shows_phases_numbers_and_the_log(world, monkeypatch):
 
 
 async def test_deploy_from_plan_review_opens_the_deployment_screen_until_ready(world, monkeypatch):
-    from gpuops.core.hostfacts import read_target
-    from gpuops.core.models import load_model_facts
-    from gpuops.core.plan import Wishes
+    from gpuops.core.planning.hostfacts import read_target
+    from gpuops.core.planning.model_facts import load_model_facts
+    from gpuops.core.planning.plan import Wishes
     from gpuops.screens.plan_review import PlanReviewScreen
 
     make, env = world

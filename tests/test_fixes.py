@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.fixes import apply_patch, describe_patch, validate_patch
-from gpuops.core.hostfacts import offline_target
-from gpuops.core.models import facts_from_config
-from gpuops.core.plan import Wishes, build_plan, split_flags
+from gpuops.core.diagnose.fixes import apply_patch, describe_patch, validate_patch
+from gpuops.core.planning.hostfacts import offline_target
+from gpuops.core.planning.model_facts import facts_from_config
+from gpuops.core.planning.plan import Wishes, build_plan, split_flags
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 H200 = 143771 / 1024  # GiB

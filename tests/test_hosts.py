@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from gpuops.core.config import HostConfig, SshTarget
-from gpuops.core.hosts import (
+from gpuops.core.hosts.host import (
     CommandTimeout,
     HostKeyRefused,
     HostUnreachable,

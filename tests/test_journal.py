@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gpuops.core.config import HostConfig, SshTarget
-from gpuops.core.hosts import Host, LocalHost, SshHost
+from gpuops.core.hosts.host import Host, LocalHost, SshHost
 from tests.test_hosts import processes_matching, wait_until
-from gpuops.core.journal import (
+from gpuops.core.deploy.journal import (
     FileFollower,
     FollowError,
     JournalFollower,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.core.config import HostConfig, SshTarget
-from gpuops.core.hosts import LocalHost, SshHost
-from gpuops.core.launch import ProcessLauncher, env_file_text, new_api_key, read_env_value, remote_home
+from gpuops.core.hosts.host import LocalHost, SshHost
+from gpuops.core.deploy.launch import ProcessLauncher, env_file_text, new_api_key, read_env_value, remote_home
 from tests.test_hosts import processes_matching, wait_until
 
 SERVER = """

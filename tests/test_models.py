@@ -1,4 +1,4 @@
-"""Tests for gpuops.core.models on real published configs (tests/data/configs, sources in
+"""Tests for gpuops.core.planning.model_facts on real published configs (tests/data/configs, sources in
 SOURCES.md), real HF cache layouts, and real huggingface_hub code against a local fake Hub."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.core.models import (
+from gpuops.core.planning.model_facts import (
     ModelError,
     ModelFacts,
     facts_from_config,
@@ -341,7 +341,7 @@ def test_local_folder_errors(tmp_path: Path) -> None:
 
 LOAD = """
 import json, sys
-from gpuops.core.models import ModelError, load_model_facts
+from gpuops.core.planning.model_facts import ModelError, load_model_facts
 try:
     f = load_model_facts(sys.argv[1])
 except ModelError as e:

@@ -6,9 +6,9 @@ import sys
 import time
 
 from gpuops.core.config import HostConfig, SshTarget
-from gpuops.core.hosts import SshHost
+from gpuops.core.hosts.host import SshHost
 from gpuops.core.config import Inventory
-from gpuops.core.monitor import Monitor
+from gpuops.core.telemetry.monitor import Monitor
 from tests.sshd import TcpProxy
 from tests.test_hosts import wait_until
 

@@ -35,11 +35,11 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"gpuops", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
-    for sub in ("core", "tui", "screens", "themes"):
+    for sub in ("core", "tui", "screens", "themes", "cli", "sim"):
         assert f"gpuops/{sub}/__init__.py" in names
     assert "gpuops/themes/gpuops.tcss" in names
-    assert "gpuops/core/reporter.py" in names
-    assert {"gpuops/core/simhost-files/pynvml.py", "gpuops/core/simhost-files/nvidia-smi",
-            "gpuops/core/sglang-data/sglang_versions.json"} <= set(names)
+    assert "gpuops/core/hosts/programs/reporter.py" in names
+    assert {"gpuops/sim/files/pynvml.py", "gpuops/sim/files/nvidia-smi",
+            "gpuops/core/planning/sglang-data/sglang_versions.json"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "gpuops = gpuops.tui.cli:main" in entry
+    assert "gpuops = gpuops.cli.main:main" in entry

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.phases import (
+from gpuops.core.diagnose.phases import (
     OUTCOMES,
     PHASES,
     Crash,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.hostfacts import offline_target
-from gpuops.core.models import facts_from_config
-from gpuops.core.plan import (
+from gpuops.core.planning.hostfacts import offline_target
+from gpuops.core.planning.model_facts import facts_from_config
+from gpuops.core.planning.plan import (
     GpuInfo,
     PlanError,
     Target,
@@ -248,7 +248,7 @@ def test_cli_like_unit_shows_the_diff(model_dir, env):
 
 def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home, tmp_path):
     """GPU facts and the SGLang version (and its --help flags) are read from the host."""
-    from gpuops.core.simhost import setup_simhost
+    from gpuops.sim.host import setup_simhost
 
     root = Path(tempfile.mkdtemp(prefix="gpuops-plan-sim-"))
     root.chmod(0o755)
@@ -284,8 +284,8 @@ def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home
 
 
 def test_like_translates_deprecated_flags_and_drops_unknown_ones():
-    from gpuops.core import sglang_versions as sv
-    from gpuops.core.plan import Previous
+    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.planning.plan import Previous
 
     assert sv.deprecated_flags("0.5.15").get("--cuda-graph-max-bs") == "--cuda-graph-max-bs-decode"
     prev = Previous("old.json", ("--model-path", "/m", "--tp", "4", "--cuda-graph-max-bs", "256",

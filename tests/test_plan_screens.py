@@ -11,9 +11,9 @@ import pytest
 from textual.widgets import DataTable
 
 from gpuops.core.config import parse_inventory
-from gpuops.core.hostfacts import offline_target
-from gpuops.core.plan import Wishes
-from gpuops.core.simhost import setup_simhost
+from gpuops.core.planning.hostfacts import offline_target
+from gpuops.core.planning.plan import Wishes
+from gpuops.sim.host import setup_simhost
 from gpuops.screens.model_picker import ModelPickerScreen
 from gpuops.screens.plan_review import PlanReviewScreen
 from gpuops.tui.app import GpuopsApp

@@ -22,14 +22,14 @@ from typing import Callable
 
 import pytest
 
-from gpuops.core import rules
-from gpuops.core.fixes import apply_patch
-from gpuops.core.hostfacts import offline_target
-from gpuops.core.models import facts_from_config
-from gpuops.core.phases import PhaseTracker, clean, track_log
-from gpuops.core.plan import Wishes, build_plan, split_flags
-from gpuops.core.rules import LINE_RULES, SILENCE_RULES, LogScanner, findings_for_log
-from gpuops.core.simhost import setup_simhost
+from gpuops.core.diagnose import finding_rules as rules
+from gpuops.core.diagnose.fixes import apply_patch
+from gpuops.core.planning.hostfacts import offline_target
+from gpuops.core.planning.model_facts import facts_from_config
+from gpuops.core.diagnose.phases import PhaseTracker, clean, track_log
+from gpuops.core.planning.plan import Wishes, build_plan, split_flags
+from gpuops.core.diagnose.finding_rules import LINE_RULES, SILENCE_RULES, LogScanner, findings_for_log
+from gpuops.sim.host import setup_simhost
 from tests.sshd import free_port
 from tests.test_sglang_sim import Server
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpuops.core import reporter
-from gpuops.core import sglang_versions as sv
-from gpuops.core.simhost import SimHost, setup_simhost
+from gpuops.core.hosts.programs import reporter
+from gpuops.core.planning import sglang_versions as sv
+from gpuops.sim.host import SimHost, setup_simhost
 from tests.sshd import free_port
 
 REPORTER_SOURCE = Path(reporter.__file__).read_text()

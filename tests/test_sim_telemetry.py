@@ -13,9 +13,9 @@ import pytest
 from textual.widgets import DataTable
 
 from gpuops.core.config import parse_inventory
-from gpuops.core.hosts import LocalHost, SshHost
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.telemetry import MIB, Sampler, snapshot
+from gpuops.core.hosts.host import LocalHost, SshHost
+from gpuops.sim.host import setup_simhost
+from gpuops.core.telemetry.samples import MIB, Sampler, snapshot
 from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.dashboard import GpuRow
 from gpuops.tui.app import GpuopsApp

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core import reporter
-from gpuops.core.simhost import SimHost, setup_simhost
+from gpuops.core.hosts.programs import reporter
+from gpuops.sim import host as sim_host
+from gpuops.sim.host import SimHost, setup_simhost
 
 REPORTER_SOURCE = Path(reporter.__file__).read_text()  # exactly what gpuops sends
 MIB = 1024 * 1024
@@ -246,7 +247,7 @@ def test_fake_pynvml_matches_real_module_names():
     import importlib.util
 
     real = pytest.importorskip("pynvml")
-    spec = importlib.util.spec_from_file_location("fake_pynvml", Path(reporter.__file__).parent / "simhost-files" / "pynvml.py")
+    spec = importlib.util.spec_from_file_location("fake_pynvml", Path(sim_host.__file__).parent / "files" / "pynvml.py")
     fake = importlib.util.module_from_spec(spec)
     sys.modules["fake_pynvml"] = fake  # the error classes look their module up by name
     try:
@@ -516,8 +517,8 @@ def test_nvidia_smi_table_matches_real_layout(real_h200, sleeper):
 
 async def test_reporter_and_nvidia_smi_over_ssh(sshd, tmp_path_factory):
     from gpuops.core.config import parse_inventory
-    from gpuops.core.hosts import SshHost
-    from gpuops.core.telemetry import reporter_argv
+    from gpuops.core.hosts.host import SshHost
+    from gpuops.core.telemetry.samples import reporter_argv
 
     base = tmp_path_factory.mktemp("simssh")
     host = setup_simhost(base / "sim", gpus=2)
@@ -539,7 +540,7 @@ async def test_reporter_and_nvidia_smi_over_ssh(sshd, tmp_path_factory):
 
 
 def test_default_sglang_version_is_the_newest_known(host):
-    from gpuops.core import sglang_versions as sv
+    from gpuops.core.planning import sglang_versions as sv
 
     assert host.sglang_version == sv.newest_version()
     res = run([host.python, "-c", "import sglang; print(sglang.__version__)"])
@@ -565,7 +566,7 @@ def test_sglang_version_through_the_wrapper(tmp_path):
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.15", "0.5.23"])
 def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
-    from gpuops.core import sglang_versions as sv
+    from gpuops.core.planning import sglang_versions as sv
 
     host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=version)
     res = run([host.python, "-m", "sglang.launch_server", "--help"])
@@ -585,7 +586,7 @@ def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
 
 
 def test_launch_server_runs_the_simulator(host):
-    from gpuops.core import sglang_versions as sv
+    from gpuops.core.planning import sglang_versions as sv
 
     # the simulator's own argparse answers: an unknown flag is refused as SGLang refuses it
     res = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp", "2",
@@ -600,7 +601,7 @@ def test_launch_server_runs_the_simulator(host):
 
 
 def test_unknown_sglang_version_uses_the_nearest_known_flags(tmp_path):
-    from gpuops.core import sglang_versions as sv
+    from gpuops.core.planning import sglang_versions as sv
 
     host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.10.post1")
     assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.10.post1\n"
@@ -656,9 +657,9 @@ def test_bad_sglang_version_refused(tmp_path, bad):
 
 
 async def test_launch_server_help_over_ssh(sshd, tmp_path_factory):
-    from gpuops.core import sglang_versions as sv
+    from gpuops.core.planning import sglang_versions as sv
     from gpuops.core.config import parse_inventory
-    from gpuops.core.hosts import SshHost
+    from gpuops.core.hosts.host import SshHost
 
     base = tmp_path_factory.mktemp("simssh-sglang")
     host = setup_simhost(base / "sim", gpus=1, sglang_version="0.5.15")
@@ -678,7 +679,7 @@ async def test_launch_server_help_over_ssh(sshd, tmp_path_factory):
 
 
 def test_scenario_and_pace_are_stored_and_changed(tmp_path):
-    from gpuops.core.simhost import SCENARIOS
+    from gpuops.sim.host import SCENARIOS
 
     d = tmp_path / "sim"
     host = setup_simhost(d, gpus=1, scenario="hang-at-dist-init", pace=0.5)

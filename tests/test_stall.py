@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.core.stall import DEFAULT_STALL, MIB, Stall, StallWatcher, format_duration, stall_finding
+from gpuops.core.diagnose.stall import DEFAULT_STALL, MIB, Stall, StallWatcher, format_duration, stall_finding
 
 
 class Clock:

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
-from gpuops.core import storage_probe
+from gpuops.core.hosts.programs import storage_probe
 from gpuops.core.config import parse_inventory
-from gpuops.core.hosts import LocalHost, SshHost
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.storage import DeleteRefused, HostStorage, ModelCopy, delete, matches, scan
+from gpuops.core.hosts.host import LocalHost, SshHost
+from gpuops.sim.host import setup_simhost
+from gpuops.core.hosts.model_copies import DeleteRefused, HostStorage, ModelCopy, delete, matches, scan
 from gpuops.screens.base import MUTATING_ACTIONS
 from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.storage import StorageScreen
@@ -190,7 +190,7 @@ def by_id(storage) -> dict:
 
 
 def _models_wired() -> bool:
-    from gpuops.tui.cli import build_parser
+    from gpuops.cli.main import build_parser
 
     for action in build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -200,7 +200,7 @@ def _models_wired() -> bool:
 
 def models_cli(*args: str, env: dict, stdin=subprocess.DEVNULL, timeout: float = 120) -> subprocess.CompletedProcess:
     """`gpuops ARGS` (or, until the verb is wired into gpuops, the same through cli_models)."""
-    head = [GPUOPS] if _models_wired() else [sys.executable, "-m", "gpuops.tui.cli_models"]
+    head = [GPUOPS] if _models_wired() else [sys.executable, "-m", "gpuops.cli.models"]
     return subprocess.run([*head, *args], capture_output=True, text=True, env=env, stdin=stdin, timeout=timeout)
 
 
@@ -416,7 +416,7 @@ def test_interactive_prompt(world, cli_env, tmp_path):
     for answer, code in ((b"n\n", 2), (b"y\n", 0)):
         master, slave = pty.openpty()
         try:
-            head = [GPUOPS] if _models_wired() else [sys.executable, "-m", "gpuops.tui.cli_models"]
+            head = [GPUOPS] if _models_wired() else [sys.executable, "-m", "gpuops.cli.models"]
             proc = subprocess.Popen([*head, "--config", str(cfg), "models", "rm", "qwen122", "--host", "sim"],
                                     stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env)
             os.write(master, answer)

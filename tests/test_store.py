@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpuops.core.store import MIGRATIONS, STATES, Store, StoreError
+from gpuops.core.deploy.store import MIGRATIONS, STATES, Store, StoreError
 
 PLAN = {"schema": 1, "name": "qwen122", "model": {"id": "Qwen/Qwen3.5-122B-A10B"}, "launcher": "process",
         "tp": 4, "gpu_ids": [0, 1, 2, 3], "port": 30000}
@@ -57,7 +57,7 @@ def test_schema_version_and_newer_schema_refused(tmp_path):
 
 WRITER = """
 import sys
-from gpuops.core.store import Store
+from gpuops.core.deploy.store import Store
 store = Store(sys.argv[1])
 store.add_deployment("d", "gpu1", {"model": {"id": "m"}})
 i = 0

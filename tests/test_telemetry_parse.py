@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from gpuops.core import reporter
-from gpuops.core.telemetry import (
+from gpuops.core.hosts.programs import reporter
+from gpuops.core.telemetry.samples import (
     MIB,
     NA,
     NVSMI_FIELDS,

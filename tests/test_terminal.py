@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.simhost import setup_simhost
+from gpuops.sim.host import setup_simhost
 
 GPUOPS = str(Path(sys.executable).with_name("gpuops"))
 

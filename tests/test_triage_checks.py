@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core import triage
+from gpuops.core.diagnose import host_checks as triage
 from gpuops.core.config import HostConfig, parse_inventory
-from gpuops.core.fixes import apply_patch
-from gpuops.core.hosts import LocalHost, SshHost
-from gpuops.core.simhost import setup_simhost
+from gpuops.core.diagnose.fixes import apply_patch
+from gpuops.core.hosts.host import LocalHost, SshHost
+from gpuops.sim.host import setup_simhost
 
 GIB = 1024**3
 RANK_CODE = "import time\ndef rank_loop():\n    while True:\n        time.sleep(1)\nrank_loop()\n"

@@ -7,8 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.triage import CHECKS
+from gpuops.sim.host import setup_simhost
+from gpuops.core.diagnose.host_checks import CHECKS
 from tests.conftest import PACE
 from tests.sshd import free_port
 from tests.test_cli import GPUOPS, gpuops

@@ -13,10 +13,10 @@ import pytest
 from textual.widgets import OptionList
 
 from gpuops.core.config import parse_inventory
-from gpuops.core.deploy import Deployer
-from gpuops.core.hosts import make_host
-from gpuops.core.simhost import setup_simhost
-from gpuops.core.store import Store
+from gpuops.core.deploy.deployer import Deployer
+from gpuops.core.hosts.host import make_host
+from gpuops.sim.host import setup_simhost
+from gpuops.core.deploy.store import Store
 from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.screens.triage import TriageScreen
@@ -166,7 +166,7 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(sim_world, mo
 
 
 async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world, models):
-    from gpuops.core.triage import findings, run_checks
+    from gpuops.core.diagnose.host_checks import findings, run_checks
 
     sim, inv = sim_world("ok")
     plan = sim_plan(models["qwen3"], "0.5.10", 1, name="left")

@@ -11,14 +11,14 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
 
-from gpuops.core.config import Inventory
-from gpuops.core.hosts import Host
-from gpuops.core.monitor import Monitor
-from gpuops.core.paths import load_ui_state, save_ui_state
-from gpuops.screens.dashboard import DashboardScreen
-from gpuops.screens.help import HelpScreen
-from gpuops.themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
-from gpuops.tui.commands import HostCommands
+from ..core.config import Inventory
+from ..core.hosts.host import Host
+from ..core.telemetry.monitor import Monitor
+from ..core.paths import load_ui_state, save_ui_state
+from ..screens.dashboard import DashboardScreen
+from ..screens.help import HelpScreen
+from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
+from .commands import HostCommands
 
 
 
@@ -90,7 +90,7 @@ class GpuopsApp(App):
         if self.readonly:
             self.notify("read-only: gpuops changes nothing on the hosts", severity="error")
             return
-        from gpuops.core.procs import end_process
+        from ..core.hosts.procs import end_process
 
         async def work() -> None:
             try:
@@ -135,9 +135,9 @@ class GpuopsApp(App):
             self.notify("plan it for a host of the inventory first (offline plans can't be deployed)",
                         severity="error")
             return
-        from gpuops.core.deploy import DeployError, Deployer
-        from gpuops.core.store import Store, StoreError
-        from gpuops.screens.deployment import DeploymentScreen
+        from ..core.deploy.deployer import DeployError, Deployer
+        from ..core.deploy.store import Store, StoreError
+        from ..screens.deployment import DeploymentScreen
 
         async def work() -> None:
             store = Store()
@@ -166,10 +166,10 @@ class GpuopsApp(App):
         if self.readonly:
             self.notify("read-only: a fix restarts the server", severity="error")
             return
-        from gpuops.core.deploy import Deployer
-        from gpuops.core.fixes import apply_patch
-        from gpuops.core.store import Store
-        from gpuops.screens.deployment import DeploymentScreen
+        from ..core.deploy.deployer import Deployer
+        from ..core.diagnose.fixes import apply_patch
+        from ..core.deploy.store import Store
+        from ..screens.deployment import DeploymentScreen
 
         async def work() -> None:
             store = Store()
@@ -199,8 +199,8 @@ class GpuopsApp(App):
         self.run_worker(work(), group="fix", exit_on_error=False)
 
     def open_deployment(self, name: str) -> bool:
-        from gpuops.core.store import Store
-        from gpuops.screens.deployment import DeploymentScreen
+        from ..core.deploy.store import Store
+        from ..screens.deployment import DeploymentScreen
 
         store = Store()
         try:

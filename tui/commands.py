@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 if TYPE_CHECKING:
-    from gpuops.tui.app import GpuopsApp
+    from .app import GpuopsApp
 
 
 class HostCommands(Provider):

@@ -51,9 +51,9 @@ def nvidia_smi_used() -> dict[int, int]:
 
 async def run_case(case: str, threshold: float, tmp: Path) -> dict:
     from gpuops.core.config import HostConfig
-    from gpuops.core.deploy import Deployer
-    from gpuops.core.hosts import LocalHost
-    from gpuops.core.store import Store
+    from gpuops.core.deploy.deployer import Deployer
+    from gpuops.core.hosts.host import LocalHost
+    from gpuops.core.deploy.store import Store
 
     work = tmp / case
     (work / "home").mkdir(parents=True)

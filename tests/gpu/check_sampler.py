@@ -3,7 +3,7 @@
 process that allocates 10 GiB appear in (and then leave) its process list?
 
 Needs only the standard library, nvidia-ml-py and torch (for the allocation). It loads
-core/reporter.py by path, exactly the file gpuops sends to remote hosts, and also runs it
+core/hosts/programs/reporter.py by path, exactly the file gpuops sends to remote hosts, and also runs it
 the remote way (`python -c SOURCE --once`). Prints the figures and exits 1 on disagreement.
 
     python3 tests/gpu/check_sampler.py [--gib 10] [--gpu 0]
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-REPORTER = REPO / "core" / "reporter.py"
+REPORTER = REPO / "core" / "hosts" / "programs" / "reporter.py"
 MIB = 1024 * 1024
 
 ALLOCATE = """

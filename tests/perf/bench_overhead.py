@@ -27,10 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gpuops.core import bench  # noqa: E402
+from gpuops.core.bench import runner as bench  # noqa: E402
 from gpuops.core.config import HostConfig  # noqa: E402
-from gpuops.core.hosts import LocalHost  # noqa: E402
-from gpuops.core.simhost import setup_simhost  # noqa: E402
+from gpuops.core.hosts.host import LocalHost  # noqa: E402
+from gpuops.sim.host import setup_simhost  # noqa: E402
 from tests.sshd import start_sshd  # noqa: E402
 from tests.test_sglang_sim import QWEN3, Server, model_dir  # noqa: E402
 

@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gpuops.core.journal import RingBuffer, parse_journal_line  # noqa: E402
-from gpuops.core.phases import PhaseTracker, clean  # noqa: E402
-from gpuops.core.rules import LogScanner  # noqa: E402
+from gpuops.core.deploy.journal import RingBuffer, parse_journal_line  # noqa: E402
+from gpuops.core.diagnose.phases import PhaseTracker, clean  # noqa: E402
+from gpuops.core.diagnose.finding_rules import LogScanner  # noqa: E402
 from tests.journal_util import JournalWriter  # noqa: E402
 
 LOGS = REPO / "tests" / "data" / "logs"

@@ -33,7 +33,7 @@ from tests.sshd import start_sshd  # noqa: E402
 CORE = """
 import asyncio, sys
 from gpuops.core.config import load_inventory
-from gpuops.core.monitor import Monitor
+from gpuops.core.telemetry.monitor import Monitor
 async def main():
     import os
     if os.environ.get("GPUOPS_PROFILE"):
@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--warmup", type=float, default=5)
     args = ap.parse_args()
-    from gpuops.core.simhost import setup_simhost
+    from gpuops.sim.host import setup_simhost
 
     work = Path(tempfile.mkdtemp(prefix="gpuops-perf-"))
     work.chmod(0o755)

@@ -1,0 +1,288 @@
+"""`gpuops bench`: run SGLang's benchmark against a deployment (or a URL), and the stored runs'
+list, show, compare, import and export — the command-line face of core/bench.py."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from ..core.config import Inventory
+
+VERBS = ("list", "show", "compare", "import", "export")
+
+
+class BenchUsageError(Exception):
+    """Bad input or a refusal before anything ran: one line, exit 2."""
+
+
+def add_bench_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "bench", parents=[common], help="run SGLang's benchmark against a deployment; list, show, compare, "
+        "import, export runs",
+        description="gpuops bench NAME|--url URL [--profile P] [--json]: run a profile (smoke, latency, throughput, "
+                    "sweep, quality, or one of config.toml's [bench.profiles.NAME]) on the deployment's host. "
+                    "gpuops bench list | show RUN | compare RUN RUN... | import FILE.jsonl | "
+                    "export RUN... --format md|csv|json [-o F]: the stored runs (RUN: the store's integer id).")
+    p.add_argument("target", metavar="NAME|VERB", nargs="?", help="a deployment, or one of: " + ", ".join(VERBS))
+    p.add_argument("args", metavar="ARG", nargs="*", help="the verb's runs or file")
+    p.add_argument("--url", metavar="URL", help="benchmark this server instead of a deployment")
+    p.add_argument("--host", metavar="H", help="with --url: the host that runs the benchmark (default: the only one)")
+    p.add_argument("--profile", metavar="P", default="smoke", help="default: smoke")
+    p.add_argument("--format", metavar="F", help="export: md, csv or json")
+    p.add_argument("-o", "--output", metavar="F", help="export: write to F instead of stdout")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1); a run: one object per event")
+
+
+def run_bench(inv: Inventory, args: argparse.Namespace) -> int:
+    verb = args.target if args.target in VERBS else None
+    if verb is None:
+        return _run(inv, args)
+    from ..core.bench.runner import BenchInputError
+    from ..core.deploy.store import Store
+
+    store = Store()
+    try:
+        return {"list": _list, "show": _show, "compare": _compare, "import": _import,
+                "export": _export}[verb](store, args)
+    except BenchInputError as exc:
+        raise BenchUsageError(str(exc)) from None
+    finally:
+        store.close()
+
+
+def _print_json(doc: dict) -> None:
+    print(json.dumps(doc, indent=2, allow_nan=False))
+
+
+def _runs(store, args: argparse.Namespace, least: int, most: int | None = None) -> list:
+    what = args.args
+    if not least <= len(what) <= (most if most is not None else len(what)):
+        need = f"{least}" + ("" if most == least else " or more" if most is None else f" to {most}")
+        raise BenchUsageError(f"bench {args.target} takes {need} RUN id(s), got {len(what)}")
+    runs = []
+    for word in what:
+        if not word.isdigit() or int(word) < 1:
+            raise BenchUsageError(f"RUN is a run id (a positive integer), got {word!r}")
+        run = store.bench_run(int(word))
+        if run is None:
+            raise BenchUsageError(f"no benchmark run #{word} (gpuops bench list shows them)")
+        runs.append(run)
+    return runs
+
+
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", padding=(0, 1))
+    for col in header:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+def _list(store, args: argparse.Namespace) -> int:
+    from ..core.bench.runner import fmt, summary
+
+    _runs(store, args, 0, 0)
+    runs = store.bench_runs()
+    if args.json:
+        _print_json({"schema": 1, "runs": [{**r.to_json(full=False), "results": [summary(x) for x in r.records]}
+                                          for r in runs]})
+        return 0
+    if not runs:
+        print("no benchmark runs yet (gpuops bench NAME runs one)")
+        return 0
+    rows = []
+    for r in runs:
+        best = max((x.get("output_throughput") or 0 for x in r.records), default=None)
+        rows.append([f"#{r.id}", r.status, r.profile, r.deployment or r.url or r.settings.get("file") or "-",
+                     r.model or "-", r.sglang_version or "-", r.started_at or r.created_at,
+                     fmt(best) if r.records else "-", fmt((r.quality or {}).get("score"))])
+    _table(["RUN", "STATUS", "PROFILE", "TARGET", "MODEL", "SGLANG", "STARTED", "OUT TOK/S", "QUALITY"], rows)
+    return 0
+
+
+def _show(store, args: argparse.Namespace) -> int:
+    from ..core.bench.runner import CHECK_WORDS, compare, compare_rows, describe_run
+
+    (run,) = _runs(store, args, 1, 1)
+    if args.json:
+        _print_json({"schema": 1, "run": run.to_json()})
+        return 0
+    print(describe_run(run))
+    if run.error:
+        print(f"error: {run.error}")
+    if run.records or run.quality:
+        _table(*compare_rows(compare([run])))
+    for c in run.checks or []:
+        print(f"check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {c['reason']}" if c["reason"] else ""))
+    return 0
+
+
+def _compare(store, args: argparse.Namespace) -> int:
+    from ..core.bench.runner import compare, compare_rows, describe_run
+
+    runs = _runs(store, args, 2)
+    doc = compare(runs)
+    if args.json:
+        _print_json(doc)
+        return 0
+    for run in runs:
+        print(describe_run(run))
+    _table(*compare_rows(doc))
+    return 0
+
+
+def _import(store, args: argparse.Namespace) -> int:
+    from ..core.bench.runner import import_jsonl
+
+    if len(args.args) != 1:
+        raise BenchUsageError(f"bench import takes one FILE.jsonl, got {len(args.args)}")
+    path = Path(args.args[0])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchUsageError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    run = import_jsonl(store, text, path.name)
+    if args.json:
+        _print_json({"schema": 1, "run": run.to_json(full=False)})
+    else:
+        print(f"imported #{run.id}: {len(run.records)} record(s) from {path}")
+    return 0
+
+
+def _export(store, args: argparse.Namespace) -> int:
+    from ..core.bench.runner import export
+
+    if args.format not in ("md", "csv", "json"):
+        raise BenchUsageError(f"bench export needs --format md, csv or json (got {args.format!r})")
+    text = export(_runs(store, args, 1), args.format)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise BenchUsageError(f"-o {args.output}: {exc.strerror or exc}") from None
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ------------------------------------------------------------------ a run
+
+
+def _host_for(inv: Inventory, args: argparse.Namespace, name: str | None):
+    if name is None:
+        if len(inv.hosts) != 1:
+            raise BenchUsageError(f"--url needs --host H: the host whose python runs the benchmark "
+                                  f"(known: {', '.join(inv.names())})")
+        return inv.hosts[0]
+    try:
+        return inv.host(name)
+    except KeyError:
+        raise BenchUsageError(f"unknown host {name!r} (known: {', '.join(inv.names())})") from None
+
+
+def _run(inv: Inventory, args: argparse.Namespace) -> int:
+    from ..core.bench.runner import BenchInputError, BenchRunner, deployment_target, resolve_profile, url_target
+    from ..core.hosts.host import HostError, make_host
+    from ..core.deploy.store import Store
+
+    if args.args:
+        raise BenchUsageError(f"unexpected argument(s): {' '.join(args.args)}")
+    if args.target is None and args.url is None:
+        raise BenchUsageError("bench needs a deployment NAME, --url URL, or one of: " + ", ".join(VERBS))
+    if args.target is not None and args.url is not None:
+        raise BenchUsageError("give a deployment NAME or --url, not both")
+    if args.target is not None and args.host is not None:
+        raise BenchUsageError("--host goes with --url (a deployment knows its host)")
+    if getattr(args, "readonly", False):
+        raise BenchUsageError("read-only: a benchmark loads a server and writes on its host")
+    try:
+        profile = resolve_profile(args.profile, inv.bench_profiles)
+    except BenchInputError as exc:
+        raise BenchUsageError(str(exc)) from None
+    store = Store()
+    deployment = None
+    if args.target is not None:
+        deployment = store.deployment(args.target)
+        if deployment is None:
+            store.close()
+            raise BenchUsageError(f"no deployment named {args.target!r}")
+        if deployment.state != "ready":
+            store.close()
+            raise BenchUsageError(f"deployment {deployment.name} is {deployment.state}, not ready")
+    try:
+        cfg = _host_for(inv, args, deployment.host if deployment else args.host)
+    except BenchUsageError:
+        store.close()
+        raise
+    live = not args.json and sys.stdout.isatty()
+
+    def emit(event) -> None:
+        if args.json:
+            print(json.dumps(event.to_json(), allow_nan=False), flush=True)
+        else:
+            _print_event(event, live)
+
+    async def go():
+        host = make_host(cfg)
+        try:
+            target = (await deployment_target(host, deployment) if deployment is not None
+                      else await url_target(host, args.url))
+            return await BenchRunner(target, profile, store, emit=emit).run()
+        finally:
+            await host.close()
+
+    try:
+        run = asyncio.run(go())
+    except BenchInputError as exc:
+        raise BenchUsageError(str(exc)) from None
+    except HostError as exc:
+        print(f"gpuops: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gpuops: benchmark cancelled (stopped on the host)", file=sys.stderr)
+        return 130
+    finally:
+        store.close()
+    return 0 if run.status == "ok" else 1
+
+
+def _print_event(event, live: bool) -> None:
+    from ..core.bench.runner import CHECK_WORDS, fmt
+
+    d = event.data
+    if event.kind == "state" and d["state"] == "running":
+        p = d["profile"]
+        print(f"bench #{d['run']}: {p['name']} against {d['deployment'] or d['url']} on {d['host']} "
+              f"(SGLang {d['sglang_version']}, {d['module']})", flush=True)
+    elif event.kind == "state":
+        if live:
+            print()
+        print(f"#{d['run']}: {d['state']}" + (f": {d['error']}" if d.get("error") else ""), flush=True)
+    elif event.kind == "step":
+        n = d.get("num_prompts") or d.get("num_examples")
+        print(f"step {d['step'] + 1}/{d['steps']}: concurrency {d['max_concurrency'] or 'unlimited'}, {n} requests",
+              flush=True)
+    elif event.kind == "progress" and live:
+        print(f"\r  {d['done']}/{d['total']} requests, {d['elapsed_s']:.1f} s", end="", flush=True)
+    elif event.kind == "result":
+        s = d["summary"]
+        if live:
+            print()
+        print(f"  {fmt(s['output_throughput'])} tok/s out, {fmt(s['request_throughput'])} req/s, TTFT median "
+              f"{fmt(s['median_ttft_ms'])} ms, ITL median {fmt(s['median_itl_ms'])} ms, "
+              f"{s['completed']} completed in {fmt(s['duration'])} s", flush=True)
+    elif event.kind == "quality":
+        if live:
+            print()
+        print(f"  {d['eval']} score {fmt(d['score'])} ({d['num_examples']} examples)", flush=True)
+    elif event.kind == "checks":
+        for c in d["checks"]:
+            print(f"  check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {c['reason']}" if c["reason"] else ""),
+                  flush=True)

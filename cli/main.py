@@ -1,0 +1,358 @@
+"""The `gpuops` command line (a contract: see DESIGN.md § Command line).
+
+Exit codes: 0 ok; 1 the operation failed; 2 bad input (one line on stderr, nothing changed).
+Snapshot verbs (`hosts`, `gpus`, `models`) exit 0 when they report per-host errors inside the output.
+Textual is imported only by the verbs that draw a screen, so snapshot verbs start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Sequence
+
+from ..core.config import ConfigError, HostConfig, Inventory, load_inventory
+from .bench import BenchUsageError, add_bench_parser
+from .deploy import DeployUsageError, add_deploy_parsers
+from .models import add_models_parser
+from .plan import PlanUsageError, add_plan_parser
+
+SCHEMA = 1
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+def gpuops_version() -> str:
+    try:
+        return version("gpuops")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="inventory file (default: $GPUOPS_CONFIG, then $XDG_CONFIG_HOME/gpuops/config.toml)")
+    common.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS,
+                        help="disable every action that changes a host")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="gpuops", parents=[common],
+        description="Plan, deploy, watch and benchmark SGLang servers on GPU hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuops {gpuops_version()}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = sub.add_parser("hosts", parents=[common], help="one snapshot of every host: reachability, CPU, RAM, disks")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
+    p = sub.add_parser("gpus", parents=[common], help="one snapshot of the GPUs of every host (or one)")
+    p.add_argument("--host", metavar="H", help="only this host")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
+    add_plan_parser(sub, common)
+    add_models_parser(sub, common)
+    add_deploy_parsers(sub, common)
+    add_bench_parser(sub, common)
+
+    p = sub.add_parser("status", parents=[common], help="the stored deployments and their state")
+    p.add_argument("name", metavar="NAME", nargs="?", help="one deployment (with its recent events)")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
+    p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
+    p.add_argument("--scenario", default="ok", metavar="S",
+                   help="what the simulated host's server does: ok, ok-with-mtp, hang-at-dist-init, "
+                        "spec-config-crash, kv-cache-oom, slow-download")
+    p.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs")
+
+    sim = sub.add_parser("sim", parents=[common], help="the simulated GPU host")
+    sim_sub = sim.add_subparsers(dest="sim_verb", metavar="VERB", required=True)
+    p = sim_sub.add_parser("setup", parents=[common], help="write a simulated host into DIR and print its [hosts.NAME] block")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB", help="per GPU (default: an H200's 140.4)")
+    p.add_argument("--nvml", default="ok", choices=["ok", "absent", "no-driver", "mismatch"],
+                   help="what NVML does there (absent: no pynvml, so gpuops reads nvidia-smi)")
+    p.add_argument("--sglang-version", metavar="V", help="the SGLang version it presents (default: the newest known; "
+                   "'none': no SGLang)")
+    p.add_argument("--name", default="sim", help="host name in the printed block")
+    p.add_argument("--ssh", metavar="TARGET", help="print an SSH entry (user@host:port) instead of a local one")
+    p.add_argument("--scenario", default="ok", metavar="S",
+                   help="what its SGLang server and hf do: ok, ok-with-mtp, hang-at-dist-init, spec-config-crash, "
+                        "kv-cache-oom, slow-download (default: ok)")
+    p.add_argument("--sglang-venv", metavar="PATH", help="a virtualenv with the real SGLang: its benchmark and eval "
+                   "modules (bench_serving, run_eval) run from it (scripts/sglang-host-venv.sh builds one)")
+    p.add_argument("--pace", type=float, default=1.0, metavar="F",
+                   help="multiplies the simulated delays: 1 (default) starts a big model in ~5-10 s, 60 is about "
+                        "real time")
+    return parser
+
+
+# ------------------------------------------------------------------ snapshot verbs
+
+
+async def _snapshots(hosts: Sequence[HostConfig]) -> list[tuple[HostConfig, Any, Exception | None]]:
+    from ..core.hosts.host import HostError, make_host
+    from ..core.telemetry.samples import snapshot
+
+    async def one(cfg: HostConfig) -> tuple[HostConfig, Any, Exception | None]:
+        host = make_host(cfg)
+        try:
+            return cfg, await snapshot(host), None
+        except HostError as exc:
+            return cfg, None, exc
+        finally:
+            await host.close()
+
+    return await asyncio.gather(*(one(c) for c in hosts))
+
+
+def _error_fields(exc: Exception | None) -> tuple[str | None, str | None]:
+    if exc is None:
+        return None, None
+    return getattr(exc, "message", str(exc)), getattr(exc, "hint", None)
+
+
+def hosts_document(results: list[tuple[HostConfig, Any, Exception | None]]) -> dict:
+    from ..core.hosts.host import HostUnreachable
+    from ..core.telemetry.samples import plain
+
+    rows = []
+    for cfg, snap, exc in results:
+        error, hint = _error_fields(exc)
+        h = snap.host if snap else None
+        rows.append({
+            "name": cfg.name,
+            "kind": "local" if cfg.local else "ssh",
+            "address": cfg.address,
+            "reachable": snap is not None or (exc is not None and not isinstance(exc, HostUnreachable)),
+            "cpu_percent": plain(h.cpu_percent) if h else None,
+            "mem_total_bytes": plain(h.mem_total) if h else None,
+            "mem_used_bytes": plain(h.mem_used) if h else None,
+            "disks": [d.to_json() for d in h.disks] if h else [],
+            "error": error,
+            "hint": hint,
+        })
+    return {"schema": SCHEMA, "hosts": rows}
+
+
+def gpus_document(results: list[tuple[HostConfig, Any, Exception | None]]) -> dict:
+    rows = []
+    for cfg, snap, exc in results:
+        error, hint = _error_fields(exc)
+        if snap is not None and not snap.nvml.ok:
+            error, hint = snap.nvml.error, snap.nvml.hint
+        rows.append({
+            "name": cfg.name,
+            "error": error,
+            "hint": hint,
+            "driver_version": snap.nvml.driver_version if snap else None,
+            "gpus": [g.to_json() for g in snap.gpus] if snap else [],
+        })
+    return {"schema": SCHEMA, "hosts": rows}
+
+
+def _print_hosts(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core import units
+
+    table = Table(box=None, header_style="bold")
+    for col in ("HOST", "KIND", "ADDRESS", "UP", "CPU", "RAM", "DISKS (free)"):
+        table.add_column(col)
+    for h in doc["hosts"]:
+        disks = ", ".join(f"{d['mount']} {units.size(d['free_bytes'])}" for d in h["disks"])
+        ram = f"{units.gib(h['mem_used_bytes'])}/{units.gib(h['mem_total_bytes'])} GiB" if h["mem_total_bytes"] else "-"
+        table.add_row(h["name"], h["kind"], h["address"], "yes" if h["reachable"] else "NO",
+                      units.percent(h["cpu_percent"]) if h["cpu_percent"] is not None else "-", ram,
+                      disks or (h["error"] or "-"))
+        if h["error"]:
+            table.add_row("", "", f"[red]{h['error']}[/]" + (f"\n[i]hint: {h['hint']}[/]" if h["hint"] else ""))
+    Console().print(table)
+
+
+def _print_gpus(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core import units
+
+    console = Console()
+    for h in doc["hosts"]:
+        head = f"[bold]{h['name']}[/]" + (f"  driver {h['driver_version']}" if h["driver_version"] else "")
+        console.print(head)
+        if h["error"]:
+            console.print(f"  [red]{h['error']}[/]" + (f"\n  [i]hint: {h['hint']}[/]" if h["hint"] else ""))
+        if not h["gpus"]:
+            continue
+        table = Table(box=None, header_style="bold", padding=(0, 1))
+        for col in ("GPU", "NAME", "MEM USED", "MEM TOTAL", "UTIL", "POWER", "TEMP", "PROCESSES"):
+            table.add_column(col)
+        for g in h["gpus"]:
+            procs = ", ".join(f"{p['pid']} {p['user'] or '?'} {units.size(p['used_bytes'])}" for p in g["processes"])
+            na = "N/A"
+            table.add_row(
+                str(g["index"]), g["name"] or na, units.size(g["memory_used_bytes"] if g["memory_used_bytes"] is not None else None),
+                units.size(g["memory_total_bytes"] if g["memory_total_bytes"] is not None else None),
+                f"{g['util_percent']}%" if g["util_percent"] is not None else na,
+                f"{g['power_w']:.0f} W" if g["power_w"] is not None else na,
+                f"{g['temp_c']}°C" if g["temp_c"] is not None else na,
+                procs or "-",
+            )
+        console.print(table)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ..core.deploy.store import Store
+
+    store = Store()
+    try:
+        if args.name is None:
+            deployments = store.deployments()
+            if args.json:
+                print(json.dumps({"schema": SCHEMA, "deployments": [d.to_json() for d in deployments]}, indent=2))
+            elif not deployments:
+                print("no deployments yet (gpuops deploy … creates them)")
+            for d in [] if args.json else deployments:
+                print(f"{d.name:24} {d.state:12} {d.host:16} {d.model}  (since {d.updated_at})")
+            return 0
+        d = store.deployment(args.name)
+        if d is None:
+            known = ", ".join(x.name for x in store.deployments()) or "none"
+            raise UsageError(f"no deployment named {args.name!r} (known: {known})")
+        events = list(store.events(d.name))[-50:]
+        if args.json:
+            print(json.dumps({"schema": SCHEMA, "deployment": d.to_json(),
+                              "events": [e.to_json() for e in events]}, indent=2))
+        else:
+            print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, since {d.updated_at})")
+            for e in events:
+                print(f"  {e.ts}  {e.kind:8} {json.dumps(e.data)}")
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_hosts(inv: Inventory, args: argparse.Namespace) -> int:
+    doc = hosts_document(asyncio.run(_snapshots(inv.hosts)))
+    print(json.dumps(doc, indent=2)) if args.json else _print_hosts(doc)
+    return 0
+
+
+def cmd_gpus(inv: Inventory, args: argparse.Namespace) -> int:
+    hosts = inv.hosts
+    if args.host is not None:
+        try:
+            hosts = (inv.host(args.host),)
+        except KeyError:
+            raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
+    doc = gpus_document(asyncio.run(_snapshots(hosts)))
+    print(json.dumps(doc, indent=2)) if args.json else _print_gpus(doc)
+    return 0
+
+
+# ------------------------------------------------------------------ sim / demo / dashboard
+
+
+def cmd_sim_setup(args: argparse.Namespace) -> int:
+    from ..core.config import SshTarget
+    from ..sim.host import setup_simhost
+
+    if args.gpus < 1 or args.gpus > 64:
+        raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
+    if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:
+        raise UsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
+    if args.ssh is not None:
+        try:
+            SshTarget.parse(args.ssh)
+        except ValueError as exc:
+            raise UsageError(f"--ssh: {exc}") from None
+    try:
+        memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
+        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
+                            scenario=args.scenario, pace=args.pace, sglang_venv=args.sglang_venv, **memory)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(sim.host_block(args.name, ssh=args.ssh), end="")
+    return 0
+
+
+def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False) -> int:
+    from ..tui.app import GpuopsApp
+
+    GpuopsApp(inv, readonly=readonly, simulated=simulated).run()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ..core.config import parse_inventory
+    from ..sim.host import setup_simhost
+
+    from ..sim.host import SCENARIOS
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {args.scenario!r}")
+    with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
+        sim = setup_simhost(tmp, gpus=args.gpus, scenario=args.scenario)
+        inv = parse_inventory(sim.host_block("sim"), source=f"{tmp}/demo.toml")
+        return run_dashboard(inv, readonly=getattr(args, "readonly", False), simulated=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.verb == "sim":
+            return cmd_sim_setup(args)
+        if args.verb == "demo":
+            return cmd_demo(args)
+        if args.verb == "status":
+            return cmd_status(args)
+        if args.verb == "triage":
+            from .deploy import run_triage
+
+            return run_triage(args)
+        inv = load_inventory(getattr(args, "config", None))
+        if args.verb == "hosts":
+            return cmd_hosts(inv, args)
+        if args.verb == "gpus":
+            return cmd_gpus(inv, args)
+        if args.verb == "models":
+            from .models import run_models
+
+            return run_models(inv, args)
+        if args.verb in ("deploy", "logs", "stop"):
+            from . import deploy as cli_deploy
+
+            return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs,
+                    "stop": cli_deploy.run_stop}[args.verb](inv, args)
+        if args.verb == "bench":
+            from .bench import run_bench
+
+            return run_bench(inv, args)
+        if args.verb == "plan":
+            from .plan import run_plan
+
+            return run_plan(inv, args)
+        return run_dashboard(inv, readonly=getattr(args, "readonly", False))
+    except (ConfigError, UsageError, PlanUsageError, DeployUsageError, BenchUsageError) as exc:
+        print(f"gpuops: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""`gpuops plan`: the command-line face of core/plan.py."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+
+from ..core.config import HostConfig, Inventory
+
+
+class PlanUsageError(Exception):
+    """Bad input: one line, exit 2."""
+
+
+def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("plan", parents=[common], help="a checked, explained SGLang deployment plan for a model")
+    p.add_argument("model", metavar="MODEL", help="an HF repo id (owner/name) or a local folder holding config.json")
+    p.add_argument("--host", metavar="H", help="plan for this inventory host (its GPUs, disks and SGLang are read)")
+    p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest that fits)")
+    p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")
+    p.add_argument("--gpu-memory", type=float, metavar="GIB", help="memory per GPU when planning offline")
+    p.add_argument("--gpu-ids", metavar="0,1,..", help="which GPUs the deployment gets (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--sglang-version", metavar="V", help="plan for this SGLang version (default: the host's)")
+    p.add_argument("--like", metavar="NAME|PLAN.json|UNIT", help="start from a previous deployment's flags")
+    p.add_argument("--download-dir", metavar="PATH", help="where the weights go on the host")
+    p.add_argument("--no-mtp", action="store_true", help="no speculative decoding even if the model has MTP layers")
+    p.add_argument("--name", metavar="N", help="deployment name (default: from the model id)")
+    p.add_argument("--port", type=int, default=30000, help="server port (default 30000)")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
+
+
+def _gpu_ids(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    if not re.fullmatch(r"\d+(,\d+)*", text.strip()):
+        raise PlanUsageError(f"--gpu-ids must look like 0,1,2,3, got {text!r}")
+    return tuple(int(x) for x in text.split(","))
+
+
+def _version(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.-]?(post|rc|dev)\d*)?", text):
+        raise PlanUsageError(f"--sglang-version must look like 0.5.23, got {text!r}")
+    return text
+
+
+def load_like(ref: str):
+    from ..core.planning.plan import PlanError, load_previous
+
+    try:
+        return load_previous(ref)
+    except PlanError as exc:
+        raise PlanUsageError(str(exc)) from None
+
+
+async def _host_target(cfg: HostConfig):
+    from ..core.planning.hostfacts import read_target
+    from ..core.hosts.host import make_host
+
+    host = make_host(cfg)
+    try:
+        return await read_target(host)
+    finally:
+        await host.close()
+
+
+def make_target(inv: Inventory, args: argparse.Namespace):
+    from dataclasses import replace
+
+    from ..core.planning.hostfacts import offline_target
+    from ..core.hosts.host import HostError
+    from ..core.planning.plan import GpuInfo
+
+    if args.gpus is not None and not 1 <= args.gpus <= 64:
+        raise PlanUsageError(f"--gpus must be 1..64, got {args.gpus}")
+    if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:
+        raise PlanUsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
+    if args.host is None:
+        if args.gpus is None or args.gpu_memory is None:
+            raise PlanUsageError("give --host H (its GPUs are read) or --gpus N and --gpu-memory GIB to plan offline")
+        return offline_target(args.gpus, args.gpu_memory)
+    try:
+        cfg = inv.host(args.host)
+    except KeyError:
+        raise PlanUsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
+    try:
+        target = asyncio.run(_host_target(cfg))
+    except HostError as exc:
+        if args.gpus is None or args.gpu_memory is None:
+            hint = f" ({exc.hint})" if exc.hint else ""
+            raise PlanUsageError(f"{exc.message}{hint}; to plan without it give --gpus N --gpu-memory GIB") from None
+        target = replace(offline_target(args.gpus, args.gpu_memory, launcher=cfg.launcher), host=cfg.name,
+                         python=cfg.python or "python3", model_dirs=cfg.model_dirs,
+                         forbidden_paths=cfg.forbidden_paths, serve_host=cfg.serve_host,
+                         allowed_gpu_ids=cfg.gpu_ids)
+        return target
+    if args.gpus is not None or args.gpu_memory is not None:
+        count = args.gpus if args.gpus is not None else len(target.gpus)
+        mem = int(args.gpu_memory * 1024**3) if args.gpu_memory is not None else min(
+            (g.memory_total for g in target.gpus), default=0)
+        target = replace(target, gpus=tuple(GpuInfo(i, mem) for i in range(count)))
+    return target
+
+
+def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
+    plan = run_plan_object(inv, args)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print_plan(plan)
+    return 0
+
+
+def run_plan_object(inv: Inventory, args: argparse.Namespace):
+    """The plan the `plan` verb's arguments ask for (PlanUsageError on bad input)."""
+    from ..core.planning.model_facts import ModelError, load_model_facts, validate_model_ref
+    from ..core.planning.plan import PlanError, Wishes, build_plan
+
+    try:
+        ref = validate_model_ref(args.model)
+    except ValueError as exc:
+        raise PlanUsageError(f"MODEL: {exc}") from None
+    if args.download_dir is not None:
+        from ..core.config import validate_abs_path
+
+        try:
+            validate_abs_path(args.download_dir, "--download-dir")
+        except ValueError as exc:
+            raise PlanUsageError(str(exc)) from None
+    wishes = Wishes(
+        tp=args.tp, gpu_ids=_gpu_ids(args.gpu_ids), mtp=not args.no_mtp, download_dir=args.download_dir,
+        port=args.port, name=args.name, sglang_version=_version(args.sglang_version),
+        like=load_like(args.like) if args.like else None,
+    )
+    target = make_target(inv, args)
+    try:
+        facts = load_model_facts(ref)
+    except ModelError as exc:
+        raise PlanUsageError(str(exc)) from None
+    try:
+        return build_plan(facts, target, wishes)
+    except PlanError as exc:
+        raise PlanUsageError(str(exc)) from None
+
+
+def print_plan(plan) -> None:
+    from rich.console import Console, Group
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
+
+    console = Console()
+    console.print(Panel(facts_line(plan.facts), title=f"[b]{plan.facts.id}[/b]", title_align="left"))
+    verdict_style = "green" if plan.fit.fits else "red"
+    console.print(Panel(Group(Text(plan.fit.verdict, style=f"bold {verdict_style}"), fit_bars(plan)),
+                        title=f"fit on {plan.host or 'offline'}: TP{plan.tp}, GPUs {','.join(map(str, plan.gpu_ids))}",
+                        title_align="left"))
+    where = (f"reuse the complete copy at {plan.model_path}" if plan.reuse_existing
+             else f"download into {plan.download_dir}" if plan.download_dir else "download into the host's HF cache")
+    console.print(Text.assemble(("weights: ", "bold"), where))
+    console.print(Panel(launch_text(plan), title=f"launch (SGLang {plan.sglang_version}, {plan.version_source}; "
+                                                 f"flags checked against {plan.flags_checked_against})",
+                        title_align="left"))
+    rules = rules_table(plan)
+    console.print(Panel(rules, title="why each flag", title_align="left"))
+    if plan.like_diff:
+        diff = Text()
+        for op, text in plan.like_diff:
+            diff.append(f"{op} {text}\n", style={"+": "green", "-": "red", "~": "yellow"}[op])
+        console.print(Panel(diff, title=f"against {plan.like.source}", title_align="left"))
+    if plan.launcher == "systemd":
+        console.print(Panel(Syntax(plan.unit_text(), "ini", theme="ansi_dark", word_wrap=True),
+                            title=f"{plan.unit_name}", title_align="left"))
+        console.print(Panel(plan.env_file_text().rstrip(), title=plan.env_file, title_align="left"))
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {w}")

@@ -1,0 +1,791 @@
+"""Benchmarks: SGLang's own benchmark and eval, run on the host against a deployment, stored, compared.
+
+- Profiles (``DEFAULT_PROFILES``, overridden by ``[bench.profiles.NAME]`` in config.toml): ``smoke``,
+  ``latency``, ``throughput`` and ``sweep`` run ``python -m sglang.bench_serving`` (or
+  ``sglang.benchmark.serving`` where the host's version has it) once per concurrency; ``quality``
+  runs ``python -m sglang.test.run_eval --eval-name gsm8k`` on a dataset file the profile names
+  (hosts may be offline). Inputs default to ``random-ids``, which needs no download.
+- The runner (``BenchRunner``) runs them with the host's python through ``Host.stream`` under a small
+  relay (``_HOST_SCRIPT``) that merges stderr into stdout and splits tqdm's ``\\r`` updates into
+  lines, so progress ("n/N") arrives while it runs; closing the stream (cancel) ends the remote
+  process group. The deployment's API key goes from its 0600 env file into the benchmark's
+  environment (``OPENAI_API_KEY``, which bench_serving and run_eval send as a Bearer token) on the
+  host: it is never in an argv, an event or the store, and gpuops itself never reads it.
+- Records: bench_serving's ``--output-file`` JSONL objects, read back when a run ends, kept as
+  written with two changes (``normalize_record``): ``request_rate`` Infinity (bench_serving's
+  unlimited rate, which is not JSON) becomes the string ``"inf"`` (the same word config.toml uses)
+  and any other non-finite number ``null``; secrets inside ``server_info`` become ``"<redacted>"``.
+- ``poll_metrics`` follows the server's ``/metrics`` from the host (prometheus_client's parser) for
+  live views: running and queued requests, generation throughput, token usage, accept length.
+- ``compare`` and ``export`` put stored runs side by side with deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import math
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Callable
+from urllib.parse import urlsplit
+
+from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
+from ..hosts.host import Host, HostError, host_python
+from ..deploy.store import BenchRun, Deployment, Store, utc_now
+
+SCHEMA = 1
+
+_SERVING_BASE: dict[str, Any] = {"backend": "sglang", "dataset_name": "random-ids", "request_rate": "inf",
+                                 "random_range_ratio": 0.0, "warmup_requests": 1}
+DEFAULT_PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {**_SERVING_BASE, "num_prompts": 16, "max_concurrency": 4, "random_input_len": 256,
+              "random_output_len": 64},
+    "latency": {**_SERVING_BASE, "num_prompts": 32, "max_concurrency": 1, "random_input_len": 1024,
+                "random_output_len": 256},
+    "throughput": {**_SERVING_BASE, "num_prompts": 1000, "max_concurrency": 256, "random_input_len": 1024,
+                   "random_output_len": 1024},
+    # one run per concurrency; each sends max(num_prompts, 4 x concurrency) prompts (several waves)
+    "sweep": {**_SERVING_BASE, "num_prompts": 32, "concurrencies": [1, 4, 16, 64], "random_input_len": 1024,
+              "random_output_len": 256},
+    # max_concurrency: the eval's parallel requests (run_eval --num-threads)
+    "quality": {"eval_name": "gsm8k", "num_examples": 200, "max_concurrency": 64},
+}
+QUALITY_KEYS = frozenset({"eval_name", "num_examples", "eval_data_path", "max_concurrency"})
+SERVING_KEYS = (frozenset(BENCH_VALUES) | frozenset(BENCH_PATHS)) - (QUALITY_KEYS - {"max_concurrency"})
+EVAL_MODULE = "sglang.test.run_eval"
+EVALS = ("gsm8k",)  # run_eval's evals that read a local file (--gsm8k-data-path): hosts may be offline
+SWEEP_WAVES = 4
+RUN_DIR = ".local/state/gpuops/bench"  # under the host user's home: RUN_DIR/RUNKEY/
+CHECK_WORDS = {True: "pass", False: "FAIL", None: "skipped", "not run": "-"}  # a check's ok, as a word
+EVENT_KINDS = ("state", "step", "progress", "log", "result", "quality", "checks")  # what BenchRunner emits
+
+# The headline figures, in the order compare and export show them: (key, label, unit, better).
+# "quality_score" is the run's eval score; the others are bench_serving record keys.
+METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("output_throughput", "Output throughput", "tok/s", "higher"),
+    ("request_throughput", "Request throughput", "req/s", "higher"),
+    ("total_throughput", "Total throughput", "tok/s", "higher"),
+    ("median_ttft_ms", "TTFT median", "ms", "lower"),
+    ("p90_ttft_ms", "TTFT p90", "ms", "lower"),
+    ("p99_ttft_ms", "TTFT p99", "ms", "lower"),
+    ("median_itl_ms", "ITL median", "ms", "lower"),
+    ("p95_itl_ms", "ITL p95", "ms", "lower"),
+    ("p99_itl_ms", "ITL p99", "ms", "lower"),
+    ("median_tpot_ms", "TPOT median", "ms", "lower"),
+    ("median_e2e_latency_ms", "E2E median", "ms", "lower"),
+    ("p90_e2e_latency_ms", "E2E p90", "ms", "lower"),
+    ("p99_e2e_latency_ms", "E2E p99", "ms", "lower"),
+    ("accept_length", "Accept length", "tokens", "higher"),
+    ("quality_score", "Quality score", "", "higher"),
+)
+
+
+class BenchInputError(Exception):
+    """Bad input (profile, target, file) found before anything ran: one line, exit 2."""
+
+
+class BenchFailed(Exception):
+    """The benchmark ran and failed (the line that says why)."""
+
+
+# ------------------------------------------------------------------ profiles
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kind: str  # "serving" | "quality"
+    settings: dict[str, Any]
+
+    def steps(self) -> list[int | None]:
+        """The concurrency of each bench_serving run (None: unlimited)."""
+        if self.kind == "quality":
+            return [self.settings.get("max_concurrency")]
+        return list(self.settings.get("concurrencies") or [self.settings.get("max_concurrency")])
+
+    def num_prompts(self, concurrency: int | None) -> int:
+        n = self.settings["num_prompts"]
+        return max(n, SWEEP_WAVES * concurrency) if self.settings.get("concurrencies") and concurrency else n
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "settings": dict(self.settings)}
+
+
+def validate_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
+    """Each setting checked as config.toml's ``[bench.profiles.NAME]`` checks it (one table of rules)."""
+    out = {}
+    for key, value in settings.items():
+        if key in BENCH_PATHS:
+            if not (isinstance(value, str) and value.startswith("/") and "\n" not in value and "\0" not in value):
+                raise BenchInputError(f"{where}.{key}: expected an absolute path, got {value!r}")
+            out[key] = value
+            continue
+        if key not in BENCH_VALUES:
+            known = ", ".join(sorted({*BENCH_VALUES, *BENCH_PATHS}))
+            raise BenchInputError(f"{where}: unknown setting {key!r} (known: {known})")
+        check, expected = BENCH_VALUES[key]
+        checked = check(value)
+        if checked is None:
+            raise BenchInputError(f"{where}.{key}: expected {expected}, got {value!r}")
+        out[key] = checked
+    return out
+
+
+def resolve_profile(name: str, configured: dict[str, dict[str, Any]] | None = None,
+                    overrides: dict[str, Any] | None = None) -> Profile:
+    """The profile NAME: its defaults, then config.toml's table, then OVERRIDES (a screen's edits).
+
+    A name with no defaults must be in config.toml; it starts from ``quality`` when it sets an
+    eval key, else from ``smoke``. Setting ``max_concurrency`` on a profile with ``concurrencies``
+    (or the other way round) replaces it."""
+    try:
+        validate_host_name(name)
+    except ValueError as exc:
+        raise BenchInputError(f"profile: {exc}") from None
+    configured = configured or {}
+    if name not in DEFAULT_PROFILES and name not in configured:
+        known = ", ".join(sorted({*DEFAULT_PROFILES, *configured}))
+        raise BenchInputError(f"unknown profile {name!r} (known: {known})")
+    where = f"bench.profiles.{name}"
+    layers = [validate_settings(configured.get(name, {}), where),
+              validate_settings(overrides or {}, f"{where} (overrides)")]
+    quality_only = QUALITY_KEYS - {"max_concurrency"}
+    settings = dict(DEFAULT_PROFILES.get(name) or (
+        DEFAULT_PROFILES["quality"] if any(k in quality_only for layer in layers for k in layer)
+        else DEFAULT_PROFILES["smoke"]))
+    for layer in layers:
+        if "max_concurrency" in layer and "concurrencies" in layer:
+            raise BenchInputError(f"{where}: set max_concurrency (one run) or concurrencies (a sweep), not both")
+        for one, other in (("max_concurrency", "concurrencies"), ("concurrencies", "max_concurrency")):
+            if one in layer:
+                settings.pop(other, None)
+        settings.update(layer)
+    kind = "quality" if "eval_name" in settings else "serving"
+    allowed = QUALITY_KEYS if kind == "quality" else SERVING_KEYS
+    stray = sorted(set(settings) - allowed)
+    if stray:
+        raise BenchInputError(f"{where}: {', '.join(stray)} does not apply to a {kind} profile")
+    if kind == "quality":
+        if settings["eval_name"] not in EVALS:
+            raise BenchInputError(f"{where}.eval_name: only {', '.join(EVALS)} runs from a local file "
+                                  f"(hosts may be offline), got {settings['eval_name']!r}")
+        if "eval_data_path" not in settings:
+            raise BenchInputError(f"{where}: set eval_data_path to a gsm8k-format JSONL file on the host "
+                                  "(hosts may be offline)")
+    elif settings.get("dataset_name") != "random-ids" and "dataset_path" not in settings:
+        raise BenchInputError(f"{where}: dataset_name {settings.get('dataset_name')!r} needs dataset_path "
+                              "(a file on the host; without one bench_serving downloads ShareGPT)")
+    return Profile(name, kind, settings)
+
+
+# ------------------------------------------------------------------ records
+
+
+_SECRET_KEY = re.compile(r"(^|_)(api_key|token|secret|password)$", re.IGNORECASE)
+_API_KEY_ARG = re.compile(r"(--api-key[= ])(?!<redacted>)\S+")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ("<redacted>" if _SECRET_KEY.search(k) and isinstance(v, str) and v else _redact(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    if isinstance(value, str):
+        return _API_KEY_ARG.sub(r"\1<redacted>", value)
+    return value
+
+
+def normalize_record(record: dict) -> dict:
+    """A bench_serving record as stored: ``request_rate`` inf -> "inf", other non-finite numbers ->
+    null, secrets in ``server_info`` redacted (SGLang's /server_info carries ``api_key``)."""
+    out = dict(record)
+    rate = out.get("request_rate")
+    if isinstance(rate, float) and math.isinf(rate) and rate > 0:
+        out["request_rate"] = "inf"
+    if "server_info" in out:
+        out["server_info"] = _redact(out["server_info"])
+    return _finite(out)
+
+
+def parse_jsonl(text: str, source: str) -> list[dict]:
+    """bench_serving's ``--output-file``: one JSON object per line. Python's json reads the
+    ``Infinity`` bench_serving writes (strict parsers refuse it)."""
+    records = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError as exc:
+            raise BenchInputError(f"{source}:{n}: not JSON ({exc})") from None
+        if not isinstance(doc, dict) or "backend" not in doc or "output_throughput" not in doc:
+            raise BenchInputError(f"{source}:{n}: not a bench_serving record (no backend/output_throughput)")
+        records.append(normalize_record(doc))
+    if not records:
+        raise BenchInputError(f"{source}: no bench_serving records")
+    return records
+
+
+_PROGRESS = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")  # tqdm: " 40%|████      | 8/20 [00:00<00:00, 66.50it/s]"
+_SCORE = re.compile(r"^Score: (-?\d+(?:\.\d+)?)\s*$")
+_EVAL_LATENCY = re.compile(r"^Total latency: (\d+(?:\.\d+)?) s")
+_EVAL_THROUGHPUT = re.compile(r"^Output throughput: (\d+(?:\.\d+)?) token/s")
+
+
+def parse_progress(line: str) -> tuple[int, int] | None:
+    """(done, total) from one of tqdm's progress lines, else None."""
+    m = _PROGRESS.search(line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# ------------------------------------------------------------------ on the host
+
+# Sent as `python -c`. "run ENV_FILE RUN_DIR ARGV...": ARGV with stderr merged into stdout and
+# tqdm's \r updates split into lines (a finished bar is let out at once, not when the next one
+# starts), in RUN_DIR (created 0700), with PYTHONUNBUFFERED and OPENAI_API_KEY from the env file's
+# GPUOPS_API_KEY; exits with ARGV's status. "metrics ENV_FILE URL INTERVAL": URL's text as one JSON
+# line every INTERVAL seconds.
+_HOST_SCRIPT = r"""
+import json, os, re, shlex, subprocess, sys, time, urllib.error, urllib.request
+
+def api_key(env_file):
+    try:
+        with open(env_file) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line.startswith("GPUOPS_API_KEY="):
+            words = shlex.split(line.split("=", 1)[1])
+            return words[0] if words else None
+    return None
+
+def run(env_file, run_dir, argv):
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    key = api_key(env_file) if env_file else None
+    if key:
+        env["OPENAI_API_KEY"] = key
+    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    out, pending = sys.stdout.buffer, b""
+    while True:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        *lines, pending = re.split(rb"[\r\n]", pending + chunk)
+        if pending.endswith(b"]") and b"|" in pending:
+            lines.append(pending)
+            pending = b""
+        out.write(b"".join(line + b"\n" for line in lines if line.strip()))
+        out.flush()
+    if pending.strip():
+        out.write(pending + b"\n")
+    out.flush()
+    return proc.wait()
+
+def metrics(env_file, url, interval):
+    key = api_key(env_file) if env_file else None
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    while True:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+                doc = {"status": r.status, "text": r.read().decode("utf-8", "replace")}
+        except urllib.error.HTTPError as e:
+            doc = {"status": e.code, "error": "HTTP %d from %s" % (e.code, url)}
+        except Exception as e:
+            doc = {"status": None, "error": "%s: %s" % (url, e)}
+        print(json.dumps(doc), flush=True)
+        time.sleep(interval)
+
+if sys.argv[1] == "run":
+    sys.exit(run(sys.argv[2], sys.argv[3], sys.argv[4:]))
+metrics(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+"""
+
+
+# ------------------------------------------------------------------ targets
+
+
+@dataclass
+class Target:
+    """What a benchmark runs against, as seen from the host that runs it."""
+
+    host: Host
+    url: str  # base URL the host reaches the server at
+    home: str  # the host user's home (run folders live under it)
+    deployment: str | None = None
+    model: str | None = None  # the model id, for the store
+    model_path: str | None = None  # on the host: bench_serving's --model/--tokenizer
+    served_name: str | None = None
+    env_file: str | None = None  # the deployment's 0600 env file holding GPUOPS_API_KEY
+    plan: dict | None = None
+    gpus: dict | None = None  # {"count", "ids", "names"}
+
+
+def check_url(url: str) -> str:
+    """An http(s) base URL without credentials, path, query or whitespace (it goes into an argv)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise BenchInputError(f"--url {url!r}: {exc}") from None
+    if (parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password
+            or parts.path not in ("", "/") or parts.query or parts.fragment or re.search(r"\s", url)):
+        raise BenchInputError(f"--url must look like http://HOST:PORT, got {url!r}")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+
+
+async def url_target(host: Host, url: str) -> Target:
+    from ..deploy.launch import remote_home
+
+    return Target(host=host, url=check_url(url), home=await remote_home(host))
+
+
+def reachable(bind: str) -> str:
+    """Where a client on the host reaches a server bound to `bind` (any address: the loopback)."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "", "::") else bind
+
+
+async def deployment_target(host: Host, d: Deployment) -> Target:
+    """A ready deployment: its port on the host's loopback, its model folder as tokenizer, its env
+    file for the API key, its GPUs' names."""
+    from ..deploy.deployer import bind_host, served_name, launcher_for
+    from ..deploy.launch import remote_home
+
+    plan = d.plan
+    home = await remote_home(host)
+    reach = reachable(bind_host(plan))
+    url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan['port']}")
+    keyed = any("${GPUOPS_API_KEY}" in a for a in plan.get("argv") or [])
+    env_file = getattr(launcher_for(host, plan, home), "env_path", None) if keyed else None
+    return Target(host=host, url=url, home=home, deployment=d.name, model=d.model,
+                  model_path=plan.get("model_path"), served_name=served_name(plan), env_file=env_file,
+                  plan=plan, gpus=await _gpus(host, list(plan.get("gpu_ids") or [])))
+
+
+async def _gpus(host: Host, ids: list[int]) -> dict:
+    from ..telemetry.samples import snapshot
+
+    names: list[str | None] | None = None
+    try:
+        snap = await snapshot(host)
+        by_index = {g.index: g.name for g in snap.gpus}
+        names = [by_index.get(i) for i in ids] if by_index else None
+    except HostError:
+        pass
+    return {"count": len(ids), "ids": ids, "names": names}
+
+
+# ------------------------------------------------------------------ the runner
+
+
+@dataclass
+class BenchEvent:
+    kind: str  # EVENT_KINDS
+    data: dict
+    ts: str = field(default_factory=utc_now)
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "ts": self.ts, "event": self.kind, **self.data}
+
+
+def serving_argv(python: str, module: str, target: Target, profile: Profile, concurrency: int | None,
+                 output_file: str) -> list[str]:
+    s = profile.settings
+    argv = [python, "-m", module, "--backend", s["backend"], "--base-url", target.url,
+            "--dataset-name", s["dataset_name"], "--num-prompts", str(profile.num_prompts(concurrency)),
+            "--random-input-len", str(s["random_input_len"]), "--random-output-len", str(s["random_output_len"]),
+            "--random-range-ratio", str(s["random_range_ratio"]), "--request-rate", str(s["request_rate"]),
+            "--warmup-requests", str(s["warmup_requests"]), "--output-file", output_file]
+    if s.get("dataset_path"):
+        argv += ["--dataset-path", s["dataset_path"]]
+    if concurrency is not None:
+        argv += ["--max-concurrency", str(concurrency)]
+    if target.model_path:  # the tokenizer is the deployment's model folder (no download)
+        argv += ["--model", target.model_path, "--tokenizer", target.model_path]
+    if target.served_name:
+        argv += ["--served-model-name", target.served_name]
+    return argv
+
+
+def quality_argv(python: str, target: Target, profile: Profile) -> list[str]:
+    s = profile.settings
+    argv = [python, "-m", EVAL_MODULE, "--base-url", target.url, "--eval-name", s["eval_name"],
+            "--gsm8k-data-path", s["eval_data_path"], "--num-examples", str(s["num_examples"]),
+            "--num-threads", str(s["max_concurrency"])]
+    if target.served_name:
+        argv += ["--model", target.served_name]
+    return argv
+
+
+class BenchRunner:
+    """One profile against one target: stored as it goes (``running`` → ``ok``/``failed``/
+    ``cancelled``), every step an event (``EVENT_KINDS``) passed to EMIT. Cancelling the task
+    that awaits ``run()`` stops the benchmark on the host and records ``cancelled``."""
+
+    def __init__(self, target: Target, profile: Profile, store: Store, *, emit: Callable[[BenchEvent], Any],
+                 clock: Callable[[], float] = time.monotonic):
+        self.target = target
+        self.profile = profile
+        self.store = store
+        self.emit_cb = emit
+        self.clock = clock
+        self.run_id: int | None = None
+
+    def emit(self, kind: str, **data: Any) -> None:
+        self.emit_cb(BenchEvent(kind, {"run": self.run_id, **data}))
+
+    async def prepare(self) -> tuple[str, str]:
+        """(SGLang version, module) of the host; BenchInputError when it cannot run there."""
+        from ..planning import sglang_versions
+        from ..planning.hostfacts import sglang_version
+
+        host = self.target.host
+        version = await sglang_version(host)
+        if version is None:
+            raise BenchInputError(f"SGLang is not installed on {host.name} (python {host_python(host)})")
+        for key in ("dataset_path", "eval_data_path"):
+            path = self.profile.settings.get(key)
+            if path and not (await host.run(["test", "-r", path], timeout=30)).ok:
+                raise BenchInputError(f"{key} {path}: no such readable file on {host.name}")
+        return version, sglang_versions.bench_module(version)
+
+    async def run(self) -> BenchRun:
+        version, module = await self.prepare()
+        t = self.target
+        run_dir = f"{t.home.rstrip('/')}/{RUN_DIR}/" \
+                  f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+        run = self.store.add_bench_run(
+            profile=self.profile.name, settings=self.profile.settings, deployment=t.deployment, host=t.host.name,
+            url=t.url, model=t.model, sglang_version=version, gpus=t.gpus, plan=t.plan, remote_dir=run_dir,
+            started_at=utc_now())
+        self.run_id = run.id
+        self.emit("state", state="running", profile=self.profile.to_json(), deployment=t.deployment,
+                  host=t.host.name, url=t.url, sglang_version=version,
+                  module=EVAL_MODULE if self.profile.kind == "quality" else module)
+        quality = None
+        try:
+            await self._functional_checks()
+            if self.profile.kind == "quality":
+                quality = await self._quality(run_dir)
+            else:
+                for i, concurrency in enumerate(self.profile.steps()):
+                    await self._serving_step(module, run_dir, i, concurrency)
+        except asyncio.CancelledError:
+            self._finish("cancelled", None, None)
+            raise
+        except (BenchFailed, HostError) as exc:
+            return self._finish("failed", str(exc) if isinstance(exc, BenchFailed) else exc.message, None)
+        return self._finish("ok", None, quality)
+
+    async def _functional_checks(self) -> None:
+        """Tool calls, the reasoning split and the MTP accept length (core/checks.py), over
+        httpx through a port forward to the server as the host sees it; stored with the run and
+        emitted as one ``checks`` event. The API key, when the deployment has one, is read from
+        its 0600 env file into memory only (the Authorization header)."""
+        from .functional import run_checks
+        from ..deploy.launch import read_env_value
+
+        t = self.target
+        parts = urlsplit(t.url)
+        address = reachable(parts.hostname or "")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = await read_env_value(t.host, t.env_file, "GPUOPS_API_KEY") if t.env_file else None
+        async with t.host.forward(address, port) as (local, lport):
+            results = await run_checks(f"{parts.scheme}://{local}:{lport}", model=t.served_name or "default",
+                                       api_key=key, plan=t.plan)
+        checks = [r.to_json() for r in results]
+        assert self.run_id is not None
+        self.store.set_bench_checks(self.run_id, checks)
+        self.emit("checks", checks=checks)
+
+    def _finish(self, status: str, error: str | None, quality: dict | None) -> BenchRun:
+        assert self.run_id is not None
+        run = self.store.finish_bench_run(self.run_id, status, error=error, quality=quality)
+        if run.model is None:  # a --url run: the model the server said it serves
+            info = next((r["server_info"] for r in run.records if isinstance(r.get("server_info"), dict)), {})
+            model = info.get("served_model_name") or info.get("model_path")
+            run = self.store.set_bench_model(run.id, model) if model else run
+        self.emit("state", state=status, error=error)
+        return run
+
+    async def _stream(self, argv: list[str], run_dir: str, step: int, steps: int) -> list[str]:
+        """Run ARGV on the host under the relay; progress and log events; the output lines.
+        BenchFailed with its last words when it exits non-zero."""
+        t = self.target
+        started = self.clock()
+        lines: list[str] = []
+        last: tuple[int, int] | None = None
+        command = [host_python(t.host), "-c", _HOST_SCRIPT, "run", t.env_file or "", run_dir, *argv]
+        async with t.host.stream(command) as stream:
+            async for line in stream:
+                progress = parse_progress(line)
+                if progress is not None:
+                    if progress == last:  # tqdm repeats its last bar when it closes
+                        continue
+                    last = progress
+                    self.emit("progress", step=step, steps=steps, done=progress[0], total=progress[1],
+                              elapsed_s=round(self.clock() - started, 3))
+                    continue
+                lines.append(line)
+                self.emit("log", step=step, line=line)
+        if stream.returncode != 0:
+            said = [x for x in [*lines, *stream.stderr_tail] if x.strip()]
+            reason = said[-1].strip() if said else "no output"
+            raise BenchFailed(f"{argv[2]} exited with status {stream.returncode}: {reason}")
+        return lines
+
+    async def _serving_step(self, module: str, run_dir: str, step: int, concurrency: int | None) -> None:
+        steps = len(self.profile.steps())
+        output = f"{run_dir}/step-{step}.jsonl"
+        self.emit("step", step=step, steps=steps, max_concurrency=concurrency,
+                  num_prompts=self.profile.num_prompts(concurrency))
+        await self._stream(serving_argv(host_python(self.target.host), module, self.target, self.profile,
+                                        concurrency, output), run_dir, step, steps)
+        res = await self.target.host.run(["cat", output], timeout=60)
+        if not res.ok:
+            raise BenchFailed(f"no results in {output} on {self.target.host.name}: {res.stderr.strip()}")
+        try:
+            records = parse_jsonl(res.stdout, output)
+        except BenchInputError as exc:
+            raise BenchFailed(str(exc)) from None
+        assert self.run_id is not None
+        self.store.add_bench_records(self.run_id, records)
+        for record in records:
+            self.emit("result", step=step, summary=summary(record))
+
+    async def _quality(self, run_dir: str) -> dict:
+        s = self.profile.settings
+        self.emit("step", step=0, steps=1, max_concurrency=s["max_concurrency"], num_examples=s["num_examples"])
+        lines = await self._stream(quality_argv(host_python(self.target.host), self.target, self.profile),
+                                   run_dir, 0, 1)
+        found = {}
+        for line in lines:
+            for key, rx in (("score", _SCORE), ("latency_s", _EVAL_LATENCY), ("output_throughput", _EVAL_THROUGHPUT)):
+                m = rx.match(line.strip())
+                if m:
+                    found[key] = float(m.group(1))
+        if "score" not in found:
+            raise BenchFailed("run_eval printed no score")
+        quality = {"eval": s["eval_name"], "score": found["score"], "num_examples": s["num_examples"],
+                   "latency_s": found.get("latency_s"), "output_throughput": found.get("output_throughput")}
+        self.emit("quality", **quality)
+        return quality
+
+
+# ------------------------------------------------------------------ live server metrics
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """One reading of the server's /metrics (None: the server does not report it)."""
+
+    ts: str
+    running_reqs: float | None = None
+    queued_reqs: float | None = None
+    gen_throughput: float | None = None  # tok/s
+    token_usage: float | None = None  # 0..1 of the KV pool
+    accept_length: float | None = None  # speculative decoding only
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {"ts": self.ts, "running_reqs": self.running_reqs, "queued_reqs": self.queued_reqs,
+                "gen_throughput": self.gen_throughput, "token_usage": self.token_usage,
+                "accept_length": self.accept_length, "error": self.error}
+
+
+def parse_metrics(text: str, ts: str | None = None) -> ServerMetrics:
+    """SGLang's Prometheus text: counts are summed over ranks (DP), ratios averaged."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ts = ts or utc_now()
+    values: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                values.setdefault(sample.name, []).append(sample.value)
+    except ValueError as exc:
+        return ServerMetrics(ts, error=f"unreadable /metrics: {exc}")
+
+    def total(name: str) -> float | None:
+        return sum(values[name]) if name in values else None
+
+    def mean(name: str) -> float | None:
+        return sum(values[name]) / len(values[name]) if values.get(name) else None
+
+    usage = mean("sglang:token_usage")
+    return ServerMetrics(ts, running_reqs=total("sglang:num_running_reqs"), queued_reqs=total("sglang:num_queue_reqs"),
+                         gen_throughput=total("sglang:gen_throughput"),
+                         token_usage=usage if usage is not None else mean("sglang:full_token_usage"),
+                         accept_length=mean("sglang:spec_accept_length"))
+
+
+async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[ServerMetrics]:
+    """The server's /metrics every INTERVAL seconds, read on the target's host (the server may
+    listen on the host's loopback only). A reading that failed carries ``error`` (e.g. a server
+    started without --enable-metrics answers 404). Closing the iterator ends the remote poller."""
+    if not interval > 0:
+        raise ValueError(f"interval must be > 0, got {interval!r}")
+    argv = [host_python(target.host), "-c", _HOST_SCRIPT, "metrics", target.env_file or "",
+            target.url + "/metrics", repr(float(interval))]
+    async with target.host.stream(argv) as stream:
+        async for line in stream:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if doc.get("status") == 200 and isinstance(doc.get("text"), str):
+                yield parse_metrics(doc["text"])
+            else:
+                hint = " (start the server with --enable-metrics)" if doc.get("status") == 404 else ""
+                yield ServerMetrics(utc_now(), error=f"{doc.get('error') or 'no answer'}{hint}")
+
+
+# ------------------------------------------------------------------ import, compare, export
+
+
+def import_jsonl(store: Store, text: str, source: str) -> BenchRun:
+    """Results bench_serving wrote outside gpuops (its --output-file): one stored run, its records
+    in order. The model and SGLang version come from the records' server_info when present."""
+    records = parse_jsonl(text, source)
+    info = next((r["server_info"] for r in records if isinstance(r.get("server_info"), dict)), {})
+    first = records[0]
+    settings = {"file": source, **{k: first.get(k) for k in ("backend", "dataset_name", "request_rate",
+                                                              "random_input_len", "random_output_len")}}
+    return store.add_bench_run(profile="imported", settings=settings, source="import", status="ok",
+                               model=info.get("served_model_name") or info.get("model_path"),
+                               sglang_version=info.get("version"), records=records)
+
+
+def summary(record: dict) -> dict:
+    """The headline figures of one record (what a results table shows)."""
+    keys = ("max_concurrency", "request_rate", "completed", "duration")
+    return {**{k: record.get(k) for k in keys},
+            **{k: record.get(k) for k, *_ in METRICS if k != "quality_score"}}
+
+
+def _columns(runs: list[BenchRun]) -> list[dict]:
+    cols = []
+    for run in runs:
+        score = (run.quality or {}).get("score")
+        records = run.records or [{}]
+        for record in records:
+            mc = record.get("max_concurrency")
+            label = f"#{run.id}" + (f" c={mc}" if len(records) > 1 else "")
+            values = {k: (score if k == "quality_score" else record.get(k)) for k, *_ in METRICS}
+            cols.append({"run": run.id, "label": label, "max_concurrency": mc, "values": values})
+    return cols
+
+
+def _delta(value: Any, base: Any) -> float | None:
+    if not isinstance(value, (int, float)) or not isinstance(base, (int, float)) or base == 0:
+        return None
+    return round((value - base) / abs(base) * 100, 2)
+
+
+def compare(runs: list[BenchRun]) -> dict:
+    """Runs side by side: one column per record (a sweep gives one per concurrency), each with its
+    delta in percent against the first run's column of the same concurrency (else its first)."""
+    cols = _columns(runs)
+    first = [c for c in cols if c["run"] == runs[0].id]
+    for c in cols:
+        same = [b for b in first if b["max_concurrency"] == c["max_concurrency"]]
+        c["baseline"] = cols.index(same[0] if same else first[0])
+    metrics = []
+    for key, label, unit, better in METRICS:
+        values = [c["values"][key] for c in cols]
+        if all(v is None for v in values):
+            continue
+        deltas = [None if i == c["baseline"] else _delta(c["values"][key], cols[c["baseline"]]["values"][key])
+                  for i, c in enumerate(cols)]
+        metrics.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
+                        "delta_percent": deltas})
+    by_id = {r.id: r for r in runs}
+    names = list(dict.fromkeys(c["name"] for r in runs for c in r.checks or []))
+    checks = [{"name": n, "values": [next((c["ok"] for c in by_id[col["run"]].checks or [] if c["name"] == n),
+                                          "not run") for col in cols]} for n in names]
+    return {"schema": SCHEMA, "runs": [r.to_json(full=False) for r in runs],
+            "columns": [{"run": c["run"], "label": c["label"], "max_concurrency": c["max_concurrency"],
+                         "baseline": c["baseline"]} for c in cols],
+            "metrics": metrics, "checks": checks}
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.1f}"
+    return str(value)
+
+
+def compare_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """compare()'s document as a header and rows of text cells ("1,234.5 (+3.2%)")."""
+    header = ["metric", *[c["label"] for c in doc["columns"]]]
+    rows = []
+    for m in doc["metrics"]:
+        cells = [f"{m['label']}" + (f" ({m['unit']})" if m["unit"] else "")]
+        for v, d in zip(m["values"], m["delta_percent"]):
+            cells.append(fmt(v) + (f" ({d:+.1f}%)" if d is not None else ""))
+        rows.append(cells)
+    for c in doc.get("checks") or []:
+        rows.append([f"check {c['name']}", *[CHECK_WORDS[v] for v in c["values"]]])
+    return header, rows
+
+
+def describe_run(run: BenchRun) -> str:
+    gpus = run.gpus or {}
+    names = ", ".join(sorted({n for n in gpus.get("names") or [] if n})) or "?"
+    where = run.deployment or run.url or run.settings.get("file") or "-"
+    return (f"#{run.id} {run.profile} ({run.status}) {where}: {run.model or '?'}, SGLang "
+            f"{run.sglang_version or '?'}, " + (f"{gpus.get('count')}x {names}" if gpus else "GPUs ?")
+            + f", started {run.started_at or '-'}")
+
+
+def export(runs: list[BenchRun], kind: str) -> str:
+    """Runs as ``md`` (the compare table under one line per run), ``csv`` (one row per record) or
+    ``json`` (the stored runs, records included)."""
+    if kind == "json":
+        return json.dumps({"schema": SCHEMA, "runs": [r.to_json() for r in runs]}, indent=2, allow_nan=False) + "\n"
+    if kind == "md":
+        header, rows = compare_rows(compare(runs))
+        lines = [f"- {describe_run(r)}" for r in runs] + ["", "| " + " | ".join(header) + " |",
+                                                          "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    if kind == "csv":
+        buf = io.StringIO()
+        out = csv.writer(buf, lineterminator="\n")
+        keys = [k for k, *_ in METRICS if k != "quality_score"]
+        out.writerow(["run", "source", "deployment", "url", "model", "sglang_version", "gpu_count", "gpu_names",
+                      "profile", "status", "started_at", "max_concurrency", "request_rate", "completed", "duration",
+                      *keys, "quality_score"])
+        for run in runs:
+            gpus = run.gpus or {}
+            head = [run.id, run.source, run.deployment, run.url, run.model, run.sglang_version, gpus.get("count"),
+                    ";".join(n or "" for n in gpus.get("names") or []), run.profile, run.status, run.started_at]
+            for record in run.records or [{}]:
+                out.writerow([*("" if v is None else v for v in head),
+                              *("" if record.get(k) is None else record.get(k)
+                                for k in ("max_concurrency", "request_rate", "completed", "duration", *keys)),
+                              "" if not run.quality else run.quality.get("score")])
+        return buf.getvalue()
+    raise BenchInputError(f"--format must be md, csv or json, got {kind!r}")

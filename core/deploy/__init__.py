@@ -1,0 +1,1 @@
+"""From a plan to a running server: launchers, download, log followers, the watch, the store."""

@@ -1,0 +1,142 @@
+"""Downloading a model's weights on its host, with progress measured on disk.
+
+`hf download REPO --local-dir DIR` (huggingface_hub's CLI beside the host's python)
+runs on the host; progress is the apparent size of DIR (incomplete files included)
+against the expected total, sampled once a second; no growth for `stall_after`
+seconds while the download runs is a stall (`download-stalled`). An HF token travels
+only through a 0600 env file the command sources: never argv, never printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from ..hosts.host import Host, HostError, host_python
+from .launch import env_file_text, write_private_file
+
+# argv[1]: a folder; prints the summed apparent size of every file under it
+_SIZE = r"""
+import os, sys
+total = 0
+for root, dirs, files in os.walk(sys.argv[1]):
+    for f in files:
+        try:
+            total += os.lstat(os.path.join(root, f)).st_size
+        except OSError:
+            pass
+print(total)
+"""
+
+# $1: env file to source (may be empty), then the command
+_WITH_ENV = 'f=$1; shift; if [ -n "$f" ]; then set -a; . "$f"; set +a; rm -f "$f"; fi; exec "$@"'
+
+
+class DownloadError(HostError):
+    pass
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    done_bytes: int
+    total_bytes: int | None
+    rate_bps: float  # over the last few seconds
+    eta_s: float | None
+    stalled_for_s: float
+    finished: bool = False
+
+    @property
+    def fraction(self) -> float | None:
+        return min(1.0, self.done_bytes / self.total_bytes) if self.total_bytes else None
+
+
+def hf_argv(host: Host) -> list[str]:
+    """`hf` from the environment that has the host's python (a venv's bin), else PATH."""
+    python = host.config.python
+    if python and "/" in python:
+        return [posixpath.join(posixpath.dirname(python), "hf")]
+    return ["hf"]
+
+
+async def bytes_on_disk(host: Host, path: str) -> int:
+    res = await host.run([host_python(host), "-c", _SIZE, path], timeout=60)
+    try:
+        return int(res.stdout.strip())
+    except ValueError:
+        return 0
+
+
+class Download:
+    def __init__(self, host: Host, repo_id: str, local_dir: str, expected_bytes: int | None, *,
+                 token: str | None = None, token_file: str | None = None, stall_after_s: float = 120.0,
+                 poll_s: float = 1.0):
+        self.host = host
+        self.repo_id = repo_id
+        self.local_dir = local_dir
+        self.expected = expected_bytes
+        self.token = token
+        self.token_file = token_file  # where the 0600 env file with the token goes on the host
+        self.stall_after = stall_after_s
+        self.poll = poll_s
+        self.stderr_tail: list[str] = []
+
+    def argv(self) -> list[str]:
+        return [*hf_argv(self.host), "download", self.repo_id, "--local-dir", self.local_dir]
+
+    async def progress(self) -> AsyncIterator[DownloadProgress]:
+        """Run the download, yielding progress about once a second; raises DownloadError
+        when it fails or stalls (the remote download is ended either way)."""
+        env_file = ""
+        if self.token:
+            if not self.token_file:
+                raise DownloadError("a token needs a token_file path on the host")
+            await write_private_file(self.host, self.token_file, env_file_text({"HF_TOKEN": self.token}, "gpuops"))
+            env_file = self.token_file
+        stream = self.host.stream(["sh", "-c", _WITH_ENV, "gpuops-download", env_file, *self.argv()])
+        output: list[str] = []
+
+        async def drain() -> None:
+            async for line in stream:
+                output.append(line)
+                del output[:-20]
+
+        reader = asyncio.create_task(drain())
+        history: list[tuple[float, int]] = []
+        last_growth = time.monotonic()
+        last_bytes = -1
+        try:
+            while True:
+                done = await bytes_on_disk(self.host, self.local_dir)
+                now = time.monotonic()
+                if done > last_bytes:
+                    last_bytes, last_growth = done, now
+                history = [(t, b) for t, b in history if now - t <= 5.0] + [(now, done)]
+                rate = (history[-1][1] - history[0][1]) / (history[-1][0] - history[0][0]) \
+                    if len(history) > 1 and history[-1][0] > history[0][0] else 0.0
+                eta = (self.expected - done) / rate if self.expected and rate > 0 else None
+                stalled = now - last_growth
+                finished = reader.done()
+                yield DownloadProgress(done, self.expected, rate, eta, stalled, finished)
+                if finished:
+                    break
+                if stalled >= self.stall_after:
+                    raise DownloadError(
+                        f"download-stalled: no bytes for {stalled:.0f}s at {done / 1e9:.2f} GB "
+                        f"of {self.repo_id} into {self.local_dir}",
+                        "check the host's network and the Hub; restarting resumes from what is on disk",
+                    )
+                try:
+                    await asyncio.wait_for(asyncio.shield(reader), self.poll)
+                except asyncio.TimeoutError:
+                    pass
+            await reader
+            self.stderr_tail = list(stream.stderr_tail)
+            if stream.returncode not in (0, None):
+                last = (list(stream.stderr_tail) or output or ["no output"])[-1]
+                raise DownloadError(f"download of {self.repo_id} failed (exit {stream.returncode}): {last}")
+        finally:
+            reader.cancel()
+            await stream.aclose()

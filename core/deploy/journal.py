@@ -1,0 +1,665 @@
+"""Journal and log-file followers that survive dropped connections, and a bounded ring buffer.
+
+Every record keeps where it came from: a journal entry its ``__CURSOR``, a log-file line the
+byte offset just after its newline. A follower remembers the position of the last record it
+handed out (``JournalFollower.cursor``, ``FileFollower.offset`` and ``file_id``); when the
+connection drops (``HostUnreachable``, or the stream ending without an exit status) it starts
+the command again from there, with a backoff, so no line is lost and none is repeated.
+
+- ``JournalFollower``: ``journalctl [--directory=D | --file=F] --unit=U --output=json --all
+  [-f] [--lines=all | --after-cursor=C]``. ``--all`` matters: without it journalctl prints any
+  field over 4096 bytes (SGLang's ``server_args=…`` line) as ``null``. ``-f`` also limits the
+  output to the journal's current boot (journalctl's own rule).
+- ``FileFollower``: a small stdlib Python loop run with the host's python (``_TAIL_SCRIPT``)
+  that reads the file by byte offset and prints one JSON frame per line with its end offset;
+  long lines travel as several frames. A truncated file (size below the offset) or a replaced
+  one (rotation: another inode) is read again from 0, and the follower says so with a notice
+  record. A partial last line is held until its newline arrives.
+
+Callers that keep records keep them in a ``RingBuffer``: the last N, and a count of what fell
+off the front.
+
+Consume ``records()`` with ``contextlib.aclosing`` (or let the task be cancelled): closing the
+generator closes the stream, which ends the remote command (see ``hosts._GUARD``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, AsyncIterator, Generic, Iterator, TypeVar
+
+from ..config import validate_abs_path
+from ..hosts.host import Host, HostError, HostUnreachable, host_python
+
+__all__ = [
+    "FileFollower",
+    "FollowError",
+    "JournalFollower",
+    "Record",
+    "RingBuffer",
+    "journal_argv",
+    "parse_journal_line",
+    "validate_cursor",
+    "validate_unit",
+]
+
+_UNIT_RE = re.compile(r"[A-Za-z0-9@._:-]+")
+_CURSOR_RE = re.compile(r"[A-Za-z0-9=;]+")
+_FILE_ID_RE = re.compile(r"[0-9]+:[0-9]+")
+_MAX_UNIT = 256
+_MAX_CURSOR = 1024
+
+# A follower whose stream lived at least this long (or delivered a record) starts its
+# backoff again from zero after the next drop.
+_HEALTHY_S = 5.0
+_FIRST_DELAY_S = 0.1
+
+
+class FollowError(HostError):
+    """The followed command failed by itself (bad file, no permission, no journalctl):
+    retrying would not help."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One journal entry or one line of a log file.
+
+    ``text`` has no trailing newline (a journal MESSAGE may contain newlines of its own).
+    ``ts`` is the entry's wall-clock time in seconds (journal only). ``cursor`` is the
+    journal cursor, ``offset`` the file offset just after this line: where a resumed follower
+    starts. ``notice`` is None for real lines; followers use notice records to say something
+    about the stream itself (``"truncated"``, ``"rotated"``, ``"missing"``, ``"partial"``).
+    """
+
+    text: str
+    ts: float | None
+    cursor: str | None
+    offset: int | None
+    source: str  # "journal" | "file"
+    priority: int | None = None  # syslog priority 0 (emerg) … 7 (debug), journal only
+    notice: str | None = None
+
+
+T = TypeVar("T")
+
+
+class RingBuffer(Generic[T]):
+    """The last ``capacity`` items; ``dropped`` counts the ones that fell off the front.
+
+    ``total`` is how many were ever appended, so item ``i`` of the buffer is number
+    ``dropped + i`` of the whole stream (stable line numbers for a view).
+    """
+
+    def __init__(self, capacity: int = 100_000):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"ring buffer capacity must be a positive integer, got {capacity!r}")
+        self.capacity = capacity
+        self.dropped = 0
+        self._items: deque[T] = deque(maxlen=capacity)
+
+    def append(self, item: T) -> None:
+        if len(self._items) == self.capacity:
+            self.dropped += 1
+        self._items.append(item)
+
+    def extend(self, items: Any) -> None:
+        for item in items:
+            self.append(item)
+
+    @property
+    def total(self) -> int:
+        return self.dropped + len(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._items)
+
+    def __getitem__(self, index: int) -> T:
+        return self._items[index]
+
+    def tail(self, n: int) -> list[T]:
+        """The last ``n`` items, oldest first."""
+        if n <= 0:
+            return []
+        out = list(islice(reversed(self._items), n))
+        out.reverse()
+        return out
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+# ------------------------------------------------------------------ validation
+
+
+def validate_unit(unit: object) -> str:
+    """A systemd unit name: ``[A-Za-z0-9@._:-]+``, not starting with ``-``."""
+    if not isinstance(unit, str) or not unit:
+        raise ValueError(f"unit name: expected a non-empty string, got {unit!r}")
+    if len(unit) > _MAX_UNIT or not _UNIT_RE.fullmatch(unit) or unit.startswith("-"):
+        raise ValueError(
+            f"unit name {unit[:80]!r}: only letters, digits and @ . _ : - are allowed "
+            "(and it may not start with -)"
+        )
+    return unit
+
+
+def validate_cursor(cursor: object) -> str:
+    """A journal cursor as journalctl prints it (``s=…;i=…;b=…;m=…;t=…;x=…``)."""
+    if not isinstance(cursor, str) or not cursor:
+        raise ValueError(f"journal cursor: expected a non-empty string, got {cursor!r}")
+    if len(cursor) > _MAX_CURSOR or not _CURSOR_RE.fullmatch(cursor):
+        raise ValueError(f"journal cursor {cursor[:80]!r}: not a cursor journalctl printed")
+    return cursor
+
+
+# ------------------------------------------------------------------ the retry loop
+
+
+class _Follower:
+    """Runs a command on a host, parses its lines into records, and starts it again from the
+    last delivered position when the connection drops."""
+
+    source = ""
+
+    def __init__(self, host: Host, follow: bool, retry_max: float):
+        if not retry_max > 0:
+            raise ValueError(f"retry_max must be positive, got {retry_max!r}")
+        self.host = host
+        self.follow = bool(follow)
+        self.retry_max = float(retry_max)
+        self.reconnects = 0  # times the command was started again after a drop
+        self.skipped = 0  # lines that could not be parsed (never a whole record lost to a drop)
+        self.torn = 0  # runs that ended inside a record (read again whole by the next run)
+        self.last_error: str | None = None  # why the last run ended (None until one did)
+        self.connected = False  # a run is in progress
+        self.stderr_tail: Any = ()  # the current run's last stderr lines (journalctl's hints)
+
+    # subclasses
+    def _argv(self) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _begin_run(self) -> None:
+        """A new run starts: forget half-received state."""
+
+    def _incomplete(self) -> bool:
+        """Part of a record has arrived (and the run ended before the rest)."""
+        return False
+
+    def _parse(self, line: str) -> Record | None:  # pragma: no cover - abstract
+        """A record, None for a line that is no record, ValueError for one that cannot be read."""
+        raise NotImplementedError
+
+    def _deliver(self, rec: Record) -> None:  # pragma: no cover - abstract
+        """Remember ``rec``'s position: it is being handed to the caller."""
+        raise NotImplementedError
+
+    def _failure(self, rc: int, stderr: str) -> FollowError:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def records(self) -> AsyncIterator[Record]:
+        delay = 0.0
+        while True:
+            self._begin_run()
+            stream = self.host.stream(self._argv())
+            started = time.monotonic()
+            delivered = 0
+            bad: str | None = None  # an unreadable line is only garbage if more lines follow it
+            try:
+                async with stream:
+                    self.connected = True
+                    self.stderr_tail = stream.stderr_tail
+                    while True:
+                        try:
+                            line = await stream.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        except ValueError:
+                            # a local pipe's line over asyncio's 64 KiB limit: that line is lost
+                            self.skipped += 1
+                            continue
+                        try:
+                            rec = self._parse(line)
+                        except ValueError:
+                            if bad is not None:
+                                self.skipped += 1
+                            bad = line
+                            continue
+                        if bad is not None:
+                            self.skipped += 1
+                            bad = None
+                        if rec is None:
+                            continue
+                        delivered += 1
+                        self._deliver(rec)
+                        yield rec
+            except HostUnreachable as exc:
+                error = exc.message
+            else:
+                rc = stream.returncode
+                if rc == 0 and not self.follow:
+                    if bad is not None or self._incomplete():
+                        self.skipped += 1  # the output ended inside a line
+                    return
+                if rc is None:
+                    error = f"{self.host.name}: connection lost"
+                elif rc < 0 or 128 < rc < 160:
+                    error = f"{self.host.name}: the command was killed (exit {rc})"
+                elif rc == 0:
+                    error = f"{self.host.name}: the command ended while following"
+                else:
+                    raise self._failure(rc, " ".join(stream.stderr_tail).strip())
+            finally:
+                self.connected = False
+            if bad is not None or self._incomplete():
+                self.torn += 1
+            self.last_error = error
+            if delivered or time.monotonic() - started >= _HEALTHY_S:
+                delay = 0.0
+            if delay:
+                await asyncio.sleep(delay)
+            delay = min(self.retry_max, max(_FIRST_DELAY_S, delay * 2))
+            self.reconnects += 1
+
+
+# ------------------------------------------------------------------ journal
+
+
+def _field_text(value: Any) -> str:
+    """A journal JSON field as text: a string, an array of byte values (binary data), an array
+    of values (a field that occurs several times: joined with newlines) or null."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            try:
+                return bytes(value).decode("utf-8", "replace")
+            except ValueError:  # a number over 255: not bytes after all
+                pass
+        return "\n".join(_field_text(x) for x in value)
+    return str(value)
+
+
+_decode = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
+
+
+def parse_journal_line(line: str) -> Record:
+    """One line of ``journalctl -o json``; ValueError when it is not a whole entry. (Hot: a
+    start-up's journal goes through here line by line, so plain strings take the short path.)"""
+    obj = _decode(line)
+    if not isinstance(obj, dict):
+        raise ValueError("a journal JSON line is an object")
+    cursor = obj.get("__CURSOR")
+    if not isinstance(cursor, str) or not cursor:
+        raise ValueError("a journal entry without __CURSOR")
+    ts: float | None = None
+    raw_ts = obj.get("__REALTIME_TIMESTAMP")
+    if isinstance(raw_ts, str) and raw_ts.isdigit():
+        ts = int(raw_ts) / 1e6
+    priority: int | None = None
+    raw_prio = obj.get("PRIORITY")
+    raw_prio = (raw_prio if type(raw_prio) is str else _field_text(raw_prio)).strip()
+    if raw_prio.isdigit():
+        priority = int(raw_prio)
+    message = obj.get("MESSAGE")
+    return Record(
+        text=message if type(message) is str else _field_text(message),
+        ts=ts,
+        cursor=cursor,
+        offset=None,
+        source="journal",
+        priority=priority,
+    )
+
+
+def journal_argv(
+    unit: str,
+    *,
+    directory: str | None = None,
+    file: str | None = None,
+    cursor: str | None = None,
+    follow: bool = True,
+    lines: int | None = None,
+) -> list[str]:
+    """The journalctl command line (inputs validated here too)."""
+    argv = ["journalctl"]
+    if directory is not None:
+        argv.append(f"--directory={validate_abs_path(directory, 'journal directory')}")
+    if file is not None:
+        argv.append(f"--file={validate_abs_path(file, 'journal file')}")
+    argv += [
+        f"--unit={validate_unit(unit)}",
+        "--output=json",
+        "--output-fields=MESSAGE,PRIORITY",  # __CURSOR and the timestamps always come along
+        "--all",
+        "--no-pager",
+    ]
+    if follow:
+        argv.append("--follow")
+    if cursor is not None:
+        argv += [f"--after-cursor={validate_cursor(cursor)}", "--lines=all"]
+    elif lines is not None:
+        argv.append(f"--lines={lines}")
+    elif follow:
+        argv.append("--lines=all")  # -f alone starts with the last 10
+    return argv
+
+
+class JournalFollower(_Follower):
+    """``journalctl [--directory D | --file F] -u UNIT -o json --no-pager [-f] [--after-cursor C]``
+    on a host, as Records carrying their ``__CURSOR``.
+
+    With no ``directory``/``file`` the host's ``journal_dir`` (if configured) is used. With
+    no cursor it starts at the unit's first entry (of the current boot when following), or
+    ``lines`` entries from the end. After a dropped connection it reconnects with backoff
+    (``retry_max`` caps the delay) and resumes after ``cursor``: the last delivered entry.
+    """
+
+    source = "journal"
+
+    def __init__(
+        self,
+        host: Host,
+        unit: str,
+        *,
+        directory: str | None = None,
+        file: str | None = None,
+        cursor: str | None = None,
+        follow: bool = True,
+        retry_max: float = 10.0,
+        lines: int | None = None,
+    ):
+        super().__init__(host, follow, retry_max)
+        if directory is not None and file is not None:
+            raise ValueError("journal: give a directory or a file, not both")
+        if directory is None and file is None and host.config.journal_dir:
+            directory = host.config.journal_dir
+        if lines is not None and (not isinstance(lines, int) or isinstance(lines, bool) or lines < 0):
+            raise ValueError(f"journal: lines must be a non-negative integer, got {lines!r}")
+        self.unit = validate_unit(unit)
+        self.directory = validate_abs_path(directory, "journal directory") if directory else None
+        self.file = validate_abs_path(file, "journal file") if file else None
+        self.cursor: str | None = validate_cursor(cursor) if cursor is not None else None
+        self.lines = lines
+
+    def _argv(self) -> list[str]:
+        return journal_argv(
+            self.unit,
+            directory=self.directory,
+            file=self.file,
+            cursor=self.cursor,
+            follow=self.follow,
+            lines=self.lines,
+        )
+
+    def _parse(self, line: str) -> Record | None:
+        if not line.strip():
+            return None
+        return parse_journal_line(line)
+
+    def _deliver(self, rec: Record) -> None:
+        self.cursor = rec.cursor
+
+    def _failure(self, rc: int, stderr: str) -> FollowError:
+        where = self.file or self.directory or "the system journal"
+        return FollowError(
+            f"{self.host.name}: journalctl for {self.unit} ({where}) failed (exit {rc})"
+            + (f": {stderr[:300]}" if stderr else ""),
+            "check the unit name and the journal path, and that the SSH user may read the journal "
+            "(root, or the systemd-journal/adm group)",
+        )
+
+
+# ------------------------------------------------------------------ log files
+
+# Run as `python -c _TAIL_SCRIPT PATH OFFSET FILE_ID FOLLOW MAX_LINE PIECE`. Prints one JSON value
+# per line (JSON, so a line cut short by a dropped connection never parses as a whole frame):
+#   [END, "text"]                a whole line; END is the byte offset just after its newline
+#   {"c": "text"}                 the first pieces of a long line, its last piece follows as [END, …]
+#   {"e": "open", "id": "D:I", "size": N}       the file being read (device:inode)
+#   {"e": "truncated", "offset": O, "size": N}  size fell below the offset: reading from 0
+#   {"e": "rotated", "offset": O}               the path now names another file: reading it from 0
+#   {"e": "missing"}                            no such file yet (follow mode waits for it)
+#   {"e": "partial", "offset": O, "text": "…"} end of file inside a line (only without follow)
+_TAIL_SCRIPT = r"""
+import errno, json, os, sys, time
+path, off, want, follow = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+max_line, piece = int(sys.argv[5]), int(sys.argv[6])
+out = sys.stdout
+
+def emit(obj):
+    out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+def emit_line(end, raw):
+    text = raw.decode("utf-8", "replace")
+    while len(text) > piece:
+        emit({"c": text[:piece]})
+        text = text[piece:]
+    emit([end, text])
+
+def ident(st):
+    return "%d:%d" % (st.st_dev, st.st_ino)
+
+def main():
+    global off, want
+    f = None
+    buf = b""
+    missing_said = False
+    draining = False
+    idle = 0.02
+    while True:
+        if f is None:
+            try:
+                f = open(path, "rb")
+            except OSError as e:
+                if e.errno != errno.ENOENT or not follow:
+                    sys.stderr.write("%s: %s\n" % (path, e.strerror))
+                    out.flush()
+                    sys.exit(2 if e.errno == errno.ENOENT else 1)
+                if not missing_said:
+                    emit({"e": "missing"})
+                    out.flush()
+                    missing_said = True
+                time.sleep(0.2)
+                continue
+            st = os.fstat(f.fileno())
+            if want != "-" and want != ident(st) and off > 0:
+                emit({"e": "rotated", "offset": off})
+                off = 0
+            elif off > st.st_size:
+                emit({"e": "truncated", "offset": off, "size": st.st_size})
+                off = 0
+            want = ident(st)
+            emit({"e": "open", "id": want, "size": st.st_size})
+            out.flush()
+            f.seek(off)
+            buf = b""
+        data = f.read(65536)
+        if data:
+            idle = 0.02
+            buf += data
+            start = 0
+            while True:
+                i = buf.find(b"\n", start)
+                if i < 0:
+                    break
+                emit_line(off + i + 1, buf[start:i])
+                start = i + 1
+            buf = buf[start:]
+            off += start
+            while len(buf) >= max_line:
+                emit_line(off + max_line, buf[:max_line])
+                buf = buf[max_line:]
+                off += max_line
+            if len(data) < 65536:
+                out.flush()
+            continue
+        out.flush()
+        if not follow:
+            if buf:
+                emit({"e": "partial", "offset": off, "text": buf.decode("utf-8", "replace")})
+            out.flush()
+            return
+        size = os.fstat(f.fileno()).st_size
+        if size < off + len(buf):
+            emit({"e": "truncated", "offset": off + len(buf), "size": size})
+            off = 0
+            f.seek(0)
+            buf = b""
+            out.flush()
+            continue
+        if draining:  # the old file is read to its end: switch to the new one
+            if buf:  # its last line never got its newline
+                emit_line(off + len(buf), buf)
+            emit({"e": "rotated", "offset": off + len(buf)})
+            out.flush()
+            f.close()
+            f, off, buf, want, draining = None, 0, b"", "-", False
+            continue
+        try:
+            now = ident(os.stat(path))
+        except OSError:
+            now = want
+        if now != want:
+            draining = True  # read what was written to the old file meanwhile, then switch
+            continue
+        time.sleep(idle)
+        idle = min(0.1, idle * 2)
+
+try:
+    main()
+except (BrokenPipeError, KeyboardInterrupt):
+    pass
+"""
+
+_PIECE = 8192  # characters per frame: at most ~48 KiB of JSON, under asyncio's 64 KiB line limit
+
+
+class FileFollower(_Follower):
+    """A log file on a host followed by byte offset.
+
+    Each Record is a whole line with ``offset`` = the byte offset just after its newline (a
+    line longer than ``max_line`` bytes is cut into pieces of that size, each with its own
+    offset). ``offset`` and ``file_id`` (``"device:inode"``) are the position of the last
+    delivered line: a follower created with them continues exactly there. A file truncated
+    below the offset, or replaced by another file (rotation), is read again from 0 and a
+    notice record (``"truncated"``/``"rotated"``) says so; ``"missing"`` says the file does not
+    exist yet (following waits for it). Without ``follow`` it reads to the end and stops, and
+    a last line without newline comes as a ``"partial"`` notice (``offset`` stays before it).
+    Needs a python (3.6+) on the host: its ``python`` key, else ``python3``.
+    """
+
+    source = "file"
+
+    def __init__(
+        self,
+        host: Host,
+        path: str,
+        *,
+        offset: int = 0,
+        follow: bool = True,
+        retry_max: float = 10.0,
+        file_id: str | None = None,
+        max_line: int = 1 << 20,
+    ):
+        super().__init__(host, follow, retry_max)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"log file offset must be a non-negative integer, got {offset!r}")
+        if file_id is not None and (not isinstance(file_id, str) or not _FILE_ID_RE.fullmatch(file_id)):
+            raise ValueError(f"log file id must look like DEVICE:INODE, got {file_id!r}")
+        if not isinstance(max_line, int) or max_line < 1024:
+            raise ValueError(f"max_line must be an integer of at least 1024, got {max_line!r}")
+        self.path = validate_abs_path(path, "log file")
+        self.offset = offset
+        self.file_id = file_id
+        self.max_line = max_line
+        self.truncations = 0  # truncated or rotated files seen
+        self._pieces: list[str] = []
+        self._missing = False
+
+    def _argv(self) -> list[str]:
+        return [
+            host_python(self.host), "-c", _TAIL_SCRIPT, self.path, str(self.offset),
+            self.file_id or "-", "1" if self.follow else "0", str(self.max_line), str(_PIECE),
+        ]
+
+    def _begin_run(self) -> None:
+        self._pieces = []
+
+    def _incomplete(self) -> bool:
+        return bool(self._pieces)
+
+    def _parse(self, line: str) -> Record | None:
+        obj = json.loads(line)
+        if isinstance(obj, list):
+            if len(obj) != 2 or not isinstance(obj[0], int) or not isinstance(obj[1], str):
+                raise ValueError("a line frame is [offset, text]")
+            text = obj[1]
+            if self._pieces:
+                text = "".join(self._pieces) + text
+                self._pieces = []
+            self._missing = False
+            return Record(text=text, ts=None, cursor=None, offset=obj[0], source="file")
+        if not isinstance(obj, dict):
+            raise ValueError("a frame is a list or an object")
+        if "c" in obj:
+            piece = obj["c"]
+            if not isinstance(piece, str):
+                raise ValueError("a piece frame holds text")
+            self._pieces.append(piece)
+            return None
+        event = obj.get("e")
+        if event == "open":
+            if isinstance(obj.get("id"), str) and _FILE_ID_RE.fullmatch(obj["id"]):
+                self.file_id = obj["id"]
+            return None
+        if event in ("truncated", "rotated"):
+            self._pieces = []
+            self._missing = False
+            was = obj.get("offset")
+            if event == "truncated":
+                text = (
+                    f"{self.path} was truncated (now {obj.get('size')} bytes, we were at {was}); "
+                    "reading it again from the start"
+                )
+            else:
+                text = f"{self.path} was replaced by a new file (rotated at {was}); reading the new one from the start"
+            return Record(text=text, ts=None, cursor=None, offset=0, source="file", notice=event)
+        if event == "missing":
+            if self._missing:
+                return None
+            self._missing = True
+            return Record(
+                text=f"{self.path} does not exist (yet); waiting for it",
+                ts=None, cursor=None, offset=self.offset, source="file", notice="missing",
+            )
+        if event == "partial":
+            text, at = obj.get("text"), obj.get("offset")
+            if not isinstance(text, str) or not isinstance(at, int):
+                raise ValueError("a partial frame holds offset and text")
+            return Record(text=text, ts=None, cursor=None, offset=at, source="file", notice="partial")
+        raise ValueError(f"unknown frame {line[:80]!r}")
+
+    def _deliver(self, rec: Record) -> None:
+        if rec.notice in ("truncated", "rotated"):
+            self.truncations += 1
+            self.offset = 0
+        elif rec.notice is None and rec.offset is not None:
+            self.offset = rec.offset
+
+    def _failure(self, rc: int, stderr: str) -> FollowError:
+        return FollowError(
+            f"{self.host.name}: cannot follow {self.path} (exit {rc})" + (f": {stderr[:300]}" if stderr else ""),
+            "check the path and that the SSH user may read it; the host needs python3 "
+            "(or the host's python key)",
+        )

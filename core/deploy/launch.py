@@ -1,0 +1,215 @@
+"""Starting and stopping a deployment's server on its host, independent of gpuops.
+
+Two launchers (DESIGN.md § Names on a host):
+- ``systemd``: unit ``/etc/systemd/system/gpuops-{name}.service`` and env file
+  ``/etc/gpuops/{name}.env`` (mode 0600), ``systemctl daemon-reload``/start/stop; logs
+  in the journal.
+- ``process``: for hosts without systemd; ``~/.local/state/gpuops/deployments/{name}/``
+  holds ``env`` (0600), ``pid`` and ``log``; the server runs in its own session
+  (``setsid``) so it outlives gpuops and the SSH channel that started it.
+
+Secrets (the API key, an HF token) only ever travel inside the 0600 env file, written
+through stdin: never in argv, never printed.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from dataclasses import dataclass
+
+from ..hosts.host import Host, HostError
+
+STOP_GRACE_S = 60
+# A shell function: is pid $1 alive? A zombie is not: where PID 1 reaps late (a container's
+# init), an ended server lingers as a zombie that `kill -0` still answers.
+_ALIVE = r"""
+alive() { kill -0 "$1" 2>/dev/null && [ "$(sed -n 's/.*) \([A-Z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+"""
+
+
+class LaunchError(HostError):
+    pass
+
+
+def env_file_text(env: dict[str, str], header: str) -> str:
+    """KEY=VALUE lines a POSIX shell and systemd's EnvironmentFile= both read."""
+    lines = [f"# {header}"]
+    for key, value in sorted(env.items()):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise LaunchError(f"invalid environment variable name {key!r}")
+        if "\n" in value or "\0" in value:
+            raise LaunchError(f"environment variable {key} holds a newline")
+        lines.append(f"{key}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def new_api_key() -> str:
+    return "sk-gpuops-" + secrets.token_urlsafe(32)
+
+
+async def write_private_file(host: Host, path: str, text: str) -> None:
+    """Write `text` to `path` on the host with mode 0600, via stdin (never argv)."""
+    script = 'umask 077; mkdir -p "$(dirname "$1")"; cat > "$1.tmp" && chmod 600 "$1.tmp" && mv -f "$1.tmp" "$1"'
+    res = await host.run(["sh", "-c", script, "gpuops-write", path], timeout=30, input=text)
+    if not res.ok:
+        raise LaunchError(f"{host.name}: cannot write {path}: {res.stderr.strip() or res.returncode}")
+
+
+async def write_file(host: Host, path: str, text: str) -> None:
+    script = 'mkdir -p "$(dirname "$1")"; cat > "$1.tmp" && mv -f "$1.tmp" "$1"'
+    res = await host.run(["sh", "-c", script, "gpuops-write", path], timeout=30, input=text)
+    if not res.ok:
+        raise LaunchError(f"{host.name}: cannot write {path}: {res.stderr.strip() or res.returncode}")
+
+
+async def read_env_value(host: Host, path: str, key: str) -> str | None:
+    """One value of an env file on the host (to keep an API key across restarts)."""
+    script = 'test -r "$1" && sed -n "s/^$2=//p" "$1" | tail -n 1'
+    res = await host.run(["sh", "-c", script, "gpuops-read", path, key], timeout=15)
+    value = res.stdout.strip()
+    if not value:
+        return None
+    try:
+        parts = shlex.split(value)
+    except ValueError:
+        return None
+    return parts[0] if parts else None
+
+
+@dataclass
+class LaunchStatus:
+    running: bool
+    pid: int | None
+    detail: str
+
+
+class Launcher:
+    """Install, start, stop and inspect one deployment's server on a host."""
+
+    kind = "abstract"
+
+    def __init__(self, host: Host, name: str, exec_argv: list[str], env: dict[str, str]):
+        self.host = host
+        self.name = name
+        self.exec_argv = exec_argv
+        self.env = env
+
+    async def install(self, secrets_env: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> LaunchStatus:
+        raise NotImplementedError
+
+    async def status(self) -> LaunchStatus:
+        raise NotImplementedError
+
+
+class ProcessLauncher(Launcher):
+    kind = "process"
+
+    def __init__(self, host: Host, name: str, exec_argv: list[str], env: dict[str, str], home: str):
+        super().__init__(host, name, exec_argv, env)
+        self.dir = f"{home.rstrip('/')}/.local/state/gpuops/deployments/{name}"
+        self.env_path = f"{self.dir}/env"
+        self.pid_path = f"{self.dir}/pid"
+        self.log_path = f"{self.dir}/log"
+        self.cmd_path = f"{self.dir}/cmd"
+
+    async def install(self, secrets_env: dict[str, str]) -> None:
+        await write_private_file(self.host, self.env_path, env_file_text(
+            {**self.env, **secrets_env}, f"gpuops: environment of deployment {self.name} (mode 0600)"))
+        # the command, one shell-quoted word per line, for `gpuops` and for people
+        await write_file(self.host, self.cmd_path, shlex.join(self.exec_argv) + "\n")
+
+    async def start(self) -> None:
+        # `set -a` exports what the env file sets; ${GPUOPS_API_KEY} in argv is filled from it.
+        script = _ALIVE + r"""
+d=$1; shift
+cd "$d" || exit 3
+if [ -f pid ] && alive "$(cat pid)"; then echo "already running: $(cat pid)" >&2; exit 4; fi
+set -a; . ./env; set +a
+args=""
+for a in "$@"; do
+    case "$a" in '${GPUOPS_API_KEY}') a=$GPUOPS_API_KEY ;; esac
+    set -- "$@" "$a"; shift
+done
+: >> log
+setsid "$@" </dev/null >>log 2>&1 &
+echo $! > pid.tmp && mv -f pid.tmp pid
+cat pid
+"""
+        res = await self.host.run(["sh", "-c", script, "gpuops-start", self.dir, *self.exec_argv], timeout=30)
+        if not res.ok:
+            raise LaunchError(f"{self.host.name}: could not start {self.name}: "
+                              f"{res.stderr.strip() or 'exit ' + str(res.returncode)}")
+
+    async def status(self) -> LaunchStatus:
+        script = _ALIVE + 'p=$(cat "$1" 2>/dev/null) || { echo none; exit 0; }; if alive "$p"; then ' \
+                 'echo "running $p"; else echo "exited $p"; fi'
+        res = await self.host.run(["sh", "-c", script, "gpuops-status", self.pid_path], timeout=15)
+        word, _, pid = res.stdout.strip().partition(" ")
+        return LaunchStatus(word == "running", int(pid) if pid.isdigit() else None, word or "unknown")
+
+    async def stop(self) -> LaunchStatus:
+        script = _ALIVE + r"""
+p=$(cat "$1" 2>/dev/null) || { echo "not started"; exit 0; }
+alive "$p" || { echo "not running"; exit 0; }
+kill -TERM -"$p" 2>/dev/null || kill -TERM "$p"
+i=0
+while alive "$p" && [ "$i" -lt "$(( $2 * 10 ))" ]; do sleep 0.1; i=$((i + 1)); done
+if alive "$p"; then kill -KILL -"$p" 2>/dev/null || kill -KILL "$p"; echo killed; else echo stopped; fi
+"""
+        res = await self.host.run(["sh", "-c", script, "gpuops-stop", self.pid_path, str(STOP_GRACE_S)],
+                                  timeout=STOP_GRACE_S + 30)
+        return LaunchStatus(False, None, res.stdout.strip() or res.stderr.strip())
+
+
+class SystemdLauncher(Launcher):
+    kind = "systemd"
+
+    def __init__(self, host: Host, name: str, exec_argv: list[str], env: dict[str, str], unit_text: str):
+        super().__init__(host, name, exec_argv, env)
+        self.unit = f"gpuops-{name}.service"
+        self.unit_path = f"/etc/systemd/system/{self.unit}"
+        self.env_path = f"/etc/gpuops/{name}.env"
+        self.unit_text = unit_text
+
+    async def _systemctl(self, *args: str, timeout: float = 60) -> str:
+        res = await self.host.run(["systemctl", *args], timeout=timeout)
+        if not res.ok:
+            raise LaunchError(f"{self.host.name}: systemctl {' '.join(args)} failed: "
+                              f"{(res.stderr or res.stdout).strip() or res.returncode}")
+        return res.stdout
+
+    async def install(self, secrets_env: dict[str, str]) -> None:
+        await write_private_file(self.host, self.env_path, env_file_text(
+            {**self.env, **secrets_env}, f"gpuops: environment of {self.unit} (mode 0600)"))
+        await write_file(self.host, self.unit_path, self.unit_text)
+        await self._systemctl("daemon-reload")
+
+    async def start(self) -> None:
+        await self._systemctl("start", self.unit)
+
+    async def status(self) -> LaunchStatus:
+        res = await self.host.run(["systemctl", "show", "-p", "MainPID,ActiveState", self.unit], timeout=15)
+        props = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+        pid = int(props.get("MainPID", "0") or 0)
+        state = props.get("ActiveState", "unknown")
+        return LaunchStatus(state in ("active", "activating"), pid or None, state)
+
+    async def stop(self) -> LaunchStatus:
+        await self._systemctl("stop", self.unit, timeout=STOP_GRACE_S + 30)
+        return await self.status()
+
+
+async def remote_home(host: Host) -> str:
+    res = await host.run(["sh", "-c", 'printf %s "$HOME"'], timeout=15)
+    home = res.stdout.strip()
+    if not res.ok or not home.startswith("/"):
+        raise LaunchError(f"{host.name}: cannot find the home directory")
+    return home

@@ -1,0 +1,991 @@
+"""SGLang server log lines -> startup phases, progress, numbers and crashes.
+
+Plain data and pure functions: no I/O, no asyncio, no UI. The deployment screen feeds a
+:class:`PhaseTracker` line by line as the journal/log follower produces them; ``gpuops triage``
+runs :func:`triage_log` over a finished log.
+
+Phases (DESIGN.md vocabulary, in order): ``starting, dist_init, weights, kv_cache, cuda_graph,
+draft, http, ready``. Outcomes of a finished log: ``ready, crashed, incomplete``.
+
+Every string recognized here was read out of the SGLang wheels 0.5.10 and 0.5.23
+(``scripts/extract_sglang_log_lines.py`` prints them with file and line; the paths below are
+relative to ``sglang/``):
+
+=========================================  ================================================================
+message (after the ``[ts TPn]`` prefix)     where (0.5.10 | 0.5.23)
+=========================================  ================================================================
+``server_args=ServerArgs(...)`` /          srt/entrypoints/engine.py:648 ``{server_args=}`` | engine.py:1185
+``server_args={...}``                      (0.5.23 logs a dict)
+``Init torch distributed begin.``          srt/model_executor/model_runner.py:891 | (gone)
+``Init torch distributed ends. elapsed=``  model_runner.py:1020 | (gone)
+``Init parallel begin.`` / ``ends.``       (absent) | srt/distributed/bootstrap.py:115 / :190
+``Memory baseline taken. mem usage=``      (absent) | bootstrap.py:219
+``sglang is using nccl==%s``               srt/distributed/device_communicators/pynccl.py:79 | :87
+``Load weight begin. avail mem=``          model_runner.py:1074 | model_runner.py:1273
+``Load weight end. elapsed=, type=, …``    model_runner.py:1246 | model_runner.py:1372
+``Load weight end. Committed real …``      (absent) | model_runner_components/startup_weight_load.py:537
+``{desc}: {pct:3.0f}% Completed | n/N``    srt/utils/common.py:125 BAR_FORMAT | common.py:1414; descs
+                                           ``Loading safetensors checkpoint shards``, ``Multi-thread
+                                           loading shards`` (srt/model_loader/weight_utils.py)
+``KV Cache is allocated. #tokens: …``      srt/mem_cache/memory_pool.py:695/:701 | memory_pool.py:2087/:2095
+                                           (0.5.23 adds ``dtype: …,``; ``KV Cache VA upper bound.``)
+``Post-capture KV sizing: KV cache …``     (absent) | model_runner_components/kv_pool_runtime.py:194/:203
+``Mamba Cache is allocated. …``            memory_pool.py:310/:320 | memory_pool.py:983/:1004
+``Memory pool end. avail mem=``            model_runner_kv_cache_mixin.py:905 | mem_cache/kv_cache_configurator.py:498
+``Capture cuda graph begin./end.``         model_runner.py:2445/:2459 (``Capture {graph_backend} begin.``)
+``Capture piecewise CUDA graph …``         model_runner.py:2565/:2573
+``Capture cuda graph bs [..]``             srt/model_executor/cuda_graph_runner.py:570 | (gone)
+``Capture {target|draft} {decode|verify|   (absent) | model_runner_components/cuda_graph_setup.py:684/:695
+prefill} CUDA graph begin./end.``          (prefill), :758/:787 (decode/verify)
+``Capture draft [extend] cuda graph …``    srt/speculative/eagle_worker.py:249-271, eagle_worker_v2.py:270-316
+``Capture draft {decode|extend} CUDA …``   (absent) | srt/speculative/eagle_worker_v2.py:513-652
+``Capturing batches (bs=… avail_mem=…)``   cuda_graph_runner.py:783 tqdm | model_executor/runner/decode_cuda_graph_runner.py:1342
+``max_total_num_tokens=…, context_len=…``  srt/managers/scheduler.py:690 | scheduler.py:1268
+uvicorn ``Uvicorn running on …``           uvicorn's own logger (``INFO:     `` level prefix)
+``The server is fired up and ready …``     srt/entrypoints/http_server.py:1929 | http_server.py:2600
+``{X} hit an exception: {traceback}``      srt/managers/scheduler.py:3620 (+ tokenizer/detokenizer/DP) | :6372
+``Initialization failed. …``               http_server.py:1778/1904, engine.py:1211 | http_server.py:2384/2533, engine.py:2031
+``Received sigquit from a child process``  engine.py:1152 | engine.py:1977
+``{name} watchdog timeout (…)``            srt/utils/watchdog.py:153 | watchdog.py:153
+=========================================  ================================================================
+
+Use: ``tr = PhaseTracker()``; ``tr.feed(line)`` for each line (a str with or without its newline,
+or a :class:`LogLine`) returns what that line changed; ``tr.idle()`` when a live stream has been
+quiet for a few seconds; ``tr.finish()`` when a finished log ends. tqdm's ``\r`` updates may
+arrive inside one line (a journal entry, a file read with ``newline=""``) or as separate lines;
+both work.
+
+Speed: every line costs one ``str.startswith(tuple)`` and a few substring tests before any
+regex runs; the 20 KB ``server_args=`` line is never scanned by a regex.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Union
+
+__all__ = [
+    "PHASES",
+    "OUTCOMES",
+    "LogLine",
+    "clean",
+    "PhaseEvent",
+    "Progress",
+    "Numbers",
+    "Crash",
+    "PhaseTracker",
+    "track_log",
+    "triage_log",
+]
+
+PHASES: tuple[str, ...] = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready")
+OUTCOMES: tuple[str, ...] = ("ready", "crashed", "incomplete")
+
+_IDX = {p: i for i, p in enumerate(PHASES)}
+_I_CUDA_GRAPH = _IDX["cuda_graph"]
+_I_DRAFT = _IDX["draft"]
+_I_HTTP = _IDX["http"]
+_I_READY = _IDX["ready"]
+# Steps a draft model repeats after the target finished graph capture (0.5.10 builds the draft's
+# ModelRunner after the target's: dist init, weights, memory pool again, then its graphs).
+_DRAFT_REPEATS = frozenset(("dist_init", "weights", "kv_cache"))
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One log line. ``text`` is the message: ANSI codes, a container prefix (``name  | ``),
+    a journal/RFC 3339 timestamp prefix, tqdm's ``\\r`` history (the last state is kept) and
+    SGLang's ``[2026-07-14 07:49:04 TP3 EP3] `` prefix removed. ``ts`` is SGLang's timestamp as
+    printed; ``ranks`` the rank tags of that prefix (``{"TP": 3, "EP": 3}``)."""
+
+    raw: str
+    text: str
+    ts: str | None = None
+    ranks: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseEvent:
+    """The tracker entered ``phase`` at line ``line_no`` (1-based count of fed lines)."""
+
+    phase: str
+    line_no: int
+    text: str
+    ts: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Progress inside a phase: weight shards (``what="shards"``), CUDA-graph batch sizes
+    (``"batch sizes"``), piecewise/prefill graph shapes. ``total`` is None when unknown."""
+
+    phase: str
+    done: int
+    total: int | None
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class Numbers:
+    """Numbers a line reported (only the keys this line set or changed). Keys (GB are SGLang's
+    GiB-based "GB"; ``draft_`` prefixes the same keys for the draft model):
+
+    ``avail_mem_gb``/``mem_usage_gb`` (the latest reported), ``dist_init_elapsed_s``,
+    ``dist_init_mem_usage_gb``, ``load_begin_avail_mem_gb``, ``load_elapsed_s``,
+    ``weights_avail_mem_gb``, ``weights_mem_usage_gb``, ``weights_commit_elapsed_s``,
+    ``kv_tokens``, ``k_size_gb``, ``v_size_gb``, ``kv_size_gb``, ``mamba_cache_size``,
+    ``mamba_conv_state_gb``, ``mamba_ssm_state_gb``, ``mamba_intermediate_ssm_gb``,
+    ``mamba_intermediate_conv_gb``, ``pool_avail_mem_gb``, ``graph_begin_avail_mem_gb``,
+    ``graph_elapsed_s``, ``graph_mem_usage_gb``, ``graph_avail_mem_gb``, ``graph_batch_sizes``,
+    ``graph_max_bs`` (``graph`` is the decode/verify capture; ``piecewise_graph_*``,
+    ``prefill_graph_*``, ``draft_graph_*``, ``draft_extend_graph_*`` the others),
+    ``max_total_num_tokens``, ``chunked_prefill_size``, ``max_prefill_tokens``,
+    ``max_running_requests``, ``context_len``, ``available_gpu_mem_gb``, ``http_port``.
+    With several ranks in one log the lowest rank's value wins."""
+
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Crash:
+    """Why the server died. ``phase``: where (None when nothing says); ``line_no``: the first
+    line of the crash (the SGLang error line or ``Traceback``); ``summary``: the final exception
+    line (or the fatal line itself); ``evidence``: the few lines that matter (SGLang's error line,
+    the frame that placed it, the innermost frames, the chained exception lines, the final
+    exception); ``inferred_from``: ``"phase"`` (the phase lines said where) or ``"traceback"``
+    (the frames did)."""
+
+    phase: str | None
+    line_no: int
+    summary: str
+    evidence: tuple[str, ...]
+    inferred_from: str
+
+
+Event = Union[PhaseEvent, Progress, Numbers, Crash]
+
+
+# --------------------------------------------------------------------------------------------
+# clean()
+# --------------------------------------------------------------------------------------------
+
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# docker compose: "sglang-1  | " (v2), "sglang_1  | " (v1)
+_COMPOSE_RE = re.compile(r"[A-Za-z0-9][\w.-]*\s+\| ")
+# journalctl -o short / short-iso: "Nov 30 12:00:01 host python3[1234]: "
+_JOURNAL_RE = re.compile(
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r" \S+ [^\s:\[]+(?:\[\d+\])?: "
+)
+# docker logs -t / kubectl logs --timestamps: "2026-07-14T07:49:04.123456789Z "
+_RFC3339_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) ")
+# SGLang's configure_logger: "[%(asctime)s{.msecs}{prefix}] " with prefix " DP1 PP0 ATTN_CP0 MOE_DP0 TP1 EP1"
+_SGL_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [A-Za-z_]+\d+)*)[^\]\n]{0,80}\] ?")
+_RANK_RE = re.compile(r"([A-Za-z_]+)(\d+)")
+
+
+# " TP3 EP3" -> {"TP": 3, "EP": 3}: a handful of distinct prefixes per log, parsed once each.
+# The dicts are shared between LogLines: read them, never change them.
+_RANKS: dict[str, dict[str, int]] = {}
+
+
+def clean(raw: str) -> LogLine:
+    """Split a raw log line into message text, SGLang timestamp and rank tags."""
+    s = raw
+    if s and s[-1] in "\r\n":
+        s = s.rstrip("\r\n")
+    if "\x1b" in s:
+        s = _ANSI_RE.sub("", s)
+    if s and s[0] != "[":
+        c = s[0]
+        if c.isdigit():
+            if s[10:11] == "T":
+                m = _JOURNAL_RE.match(s) or _RFC3339_RE.match(s)
+                if m:
+                    s = s[m.end():]
+        elif s[3:4] == " " and s[9:10] == ":" and c.isupper():
+            m = _JOURNAL_RE.match(s)
+            if m:
+                s = s[m.end():]
+        if s and s[0] != "[" and s.find("| ", 0, 64) > 0:
+            m = _COMPOSE_RE.match(s)
+            if m:
+                s = s[m.end():]
+    if "\r" in s:
+        parts = [p for p in s.split("\r") if p.strip()]
+        s = parts[-1] if parts else ""
+    ts = None
+    ranks: dict[str, int] = {}
+    if s[:1] == "[":
+        m = _SGL_RE.match(s)
+        if m:
+            ts = m.group(1)
+            tags = m.group(2)
+            if tags:
+                ranks = _RANKS.get(tags)
+                if ranks is None:
+                    ranks = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+                    if len(_RANKS) < 1024:
+                        _RANKS[tags] = ranks
+            s = s[m.end():]
+    return LogLine(raw, s, ts, ranks)
+
+
+# --------------------------------------------------------------------------------------------
+# Patterns used after the cheap prefilter
+# --------------------------------------------------------------------------------------------
+
+_NUM = r"(-?\d+(?:\.\d+)?)"
+_ELAPSED_RE = re.compile(r"(?:elapsed=|Time elapsed: )" + _NUM)
+_MEM_USAGE_RE = re.compile(r"mem usage=" + _NUM)
+_AVAIL_RE = re.compile(r"avail mem=" + _NUM)
+_TYPE_RE = re.compile(r"type=([\w.]+)")
+_QUANT_RE = re.compile(r"quant=([\w.-]+)")
+_KV_RE = re.compile(r"#tokens: (\d+), (?:K size: " + _NUM + r" GB, V size: " + _NUM + r" GB|KV size: " + _NUM + r" GB)")
+_DTYPE_RE = re.compile(r"dtype: ([\w.]+)")
+_MAMBA_RE = re.compile(
+    r"max_mamba_cache_size: (\d+), conv_state size: " + _NUM + r" ?GB, ssm_state size: " + _NUM + r" ?GB"
+    r"(?: intermediate_ssm_state_cache size: " + _NUM + r" ?GB intermediate_conv_window_cache size: " + _NUM + r" ?GB)?"
+)
+_KEYVAL_RE = re.compile(r"(\w+)=" + _NUM)
+_BS_RE = re.compile(r"\bbs[= ]\[([\d,\s]*)\]")
+_CAPTURE_RE = re.compile(r"Capture (.*?)\s*\b(\w+) graph (begin|end)\b")
+_TQDM_RE = re.compile(r"(.*?):\s+(\d+)%(?: Completed \||\|[^|]{0,80}\|) (\d+)/(\d+)")
+_NCCL_RE = re.compile(r"nccl==(\S+)")
+_URL_RE = re.compile(r"Uvicorn running on (\S+)")
+_PORT_RE = re.compile(r":(\d+)/?$")
+_ACCESS_RE = re.compile(r'"(GET|POST) (\S+) HTTP/[\d.]+" (\d{3})')
+_FRAME_RE = re.compile(r'\s*File "([^"]*)", line (\d+), in (.+)$')
+_EXC_RE = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*(?=[A-Za-z_])\w*(?:Error|Exception|Exit|Interrupt|Timeout|Failure|Warning|Abort)(?::|$)"
+)
+
+_TB_MARK = "Traceback (most recent call last)"
+_READY_GRACE = 5  # lines to wait for the ready line after a successful warmup request
+_CHAIN_MARKS = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+# Lines that end an exception message's continuation lines.
+_NOT_CONTINUATION = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:", "Loading ", "Capturing", "Multi-thread", "[")
+
+# The prefilter: a message that starts with none of these (and contains none of the few
+# substrings checked after it) cannot change anything.
+_STARTS = (
+    "server_args=",
+    "Init torch distributed",
+    "Init parallel",
+    "Memory baseline taken",
+    "sglang is using nccl",
+    "Load weight",
+    "Loading ",
+    "Multi-thread loading",
+    "KV Cache ",
+    "Mamba Cache is allocated",
+    "Memory pool end",
+    "Post-capture KV sizing:",
+    "Capture",
+    "Capturing",
+    "max_total_num_tokens=",
+    "The server is fired up",
+    "Initialization failed",
+    "Received sigquit",
+    "INFO:",
+    "WARNING:",
+    "ERROR:",
+)
+_UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")
+_UVICORN_HTTP = (
+    "Started server process",
+    "Waiting for application startup",
+    "Application startup complete",
+    "Uvicorn running on",
+)
+
+# Traceback frames -> phase, searched from the outermost frame inwards: the outermost frame
+# that names a startup step is the step that was running (inner frames such as pynccl or
+# memory_pool are also used by later steps).
+_FRAME_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (
+        "cuda_graph",
+        ("init_device_graphs", "init_cuda_graphs", "init_all_cuda_graphs", "capture_cuda_graphs",
+         "capture_decode_graph", "capture_prefill_graph", "init_piecewise_cuda_graphs", "_capture_cuda_graphs",
+         "capture_one_batch_size", "_capture_one_stream", "_capture_graph"),
+        ("cuda_graph_runner", "cuda_graph_setup", "graph_runner.py"),
+    ),
+    (
+        "weights",
+        ("load_model", "load_weights", "finalize_startup_weight_load"),
+        ("model_loader/", "startup_weight_load", "weight_utils"),
+    ),
+    (
+        "kv_cache",
+        ("init_memory_pool", "profile_max_num_token", "_resolve_memory_pool_config", "alloc_memory_pool"),
+        ("memory_pool", "kv_cache_configurator", "pool_configurator", "kv_cache_mixin"),
+    ),
+    (
+        "dist_init",
+        ("init_torch_distributed", "init_distributed_environment", "initialize_model_parallel",
+         "ncclCommInitRank", "init_parallel_runtime", "init_model_parallel_group"),
+        ("pynccl", "distributed/bootstrap"),
+    ),
+    ("starting", ("prepare_server_args",), ("server_args.py",)),
+)
+_DRAFT_FUNCS = ("draft",)
+_DRAFT_PATHS = ("eagle_worker", "draft", "mtp_worker", "uno_worker", "standalone_worker", "dflash_worker")
+
+
+def _infer_from_frames(frames: list[tuple[str, str, str, str]]) -> tuple[str | None, tuple[str, str, str, str] | None]:
+    """(phase, frame that said so) from frames listed outermost first."""
+    found: tuple[str | None, tuple[str, str, str, str] | None] = (None, None)
+    for fr in frames:
+        _, path, func, _ = fr
+        for phase, funcs, paths in _FRAME_RULES:
+            if any(n in func for n in funcs) or any(n in path for n in paths):
+                found = (phase, fr)
+                break
+        if found[0] is not None:
+            break
+    for fr in frames:
+        _, path, func, _ = fr
+        base = path.rsplit("/", 1)[-1]
+        if any(n in func for n in _DRAFT_FUNCS) or any(n in base for n in _DRAFT_PATHS):
+            return "draft", fr
+    return found
+
+
+def _short(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _f(rx: re.Pattern, text: str) -> float | None:
+    m = rx.search(text)
+    return float(m.group(1)) if m else None
+
+
+def _bs_list(text: str) -> tuple[int, ...] | None:
+    m = _BS_RE.search(text)
+    if not m:
+        return None
+    return tuple(int(x) for x in m.group(1).replace(",", " ").split())
+
+
+def _graph_key(name: str) -> tuple[bool, str]:
+    """'target verify' -> (False, 'graph'); 'draft extend' -> (True, 'extend_graph'); 'piecewise' -> 'piecewise_graph'."""
+    words = name.lower().replace("-", "_").split()
+    draft = "draft" in words
+    rest = [w for w in words if w not in ("target", "draft", "decode", "verify")]
+    return draft, ("_".join(rest) + "_graph") if rest else "graph"
+
+
+# --------------------------------------------------------------------------------------------
+# Traceback state
+# --------------------------------------------------------------------------------------------
+
+_TB_FRAMES, _TB_AFTER, _TB_CHAIN = 0, 1, 2
+
+
+class _Part:
+    __slots__ = ("frames", "exc")
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, str, str, str]] = []  # (File line, path, func, code)
+        self.exc: list[str] = []
+
+
+class _Tb:
+    __slots__ = ("start", "sglang", "parts", "state", "miss", "cont", "fatal")
+
+    def __init__(self, start: int, sglang: str | None, fatal: bool) -> None:
+        self.start = start
+        self.sglang = sglang
+        self.parts = [_Part()]
+        self.state = _TB_FRAMES
+        self.miss = 0
+        self.cont = 0
+        self.fatal = fatal
+
+
+# --------------------------------------------------------------------------------------------
+# The tracker
+# --------------------------------------------------------------------------------------------
+
+
+class PhaseTracker:
+    """Feed lines; keeps the current phase (never goes backwards; a draft model's second
+    ``Load weight begin`` after cuda_graph is phase ``draft``), progress, the numbers seen,
+    whether it crashed (and the crash lines + inferred phase), and ready.
+
+    Attributes: ``phase`` (None before the first line), ``outcome``, ``crash``, ``numbers``,
+    ``progress`` (by phase), ``last_phase_line`` (text of the last line that moved or confirmed
+    the current phase), ``phase_events`` (every PhaseEvent so far), ``info`` (strings:
+    ``model_type``, ``draft_model_type``, ``quant``, ``kv_dtype``, ``nccl_version``, ``url``),
+    ``graph_batch_sizes`` (capture name -> batch sizes), ``ready_line_no``, ``ready_inferred``
+    (ready taken from uvicorn + a successful warmup request because the ready line was missing),
+    ``line_no`` (lines fed).
+    """
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.crash: Crash | None = None
+        self.numbers: dict[str, float] = {}
+        self.progress: dict[str, Progress] = {}
+        self.last_phase_line: str | None = None
+        self.phase_events: list[PhaseEvent] = []
+        self.info: dict[str, str] = {}
+        self.graph_batch_sizes: dict[str, tuple[int, ...]] = {}
+        self.ready_line_no: int | None = None
+        self.ready_inferred = False
+        self.line_no = 0
+        self._pi = -1  # index of self.phase
+        self._open = False  # the current phase's last line was a "begin" (not an "end")
+        self._uvicorn_up = False
+        self._warmup_ok: tuple[int, LogLine] | None = None
+        self._rank_phase: dict[tuple, int] = {}
+        self._counts: dict[tuple, int] = {}
+        self._owner: dict[str, tuple] = {}
+        self._draft_loading = False
+        self._tb: _Tb | None = None
+        self._crash_tb: _Tb | None = None
+        self._last_fatal: tuple[int, str] | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def outcome(self) -> str:
+        if self.crash is not None and (self.ready_line_no is None or self.crash.line_no > self.ready_line_no):
+            return "crashed"
+        if self.ready_line_no is not None:
+            return "ready"
+        return "incomplete"
+
+    def feed(self, raw: str | LogLine) -> list[Event]:
+        """Process one line; return what it changed (phase events, progress, numbers, crash)."""
+        self.line_no += 1
+        ln = raw if isinstance(raw, LogLine) else clean(raw)
+        t = ln.text
+        out: list[Event] = []
+        if self._pi < 0 and t.strip():
+            self._enter(ln, "starting", None, out)
+        if self._warmup_ok is not None and self.line_no - self._warmup_ok[0] >= _READY_GRACE:
+            self._infer_ready(out)
+        if self._tb is not None and self._tb_feed(ln, out):
+            return out
+        if t.startswith(_STARTS):
+            self._dispatch(ln, t, out)
+        elif "Traceback (most recent" in t or " hit an exception" in t or "watchdog timeout" in t:
+            self._fatal(ln, t, out)
+        elif "Cache is allocated" in t or "Cache VA upper bound" in t:
+            # labelled pools: "{label} KV Cache is allocated." (0.5.23 memory_pool.py:2087)
+            self._kv_line(ln, t, out)
+        return out
+
+    def idle(self) -> list[Event]:
+        """The stream has been quiet for a while (a follower's timer, a few seconds): settle a
+        ready that only uvicorn and a successful warmup request announced (the ready line is
+        missing from some servers' logs). Without it that happens _READY_GRACE lines later."""
+        out: list[Event] = []
+        if self._warmup_ok is not None:
+            self._infer_ready(out)
+        return out
+
+    def finish(self) -> list[Event]:
+        """The log ended: settle a traceback that was cut off and a pending inferred ready."""
+        out: list[Event] = []
+        tb = self._tb
+        if tb is not None and tb.state == _TB_FRAMES and tb.parts[-1].frames and tb.fatal:
+            tb.parts[-1].exc.append("(the log ends inside this traceback)")
+            self._tb_exception(tb, out)
+        self._tb = None
+        if self._warmup_ok is not None:
+            self._infer_ready(out)
+        return out
+
+    # -- phases ------------------------------------------------------------------------------
+
+    def _enter(self, ln: LogLine, phase: str, state: str | None, out: list[Event], line_no: int | None = None) -> str:
+        """A line that belongs to ``phase`` (state "open"/"close"/None). Returns the phase it was
+        taken as (a draft model's repeat of dist_init/weights/kv_cache becomes ``draft``)."""
+        rk = tuple(ln.ranks.items())
+        rp = self._rank_phase.get(rk, -1)
+        if phase in _DRAFT_REPEATS and rp >= _I_CUDA_GRAPH:
+            phase = "draft"
+        i = _IDX[phase]
+        if i > rp:
+            self._rank_phase[rk] = i
+        if i > self._pi:
+            self._pi = i
+            self.phase = phase
+            ev = PhaseEvent(phase, line_no or self.line_no, _short(ln.text), ln.ts)
+            self.phase_events.append(ev)
+            out.append(ev)
+            self._open = True
+        if i == self._pi:
+            self.last_phase_line = _short(ln.text)
+            if state is not None:
+                self._open = state == "open"
+        return phase
+
+    def _count(self, ln: LogLine, marker: str) -> int:
+        key = (tuple(ln.ranks.items()), marker)
+        n = self._counts.get(key, 0) + 1
+        self._counts[key] = n
+        return n
+
+    def _numbers(self, ln: LogLine, vals: dict[str, float | None], out: list[Event]) -> None:
+        rk = tuple(ln.ranks.items())
+        changed: dict[str, float] = {}
+        for k, v in vals.items():
+            if v is None:
+                continue
+            own = self._owner.get(k)
+            if own is not None and rk > own:
+                continue
+            self._owner[k] = rk
+            if self.numbers.get(k) != v:
+                self.numbers[k] = v
+                changed[k] = v
+        if changed:
+            out.append(Numbers(changed))
+
+    def _progress(self, key: str, done: int, total: int | None, what: str, out: list[Event]) -> None:
+        p = Progress(key, done, total, what)
+        if self.progress.get(key) != p:
+            self.progress[key] = p
+            out.append(p)
+
+    def _complete_progress(self, key: str, out: list[Event]) -> None:
+        p = self.progress.get(key)
+        if p is not None and p.total is not None and p.done < p.total:
+            self._progress(key, p.total, p.total, p.what, out)
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def _dispatch(self, ln: LogLine, t: str, out: list[Event]) -> None:
+        c = t[0]
+        if c == "I":
+            if t.startswith("Init torch distributed begin") or t.startswith("Init parallel begin"):
+                self._enter(ln, "dist_init", "open", out)
+            elif t.startswith("Init torch distributed ends") or t.startswith("Init parallel ends"):
+                p = self._enter(ln, "dist_init", "close", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "dist_end") > 1) else ""
+                vals = {pre + "dist_init_elapsed_s": _f(_ELAPSED_RE, t)}
+                mu = _f(_MEM_USAGE_RE, t)
+                if mu is not None:
+                    vals[pre + "dist_init_mem_usage_gb"] = mu
+                self._numbers(ln, vals, out)
+            elif t.startswith("Initialization failed"):
+                self._fatal(ln, t, out)
+            elif t.startswith(_UVICORN_LEVELS):
+                self._uvicorn(ln, t, out)
+            return
+        if c == "L":
+            if t.startswith("Load weight begin"):
+                n = self._count(ln, "load")
+                p = self._enter(ln, "weights", "open", out)
+                draft = p == "draft" or n > 1
+                self._draft_loading = draft
+                pre = "draft_" if draft else ""
+                av = _f(_AVAIL_RE, t)
+                self._numbers(ln, {pre + "load_begin_avail_mem_gb": av, "avail_mem_gb": av}, out)
+            elif t.startswith("Load weight end"):
+                if "Committed real weights" in t:
+                    m = re.search(r"in " + _NUM + " s", t)
+                    self._numbers(ln, {"weights_commit_elapsed_s": float(m.group(1)) if m else None}, out)
+                    return
+                n = self._count(ln, "load_end")
+                p = self._enter(ln, "weights", "close", out)
+                pre = "draft_" if (p == "draft" or n > 1) else ""
+                av, mu = _f(_AVAIL_RE, t), _f(_MEM_USAGE_RE, t)
+                self._numbers(
+                    ln,
+                    {
+                        pre + "load_elapsed_s": _f(_ELAPSED_RE, t),
+                        pre + "weights_avail_mem_gb": av,
+                        pre + "weights_mem_usage_gb": mu,
+                        "avail_mem_gb": av,
+                        "mem_usage_gb": mu,
+                    },
+                    out,
+                )
+                m = _TYPE_RE.search(t)
+                if m:
+                    self.info[pre + "model_type"] = m.group(1)
+                m = _QUANT_RE.search(t)
+                if m:
+                    self.info[pre + "quant"] = m.group(1)
+                self._complete_progress("draft" if p == "draft" else "weights", out)
+            elif t.startswith("Loading "):
+                self._shards(ln, t, out)
+            return
+        if c == "M":
+            if t.startswith("Multi-thread loading"):
+                self._shards(ln, t, out)
+            elif t.startswith("Mamba Cache is allocated"):
+                p = self._enter(ln, "kv_cache", "open", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "mamba") > 1) else ""
+                m = _MAMBA_RE.search(t)
+                if m:
+                    g = m.groups()
+                    self._numbers(
+                        ln,
+                        {
+                            pre + "mamba_cache_size": float(g[0]),
+                            pre + "mamba_conv_state_gb": float(g[1]),
+                            pre + "mamba_ssm_state_gb": float(g[2]),
+                            pre + "mamba_intermediate_ssm_gb": float(g[3]) if g[3] else None,
+                            pre + "mamba_intermediate_conv_gb": float(g[4]) if g[4] else None,
+                        },
+                        out,
+                    )
+            elif t.startswith("Memory pool end"):
+                p = self._enter(ln, "kv_cache", "close", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "pool") > 1) else ""
+                av = _f(_AVAIL_RE, t)
+                self._numbers(ln, {pre + "pool_avail_mem_gb": av, "avail_mem_gb": av}, out)
+            elif t.startswith("Memory baseline taken"):
+                p = self._enter(ln, "dist_init", "close", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "baseline") > 1) else ""
+                self._numbers(ln, {pre + "dist_init_mem_usage_gb": _f(_MEM_USAGE_RE, t)}, out)
+            return
+        if c == "K":
+            self._kv_line(ln, t, out)
+            return
+        if c == "C":
+            self._capture(ln, t, out)
+            return
+        if c == "s":
+            if t.startswith("sglang is using nccl"):
+                self._enter(ln, "dist_init", None, out)
+                m = _NCCL_RE.search(t)
+                if m:
+                    self.info["nccl_version"] = m.group(1)
+            # server_args=...: the first line already entered "starting"; never regex it.
+            return
+        if c == "P":
+            if t.startswith("Post-capture KV sizing:"):
+                m = _KV_RE.search(t)
+                if m:
+                    pre = "draft_" if "draft KV cache" in t else ""
+                    g = m.groups()
+                    vals = {pre + "kv_tokens": float(g[0]), pre + "kv_size_gb": float(g[3]) if g[3] else None}
+                    av = _f(_AVAIL_RE, t)
+                    if av is not None:
+                        vals["avail_mem_gb"] = av
+                    self._numbers(ln, vals, out)
+            return
+        if c == "m":
+            vals: dict[str, float | None] = {}
+            for k, v in _KEYVAL_RE.findall(t):
+                if k in ("available_gpu_mem", "available_cpu_mem"):
+                    k += "_gb"
+                vals[k] = float(v)
+            self._numbers(ln, vals, out)
+            return
+        if c == "T":
+            if t.startswith("The server is fired up"):
+                self._ready(ln, out, inferred=False)
+            return
+        if c == "R":
+            self._fatal(ln, t, out)
+            return
+        if t.startswith(_UVICORN_LEVELS):
+            self._uvicorn(ln, t, out)
+
+    # -- line kinds --------------------------------------------------------------------------
+
+    def _shards(self, ln: LogLine, t: str, out: list[Event]) -> None:
+        m = _TQDM_RE.match(t)
+        if not m or "shards" not in m.group(1):
+            return
+        p = self._enter(ln, "weights", None, out)
+        key = "draft" if (p == "draft" or self._pi == _I_DRAFT) else "weights"
+        what = "draft shards" if (key == "weights" and self._draft_loading) else "shards"
+        self._progress(key, int(m.group(3)), int(m.group(4)), what, out)
+
+    def _kv_line(self, ln: LogLine, t: str, out: list[Event]) -> None:
+        if "Cache is allocated" not in t and "Cache VA upper bound" not in t:
+            return
+        m = _KV_RE.search(t)
+        if not m:
+            return
+        p = self._enter(ln, "kv_cache", "open", out)
+        pre = "draft_" if (p == "draft" or self._count(ln, "kv") > 1) else ""
+        g = m.groups()
+        if g[3] is not None:
+            vals = {pre + "kv_tokens": float(g[0]), pre + "kv_size_gb": float(g[3])}
+        else:
+            k, v = float(g[1]), float(g[2])
+            vals = {pre + "kv_tokens": float(g[0]), pre + "k_size_gb": k, pre + "v_size_gb": v,
+                    pre + "kv_size_gb": round(k + v, 2)}
+        self._numbers(ln, vals, out)
+        d = _DTYPE_RE.search(t)
+        if d:
+            self.info[pre + "kv_dtype"] = d.group(1)
+
+    def _capture(self, ln: LogLine, t: str, out: list[Event]) -> None:
+        if t.startswith("Capturing"):
+            m = _TQDM_RE.match(t)
+            if not m:
+                return
+            desc = m.group(1)
+            phase = "draft" if self._pi == _I_DRAFT else "cuda_graph"
+            self._enter(ln, phase, None, out)
+            what = "batch sizes" if desc.startswith("Capturing batches") else (
+                "num tokens" if desc.startswith("Capturing num tokens") else "prefill shapes")
+            self._progress(phase, int(m.group(3)), int(m.group(4)), what, out)
+            return
+        if t.startswith("Capture cuda graph bs"):
+            bs = _bs_list(t)
+            phase = self._enter(ln, "cuda_graph", None, out)
+            if phase == "draft":  # never logged by the draft runners, but stay consistent
+                return
+            if bs:
+                self.graph_batch_sizes["graph"] = bs
+                self._numbers(ln, {"graph_batch_sizes": float(len(bs)), "graph_max_bs": float(max(bs))}, out)
+                cur = self.progress.get("cuda_graph")
+                if cur is None or cur.total != len(bs):
+                    self._progress("cuda_graph", 0, len(bs), "batch sizes", out)
+            return
+        m = _CAPTURE_RE.match(t)
+        if not m:
+            return
+        draft, base = _graph_key(m.group(1))
+        begin = m.group(3) == "begin"
+        phase = self._enter(ln, "draft" if draft else "cuda_graph", "open" if begin else "close", out)
+        key = ("draft_" + base) if phase == "draft" else base
+        av = _f(_AVAIL_RE, t)
+        bs = _bs_list(t)
+        vals: dict[str, float | None]
+        if begin:
+            vals = {key + "_begin_avail_mem_gb": av, "avail_mem_gb": av}
+        else:
+            mu = _f(_MEM_USAGE_RE, t)
+            vals = {key + "_elapsed_s": _f(_ELAPSED_RE, t), key + "_mem_usage_gb": mu, key + "_avail_mem_gb": av,
+                    "avail_mem_gb": av, "mem_usage_gb": mu}
+        if begin:
+            cur = self.progress.get(phase)
+            if bs:
+                self._progress(phase, 0, len(bs), "batch sizes", out)
+            elif cur is not None and cur.done == cur.total:
+                self._progress(phase, 0, None, "batch sizes", out)  # a new capture started
+        if bs:
+            self.graph_batch_sizes[key] = bs
+            vals[key + "_batch_sizes"] = float(len(bs))
+            vals[key + "_max_bs"] = float(max(bs))
+        self._numbers(ln, vals, out)
+        if not begin:
+            self._complete_progress(phase, out)
+
+    def _uvicorn(self, ln: LogLine, t: str, out: list[Event]) -> None:
+        msg = t[t.index(":") + 1:].lstrip()
+        if msg.startswith(_UVICORN_HTTP):
+            self._uvicorn_up = True
+            self._enter(ln, "http", "open", out)
+            if msg.startswith("Uvicorn running on"):
+                m = _URL_RE.search(msg)
+                if m:
+                    self.info["url"] = m.group(1)
+                    pm = _PORT_RE.search(m.group(1))
+                    if pm:
+                        self._numbers(ln, {"http_port": float(pm.group(1))}, out)
+            return
+        if msg.startswith("The server is fired up"):  # the http_server logger routed through uvicorn's
+            self._ready(ln, out, inferred=False)
+            return
+        if self._uvicorn_up and self.ready_line_no is None and self._warmup_ok is None and '" 200' in msg:
+            m = _ACCESS_RE.search(msg)
+            if m and m.group(3) == "200" and (m.group(1) == "POST" or m.group(2).startswith("/health")):
+                # The warmup request (or /health: 503 until warmup is done) succeeded. The ready
+                # line normally follows at once; when it has not come _READY_GRACE lines later
+                # (or when the log ends), it is missing from this log, not the readiness.
+                self._warmup_ok = (self.line_no, ln)
+
+    def _ready(self, ln: LogLine, out: list[Event], inferred: bool) -> None:
+        self._warmup_ok = None
+        self._enter(ln, "ready", "open", out)
+        if self.ready_line_no is None:
+            self.ready_line_no = self.line_no
+            self.ready_inferred = inferred
+
+    def _infer_ready(self, out: list[Event]) -> None:
+        assert self._warmup_ok is not None
+        line_no, ln = self._warmup_ok
+        self._warmup_ok = None
+        if self.ready_line_no is not None or (self.crash is not None and self.crash.line_no > line_no):
+            return
+        self._enter(ln, "ready", "open", out, line_no=line_no)
+        self.ready_line_no = line_no
+        self.ready_inferred = True
+
+    # -- crashes -----------------------------------------------------------------------------
+
+    def _fatal(self, ln: LogLine, t: str, out: list[Event]) -> None:
+        """An SGLang fatal line, or any line that starts a traceback."""
+        k = t.find(_TB_MARK)
+        if k >= 0:
+            head = t[:k].strip()
+            sglang = head or None
+            start = self.line_no
+            if sglang is None and self._last_fatal is not None and self.line_no - self._last_fatal[0] <= 3:
+                start, sglang = self._last_fatal
+            # Before uvicorn is up every traceback that ends in an exception is taken as fatal
+            # (the launcher's own, e.g. a ServerArgs ValueError, has no SGLang line). After it,
+            # only one that an SGLang fatal line introduces: warnings logged with exc_info and
+            # failed requests ("Exception in ASGI application") leave the server running.
+            fatal = self._pi < _I_HTTP or sglang is not None
+            self._tb = _Tb(start, sglang, fatal)
+            return
+        if " hit an exception" in t:
+            # the traceback follows on the next line(s)
+            self._last_fatal = (self.line_no, t)
+            return
+        if ("watchdog timeout" in t or t.startswith("Received sigquit") or t.startswith("Initialization failed")):
+            self._last_fatal = (self.line_no, t)
+            if self.crash is None:
+                phase, src = self._crash_phase(None)
+                self.crash = Crash(phase, self.line_no, t.strip(), (t.strip(),), src)
+                self._crash_tb = None
+                out.append(self.crash)
+
+    def _crash_phase(self, frames_phase: str | None) -> tuple[str | None, str]:
+        cur = self.phase
+        if cur is not None and cur != "starting" and self._open:
+            return cur, "phase"
+        if frames_phase is not None:
+            return frames_phase, "traceback"
+        return cur, "phase"
+
+    def _tb_feed(self, ln: LogLine, out: list[Event]) -> bool:
+        """Feed a line to the open traceback; False when the line is not part of it."""
+        tb = self._tb
+        assert tb is not None
+        t = ln.text
+        if tb.state == _TB_FRAMES:
+            if t[:1] in (" ", "\t"):
+                part = tb.parts[-1]
+                if t.startswith('  File "'):
+                    m = _FRAME_RE.match(t)
+                    if m:
+                        part.frames.append((t.strip(), m.group(1), m.group(3).strip(), ""))
+                elif part.frames and not part.frames[-1][3]:
+                    code = t.strip()
+                    if code and code.strip("^~ ") and not code.startswith("[Previous line"):
+                        f = part.frames[-1]
+                        part.frames[-1] = (f[0], f[1], f[2], code)
+                return True
+            if not t.strip():
+                return True
+            if ln.ts is None and _EXC_RE.match(t):
+                tb.parts[-1].exc.append(t.strip())
+                tb.state = _TB_AFTER
+                self._tb_exception(tb, out)
+                return True
+            tb.miss += 1
+            if tb.miss > 5:
+                self._tb = None
+            return False
+        if tb.state == _TB_AFTER:
+            if t.startswith(_CHAIN_MARKS):
+                tb.state = _TB_CHAIN
+                return True
+            if not t.strip():
+                return True
+            if _TB_MARK in t or ln.ts is not None or t.startswith(_NOT_CONTINUATION) or tb.cont >= 40:
+                self._tb = None
+                return False
+            tb.cont += 1  # the rest of a multi-line exception message ("Possible solutions: ...")
+            return True
+        # _TB_CHAIN
+        if t.startswith(_TB_MARK):
+            tb.parts.append(_Part())
+            tb.state = _TB_FRAMES
+            tb.miss = 0
+            tb.cont = 0
+            return True
+        if not t.strip():
+            return True
+        self._tb = None
+        return False
+
+    def _tb_exception(self, tb: _Tb, out: list[Event]) -> None:
+        if not tb.fatal:
+            return
+        if not (self.crash is None or self._crash_tb is tb or (self._crash_tb is None and len(self.crash.evidence) <= 1)):
+            return  # the first crash is the cause; later ones (other ranks, the parent) follow from it
+        frames_outer_first = [f for part in reversed(tb.parts) for f in part.frames]
+        fphase, fframe = _infer_from_frames(frames_outer_first)
+        if self._crash_tb is tb and self.crash is not None:
+            phase, src = self.crash.phase, self.crash.inferred_from
+            if src == "traceback" and fphase is not None:
+                phase = fphase
+        else:
+            phase, src = self._crash_phase(fphase)
+        final = tb.parts[-1].exc[0]
+        ev: list[str] = []
+        if tb.sglang:
+            ev.append(tb.sglang[:400])
+        if fframe is not None and src == "traceback":
+            ev.append(fframe[0])
+            if fframe[3]:
+                ev.append(fframe[3])
+        root = tb.parts[0]
+        for fr in root.frames[-2:]:
+            if fr[0] not in ev:
+                ev.append(fr[0])
+                if fr[3]:
+                    ev.append(fr[3])
+        for part in tb.parts[:-1]:
+            ev.extend(part.exc[:1])
+        ev.append(final)
+        start = self.crash.line_no if (self._crash_tb is tb and self.crash is not None) else tb.start
+        self.crash = Crash(phase, start, final, tuple(ev[-12:]), src)
+        self._crash_tb = tb
+        out.append(self.crash)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole logs
+# --------------------------------------------------------------------------------------------
+
+
+def track_log(lines: Iterable[str], observer: Callable[[LogLine, PhaseTracker], object] | None = None) -> PhaseTracker:
+    """Run a tracker over a finished log and return it. When the log holds several server
+    starts (a journal across restarts), the tracker of the last start is returned: a new
+    ``server_args=`` line after the previous start got past ``starting`` begins a new run.
+    ``observer(line, tracker)`` sees every cleaned line after the tracker did (a new run shows
+    as a new tracker): the finding rules' scanner reads the same pass."""
+    tr = PhaseTracker()
+    for raw in lines:
+        ln = clean(raw)
+        if ln.text.startswith("server_args=") and (tr._pi > 0 or tr.crash is not None):
+            tr.finish()
+            tr = PhaseTracker()
+        tr.feed(ln)
+        if observer is not None:
+            observer(ln, tr)
+    tr.finish()
+    return tr
+
+
+def triage_log(lines: Iterable[str], plan: dict | None = None) -> dict:
+    """``gpuops triage``'s document for a finished log (DESIGN.md § JSON conventions):
+    ``{"schema": 1, "phase": …, "outcome": …, "findings": [...]}``. ``phase`` is where the server
+    got to, or, when it crashed, the phase it crashed in (``Crash.phase``); null when the log
+    says nothing. ``findings`` come from the rules in :mod:`gpuops.core.diagnose.finding_rules` (the last start in
+    the log); with the deployment's ``plan`` (plan JSON) their fixes can patch it."""
+    from .finding_rules import LogScanner  # rules builds on this module
+
+    scanner = LogScanner()
+    tr = track_log(lines, scanner.feed)
+    phase = tr.phase
+    if tr.outcome == "crashed" and tr.crash is not None and tr.crash.phase is not None:
+        phase = tr.crash.phase
+    findings = [f.to_json() for f in scanner.findings(tr, plan)]
+    return {"schema": 1, "phase": phase, "outcome": tr.outcome, "findings": findings}

@@ -1,0 +1,113 @@
+"""Ending a process on a host (a leftover GPU process, say), carefully.
+
+The pid is checked against the command line the operator saw before any signal is
+sent: a pid reused since the last sample is never signalled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .host import Host
+
+# $1 pid, $2 the command line as shown (may be empty: then not checked), $3 grace seconds
+_END = r"""
+pid=$1; want=$2; grace=$3
+[ -d "/proc/$pid" ] || { echo gone; exit 0; }
+if [ -n "$want" ]; then
+    have=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | sed 's/ $//')
+    case "$have" in "$want"*) ;; *) echo "changed $have"; exit 3 ;; esac
+fi
+kill -TERM "$pid" 2>/dev/null || { echo "refused"; exit 4; }
+i=0
+while [ -d "/proc/$pid" ] && [ "$i" -lt "$((grace * 10))" ]; do sleep 0.1; i=$((i + 1)); done
+if [ -d "/proc/$pid" ]; then
+    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
+    [ "$state" = "Z" ] && { echo ended; exit 0; }
+    echo alive; exit 5
+fi
+echo ended
+"""
+
+
+@dataclass
+class EndResult:
+    pid: int
+    ended: bool
+    message: str
+
+
+async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: int = 10) -> EndResult:
+    """SIGTERM `pid` on `host` if it still runs `shown_command`; wait up to `grace_s`."""
+    if not isinstance(pid, int) or pid <= 1:
+        raise ValueError(f"refusing to signal pid {pid!r}")
+    want = (shown_command or "").strip()
+    res = await host.run(["sh", "-c", _END, "gpuops-end", str(pid), want, str(int(grace_s))],
+                         timeout=grace_s + 15)
+    word, _, rest = res.stdout.strip().partition(" ")
+    if word in ("ended", "gone"):
+        return EndResult(pid, True, f"pid {pid} on {host.name} " + ("ended" if word == "ended" else "had already exited"))
+    if word == "changed":
+        return EndResult(pid, False, f"pid {pid} on {host.name} now runs {rest!r}: not signalled")
+    if word == "alive":
+        return EndResult(pid, False, f"pid {pid} on {host.name} is still running {grace_s}s after SIGTERM")
+    if word == "refused":
+        return EndResult(pid, False, f"no permission to signal pid {pid} on {host.name}")
+    return EndResult(pid, False, f"could not end pid {pid} on {host.name}: {(res.stderr or res.stdout).strip()[:200]}")
+
+
+# argv[1] the root pid: that process and its descendants, one "pid<TAB>cmdline" per line
+_TREE = r"""
+import os, sys
+root = int(sys.argv[1])
+parent, cmd = {}, {}
+for d in os.listdir("/proc"):
+    if not d.isdigit():
+        continue
+    try:
+        with open(f"/proc/{d}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+        with open(f"/proc/{d}/cmdline", "rb") as f:
+            line = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        continue
+    fields = stat[stat.rfind(")") + 2:].split()
+    if fields and fields[0] == "Z":
+        continue  # a zombie is not alive
+    parent[int(d)] = int(fields[1]) if len(fields) > 1 else 0
+    cmd[int(d)] = line
+tree, todo = [], [root] if root in parent else []
+while todo:
+    pid = todo.pop()
+    tree.append(pid)
+    todo.extend(p for p, pp in parent.items() if pp == pid)
+for pid in sorted(tree):
+    print(f"{pid}\t{cmd[pid][:300]}")
+"""
+
+RANK_PREFIX = "sglang::scheduler"  # SGLang's process titles: sglang::scheduler_TP0, …_DP1_TP1
+
+
+@dataclass
+class ProcessTree:
+    pids: list[int]
+    commands: dict[int, str]
+
+    @property
+    def ranks(self) -> list[int]:
+        """The SGLang rank processes (by their process title), in pid order."""
+        return [p for p in self.pids if self.commands.get(p, "").startswith(RANK_PREFIX)]
+
+
+async def process_tree(host: Host, pid: int, python: str) -> ProcessTree:
+    """`pid` and its live descendants on `host` (an empty tree when `pid` is gone)."""
+    if not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"invalid pid {pid!r}")
+    res = await host.run([python, "-c", _TREE, str(pid)], timeout=20)
+    pids, commands = [], {}
+    for line in res.stdout.splitlines():
+        p, _, command = line.partition("\t")
+        if p.isdigit():
+            pids.append(int(p))
+            commands[int(p)] = command
+    return ProcessTree(pids, commands)

@@ -1,0 +1,1 @@
+"""Programs gpuops sends to a host as source and runs with the host's python (standard library only)."""

@@ -1,0 +1,194 @@
+"""What the planner asks a host: its GPUs, its SGLang version and flags, free space."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from . import sglang_versions as sv
+from ..hosts.host import Host, HostError, host_python
+from .plan import GpuInfo, Target
+from ..telemetry.samples import is_na, snapshot
+
+# Prints the installed sglang version (package metadata first: no import of the server stack).
+_VERSION = r"""
+import sys
+try:
+    from importlib.metadata import version
+    v = version("sglang")
+except Exception:
+    try:
+        import sglang
+        v = sglang.__version__
+    except Exception:
+        sys.exit(3)
+sys.stdout.write(v)
+"""
+
+# argv[1:] are directories; prints {dir: free bytes} measured at the nearest existing ancestor.
+_FREE = r"""
+import json, os, sys
+out = {}
+for d in sys.argv[1:]:
+    p = d
+    while p and not os.path.isdir(p):
+        p = os.path.dirname(p.rstrip("/")) or "/"
+        if p == "/" and not os.path.isdir(p):
+            break
+    try:
+        st = os.statvfs(p)
+        out[d] = st.f_bavail * st.f_frsize
+    except OSError:
+        pass
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpuops"
+
+
+async def sglang_version(host: Host) -> str | None:
+    python = host_python(host)
+    res = await host.run([python, "-c", _VERSION], timeout=60)
+    out = res.stdout.strip()
+    return out if res.ok and out and len(out) < 64 else None
+
+
+async def help_flags(host: Host, version: str) -> frozenset[str] | None:
+    """The host's `launch_server --help` flags, cached per SGLang version."""
+    path = cache_dir() / "sglang-help" / f"{version}.json"
+    try:
+        return frozenset(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        pass
+    python = host_python(host)
+    try:
+        res = await host.run([python, "-m", "sglang.launch_server", "--help"], timeout=180)
+    except HostError:
+        return None
+    if not res.ok:
+        return None
+    flags = sv.parse_help_flags(res.stdout)
+    if not flags:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(sorted(flags)))
+    os.replace(tmp, path)
+    return flags
+
+
+async def free_space(host: Host, dirs: tuple[str, ...]) -> dict[str, int]:
+    if not dirs:
+        return {}
+    python = host_python(host)
+    res = await host.run([python, "-c", _FREE, *dirs], timeout=30)
+    try:
+        data = json.loads(res.stdout) if res.ok else {}
+    except ValueError:
+        return {}
+    return {k: int(v) for k, v in data.items() if k in dirs}
+
+
+async def read_target(host: Host) -> Target:
+    """Everything the planner needs from a host (raises HostError when unreachable)."""
+    cfg = host.config
+    snap = await snapshot(host)
+    if not snap.nvml.ok and not snap.gpus:
+        raise HostError(f"{host.name}: cannot read its GPUs: {snap.nvml.error}", snap.nvml.hint)
+    gpus = tuple(
+        GpuInfo(g.index, int(g.memory_total) if not is_na(g.memory_total) else 0,
+                int(g.memory_used) if not is_na(g.memory_used) else 0, len(g.processes), g.name)
+        for g in snap.gpus
+    )
+    version = await sglang_version(host)
+    flags = await help_flags(host, version) if version else None
+    free = await free_space(host, cfg.model_dirs)
+    return Target(
+        host=cfg.name, gpus=gpus, sglang_version=version, help_flags=flags, python=cfg.python or "python3",
+        model_dirs=cfg.model_dirs, forbidden_paths=cfg.forbidden_paths, free_bytes=free,
+        existing=await existing_copies(host), serve_host=cfg.serve_host, launcher=cfg.launcher,
+        allowed_gpu_ids=cfg.gpu_ids,
+    )
+
+
+def repo_id_for(path: str, model_dirs: tuple[str, ...]) -> str | None:
+    """`/shared/models/Qwen/Qwen3.5-122B-A10B` under model dir `/shared/models` → `Qwen/Qwen3.5-122B-A10B`
+    (the layout gpuops downloads into); None for any other folder."""
+    for d in model_dirs:
+        root = d.rstrip("/") + "/"
+        if path.startswith(root):
+            rel = path[len(root):].strip("/")
+            if rel.count("/") == 1:
+                return rel
+    return None
+
+
+async def existing_copies(host: Host) -> dict[str, str]:
+    """Complete copies already on the host: model id -> what --model-path should say
+    (a folder; for the HF cache the repo id, which SGLang resolves from that cache).
+    A folder laid out as MODEL_DIR/owner/name also answers for the repo id owner/name."""
+    from ..hosts.model_copies import scan_or_error
+
+    storage = await scan_or_error(host)
+    out: dict[str, str] = {}
+    for m in storage.models:
+        if not m.complete:
+            continue
+        if m.kind == "hf-cache":
+            out.setdefault(m.id, m.id)
+            continue
+        out.setdefault(m.id, m.path)
+        repo = repo_id_for(m.path, host.config.model_dirs)
+        if repo:
+            out.setdefault(repo, m.path)
+    return out
+
+
+# Prints {"config": …, "index": …|null} for a model folder or an HF cache entry on the host.
+_READ_CONFIG = r"""
+import glob, json, os, sys
+p = sys.argv[1]
+cands = [p] + sorted(glob.glob(os.path.join(p, "snapshots", "*")))
+for d in cands:
+    f = os.path.join(d, "config.json")
+    if os.path.isfile(f):
+        idx = os.path.join(d, "model.safetensors.index.json")
+        sizes = {}
+        for name in os.listdir(d):
+            if name.endswith(".safetensors"):
+                try:
+                    sizes[name] = os.stat(os.path.join(d, name)).st_size
+                except OSError:
+                    pass
+        out = {"config": json.load(open(f)), "index": json.load(open(idx)) if os.path.isfile(idx) else None,
+               "sizes": sizes, "dir": d}
+        sys.stdout.write(json.dumps(out))
+        sys.exit(0)
+sys.exit(3)
+"""
+
+
+async def facts_on_host(host: Host, model_id: str, path: str):
+    """Model facts from a copy on the host (its config.json, index and shard sizes)."""
+    from .model_facts import ModelError, facts_from_config
+
+    python = host_python(host)
+    res = await host.run([python, "-c", _READ_CONFIG, path], timeout=30)
+    if not res.ok:
+        raise ModelError(f"{path} on {host.name}: no config.json found")
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError:
+        raise ModelError(f"{path} on {host.name}: config.json is not valid JSON") from None
+    return facts_from_config(doc["config"], id=model_id, source="local", local_path=doc["dir"],
+                             index=doc.get("index"), file_sizes=doc.get("sizes") or None)
+
+
+def offline_target(gpus: int, gpu_memory_gib: float, *, launcher: str = "systemd") -> Target:
+    mem = int(gpu_memory_gib * 1024**3)
+    return Target(host=None, gpus=tuple(GpuInfo(i, mem) for i in range(gpus)), sglang_version=None,
+                  launcher=launcher)

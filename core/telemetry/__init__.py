@@ -1,0 +1,1 @@
+"""GPU and host telemetry: samples, samplers, the Monitor."""

@@ -1,0 +1,176 @@
+"""Watch every host of the inventory at once; one task per host, none waits on another.
+
+Each host's state keeps its latest snapshot, ten minutes of per-GPU history, and how
+fresh it is. A host that stops answering (a black hole, not a refused connection)
+only goes stale: its stream is abandoned after ``stale_after`` seconds without a line
+and retried with backoff, while the other hosts keep updating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..config import Inventory
+from ..hosts.host import Host, HostError, HostUnreachable, SshHost, make_host
+from .samples import Sampler, Snapshot
+
+HISTORY_SECONDS = 600.0
+FIRST_SAMPLE_GRACE_S = 15.0
+
+
+@dataclass
+class HostState:
+    name: str
+    kind: str
+    address: str
+    snapshot: Snapshot | None = None
+    last_update: float | None = None  # time.monotonic() of the last snapshot
+    reachable: bool | None = None  # None until the first answer or failure
+    error: str | None = None
+    hint: str | None = None
+    retry_at: float | None = None  # monotonic time of the next attempt, while failing
+    updates: int = 0
+    history_len: int = 600
+    gpu_history: dict[int, deque] = field(default_factory=dict)  # index -> (mem_used, util)
+    cpu_history: deque = field(default_factory=lambda: deque(maxlen=600))
+
+    def age(self, now: float | None = None) -> float | None:
+        if self.last_update is None:
+            return None
+        return (now if now is not None else time.monotonic()) - self.last_update
+
+    def record(self, snap: Snapshot, now: float) -> None:
+        self.snapshot = snap
+        self.last_update = now
+        self.reachable = True
+        self.retry_at = None
+        self.updates += 1
+        self.error, self.hint = (None, None) if snap.nvml.ok else (snap.nvml.error, snap.nvml.hint)
+        if snap.host is not None:
+            self.cpu_history.append(snap.host.cpu_percent)
+        for gpu in snap.gpus:
+            hist = self.gpu_history.get(gpu.index)
+            if hist is None:
+                hist = self.gpu_history[gpu.index] = deque(maxlen=self.history_len)
+            hist.append((gpu.memory_used, gpu.util))
+
+    def failed(self, error: HostError, retry_at: float | None) -> None:
+        # A host that answers SSH but whose reporter fails is reachable; a refused,
+        # timed-out or silent connection is not.
+        self.reachable = not isinstance(error, HostUnreachable)
+        self.error = error.message
+        self.hint = error.hint
+        self.retry_at = retry_at
+
+
+class Monitor:
+    """Samples every host each ``interval`` seconds; calls ``on_update(name)`` on change."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        interval: float = 1.0,
+        hosts: Iterable[Host] | None = None,
+        on_update: Callable[[str], Any] | None = None,
+        stale_after: float | None = None,
+    ):
+        self.interval = interval
+        self.hosts: dict[str, Host] = {h.name: h for h in (hosts or (make_host(c) for c in inventory.hosts))}
+        history = max(1, int(HISTORY_SECONDS / interval))
+        self.states: dict[str, HostState] = {
+            name: HostState(name, h.kind, h.address, history_len=history, cpu_history=deque(maxlen=history))
+            for name, h in self.hosts.items()
+        }
+        self.on_update = on_update
+        self.stale_after = stale_after if stale_after is not None else 3 * interval + 5
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._closing = False
+
+    def start(self) -> None:
+        for name in self.hosts:
+            if name not in self._tasks:
+                self._tasks[name] = asyncio.create_task(self._watch(name), name=f"watch:{name}")
+
+    async def run(self) -> None:
+        self.start()
+        try:
+            await asyncio.gather(*self._tasks.values())
+        finally:
+            await self.close()
+
+    def _notify(self, name: str) -> None:
+        if self.on_update is not None:
+            self.on_update(name)
+
+    async def _watch(self, name: str) -> None:
+        host, state = self.hosts[name], self.states[name]
+        delay = 1.0
+        while not self._closing:
+            seen = state.updates
+            try:
+                await self._follow(host, state)
+                if self._closing:
+                    return
+                raise HostError(f"{name}: telemetry stream ended")
+            except asyncio.CancelledError:
+                raise
+            except HostError as exc:
+                wait = 1.0 if state.updates > seen else delay
+                if isinstance(host, SshHost):
+                    wait = max(wait, host.backoff.wait_left())
+                state.failed(exc, time.monotonic() + wait)
+            except Exception as exc:  # a bug must not kill the watch loop
+                wait = delay
+                state.failed(HostError(f"{name}: {type(exc).__name__}: {exc}"), time.monotonic() + wait)
+            self._notify(name)
+            await asyncio.sleep(wait)
+            # back off while it keeps failing; a stream that delivered starts over at 1 s
+            delay = 1.0 if state.updates > seen else min(30.0, delay * 2)
+
+    async def _follow(self, host: Host, state: HostState) -> None:
+        samples = Sampler(host, self.interval).samples()
+        # The first sample also waits for the connection (which has its own timeout)
+        # and the reporter's start-up; after that, silence means the host went away.
+        wait = self.stale_after + FIRST_SAMPLE_GRACE_S
+        try:
+            while not self._closing:
+                try:
+                    snap = await asyncio.wait_for(samples.__anext__(), wait)
+                    wait = self.stale_after
+                except StopAsyncIteration:
+                    return
+                except asyncio.TimeoutError:
+                    if isinstance(host, SshHost):
+                        host._connection_lost()  # a black hole: start over on a new connection
+                    raise HostUnreachable(
+                        f"{host.name}: no data for {wait:.0f}s (host not answering)",
+                        "the host or network may be down; gpuops keeps retrying",
+                    )
+                state.record(snap, time.monotonic())
+                self._notify(host.name)
+        finally:
+            await asyncio.shield(_aclose(samples))
+
+    async def close(self) -> None:
+        # Python 3.11's wait_for can swallow a cancellation that lands as a sample
+        # arrives: the loops also stop on `_closing`, and cancelling repeats until done.
+        self._closing = True
+        pending = set(self._tasks.values())
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1.0)
+        self._tasks.clear()
+        await asyncio.gather(*(h.close() for h in self.hosts.values()), return_exceptions=True)
+
+
+async def _aclose(gen: Any) -> None:
+    try:
+        await asyncio.wait_for(gen.aclose(), 6.0)
+    except Exception:
+        pass
+
