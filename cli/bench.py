@@ -1,10 +1,9 @@
 """`gpuops bench`: run SGLang's benchmark against a deployment (or a URL), and the stored runs'
-list, show, compare, import and export — the command-line face of core/bench.py."""
+list, show, compare, import and export — the command-line face of gpuops.core.bench."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -120,7 +119,7 @@ def _show(store, args: argparse.Namespace) -> int:
     if run.records or run.quality:
         _table(*compare_rows(compare([run])))
     for c in run.checks or []:
-        print(f"check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {c['reason']}" if c["reason"] else ""))
+        print(f"check {c.name}: {CHECK_WORDS[c.ok]}" + (f": {c.reason}" if c.reason else ""))
     return 0
 
 
@@ -188,9 +187,8 @@ def _host_for(inv: Inventory, args: argparse.Namespace, name: str | None):
 
 
 def _run(inv: Inventory, args: argparse.Namespace) -> int:
-    from ..core.bench.runner import BenchInputError, BenchRunner, deployment_target, resolve_profile, url_target
-    from ..core.hosts.host import HostError, make_host
-    from ..core.deploy.store import Store
+    from ..core.bench.runner import BenchInputError, resolve_profile
+    from .common import OperationFailed, UsageError, run_use_case
 
     if args.args:
         raise BenchUsageError(f"unexpected argument(s): {' '.join(args.args)}")
@@ -206,21 +204,7 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
         profile = resolve_profile(args.profile, inv.bench_profiles)
     except BenchInputError as exc:
         raise BenchUsageError(str(exc)) from None
-    store = Store()
-    deployment = None
-    if args.target is not None:
-        deployment = store.deployment(args.target)
-        if deployment is None:
-            store.close()
-            raise BenchUsageError(f"no deployment named {args.target!r}")
-        if deployment.state != "ready":
-            store.close()
-            raise BenchUsageError(f"deployment {deployment.name} is {deployment.state}, not ready")
-    try:
-        cfg = _host_for(inv, args, deployment.host if deployment else args.host)
-    except BenchUsageError:
-        store.close()
-        raise
+    host = None if args.target is not None else _host_for(inv, args, args.host).name
     live = not args.json and sys.stdout.isatty()
 
     def emit(event) -> None:
@@ -229,27 +213,22 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
         else:
             _print_event(event, live)
 
-    async def go():
-        host = make_host(cfg)
-        try:
-            target = (await deployment_target(host, deployment) if deployment is not None
-                      else await url_target(host, args.url))
-            return await BenchRunner(target, profile, store, emit=emit).run()
-        finally:
-            await host.close()
+    async def use(ops, _yes):
+        target = await ops.bench_target(deployment=args.target, url=args.url, host_name=host)
+        return await ops.bench(target, profile, emit=emit)
 
     try:
-        run = asyncio.run(go())
+        run = run_use_case(inv, args, use)
     except BenchInputError as exc:
         raise BenchUsageError(str(exc)) from None
-    except HostError as exc:
-        print(f"gpuops: {exc.message}", file=sys.stderr)
+    except UsageError as exc:
+        raise BenchUsageError(str(exc)) from None
+    except OperationFailed as exc:
+        print(f"gpuops: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("gpuops: benchmark cancelled (stopped on the host)", file=sys.stderr)
         return 130
-    finally:
-        store.close()
     return 0 if run.status == "ok" else 1
 
 

@@ -1,18 +1,18 @@
-"""`gpuops deploy`, `logs`, `stop` and `triage`: the command-line face of core/deploy.py."""
+"""`gpuops deploy`, `status`, `logs`, `stop` and `triage`: the command-line face of the use cases."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..core.config import Inventory
+from .common import OperationFailed, UsageError, run_use_case
 
-
-class DeployUsageError(Exception):
-    """Bad input or a refusal before anything changed: one line, exit 2."""
+SCHEMA = 1
 
 
 def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -22,6 +22,10 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
     p.add_argument("--name", metavar="N", help="deployment name (default: the plan's)")
     p.add_argument("--yes", action="store_true", help="don't ask (GPUs already in use, …)")
     p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+
+    p = sub.add_parser("status", parents=[common], help="the stored deployments and their state")
+    p.add_argument("name", metavar="NAME", nargs="?", help="one deployment (reconciled with its host; its recent events)")
+    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
     p = sub.add_parser("logs", parents=[common], help="a deployment's server log")
     p.add_argument("name", metavar="NAME")
@@ -40,108 +44,91 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
 
+def _print(doc: Any) -> None:
+    print(json.dumps(doc, indent=2))
+
+
+def _failed(exc: OperationFailed) -> int:
+    print(f"gpuops: {exc}", file=sys.stderr)
+    return 1
+
+
 # ------------------------------------------------------------------ triage
 
 
-def run_triage(args: argparse.Namespace) -> int:
-    from ..core.hosts.host import HostError
-    from ..core.diagnose.phases import triage_log
+def run_triage(inv: Inventory, args: argparse.Namespace) -> int:
+    from ..core.diagnose.triage import triage_log
 
     if (args.logfile is None) == (args.deployment is None):
-        raise DeployUsageError("triage wants a LOGFILE (- for stdin) or --deployment NAME, not both")
+        raise UsageError("triage wants a LOGFILE (- for stdin) or --deployment NAME, not both")
     if args.deployment is not None:
         try:
-            doc = _triage_deployment(args)
-        except HostError as exc:
-            print(f"gpuops: {exc.message}", file=sys.stderr)
-            return 1
+            report = run_use_case(inv, args, lambda ops, _yes: ops.triage(args.deployment))
+        except OperationFailed as exc:
+            return _failed(exc)
     elif args.logfile == "-":
-        doc = triage_log(sys.stdin)
+        report = triage_log(sys.stdin)
     else:
         path = Path(args.logfile)
         if not path.is_file():
-            raise DeployUsageError(f"{args.logfile}: no such file")
+            raise UsageError(f"{args.logfile}: no such file")
         with path.open(encoding="utf-8", errors="replace") as f:
-            doc = triage_log(f)
+            report = triage_log(f)
     if args.json:
-        print(json.dumps(doc, indent=2))
+        _print(report.to_json())
         return 0
-    print(f"phase: {doc['phase'] or '-'}   outcome: {doc['outcome']}")
-    if doc.get("log_error"):
-        print(f"  the log could not be read: {doc['log_error']}")
-    for finding in doc.get("findings") or []:
-        print(f"  {finding.get('severity', '?')}: {finding.get('code')}: {finding.get('summary')}")
-        for ev in finding.get("evidence") or []:
-            print(f"      {ev.get('source')}: {ev.get('line') or ev.get('reading')}")
-        fix = finding.get("fix") or {}
-        if fix.get("summary"):
-            print(f"    fix{' (applicable: gpuops TUI, deployment screen, f)' if fix.get('applicable') else ''}: "
-                  f"{fix['summary']}")
-    for check in doc.get("checks") or []:
-        mark = {True: "ok", False: "FAIL", None: "n/a"}[check["ok"]]
-        print(f"  [{mark:>4}] {check['name']}: {check['detail']}")
-    for stack in doc.get("stacks") or []:
+    print(f"phase: {report.phase or '-'}   outcome: {report.outcome}")
+    if report.log_error:
+        print(f"  the log could not be read: {report.log_error}")
+    for finding in report.findings:
+        print(f"  {finding.severity}: {finding.code}: {finding.summary}")
+        for ev in finding.evidence:
+            print(f"      {ev.source}: {ev.line or ev.reading}")
+        if finding.fix is not None and finding.fix.summary:
+            where = " (applicable: gpuops TUI, deployment screen, f)" if finding.fix.applicable else ""
+            print(f"    fix{where}: {finding.fix.summary}")
+    for check in report.checks or []:
+        mark = {True: "ok", False: "FAIL", None: "n/a"}[check.ok]
+        print(f"  [{mark:>4}] {check.name}: {check.detail}")
+    for stack in report.stacks or []:
         print(f"--- py-spy {stack.get('rank') or 'server'} (pid {stack['pid']}) ---")
         print((stack.get("text") or stack.get("error") or "").rstrip())
     return 0
 
 
-def _triage_deployment(args: argparse.Namespace) -> dict:
-    """The deployment's log through the log triage, plus the host checks (core/diagnose.py)."""
-    from ..core.config import load_inventory
-    from ..core.diagnose.triage import triage_deployment
-    from ..core.hosts.host import make_host
-
-    d = _deployment(args.deployment)
-    inv = load_inventory(getattr(args, "config", None))
-    try:
-        cfg = inv.host(d.host)
-    except KeyError:
-        raise DeployUsageError(f"deployment {d.name} is on {d.host!r}, which the inventory no longer has") from None
-
-    async def go() -> dict:
-        host = make_host(cfg)
-        try:
-            return await triage_deployment(host, d.plan, cfg.journal_dir)
-        finally:
-            await host.close()
-
-    return asyncio.run(go())
-
-
 # ------------------------------------------------------------------ deploy
 
 
-def _load_plan(inv: Inventory, args: argparse.Namespace) -> dict:
+def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
+    """The plan to deploy: a plan JSON (decoded and validated as a Plan), or one made here with
+    the defaults for the model."""
+    from ..core.domain import Invalid, Plan
+
     ref = args.model
     if ref.endswith(".json") and Path(ref).is_file():
         try:
-            plan = json.loads(Path(ref).read_text())
-        except ValueError as exc:
-            raise DeployUsageError(f"{ref}: invalid JSON: {exc}") from None
-        missing = [k for k in ("name", "argv", "port", "gpu_ids", "launcher", "model") if k not in plan]
-        if missing:
-            raise DeployUsageError(f"{ref}: not a gpuops plan (missing {', '.join(missing)})")
-        if plan.get("host") not in (None, args.host):
-            raise DeployUsageError(f"{ref} was planned for {plan['host']}, not {args.host}: plan again for it")
-        return plan
+            doc = json.loads(Path(ref).read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"{ref}: not a plan JSON: {exc}") from None
+        try:
+            return Plan.from_json(doc, ref)
+        except Invalid as exc:
+            raise UsageError(str(exc)) from None
     from .plan import PlanUsageError, run_plan_object
 
     ns = argparse.Namespace(model=ref, host=args.host, tp=None, gpus=None, gpu_memory=None, gpu_ids=None,
                             sglang_version=None, like=None, download_dir=None, no_mtp=False, name=args.name,
                             port=30000)
     try:
-        plan = run_plan_object(inv, ns)
+        _facts, plan = run_plan_object(inv, ns)
     except PlanUsageError as exc:
-        raise DeployUsageError(str(exc)) from None
-    if not plan.fit.fits:
-        raise DeployUsageError(f"the plan does not fit: {plan.fit.verdict}")
-    return plan.to_json()
+        raise UsageError(str(exc)) from None
+    if plan.fit is not None and not plan.fit.fits:
+        raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
+    return plan
 
 
 def _hf_token() -> str | None:
-    import os
-
     token = os.environ.get("HF_TOKEN")
     if token:
         return token
@@ -153,146 +140,145 @@ def _hf_token() -> str | None:
         return None
 
 
+def describe_event(event: Any) -> str | None:
+    """One line for a deployment event, as a person reads it (None: not worth a line)."""
+    from ..core.domain import ChecksEvent, FindingEvent, LogEvent, NumbersEvent, PhaseEvent, PlanEvent, ProgressEvent, StateEvent
+
+    when = event.ts[11:19]
+    if isinstance(event, (LogEvent, NumbersEvent, PhaseEvent)):
+        return None
+    if isinstance(event, ProgressEvent):
+        if event.phase == "downloading" and event.total:
+            return f"{when}  downloading {event.done / 1e9:.1f}/{event.total / 1e9:.1f} GB"
+        total = f"/{event.total}" if event.total else ""
+        return f"{when}  {event.phase}: {event.what or ''} {event.done}{total}".rstrip()
+    if isinstance(event, StateEvent):
+        extra = [f"{k} {v}" for k, v in (("phase", event.phase), ("into", event.into), ("endpoint", event.endpoint),
+                                         ("reason", event.reason), ("detail", event.detail),
+                                         ("launcher", event.launcher)) if v]
+        line = f"{when}  {event.state}" + (f" ({', '.join(extra)})" if extra else "")
+        if event.summary:
+            line += f": {event.summary}"
+        if event.quick_check and event.quick_check.get("content") is not None:
+            line += f"\n          quick check {event.quick_check.get('seconds')} s: {event.quick_check['content']!r}"
+        return line
+    if isinstance(event, FindingEvent):
+        fix = f"\n          fix: {event.fix.summary}" if event.fix is not None else ""
+        return f"{when}  {event.severity}: {event.code}: {event.summary}{fix}"
+    if isinstance(event, ChecksEvent):
+        failed = [c.name for c in event.checks if c.ok is False]
+        return f"{when}  host checks: " + (f"failed {', '.join(failed)}" if failed else "all passed")
+    if isinstance(event, PlanEvent):
+        return f"{when}  plan changed ({event.code}): " + "; ".join(f"{op}{t}" for op, t in event.diff)
+    return None
+
+
 def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
-    from ..core.deploy.deployer import DeployError, Deployer
-    from ..core.hosts.host import HostError, make_host
-    from ..core.deploy.store import Store, StoreError
+    from ..core.config import validate_host_name
+    from ..core.domain import event_json
 
     if getattr(args, "readonly", False):
-        raise DeployUsageError("read-only: deploy changes a host")
+        raise UsageError("read-only: deploy changes a host")
     try:
-        cfg = inv.host(args.host)
+        inv.host(args.host)
     except KeyError:
-        raise DeployUsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
+        raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
     plan = _load_plan(inv, args)
     if args.name:
-        from ..core.config import validate_host_name
-
         try:
-            plan["name"] = validate_host_name(args.name)
+            plan = plan.replace(name=validate_host_name(args.name))
         except ValueError as exc:
-            raise DeployUsageError(f"--name: {exc}") from None
+            raise UsageError(f"--name: {exc}") from None
 
-    def emit(event) -> None:
+    def emit(event: Any) -> None:
         if args.json:
-            print(json.dumps(event.to_json()), flush=True)
-        elif event.kind == "log":
-            pass
-        elif event.kind == "progress":
-            d = event.data
-            total = f"/{d['total']}" if d.get("total") else ""
-            print(f"  {d.get('phase')}: {d.get('done')}{total} {d.get('what') or ''}".rstrip(), flush=True)
+            print(json.dumps(event_json(event)), flush=True)
         else:
-            print(f"{event.ts}  {event.kind}: {json.dumps(event.data)}", flush=True)
+            line = describe_event(event)
+            if line is not None:
+                print(line, flush=True)
 
-    def ask(question: str) -> bool:
-        if not sys.stdin.isatty():
-            return False
-        return input(f"{question}\ncontinue? [y/N] ").strip().lower() in ("y", "yes")
-
-    async def go() -> str:
-        host = make_host(cfg)
-        store = Store()
-        try:
-            deployer = Deployer(host, plan, store, emit=emit, yes=args.yes, ask=ask, stall=dict(inv.stall),
-                                hf_token=_hf_token(), journal_dir=cfg.journal_dir)
-            return await deployer.run()
-        finally:
-            store.close()
-            await host.close()
+    async def use(ops: Any, yes: bool) -> str:
+        ops.bus.listen(plan.name, emit)
+        return await ops.deploy(plan, args.host, yes=args.yes,
+                                ask=lambda q: sys.stdin.isatty() and input(f"{q}\ncontinue? [y/N] ").strip().lower()
+                                in ("y", "yes"), hf_token=_hf_token())
 
     try:
-        outcome = asyncio.run(go())
-    except (DeployError, StoreError) as exc:
-        raise DeployUsageError(str(exc)) from None
-    except HostError as exc:
-        print(f"gpuops: {exc.message}", file=sys.stderr)
-        return 1
+        outcome = run_use_case(inv, args, use)
+    except OperationFailed as exc:
+        return _failed(exc)
     return 0 if outcome == "ready" else 1
 
 
-# ------------------------------------------------------------------ logs, stop
+# ------------------------------------------------------------------ status, logs, stop
 
 
-def _deployment(name: str):
-    from ..core.deploy.store import Store
+def run_status(inv: Inventory, args: argparse.Namespace) -> int:
+    from ..core.domain import event_json
 
-    store = Store()
-    d = store.deployment(name)
-    store.close()
-    if d is None:
-        raise DeployUsageError(f"no deployment named {name!r}")
-    return d
+    if args.name is None:
+        async def listing(ops: Any, _yes: bool) -> list:
+            return ops.deployments()
+
+        deployments = run_use_case(inv, args, listing)
+        if args.json:
+            _print({"schema": SCHEMA, "deployments": [d.to_json() for d in deployments]})
+        elif not deployments:
+            print("no deployments yet (gpuops deploy … creates them)")
+        for d in [] if args.json else deployments:
+            print(f"{d.name:24} {d.state:12} {d.host:16} {d.model}  (run {d.run}, since {d.updated_at})")
+        return 0
+
+    async def use(ops: Any, _yes: bool) -> tuple[Any, list]:
+        try:
+            d = await ops.status(args.name)
+        except Exception as exc:  # a host that cannot be reached: what the store says
+            from ..core.hosts.host import HostError
+            from ..core.ops import Refused
+
+            if isinstance(exc, Refused) or not isinstance(exc, HostError):
+                raise
+            d = ops.deployment(args.name)
+        return d, ops.events(d.name, run=d.run)[-50:]
+
+    d, events = run_use_case(inv, args, use)
+    if args.json:
+        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events]})
+    else:
+        print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, run {d.run}, since {d.updated_at})")
+        for e in events:
+            line = describe_event(e)
+            if line is not None:
+                print("  " + line.replace("\n", "\n  "))
+    return 0
 
 
 def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
-    from ..core.deploy.deployer import log_follower, open_launcher
-    from ..core.hosts.host import HostError, make_host
-
-    d = _deployment(args.name)
-    try:
-        cfg = inv.host(d.host)
-    except KeyError:
-        raise DeployUsageError(f"deployment {d.name} is on {d.host!r}, which the inventory no longer has") from None
-
-    async def go() -> None:
-        host = make_host(cfg)
-        try:
-            follower = log_follower(host, await open_launcher(host, d.plan), cfg.journal_dir, follow=args.follow)
-            async for rec in follower.records():
-                if rec.notice:
-                    print(f"gpuops: log {rec.notice}: {rec.text}", file=sys.stderr, flush=True)
-                    continue
-                if args.json:
-                    print(json.dumps({"ts": rec.ts, "event": "log", "line": rec.text}), flush=True)
-                else:
-                    print(rec.text, flush=True)
-        finally:
-            await host.close()
+    async def use(ops: Any, _yes: bool) -> None:
+        async for rec in ops.logs(args.name, follow=args.follow):
+            if rec.notice:
+                print(f"gpuops: log {rec.notice}: {rec.text}", file=sys.stderr, flush=True)
+            elif args.json:
+                print(json.dumps({"ts": rec.ts, "event": "log", "line": rec.text}), flush=True)
+            else:
+                print(rec.text, flush=True)
 
     try:
-        asyncio.run(go())
-    except HostError as exc:
-        print(f"gpuops: {exc.message}", file=sys.stderr)
-        return 1
+        run_use_case(inv, args, use)
+    except OperationFailed as exc:
+        return _failed(exc)
     except KeyboardInterrupt:
         return 130
     return 0
 
 
 def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
-    from ..core.deploy.deployer import open_launcher
-    from ..core.hosts.host import HostError, make_host
-    from ..core.deploy.store import Store
-
     if getattr(args, "readonly", False):
-        raise DeployUsageError("read-only: stop changes a host")
-    d = _deployment(args.name)
+        raise UsageError("read-only: stop changes a host")
     try:
-        cfg = inv.host(d.host)
-    except KeyError:
-        raise DeployUsageError(f"deployment {d.name} is on {d.host!r}, which the inventory no longer has") from None
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise DeployUsageError(f"stopping {d.name} on {d.host} needs confirmation: add --yes")
-        if input(f"stop {d.name} ({d.model}) on {d.host}? [y/N] ").strip().lower() not in ("y", "yes"):
-            raise DeployUsageError("not stopped")
-
-    async def go() -> str:
-        host = make_host(cfg)
-        try:
-            status = await (await open_launcher(host, d.plan)).stop()
-            return status.detail
-        finally:
-            await host.close()
-
-    try:
-        detail = asyncio.run(go())
-    except HostError as exc:
-        print(f"gpuops: {exc.message}", file=sys.stderr)
-        return 1
-    store = Store()
-    store.set_state(d.name, "stopped", detail=detail)
-    store.close()
-    print(f"{d.name}: stopped ({detail})")
+        detail = run_use_case(inv, args, lambda ops, yes: ops.stop(args.name, confirmed=yes), yes=args.yes)
+    except OperationFailed as exc:
+        return _failed(exc)
+    print(f"{args.name}: stopped ({detail})")
     return 0

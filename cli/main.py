@@ -1,4 +1,4 @@
-"""The `gpuops` command line (a contract: see DESIGN.md § Command line).
+"""The `gpuops` command line (a contract: docs/ARCHITECTURE.md § The command line).
 
 Exit codes: 0 ok; 1 the operation failed; 2 bad input (one line on stderr, nothing changed).
 Snapshot verbs (`hosts`, `gpus`, `models`) exit 0 when they report per-host errors inside the output.
@@ -16,15 +16,12 @@ from typing import Any, Sequence
 
 from ..core.config import ConfigError, HostConfig, Inventory, load_inventory
 from .bench import BenchUsageError, add_bench_parser
-from .deploy import DeployUsageError, add_deploy_parsers
+from .common import UsageError
+from .deploy import add_deploy_parsers
 from .models import add_models_parser
 from .plan import PlanUsageError, add_plan_parser
 
 SCHEMA = 1
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit code 2."""
 
 
 def gpuops_version() -> str:
@@ -63,10 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub, common)
     add_deploy_parsers(sub, common)
     add_bench_parser(sub, common)
-
-    p = sub.add_parser("status", parents=[common], help="the stored deployments and their state")
-    p.add_argument("name", metavar="NAME", nargs="?", help="one deployment (with its recent events)")
-    p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
     p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
     p.add_argument("--scenario", default="ok", metavar="S",
@@ -212,37 +205,6 @@ def _print_gpus(doc: dict) -> None:
         console.print(table)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from ..core.deploy.store import Store
-
-    store = Store()
-    try:
-        if args.name is None:
-            deployments = store.deployments()
-            if args.json:
-                print(json.dumps({"schema": SCHEMA, "deployments": [d.to_json() for d in deployments]}, indent=2))
-            elif not deployments:
-                print("no deployments yet (gpuops deploy … creates them)")
-            for d in [] if args.json else deployments:
-                print(f"{d.name:24} {d.state:12} {d.host:16} {d.model}  (since {d.updated_at})")
-            return 0
-        d = store.deployment(args.name)
-        if d is None:
-            known = ", ".join(x.name for x in store.deployments()) or "none"
-            raise UsageError(f"no deployment named {args.name!r} (known: {known})")
-        events = list(store.events(d.name))[-50:]
-        if args.json:
-            print(json.dumps({"schema": SCHEMA, "deployment": d.to_json(),
-                              "events": [e.to_json() for e in events]}, indent=2))
-        else:
-            print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, since {d.updated_at})")
-            for e in events:
-                print(f"  {e.ts}  {e.kind:8} {json.dumps(e.data)}")
-        return 0
-    finally:
-        store.close()
-
-
 def cmd_hosts(inv: Inventory, args: argparse.Namespace) -> int:
     doc = hosts_document(asyncio.run(_snapshots(inv.hosts)))
     print(json.dumps(doc, indent=2)) if args.json else _print_hosts(doc)
@@ -264,29 +226,6 @@ def cmd_gpus(inv: Inventory, args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ sim / demo / dashboard
 
 
-def cmd_sim_setup(args: argparse.Namespace) -> int:
-    from ..core.config import SshTarget
-    from ..sim.host import setup_simhost
-
-    if args.gpus < 1 or args.gpus > 64:
-        raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
-    if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:
-        raise UsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
-    if args.ssh is not None:
-        try:
-            SshTarget.parse(args.ssh)
-        except ValueError as exc:
-            raise UsageError(f"--ssh: {exc}") from None
-    try:
-        memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
-        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
-                            scenario=args.scenario, pace=args.pace, sglang_venv=args.sglang_venv, **memory)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    print(sim.host_block(args.name, ssh=args.ssh), end="")
-    return 0
-
-
 def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False) -> int:
     from ..tui.app import GpuopsApp
 
@@ -294,36 +233,21 @@ def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False) -> in
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from ..core.config import parse_inventory
-    from ..sim.host import setup_simhost
-
-    from ..sim.host import SCENARIOS
-
-    if args.scenario not in SCENARIOS:
-        raise UsageError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {args.scenario!r}")
-    with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
-        sim = setup_simhost(tmp, gpus=args.gpus, scenario=args.scenario)
-        inv = parse_inventory(sim.host_block("sim"), source=f"{tmp}/demo.toml")
-        return run_dashboard(inv, readonly=getattr(args, "readonly", False), simulated=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.verb == "sim":
-            return cmd_sim_setup(args)
-        if args.verb == "demo":
-            return cmd_demo(args)
-        if args.verb == "status":
-            return cmd_status(args)
-        if args.verb == "triage":
-            from .deploy import run_triage
+        if args.verb in ("sim", "demo"):
+            from . import sim
 
-            return run_triage(args)
+            return sim.cmd_sim_setup(args) if args.verb == "sim" else sim.cmd_demo(args)
+        if (args.verb == "triage" and args.deployment is None) or (args.verb == "status" and args.name is None):
+            from ..core.config import default_inventory
+            from . import deploy as cli_deploy
+
+            # a log file or the store alone: no inventory needed (a broken config.toml does not stop them)
+            run = cli_deploy.run_triage if args.verb == "triage" else cli_deploy.run_status
+            return run(default_inventory(), args)
         inv = load_inventory(getattr(args, "config", None))
         if args.verb == "hosts":
             return cmd_hosts(inv, args)
@@ -333,11 +257,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .models import run_models
 
             return run_models(inv, args)
-        if args.verb in ("deploy", "logs", "stop"):
+        if args.verb in ("deploy", "logs", "stop", "status", "triage"):
             from . import deploy as cli_deploy
 
-            return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs,
-                    "stop": cli_deploy.run_stop}[args.verb](inv, args)
+            return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs, "stop": cli_deploy.run_stop,
+                    "status": cli_deploy.run_status, "triage": cli_deploy.run_triage}[args.verb](inv, args)
         if args.verb == "bench":
             from .bench import run_bench
 
@@ -346,8 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .plan import run_plan
 
             return run_plan(inv, args)
+        if args.verb is not None:  # pragma: no cover - every verb is dispatched above
+            raise UsageError(f"unknown verb {args.verb!r}")
         return run_dashboard(inv, readonly=getattr(args, "readonly", False))
-    except (ConfigError, UsageError, PlanUsageError, DeployUsageError, BenchUsageError) as exc:
+    except (ConfigError, UsageError, PlanUsageError, BenchUsageError) as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

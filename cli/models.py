@@ -64,9 +64,14 @@ def _host_config(inventory: Inventory, name: str | None) -> HostConfig:
 
 
 def _deployments(inventory: Inventory, host: str) -> Mapping[str, str]:
-    """Stored deployments on ``host`` (name → model path or repo id): none until the deploy
-    issue lands; then its store feeds this."""
-    return {}
+    """Stored deployments on ``host`` whose server may run (name → model path or repo id)."""
+    from ..core.ops import Ops
+
+    ops = Ops(inventory)
+    try:
+        return ops.stored_model_users(host)
+    finally:
+        ops.store.close()
 
 
 # ------------------------------------------------------------------ listing
@@ -152,7 +157,8 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
         ask: Callable[[str], bool] | None = None) -> int:
     from ..core import units
     from ..core.hosts.host import HostError, make_host
-    from ..core.hosts.model_copies import DeleteRefused, delete, matches, refusal_for, scan
+    from ..core.hosts.model_copies import matches, refusal_for, scan
+    from ..core.ops import Ops, Refused
 
     name = getattr(args, "host", None)
     if name is None:
@@ -190,10 +196,13 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
                 if not await asyncio.to_thread(ask, question):
                     print("gpuops: not deleted", file=sys.stderr)
                     return 2
+            ops = Ops(inventory, readonly=readonly, hosts={name: host})
             try:
-                done = await delete(host, model, deployments, readonly=readonly)
-            except DeleteRefused as exc:
-                raise _Refused(f"refused ({exc.rule}): {exc.message}; nothing deleted") from None
+                done = await ops.delete_model(name, model, confirmed=True)
+            except Refused as exc:
+                raise _Refused(str(exc)) from None
+            finally:
+                await ops.close()
             if as_json:
                 print(json.dumps({"schema": SCHEMA, **done.to_json()}, indent=2))
             else:

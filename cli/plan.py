@@ -1,4 +1,4 @@
-"""`gpuops plan`: the command-line face of core/plan.py."""
+"""`gpuops plan`: the command-line face of gpuops.core.planning."""
 
 from __future__ import annotations
 
@@ -48,10 +48,23 @@ def _version(text: str | None) -> str | None:
 
 
 def load_like(ref: str):
-    from ..core.planning.plan import PlanError, load_previous
+    """A previous launch: a stored deployment's plan (by name), a plan JSON or a systemd unit."""
+    from ..core.deploy.store import Store, StoreError
+    from ..core.planning import PlanError
+    from ..core.planning.like import load_previous
+
+    def stored(name: str):
+        store = Store()
+        try:
+            d = store.deployment(name)
+        except StoreError as exc:
+            raise PlanUsageError(f"--like {name}: {exc}") from None
+        finally:
+            store.close()
+        return d.plan if d is not None else None
 
     try:
-        return load_previous(ref)
+        return load_previous(ref, stored)
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None
 
@@ -106,18 +119,19 @@ def make_target(inv: Inventory, args: argparse.Namespace):
 
 
 def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
-    plan = run_plan_object(inv, args)
+    facts, plan = run_plan_object(inv, args)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
-        print_plan(plan)
+        print_plan(facts, plan)
     return 0
 
 
 def run_plan_object(inv: Inventory, args: argparse.Namespace):
-    """The plan the `plan` verb's arguments ask for (PlanUsageError on bad input)."""
+    """(the model's facts, the plan) the `plan` verb's arguments ask for (PlanUsageError on bad input)."""
+    from ..core.planning import PlanError
     from ..core.planning.model_facts import ModelError, load_model_facts, validate_model_ref
-    from ..core.planning.plan import PlanError, Wishes, build_plan
+    from ..core.planning.plan import Wishes, build_plan
 
     try:
         ref = validate_model_ref(args.model)
@@ -141,12 +155,12 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
     except ModelError as exc:
         raise PlanUsageError(str(exc)) from None
     try:
-        return build_plan(facts, target, wishes)
+        return facts, build_plan(facts, target, wishes)
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None
 
 
-def print_plan(plan) -> None:
+def print_plan(facts, plan) -> None:
     from rich.console import Console, Group
     from rich.panel import Panel
     from rich.syntax import Syntax
@@ -155,7 +169,7 @@ def print_plan(plan) -> None:
     from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
 
     console = Console()
-    console.print(Panel(facts_line(plan.facts), title=f"[b]{plan.facts.id}[/b]", title_align="left"))
+    console.print(Panel(facts_line(facts), title=f"[b]{facts.id}[/b]", title_align="left"))
     verdict_style = "green" if plan.fit.fits else "red"
     console.print(Panel(Group(Text(plan.fit.verdict, style=f"bold {verdict_style}"), fit_bars(plan)),
                         title=f"fit on {plan.host or 'offline'}: TP{plan.tp}, GPUs {','.join(map(str, plan.gpu_ids))}",
@@ -163,15 +177,15 @@ def print_plan(plan) -> None:
     where = (f"reuse the complete copy at {plan.model_path}" if plan.reuse_existing
              else f"download into {plan.download_dir}" if plan.download_dir else "download into the host's HF cache")
     console.print(Text.assemble(("weights: ", "bold"), where))
-    console.print(Panel(launch_text(plan), title=f"launch (SGLang {plan.sglang_version}, {plan.version_source}; "
+    console.print(Panel(launch_text(plan), title=f"launch (SGLang {plan.sglang_version}, {plan.sglang_version_source}; "
                                                  f"flags checked against {plan.flags_checked_against})",
                         title_align="left"))
     rules = rules_table(plan)
     console.print(Panel(rules, title="why each flag", title_align="left"))
-    if plan.like_diff:
+    if plan.like is not None and plan.like.diff:
         diff = Text()
-        for op, text in plan.like_diff:
-            diff.append(f"{op} {text}\n", style={"+": "green", "-": "red", "~": "yellow"}[op])
+        for change in plan.like.diff:
+            diff.append(f"{change.op} {change.text}\n", style={"+": "green", "-": "red", "~": "yellow"}[change.op])
         console.print(Panel(diff, title=f"against {plan.like.source}", title_align="left"))
     if plan.launcher == "systemd":
         console.print(Panel(Syntax(plan.unit_text(), "ini", theme="ansi_dark", word_wrap=True),

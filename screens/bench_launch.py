@@ -20,7 +20,7 @@ from textual.widgets import Footer, Header, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
-from ..core.deploy.store import Deployment, Store
+from ..core.domain import Deployment
 from .base import GpuopsScreen
 from ..tui.widgets import TextView
 
@@ -127,11 +127,7 @@ class BenchLaunchScreen(GpuopsScreen):
         yield Footer()
 
     def _deployment_options(self) -> list[tuple[str, str]]:
-        store = Store()
-        try:
-            deployments = store.deployments()
-        finally:
-            store.close()
+        deployments = self.app.ops.deployments()  # type: ignore[attr-defined]
         return [(f"{d.name}  {d.model} on {d.host} · {d.state}", d.name) for d in deployments]
 
     def on_mount(self) -> None:
@@ -216,11 +212,7 @@ class BenchLaunchScreen(GpuopsScreen):
             if value is Select.NULL:
                 return None
             name = str(value)
-        store = Store()
-        try:
-            return store.deployment(name)
-        finally:
-            store.close()
+        return next((d for d in self.app.ops.deployments() if d.name == name), None)  # type: ignore[attr-defined]
 
     def action_start(self) -> None:
         from .bench_run import BenchRunScreen

@@ -7,6 +7,8 @@ better (each metric says which way is better)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual_plotext import PlotextPlot
 
 from ..core.bench.runner import compare, compare_rows, describe_run
-from ..core.deploy.store import BenchRun, Store
+from ..core.domain import BenchRun
 from .base import GpuopsScreen
 from ..tui.widgets import TextView
 
@@ -27,13 +29,9 @@ PERCENTILE_PLOTS = (
 UNLIMITED = "∞"  # the concurrency of a record run without --max-concurrency
 
 
-def load_runs(run_ids: list[int]) -> list[BenchRun]:
+def load_runs(ops: Any, run_ids: list[int]) -> list[BenchRun]:
     """The stored runs, in the order given (the first is the baseline of a comparison)."""
-    store = Store()
-    try:
-        runs = [store.bench_run(i) for i in run_ids]
-    finally:
-        store.close()
+    runs = [ops.bench_run(i) for i in run_ids]
     return [r for r in runs if r is not None]
 
 
@@ -136,7 +134,7 @@ class BenchResultsScreen(GpuopsScreen):
     def on_mount(self) -> None:
         self.sub_title = f"benchmark run #{self.run_id}"
         about = Text()
-        runs = load_runs([self.run_id])
+        runs = load_runs(self.app.ops, [self.run_id])  # type: ignore[attr-defined]
         plots = self.query_one(BenchPlots)
         plots.display = bool(runs and runs[0].records)
         if not runs:
@@ -179,7 +177,7 @@ class BenchCompareScreen(GpuopsScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        runs = load_runs(self.run_ids)
+        runs = load_runs(self.app.ops, self.run_ids)  # type: ignore[attr-defined]
         self.sub_title = "compare " + " ".join(f"#{r.id}" for r in runs)
         if not runs:
             self.query_one("#compare-about", TextView).set(Text("none of these runs is stored", style="bold red"))

@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState
 
 from ..core import units
 from ..core.bench.runner import BenchEvent, Profile, ServerMetrics, Target, compare, fmt
-from ..core.deploy.store import Deployment, Store
+from ..core.domain import Deployment
 from ..core.telemetry.samples import is_na
 from .base import GpuopsScreen
 from .bench_launch import describe_profile
@@ -123,31 +123,26 @@ class BenchRunScreen(GpuopsScreen):
 
     @work(exclusive=True, group="bench-run", exit_on_error=False)
     async def run_bench(self) -> None:
-        from ..core.bench.runner import BenchInputError, BenchRunner, deployment_target
+        from ..core.bench.runner import BenchInputError
         from ..core.hosts.host import HostError
+        from ..core.ops import Refused
 
-        host = self.app.monitor.hosts.get(self.deployment.host)  # type: ignore[attr-defined]
-        if host is None:
-            self.post_message(self.Refused(f"host {self.deployment.host} is not in the inventory"))
-            return
-        store = Store()
+        ops = self.app.ops  # type: ignore[attr-defined]
         try:
-            target = await deployment_target(host, self.deployment)
+            target = await ops.bench_target(deployment=self.deployment.name)
             self.follow_metrics(target)
-            await BenchRunner(target, self.profile, store, emit=lambda e: self.post_message(self.Event(e))).run()
-        except BenchInputError as exc:
+            await ops.bench(target, self.profile, emit=lambda e: self.post_message(self.Event(e)))
+        except (BenchInputError, Refused) as exc:
             self.post_message(self.Refused(str(exc)))
         except HostError as exc:
             self.post_message(self.Refused(exc.message))
-        finally:
-            store.close()
 
     @work(exclusive=True, group="bench-metrics", exit_on_error=False)
     async def follow_metrics(self, target: Target) -> None:
         """Until the screen closes: the server draining after the run is worth seeing too."""
         from ..core.bench.runner import poll_metrics
         from ..core.hosts.host import HostError
-        from ..core.deploy.store import utc_now
+        from ..core.domain import utc_now
 
         try:
             async for reading in poll_metrics(target, interval=getattr(self.app, "interval", 1.0)):
@@ -205,11 +200,7 @@ class BenchRunScreen(GpuopsScreen):
         self.refresh_bindings()
         if self.run_id is None:
             return
-        store = Store()
-        try:
-            run = store.bench_run(self.run_id)
-        finally:
-            store.close()
+        run = self.app.ops.bench_run(self.run_id)  # type: ignore[attr-defined]
         if run is not None and (run.records or run.quality):
             table = self.query_one("#run-results", DataTable)
             fill_results(table, compare([run]))
@@ -289,7 +280,7 @@ class BenchRunScreen(GpuopsScreen):
 
         gpus = Text("GPUs\n", style="bold")
         state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
-        wanted = set(self.deployment.plan.get("gpu_ids") or [])
+        wanted = set(self.deployment.plan.gpu_ids)
         for g in state.snapshot.gpus if state is not None and state.snapshot is not None else []:
             if wanted and g.index not in wanted:
                 continue

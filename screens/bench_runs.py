@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from ..core.bench.runner import fmt
-from ..core.deploy.store import BenchRun, Store
+from ..core.domain import BenchRun
 from .base import GpuopsScreen
 from ..tui.widgets import TextView
 
@@ -70,11 +70,7 @@ class BenchRunsScreen(GpuopsScreen):
         self.action_reload()
 
     def action_reload(self) -> None:
-        store = Store()
-        try:
-            self.runs = store.bench_runs()
-        finally:
-            store.close()
+        self.runs = self.app.ops.bench_runs()  # type: ignore[attr-defined]
         ids = {r.id for r in self.runs}
         self.marked = [i for i in self.marked if i in ids]
         self._show()

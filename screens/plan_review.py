@@ -1,5 +1,5 @@
 """Plan review: the fit per GPU, every flag with its reason, the diff against `--like`;
-change TP or features and see the verdict update. Ends in Deploy (wired by the deploy issue)."""
+change TP or features and see the verdict update. Ends in Deploy."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from textual import on
 from textual.widgets import Footer, Header, Input, Static
 
 from ..core.planning.model_facts import ModelFacts
-from ..core.planning.plan import Plan, PlanError, Target, Wishes, build_plan, load_previous
+from ..core.domain import Plan
+from ..core.planning import PlanError
+from ..core.planning.like import load_previous
+from ..core.planning.plan import Target, Wishes, build_plan
 from .base import GpuopsScreen
 from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
 from ..tui.widgets import TextView
@@ -81,16 +84,18 @@ class PlanReviewScreen(GpuopsScreen):
             verdict.set(Text(self.error or "no plan", style="bold red"))
             return
         plan = self.plan
+        fit = plan.fit
         verdict.set(Text(f"TP{plan.tp} on GPUs {','.join(map(str, plan.gpu_ids))} · SGLang {plan.sglang_version}: "
-                         f"{plan.fit.verdict}", style="bold green" if plan.fit.fits else "bold red"))
+                         f"{fit.verdict if fit else '?'}", style="bold green" if fit and fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
         self.query_one("#plan-launch", Static).update(launch_text(plan))
         self.query_one("#plan-rules", Static).update(rules_table(plan))
         diff = Text()
-        for op, text in plan.like_diff:
-            diff.append(f"{op} {text}\n", style={"+": "green", "-": "red", "~": "yellow"}[op])
+        changes = plan.like.diff if plan.like is not None else ()
+        for change in changes:
+            diff.append(f"{change.op} {change.text}\n", style={"+": "green", "-": "red", "~": "yellow"}[change.op])
         self.query_one("#plan-diff", TextView).set(diff)
-        self.query_one("#plan-diff-title").display = bool(plan.like_diff)
+        self.query_one("#plan-diff-title").display = bool(changes)
         warnings = Text()
         for w in plan.warnings:
             warnings.append(f"warning: {w}\n", style="yellow")
@@ -136,13 +141,21 @@ class PlanReviewScreen(GpuopsScreen):
         box = self.query_one("#like-input", Input)
         box.display = False
         try:
-            previous = load_previous(event.value.strip())
+            previous = load_previous(event.value.strip(), self._stored_plan)
         except PlanError as exc:
             self.notify(str(exc), severity="error")
             return
         self.wishes = replace(self.wishes, like=previous)
         self.rebuild()
         self.notify(f"planned like {previous.source}")
+
+    def _stored_plan(self, name: str) -> Plan | None:
+        from ..core.ops import Refused
+
+        try:
+            return self.app.ops.deployment(name).plan  # type: ignore[attr-defined]
+        except Refused:
+            return None
 
     def action_deploy(self) -> None:
         if self.plan is None:

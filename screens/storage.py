@@ -17,11 +17,9 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from ..core import units
 from ..core.hosts.model_copies import (
-    DeleteRefused,
     Deleted,
     HostStorage,
     ModelCopy,
-    delete,
     refusal_for,
     scan_or_error,
 )
@@ -75,8 +73,8 @@ class StorageScreen(GpuopsScreen):
     def __init__(self, host_name: str, deployments: Mapping[str, str] | None = None) -> None:
         super().__init__(id="storage")
         self.host_name = host_name
-        # name → model path or repo id of the stored deployments on this host (deploy issue)
-        self.deployments: Mapping[str, str] = dict(deployments or {})
+        # name → model path or repo id of the stored deployments on this host (None: from the store)
+        self.given_deployments = deployments
         self.storage: HostStorage | None = None
         self.scanning = False
 
@@ -118,7 +116,9 @@ class StorageScreen(GpuopsScreen):
         except KeyError:
             storage = HostStorage(self.host_name, error=f"no host named {self.host_name!r}")
         else:
-            storage = await scan_or_error(host, self.deployments)
+            users = (self.given_deployments if self.given_deployments is not None
+                     else self.app.ops.stored_model_users(self.host_name))  # type: ignore[attr-defined]
+            storage = await scan_or_error(host, users)
         self.post_message(self.Scanned(storage))
 
     def on_storage_screen_scanned(self, message: Scanned) -> None:
@@ -207,10 +207,12 @@ class StorageScreen(GpuopsScreen):
         self.app.push_screen(ConfirmScreen(question, detail, yes="Delete"), answered)
 
     async def _delete(self, model: ModelCopy) -> None:
+        from ..core.ops import Refused
+
         try:
-            done = await delete(self.host, model, self.deployments, readonly=self.readonly)
-        except DeleteRefused as exc:
-            self.post_message(self.DeleteDone(model, None, exc.message, exc.rule))
+            done = await self.app.ops.delete_model(self.host_name, model, confirmed=True)  # type: ignore[attr-defined]
+        except Refused as exc:
+            self.post_message(self.DeleteDone(model, None, str(exc), "policy"))
         except Exception as exc:  # HostError, timeout: say it, don't crash the UI
             self.post_message(self.DeleteDone(model, None, str(getattr(exc, "message", exc))))
         else:
@@ -221,7 +223,7 @@ class StorageScreen(GpuopsScreen):
             self.notify(f"deleted {message.model.id} on {self.host_name}, freed "
                         f"{units.size(message.deleted.freed_bytes)}")
         elif message.rule:
-            self.notify(f"refused ({message.rule}): {message.error}", severity="error", timeout=8)
+            self.notify(message.error or "refused", severity="error", timeout=8)
         else:
             self.notify(f"could not delete {message.model.id}: {message.error}", severity="error", timeout=8)
         self.action_rescan()

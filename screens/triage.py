@@ -12,7 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Header, OptionList
 from textual.widgets.option_list import Option
 
-from ..core.deploy.store import Deployment
+from ..core.domain import Deployment, Finding, Fix, TriageReport
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 from ..tui.widgets import TextView
@@ -27,31 +27,31 @@ def diff_text(diff: list[tuple[str, str]]) -> Text:
     return out
 
 
-def ask_and_apply(screen: GpuopsScreen, deployment: Deployment, finding: dict) -> None:
+def ask_and_apply(screen: GpuopsScreen, deployment: Deployment, finding: Finding) -> None:
     """Show the fix's diff against the deployment's plan and, on yes, have the app apply it
     (restart with the patched plan). Shared by the deployment and triage screens."""
-    from ..core.diagnose.fixes import apply_patch
+    from ..core.ops import Refused
 
-    fix = finding.get("fix") or {}
-    if not fix.get("applicable") or not fix.get("plan_patch"):
-        screen.notify(f"{finding.get('code')}: no fix gpuops can apply; {fix.get('summary') or ''}".strip(),
+    fix = finding.fix
+    if fix is None or not fix.applicable or not fix.plan_patch:
+        screen.notify(f"{finding.code}: no fix gpuops can apply; {fix.summary if fix else ''}".strip(),
                       severity="warning")
         return
     try:
-        _, diff = apply_patch(deployment.plan, fix["plan_patch"])
-    except ValueError as exc:
-        screen.notify(f"fix refused: {exc}", severity="error")
+        diff = screen.app.ops.fix_diff(deployment.name, fix.plan_patch)  # type: ignore[attr-defined]
+    except Refused as exc:
+        screen.notify(str(exc), severity="error")
         return
-    detail = Text(f"{fix.get('summary')}\n\n")
+    detail = Text(f"{fix.summary}\n\n")
     detail.append_text(diff_text(diff))
     detail.append("\nThe server is stopped and started again with this plan.")
+    patch = fix.plan_patch
 
     def answered(yes: bool | None) -> None:
         if yes:
-            screen.app.apply_fix(deployment.name, fix["plan_patch"],  # type: ignore[attr-defined]
-                                 {"code": finding.get("code"), "summary": fix.get("summary")})
+            screen.app.apply_fix(deployment.name, patch, code=finding.code, summary=fix.summary)  # type: ignore[attr-defined]
 
-    screen.app.push_screen(ConfirmScreen(f"Apply the fix for {finding.get('code')} to {deployment.name}?",
+    screen.app.push_screen(ConfirmScreen(f"Apply the fix for {finding.code} to {deployment.name}?",
                                          detail, yes="Restart with it"), answered)
 
 
@@ -64,10 +64,10 @@ class TriageScreen(GpuopsScreen):
         Binding("escape", "back", "Back", key_display="esc"),
     ]
 
-    def __init__(self, deployment: Deployment, doc: dict | None = None):
+    def __init__(self, deployment: Deployment, report: TriageReport | None = None):
         super().__init__(id="triage")
         self.deployment = deployment
-        self.doc: dict | None = doc
+        self.doc: TriageReport | None = report
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -92,57 +92,53 @@ class TriageScreen(GpuopsScreen):
 
     @work(exclusive=True, group="triage")
     async def action_rerun(self) -> None:
-        from ..core.diagnose.triage import triage_deployment
         from ..core.hosts.host import HostError
+        from ..core.ops import Refused
 
-        d = self.deployment
-        host = self.app.monitor.hosts.get(d.host)  # type: ignore[attr-defined]
-        if host is None:
-            self.notify(f"host {d.host} is not in the inventory", severity="error")
-            return
         self.query_one("#triage-detail", TextView).set(Text("running the log rules and the host checks…"))
         try:
-            self.doc = await triage_deployment(host, d.plan, host.config.journal_dir)
-        except HostError as exc:
-            self.query_one("#triage-detail", TextView).set(Text(f"triage failed: {exc.message}", style="red"))
+            self.doc = await self.app.ops.triage(self.deployment.name)  # type: ignore[attr-defined]
+        except (HostError, Refused) as exc:
+            self.query_one("#triage-detail", TextView).set(Text(f"triage failed: {getattr(exc, 'message', exc)}",
+                                                                style="red"))
             return
         self.show()
 
     @property
-    def findings(self) -> list[dict]:
-        return list((self.doc or {}).get("findings") or [])
+    def findings(self) -> list[Finding]:
+        return list(self.doc.findings) if self.doc is not None else []
 
     def show(self) -> None:
-        doc = self.doc or {}
+        doc = self.doc
         options = self.query_one(OptionList)
         options.clear_options()
         for i, f in enumerate(self.findings):
             label = Text()
-            label.append(f"{f.get('severity', '?'):<7} ", style=SEVERITY_STYLE.get(f.get("severity"), ""))
-            label.append(f"{f.get('code')}")
-            if (f.get("fix") or {}).get("applicable"):
+            label.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
+            label.append(f.code)
+            if f.fix is not None and f.fix.applicable:
                 label.append("  [fix]", style="green")
             options.add_option(Option(label, id=str(i)))
         if self.findings:
             options.highlighted = 0
         else:
             self.query_one("#triage-detail", TextView).set(Text(
-                f"no findings (phase {doc.get('phase') or '-'}, outcome {doc.get('outcome') or '-'})."
+                f"no findings (phase {(doc.phase if doc else None) or '-'}, outcome {(doc.outcome if doc else None) or '-'})."
                 " If it is stuck with nothing found: n restarts with NCCL_DEBUG=INFO."))
         checks = Text()
-        if doc.get("log_error"):
-            checks.append(f"The log could not be read: {doc['log_error']}\n\n", style="yellow")
+        if doc is not None and doc.log_error:
+            checks.append(f"The log could not be read: {doc.log_error}\n\n", style="yellow")
         checks.append("Host checks\n", style="bold")
-        for c in doc.get("checks") or []:
-            mark, style = {True: ("ok  ", "green"), False: ("FAIL", "bold red"), None: ("n/a ", "dim")}[c["ok"]]
+        for c in (doc.checks if doc is not None else None) or []:
+            mark, style = {True: ("ok  ", "green"), False: ("FAIL", "bold red"), None: ("n/a ", "dim")}[c.ok]
             checks.append(f"  [{mark}] ", style=style)
-            checks.append(f"{c['name']}: {c['detail']}\n")
-        for stack in doc.get("stacks") or []:
+            checks.append(f"{c.name}: {c.detail}\n")
+        for stack in (doc.stacks if doc is not None else None) or []:
             checks.append(f"\npy-spy {stack.get('rank') or 'server'} (pid {stack.get('pid')})\n", style="bold")
             checks.append((stack.get("text") or stack.get("error") or "").rstrip() + "\n")
         self.query_one("#triage-checks", TextView).set(checks)
 
-    def selected(self) -> dict | None:
+    def selected(self) -> Finding | None:
         idx = self.query_one(OptionList).highlighted
         return self.findings[idx] if idx is not None and idx < len(self.findings) else None
 
@@ -150,26 +146,26 @@ class TriageScreen(GpuopsScreen):
         f = self.selected()
         if f is None:
             return
-        out = Text()
-        out.append(f"{f.get('code')} ({f.get('severity')})\n", style=SEVERITY_STYLE.get(f.get("severity"), "bold"))
-        out.append(f"{f.get('summary')}\n\n")
-        if f.get("evidence"):
-            out.append("Evidence\n", style="bold")
-            for ev in f["evidence"]:
-                out.append(f"  {ev.get('source')}: ", style="dim")
-                out.append(f"{ev.get('line') or ev.get('reading')}\n")
-        fix = f.get("fix") or {}
-        if fix.get("summary"):
-            out.append("\nFix\n", style="bold")
-            out.append(f"  {fix['summary']}\n")
-            if fix.get("applicable") and fix.get("plan_patch"):
-                from ..core.diagnose.fixes import apply_patch
+        from ..core.ops import Refused
 
+        out = Text()
+        out.append(f"{f.code} ({f.severity})\n", style=SEVERITY_STYLE.get(f.severity, "bold"))
+        out.append(f"{f.summary}\n\n")
+        if f.evidence:
+            out.append("Evidence\n", style="bold")
+            for ev in f.evidence:
+                out.append(f"  {ev.source}: ", style="dim")
+                out.append(f"{ev.line or ev.reading}\n")
+        fix = f.fix
+        if fix is not None and fix.summary:
+            out.append("\nFix\n", style="bold")
+            out.append(f"  {fix.summary}\n")
+            if fix.applicable and fix.plan_patch:
                 try:
-                    _, diff = apply_patch(self.deployment.plan, fix["plan_patch"])
+                    diff = self.app.ops.fix_diff(self.deployment.name, fix.plan_patch)  # type: ignore[attr-defined]
                     out.append("  f applies it:\n", style="green")
                     out.append_text(diff_text(diff))
-                except ValueError as exc:
+                except Refused as exc:
                     out.append(f"  (cannot be applied to this plan: {exc})\n", style="red")
         self.query_one("#triage-detail", TextView).set(out)
 
@@ -185,16 +181,15 @@ class TriageScreen(GpuopsScreen):
     def action_nccl_debug(self) -> None:
         from ..core.diagnose.stall import NCCL_DEBUG_PATCH
 
-        ask_and_apply(self, self.deployment, {"code": "nccl-debug", "fix": {
-            "summary": "restart with NCCL's own logging on, to see which step NCCL waits in",
-            "applicable": True, "plan_patch": NCCL_DEBUG_PATCH}})
+        ask_and_apply(self, self.deployment, Finding("nccl-debug", "info", "NCCL's own logging", fix=Fix(
+            "restart with NCCL's own logging on, to see which step NCCL waits in", True, NCCL_DEBUG_PATCH)))
 
     def action_end_process(self) -> None:
         """End the selected leftover-gpu-process finding's processes: asks first; each pid is
-        signalled only while it still runs the command shown (core/procs.py)."""
+        signalled only while it still runs the command shown (gpuops.core.hosts.procs)."""
         f = self.selected()
-        rows = ((f or {}).get("data") or {}).get("processes") or []
-        if not f or f.get("code") != "leftover-gpu-process" or not rows:
+        rows = (f.data.get("processes") if f is not None else None) or []
+        if f is None or f.code != "leftover-gpu-process" or not rows:
             self.notify("select a leftover-gpu-process finding first", severity="warning")
             return
         listing = "\n".join(f"GPU{r['gpu']}  pid {r['pid']}  {r.get('user') or '?'}  {(r.get('command') or '?')[:90]}"
@@ -210,17 +205,15 @@ class TriageScreen(GpuopsScreen):
     @work(exclusive=True, group="triage-end")
     async def end_processes(self, rows: list[dict]) -> None:
         from ..core.hosts.host import HostError
-        from ..core.hosts.procs import end_process
+        from ..core.ops import Refused
 
-        host = self.app.monitor.hosts.get(self.deployment.host)  # type: ignore[attr-defined]
-        if host is None:
-            return
         for pid in dict.fromkeys(r["pid"] for r in rows):
             command = next(r.get("command") for r in rows if r["pid"] == pid)
             try:
-                result = await end_process(host, pid, command)
-            except HostError as exc:
-                self.notify(exc.message, severity="error")
+                result = await self.app.ops.end_process(self.deployment.host, pid, command,  # type: ignore[attr-defined]
+                                                        confirmed=True)
+            except (HostError, Refused) as exc:
+                self.notify(getattr(exc, "message", str(exc)), severity="error")
                 continue
             self.notify(result.message, severity="information" if result.ended else "error")
         self.action_rerun()

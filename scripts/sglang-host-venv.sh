@@ -3,7 +3,8 @@
 # them, for the tests that run bench_serving / run_eval over SSH against the simulated server.
 # The sglang wheel goes in without its dependencies (most are for serving on a GPU); what the
 # benchmark and the eval import is installed beside it. torch/torchvision are the CUDA builds
-# that sglang's imports need (a CPU torch lacks torchvision's operators: facts/testing-here.md).
+# that sglang's imports need (a CPU torch lacks torchvision's operators: 'operator torchvision::nms does
+# not exist').
 #   usage: scripts/sglang-host-venv.sh DIR [SGLANG_VERSION]
 # Idempotent: a DIR whose marker names the same version is left as it is.
 set -euo pipefail

@@ -22,6 +22,7 @@ gpuops code::
                             systemd-journal-remote for the fake systemctl's units
     DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
     DIR/state/sim.json      the scenario, the pace and the simulator's knobs (``SimHost.set_sim``)
+    DIR/state/calls.log     one line per run of the host's python (pid, arguments): what tests count
     DIR/state/systemd/      the fake systemctl's units: main pid, state, exit status
     DIR/root/...            host files the reporter and the triage probe read through GPUOPS_HOST_ROOT:
                             proc/driver/nvidia/version, usr/lib/x86_64-linux-gnu/libnvidia-ml.so.* and
@@ -81,7 +82,7 @@ GPU_FIELDS = frozenset(
     temp_c sm_clock mem_clock pci_bus_id processes compute_capability max_sm_clock""".split()
 )
 
-# A real H200's memory.total (143771 MiB) and idle v2 "reserved" (facts/gpu-host.md).
+# A real H200's memory.total (143771 MiB) and idle v2 "reserved", as read on one (tests/gpu/sampler-*.log).
 H200_MEMORY_GIB = 143771 / 1024
 H200_RESERVED_BYTES = 644_939_776
 
@@ -403,6 +404,10 @@ REAL_PYTHON='{real}'
 SGLANG_VERSION='{sglang_version}'  # empty: this host has no SGLang
 SGLANG_VENV='{sglang_venv}'  # empty: no real SGLang for its benchmark and eval modules
 SIM_PYTHONPATH="{pythonpath}"  # the stand-ins (pynvml, sglang) this wrapper puts first on PYTHONPATH
+# every run, one line in state/calls.log (what tests count: log followers, probes, reporters):
+# its pid and its arguments, the source of a `python -c SOURCE` left out
+if [ "${{1:-}}" = "-c" ]; then _calls=$(shift 2; printf '%s ' "$@"); else _calls="$*"; fi
+printf '%s -- %s\n' "$$" "$_calls" | cut -c1-2000 >> "$SIM_DIR/state/calls.log" 2>/dev/null || :
 case "$1 $2" in
     "-m sglang.launch_server") ;;
     "-m sglang."*)
@@ -745,6 +750,7 @@ def setup_simhost(
                                                                         tag=torch_cuda.replace(".", "")))
 
     state_file = state_dir / "gpus.json"
+    (state_dir / "calls.log").touch()  # the wrapper appends a line per python run
     host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file,
                    sglang_version=sglang_version, scenario=scenario, pace=pace)
     _write_json_atomic(host.sim_file, dict(SIM_DEFAULTS, scenario=scenario, pace=pace))

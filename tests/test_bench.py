@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.plans import make_plan
 from tqdm import tqdm
 
 from gpuops.core.bench import runner as bench
@@ -25,7 +27,7 @@ from gpuops.core.bench.runner import (BenchInputError, Profile, Target, compare,
                                parse_jsonl, parse_metrics, parse_progress, poll_metrics, resolve_profile)
 from gpuops.core.config import HostConfig, parse_inventory
 from gpuops.core.hosts.host import LocalHost
-from gpuops.core.deploy.launch import env_file_text
+from gpuops.core.hosts.files import env_file_text
 from gpuops.sim.host import setup_simhost
 from gpuops.core.deploy.store import Store
 from tests.test_cli import gpuops
@@ -377,7 +379,7 @@ def cli(tmp_path):
 
 def test_bad_input_exits_2_with_one_line(cli, tmp_path):
     store = Store(cli.db)
-    store.add_deployment("dep", "sim", {"model": {"id": "m"}, "launcher": "process", "port": 1})
+    store.add_deployment("sim", make_plan("dep", model="m", port=1))
     store.close()
     (tmp_path / "bad.jsonl").write_text('{"backend": "sglang"}\n')
     cases = [

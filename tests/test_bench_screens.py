@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.plans import make_plan
 from textual.widgets import DataTable, Input, OptionList, Static
 from textual_plotext import PlotextPlot
 
@@ -157,12 +159,11 @@ async def test_help_lists_the_bench_keys_and_command():
 
 
 def ready_deployment(name: str, host: str, port: int, model: str, python: str = "python3", state: str = "ready"):
-    plan = {"name": name, "model": {"id": "Qwen/Qwen3-8B"}, "launcher": "process", "port": port, "gpu_ids": [0],
-            "python": python, "model_path": model, "argv": ["--model-path", model, "--port", str(port),
-                                                            "--enable-metrics"]}
+    plan = make_plan(name, port=port, python=python, model_path=model,
+                     argv=["--model-path", model, "--port", str(port), "--enable-metrics"])
     store = Store()
     try:
-        return store.add_deployment(name, host, plan, state=state)
+        return store.add_deployment(host, plan, state=state)
     finally:
         store.close()
 
@@ -282,6 +283,11 @@ def simbox(tmp_path, monkeypatch):
     try:
         server.wait_for("fired up")
         ready_deployment("qwen8b", "sim", server.port, str(model), python=str(sim.python))
+        # where the process launcher keeps it: the deployment's watch finds its server alive
+        state = tmp_path / "home" / ".local/state/gpuops/deployments/qwen8b"
+        state.mkdir(parents=True)
+        (state / "pid").write_text(f"{server.proc.pid}\n")
+        (state / "log").write_text("")
         yield load_inventory(str(cfg)), venv, tmp_path
     finally:
         server.stop()

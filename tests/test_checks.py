@@ -11,6 +11,8 @@ import subprocess
 import httpx
 import pytest
 
+from tests.plans import make_plan
+
 from gpuops.core.bench import functional as checks
 from gpuops.core.bench.functional import accept_length_from_metrics, run_checks, schema_problem, tool_call_problem, WEATHER
 from gpuops.sim.host import setup_simhost
@@ -24,8 +26,9 @@ KEY = "sk-checks-Secret-9f3a"
 LLAMA = "llama3__Llama-3.1-8B-Instruct.json"
 PARSERS = ["--reasoning-parser", "qwen3", "--tool-call-parser", "qwen3_coder"]
 # what a plan for Qwen3.5 with tool calling, thinking and MTP launches with
-PLAN = {"argv": ["--model-path", "Qwen/Qwen3.5-122B-A10B", *PARSERS, "--speculative-algorithm", "NEXTN",
-                 "--speculative-num-steps", "3"]}
+PLAN = make_plan("qwen122", model="Qwen/Qwen3.5-122B-A10B",
+                 argv=["--model-path", "Qwen/Qwen3.5-122B-A10B", *PARSERS, "--speculative-algorithm", "NEXTN",
+                       "--speculative-num-steps", "3"])
 
 
 @pytest.fixture(scope="module")

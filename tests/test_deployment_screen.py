@@ -26,7 +26,7 @@ async def test_reattach_shows_phases_numbers_and_the_log(world, monkeypatch):
             await pilot.press("colon", *"dep qwen8b", "enter")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
             screen = app.screen
-            assert await until(pilot, lambda: screen.tracker.outcome == "ready", timeout=30)
+            assert await until(pilot, lambda: screen.view.state == "ready", timeout=30)
             await pilot.pause(1.2)  # one refresh of the view
             phases = screen.query_one("#dep-phases").text.plain
             for phase in ("dist_init", "weights", "kv_cache", "cuda_graph", "http"):
@@ -63,7 +63,7 @@ async def test_deploy_from_plan_review_opens_the_deployment_screen_until_ready(w
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen), timeout=30)
             screen = app.screen
             assert screen.deployment.name == "fromtui"
-            assert await until(pilot, lambda: screen.tracker.outcome == "ready", timeout=60)
+            assert await until(pilot, lambda: screen.view.state == "ready", timeout=60)
             assert await until(pilot, lambda: any("fromtui: ready" in str(n.message) for n in app._notifications),
                                timeout=60)
     finally:

@@ -1,4 +1,4 @@
-"""Applying a fix to a plan (core/fixes.py): on real plans built by core/plan.py, the new plan
+"""Applying a fix to a plan (gpuops.core.diagnose.fixes): on real plans built by the planner, the new plan
 changes exactly as the diff says, the unit is rendered as the planner renders it, bad patches
 are refused with nothing changed, and the input plan is never touched."""
 
@@ -13,10 +13,17 @@ import pytest
 from gpuops.core.diagnose.fixes import apply_patch, describe_patch, validate_patch
 from gpuops.core.planning.hostfacts import offline_target
 from gpuops.core.planning.model_facts import facts_from_config
-from gpuops.core.planning.plan import Wishes, build_plan, split_flags
+from gpuops.core.domain import Invalid, Plan, split_flags
+from gpuops.core.planning.plan import Wishes, build_plan
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 H200 = 143771 / 1024  # GiB
+
+
+def apply(doc: dict, patch, **kw) -> tuple[dict, list]:
+    """apply_patch on the typed plan of a plan document; the new plan as a document."""
+    new, diff = apply_patch(Plan.from_json(doc), patch, **kw)
+    return new.to_json(), diff
 
 
 def qwen35_plan(version: str = "0.5.10", launcher: str = "systemd", **wishes) -> dict:
@@ -41,7 +48,7 @@ def assert_diff_is_the_change(before: dict, after: dict, diff: list[tuple[str, s
 def test_a_flag_change_edits_argv_and_the_unit_exactly_as_the_planner_would():
     plan = qwen35_plan()
     before = copy.deepcopy(plan)
-    new, diff = apply_patch(plan, {"set_flags": {"--mem-fraction-static": ["0.85"]}}, why="kv-cache-oom")
+    new, diff = apply(plan, {"set_flags": {"--mem-fraction-static": ["0.85"]}}, why="kv-cache-oom")
     assert plan == before  # never mutated
     assert diff == [("-", "--mem-fraction-static 0.8"), ("+", "--mem-fraction-static 0.85")]
     assert_diff_is_the_change(plan, new, diff)
@@ -61,11 +68,11 @@ def test_a_flag_change_edits_argv_and_the_unit_exactly_as_the_planner_would():
 def test_the_mtp_fix_on_a_plan_that_lacks_the_two_flags():
     """The motivating crash: a plan without the mamba strategy flag and SGLANG_ENABLE_SPEC_V2."""
     good = qwen35_plan("0.5.10")
-    broken, diff = apply_patch(good, {"remove_flags": ["--mamba-scheduler-strategy"],
+    broken, diff = apply(good, {"remove_flags": ["--mamba-scheduler-strategy"],
                                       "unset_env": ["SGLANG_ENABLE_SPEC_V2"]})
     assert diff == [("-", "--mamba-scheduler-strategy extra_buffer"), ("-", "SGLANG_ENABLE_SPEC_V2=1")]
     assert "--mamba-scheduler-strategy" not in broken["unit"]["text"]
-    fixed, diff = apply_patch(broken, {"set_flags": {"--mamba-scheduler-strategy": ["extra_buffer"]},
+    fixed, diff = apply(broken, {"set_flags": {"--mamba-scheduler-strategy": ["extra_buffer"]},
                                        "set_env": {"SGLANG_ENABLE_SPEC_V2": "1"}})
     assert diff == [("+", "--mamba-scheduler-strategy extra_buffer"), ("+", "SGLANG_ENABLE_SPEC_V2=1")]
     assert_diff_is_the_change(broken, fixed, diff)
@@ -76,7 +83,7 @@ def test_the_mtp_fix_on_a_plan_that_lacks_the_two_flags():
 
 def test_port_moves_in_both_places_and_env_and_switches():
     plan = qwen35_plan("0.5.23")
-    new, diff = apply_patch(plan, {"port": 30001, "set_flags": {"--disable-custom-all-reduce": []},
+    new, diff = apply(plan, {"port": 30001, "set_flags": {"--disable-custom-all-reduce": []},
                                    "set_env": {"NCCL_DEBUG": "INFO"}, "unset_env": ["CUDA_VISIBLE_DEVICES"]})
     assert new["port"] == 30001 and dict(split_flags(new["argv"]))["--port"] == ("30001",)
     assert diff == [("+", "--disable-custom-all-reduce"),
@@ -94,24 +101,24 @@ def test_a_patch_that_changes_nothing_gives_an_empty_diff_and_the_same_plan():
     plan = qwen35_plan()
     for patch in ({"set_flags": {"--mem-fraction-static": ["0.8"]}}, {"remove_flags": ["--disable-radix-cache"]},
                   {"unset_env": ["NCCL_DEBUG"]}, {"port": 30000}, {}):
-        new, diff = apply_patch(plan, patch)
+        new, diff = apply(plan, patch)
         assert diff == [] and new == plan
 
 
 def test_repeated_flags_are_replaced_by_one_and_removed_everywhere():
     plan = qwen35_plan()
     plan["argv"] += ["--json-model-override-args", "{}", "--json-model-override-args", "{\"a\": 1}"]
-    new, diff = apply_patch(plan, {"set_flags": {"--json-model-override-args": ["{\"b\": 2}"]}})
+    new, diff = apply(plan, {"set_flags": {"--json-model-override-args": ["{\"b\": 2}"]}})
     assert diff == [("-", "--json-model-override-args {}"), ("-", "--json-model-override-args {\"a\": 1}"),
                     ("+", "--json-model-override-args {\"b\": 2}")]
     assert [v for n, v in split_flags(new["argv"]) if n == "--json-model-override-args"] == [("{\"b\": 2}",)]
-    new, diff = apply_patch(plan, {"remove_flags": ["--json-model-override-args"]})
+    new, diff = apply(plan, {"remove_flags": ["--json-model-override-args"]})
     assert len(diff) == 2 and "--json-model-override-args" not in new["argv"]
 
 
 def test_a_process_plan_has_no_unit_to_render():
     plan = qwen35_plan(launcher="process")
-    new, diff = apply_patch(plan, {"set_flags": {"--context-length": ["131072"]}})
+    new, diff = apply(plan, {"set_flags": {"--context-length": ["131072"]}})
     assert new["unit"] is None and diff == [("-", "--context-length 262144"), ("+", "--context-length 131072")]
 
 
@@ -140,14 +147,14 @@ def test_bad_patches_are_refused_and_nothing_changes(patch, message):
     plan = qwen35_plan()
     before = copy.deepcopy(plan)
     with pytest.raises(ValueError) as exc:
-        apply_patch(plan, patch)
+        apply(plan, patch)
     assert message in str(exc.value) and "\n" not in str(exc.value)
     assert plan == before
 
 
 def test_not_a_plan_is_refused():
-    with pytest.raises(ValueError, match="not a gpuops plan"):
-        apply_patch({"env": {}}, {"port": 1})
+    with pytest.raises(Invalid, match="missing required field"):
+        apply({"env": {}}, {"port": 1})
 
 
 def test_describe_patch_and_validate_normalizes():

@@ -14,7 +14,8 @@ import pytest
 
 from gpuops.core.config import HostConfig, SshTarget
 from gpuops.core.hosts.host import LocalHost, SshHost
-from gpuops.core.deploy.launch import ProcessLauncher, env_file_text, new_api_key, read_env_value, remote_home
+from gpuops.core.deploy.launch import ProcessLauncher
+from gpuops.core.hosts.files import env_file_text, new_api_key, read_env_value, remote_home
 from tests.test_hosts import processes_matching, wait_until
 
 SERVER = """

@@ -137,7 +137,7 @@ def test_qwen3_5_nested_config_hybrid_mtp_and_vision() -> None:
         "qwen3_5", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe")
     assert (f.hidden_size, f.num_layers, f.vocab_size) == (3072, 48, 248320)
     assert f.hybrid is not None
-    assert f.hybrid.full_attention_layers == 12  # facts/sglang.md section 6
+    assert f.hybrid.full_attention_layers == 12  # the model card: 12 of 48 layers full attention
     assert f.hybrid.linear_attention_layers == 36
     assert f.moe is not None
     assert (f.moe.num_experts, f.moe.active_experts, f.moe.shared_experts) == (256, 8, 1)

@@ -20,13 +20,17 @@ from gpuops.core.diagnose.phases import (
     Crash,
     LogLine,
     Numbers,
-    PhaseEvent,
+    PhaseChange,
     PhaseTracker,
     Progress,
     clean,
     track_log,
-    triage_log,
 )
+from gpuops.core.diagnose.triage import triage_log as triage_report
+
+
+def triage_log(lines, plan=None) -> dict:
+    return triage_report(lines, plan).to_json()
 
 LOGS = Path(__file__).parent / "data" / "logs"
 
@@ -51,7 +55,7 @@ def run(lines) -> tuple[PhaseTracker, list]:
 
 
 def phases_of(events) -> list[str]:
-    return [e.phase for e in events if isinstance(e, PhaseEvent)]
+    return [e.phase for e in events if isinstance(e, PhaseChange)]
 
 
 def progress_of(events, phase: str) -> list[tuple[int, int | None, str]]:
@@ -80,14 +84,14 @@ def test_full_start_0_5_10_old_wording():
     assert not tr.ready_inferred
     assert tr.last_phase_line == "The server is fired up and ready to roll!"
     # phase events carry the line that moved the phase and SGLang's timestamp
-    ev = {e.phase: e for e in events if isinstance(e, PhaseEvent)}
+    ev = {e.phase: e for e in events if isinstance(e, PhaseChange)}
     assert ev["dist_init"].text == "Init torch distributed begin." and ev["dist_init"].ts == "2026-07-14 07:48:16"
     assert ev["weights"].text.startswith("Load weight begin. avail mem=137.62 GB")
     assert ev["kv_cache"].text.startswith("KV Cache is allocated. #tokens: 1289216")
     assert ev["cuda_graph"].text.startswith("Capture cuda graph begin.")
     assert ev["http"].text == "INFO:     Started server process [2345]"
-    assert [e.line_no for e in events if isinstance(e, PhaseEvent)] == sorted(
-        e.line_no for e in events if isinstance(e, PhaseEvent))
+    assert [e.line_no for e in events if isinstance(e, PhaseChange)] == sorted(
+        e.line_no for e in events if isinstance(e, PhaseChange))
     # shards n/N and CUDA-graph batch sizes
     assert progress_of(events, "weights") == [(24, 24, "shards")]
     assert progress_of(events, "cuda_graph") == [(0, 52, "batch sizes"), (52, 52, "batch sizes")]
@@ -115,7 +119,7 @@ def test_full_start_0_5_23_new_wording():
     tr, events = run(lines_of("sglang-0.5.23-dense-tp2.log"))
     assert phases_of(events) == ["starting", "dist_init", "weights", "kv_cache", "cuda_graph", "http", "ready"]
     assert tr.outcome == "ready"
-    ev = {e.phase: e for e in events if isinstance(e, PhaseEvent)}
+    ev = {e.phase: e for e in events if isinstance(e, PhaseChange)}
     assert ev["dist_init"].text == "Init parallel begin."
     assert ev["cuda_graph"].text.startswith("Capture target prefill CUDA graph begin. backend=breakable")
     assert progress_of(events, "weights") == [(17, 17, "shards")]
@@ -137,7 +141,7 @@ def test_full_start_0_5_23_new_wording():
 def test_hybrid_mtp_0_5_10_draft_after_graphs():
     tr, events = run(lines_of("sglang-0.5.10-hybrid-mtp-tp4.log"))
     assert phases_of(events) == ["starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready"]
-    ev = {e.phase: e for e in events if isinstance(e, PhaseEvent)}
+    ev = {e.phase: e for e in events if isinstance(e, PhaseChange)}
     # the draft ModelRunner's own "Init torch distributed begin." (0.5.10) opens the draft phase
     assert ev["draft"].text == "Init torch distributed begin."
     assert ev["draft"].line_no > ev["cuda_graph"].line_no
@@ -166,7 +170,7 @@ def test_hybrid_mtp_0_5_10_draft_after_graphs():
 def test_hybrid_mtp_0_5_23_draft_loads_with_target():
     tr, events = run(lines_of("sglang-0.5.23-hybrid-mtp-tp4.log"))
     assert phases_of(events) == ["starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready"]
-    ev = {e.phase: e for e in events if isinstance(e, PhaseEvent)}
+    ev = {e.phase: e for e in events if isinstance(e, PhaseChange)}
     assert ev["cuda_graph"].text.startswith("Capture target verify CUDA graph begin.")
     assert ev["draft"].text.startswith("Capture draft decode CUDA graph begin.")
     # 0.5.23 loads the draft right after the target (weights phase): its numbers are the draft's
@@ -192,7 +196,7 @@ def test_draft_load_after_cuda_graph_is_phase_draft():
         tr.feed(line)
     assert tr.phase == "cuda_graph"
     out = tr.feed("[2026-07-14 09:14:46 TP0] Load weight begin. avail mem=34.81 GB")
-    assert [e.phase for e in out if isinstance(e, PhaseEvent)] == ["draft"]
+    assert [e.phase for e in out if isinstance(e, PhaseChange)] == ["draft"]
     assert tr.phase == "draft" and tr.numbers["draft_load_begin_avail_mem_gb"] == 34.81
 
 
@@ -202,7 +206,7 @@ def test_phase_never_goes_backwards_with_lagging_ranks():
     tr.feed("[2026-07-14 07:50:03 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=17.41 GB")
     # TP3 is a little behind in the journal: its pool line is no draft and moves nothing back
     out = tr.feed("[2026-07-14 07:50:03 TP3] Memory pool end. avail mem=17.90 GB")
-    assert not [e for e in out if isinstance(e, PhaseEvent)]
+    assert not [e for e in out if isinstance(e, PhaseChange)]
     assert tr.phase == "cuda_graph"
     assert "draft_pool_avail_mem_gb" not in tr.numbers
     assert tr.numbers["pool_avail_mem_gb"] == 17.93  # the lowest rank's number wins
@@ -347,7 +351,7 @@ def test_uvicorn_routed_ready_line_and_inferred_ready():
     tr, events = run(missing)
     assert tr.outcome == "ready" and tr.ready_inferred and tr.phase == "ready"
     warm = next(i for i, x in enumerate(missing, 1) if '"POST /generate HTTP/1.1" 200' in x)
-    assert tr.ready_line_no == warm and [e for e in events if isinstance(e, PhaseEvent)][-1].line_no == warm
+    assert tr.ready_line_no == warm and [e for e in events if isinstance(e, PhaseChange)][-1].line_no == warm
     # ...but only uvicorn, no successful warmup: not ready
     tr, _ = run([x for x in missing if "POST /generate" not in x])
     assert tr.outcome == "incomplete" and tr.phase == "http"
@@ -359,7 +363,7 @@ def test_inferred_ready_waits_for_the_real_ready_line():
     tr.feed('INFO:     127.0.0.1:51236 - "POST /generate HTTP/1.1" 200 OK')
     assert tr.outcome == "incomplete"
     out = tr.feed("[2026-07-14 07:50:44] The server is fired up and ready to roll!")
-    assert [e.line_no for e in out if isinstance(e, PhaseEvent)] == [3]
+    assert [e.line_no for e in out if isinstance(e, PhaseChange)] == [3]
     assert tr.ready_line_no == 3 and not tr.ready_inferred
     # a live follower whose stream went quiet settles it with idle()
     tr = PhaseTracker()
@@ -391,7 +395,7 @@ def test_crash_spec_config_value_error():
     assert tr.outcome == "crashed"
     c = tr.crash
     assert isinstance(c, Crash)
-    assert c.summary == SPEC_ERROR  # facts/sglang.md §1, verbatim: no space after "no_buffer."
+    assert c.summary == SPEC_ERROR  # SGLang 0.5.10's server_args.py, verbatim: no space after "no_buffer."
     assert "no_buffer.To use radix cache" in c.summary
     assert c.phase == "starting" and c.inferred_from == "traceback"
     assert c.evidence[-1] == SPEC_ERROR

@@ -12,16 +12,10 @@ import pytest
 
 from gpuops.core.planning.hostfacts import offline_target
 from gpuops.core.planning.model_facts import facts_from_config
-from gpuops.core.planning.plan import (
-    GpuInfo,
-    PlanError,
-    Target,
-    Wishes,
-    build_plan,
-    previous_from_unit,
-    split_flags,
-    systemd_quote,
-)
+from gpuops.core.domain import split_flags, systemd_quote
+from gpuops.core.planning import PlanError
+from gpuops.core.planning.like import Previous, previous_from_unit
+from gpuops.core.planning.plan import GpuInfo, Target, Wishes, build_plan
 from tests.test_cli import gpuops
 
 DATA = Path(__file__).parent / "data"
@@ -95,7 +89,7 @@ def test_like_a_previous_fp4_unit_drops_what_no_longer_applies():
     dropped = {r.removes[0]: r.why for r in plan.rules if r.id == "like-drop"}
     assert "FP4" in dropped["--quantization"] and "FP4" in dropped["--moe-runner-backend"]
     assert "renamed to --mamba-radix-cache-strategy" in dropped["--mamba-scheduler-strategy"]
-    ops = {(op, text.split()[0]) for op, text in plan.like_diff}
+    ops = {(c.op, c.text.split()[0]) for c in plan.like.diff}
     assert ("-", "--quantization") in ops and ("+", "--mamba-radix-cache-strategy") in ops
     assert ("~", "--model-path") in ops and ("~", "--host") in ops  # 0.0.0.0 → policy's loopback
     assert "--mem-fraction-static" in f and f["--mem-fraction-static"] == ("0.8",)
@@ -285,7 +279,6 @@ def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home
 
 def test_like_translates_deprecated_flags_and_drops_unknown_ones():
     from gpuops.core.planning import sglang_versions as sv
-    from gpuops.core.planning.plan import Previous
 
     assert sv.deprecated_flags("0.5.15").get("--cuda-graph-max-bs") == "--cuda-graph-max-bs-decode"
     prev = Previous("old.json", ("--model-path", "/m", "--tp", "4", "--cuda-graph-max-bs", "256",

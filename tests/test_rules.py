@@ -23,15 +23,29 @@ from typing import Callable
 import pytest
 
 from gpuops.core.diagnose import finding_rules as rules
-from gpuops.core.diagnose.fixes import apply_patch
+from gpuops.core.diagnose.fixes import apply_patch as apply_to_plan
 from gpuops.core.planning.hostfacts import offline_target
 from gpuops.core.planning.model_facts import facts_from_config
 from gpuops.core.diagnose.phases import PhaseTracker, clean, track_log
-from gpuops.core.planning.plan import Wishes, build_plan, split_flags
-from gpuops.core.diagnose.finding_rules import LINE_RULES, SILENCE_RULES, LogScanner, findings_for_log
+from gpuops.core.domain import Plan, split_flags
+from gpuops.core.planning.plan import Wishes, build_plan
+from gpuops.core.diagnose.finding_rules import LINE_RULES, SILENCE_RULES, LogScanner
+from gpuops.core.diagnose.finding_rules import findings_for_log as findings_for_typed
 from gpuops.sim.host import setup_simhost
 from tests.sshd import free_port
 from tests.test_sglang_sim import Server
+
+
+
+def findings_for_log(lines, plan: dict | None = None):
+    """The rules' findings, with the plan (a plan document here) decoded as the Plan they take."""
+    return findings_for_typed(lines, Plan.from_json(plan) if plan is not None else None)
+
+
+def apply_patch(plan: dict, patch, **kw) -> tuple[dict, list]:
+    new, diff = apply_to_plan(Plan.from_json(plan), patch, **kw)
+    return new.to_json(), diff
+
 
 LOGS = Path(__file__).parent / "data" / "logs"
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -228,7 +242,7 @@ TORCH_SHM = ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/
              "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. \n"
              "Last error:\nError while creating shared memory segment /dev/shm/nccl-cjY8K5 (size 10617216), error: No "
              "space left on device (28)")
-# torch c10d TCPStore; facts/gpu-host.md (a real 2x H200 rendezvous that never completed)
+# torch c10d TCPStore; as a real 2x H200 rendezvous that never completed printed it
 STORE_TIMEOUT = ("torch.distributed.DistStoreError: Timed out after 26 seconds waiting for clients. 1/2 clients joined.")
 ADDR_IN_USE_C10D = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
                     "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
@@ -266,7 +280,7 @@ def server_args_error(exc: str, raise_line: int) -> list[str]:
 
 
 def nccl_init_lines(ranks: int, complete: int = 0) -> list[str]:
-    """NCCL_DEBUG=INFO's communicator init lines (facts/gpu-host.md, NCCL 2.28.9)."""
+    """NCCL_DEBUG=INFO's communicator init lines (as a real 2x H200 run printed them, NCCL 2.28.9)."""
     out = [f"gpu1:{4101 + r}:{4101 + r} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x55d4c0a{r}0000 rank {r} nranks "
            f"{ranks} cudaDev {r} nvmlDev {r} busId {r + 1}8000 commId 0x8f2c11d07a3b4e21 - Init START" for r in range(ranks)]
     out += [f"gpu1:{4101 + r}:{4101 + r} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x55d4c0a{r}0000 rank {r} nranks "

@@ -18,12 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuops.core.hosts.host import script_source
 from gpuops.core.hosts.programs import reporter
 from gpuops.core.planning import sglang_versions as sv
 from gpuops.sim.host import SimHost, setup_simhost
 from tests.sshd import free_port
 
-REPORTER_SOURCE = Path(reporter.__file__).read_text()
+REPORTER_SOURCE = script_source(reporter)  # exactly what gpuops sends
 CONFIGS = Path(__file__).parent / "data" / "configs"
 GIB = 1 << 30
 MIB = 1 << 20

@@ -1,5 +1,5 @@
 """SGLang's flags, parsers and defaults per version (core/planning/sglang-data/sglang_versions.json, read from
-the wheels by scripts/extract_sglang_flags.py), checked against ../shared/facts/sglang.md §1-2
+the wheels by scripts/extract_sglang_flags.py), checked against what the wheels' own sources say
 where the wheels agree with it. Offline: the data file is in the repo; nothing is downloaded."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from gpuops.core.planning import sglang_versions as sv
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED = ["0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.15", "0.5.18", "0.5.21", "0.5.23"]
 
-# facts/sglang.md §2, ToolCallParserEnum of 0.5.9 and 0.5.10
+# ToolCallParserEnum of 0.5.9 and 0.5.10 (function_call_parser.py)
 TOOL_PARSERS_0_5_10 = {
     "deepseekv3", "deepseekv31", "deepseekv32", "glm", "glm45", "glm47", "gpt-oss", "kimi_k2", "lfm2", "llama3",
     "mimo", "mistral", "pythonic", "qwen", "qwen25", "qwen3_coder", "step3", "step3p5", "minimax-m2", "trinity",
     "interns1", "hermes", "gigachat3"}
-# facts/sglang.md §2, DetectorMap of 0.5.10
+# DetectorMap of 0.5.10 (reasoning_parser.py)
 REASONING_PARSERS_0_5_10 = {
     "deepseek-r1", "deepseek-v3", "glm45", "gpt-oss", "kimi", "kimi_k2", "mimo", "qwen3", "qwen3-thinking",
     "minimax", "minimax-append-think", "step3", "step3p5", "mistral", "nemotron_3", "interns1"}
@@ -107,7 +107,7 @@ def test_old_mamba_flag_gone(v):
 
 
 def test_mamba_rename_where_the_wheels_put_it():
-    # facts/sglang.md did not check 0.5.14, 0.5.19, 0.5.20; the wheels say: the new name (with the
+    # for 0.5.14, 0.5.19, 0.5.20 the wheels say: the new name (with the
     # old one as a deprecated alias) arrives in 0.5.14, and the alias is last seen in 0.5.19.
     assert {"--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"} <= sv.flags_for("0.5.14")
     assert "--mamba-scheduler-strategy" in sv.flags_for("0.5.19")

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuops.core.hosts.host import script_source
 from gpuops.core.hosts.programs import reporter
 from gpuops.sim import host as sim_host
 from gpuops.sim.host import SimHost, setup_simhost
 
-REPORTER_SOURCE = Path(reporter.__file__).read_text()  # exactly what gpuops sends
+REPORTER_SOURCE = script_source(reporter)  # exactly what gpuops sends
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 

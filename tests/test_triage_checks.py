@@ -21,6 +21,7 @@ from gpuops.core.config import HostConfig, parse_inventory
 from gpuops.core.diagnose.fixes import apply_patch
 from gpuops.core.hosts.host import LocalHost, SshHost
 from gpuops.sim.host import setup_simhost
+from tests.plans import make_plan
 
 GIB = 1024**3
 RANK_CODE = "import time\ndef rank_loop():\n    while True:\n        time.sleep(1)\nrank_loop()\n"
@@ -65,12 +66,12 @@ def reach(sim, sshd=None):
     return SshHost(cfg, connect_options=sshd.options()) if sshd else LocalHost(cfg)
 
 
-def plan_for(gpu_ids=(0, 1), port=30000, argv=(), env=None, python=None) -> dict:
-    return {"name": "t", "tp": len(gpu_ids), "gpu_ids": list(gpu_ids), "port": port,
-            "argv": ["--port", str(port), *argv], "env": dict(env or {}), "python": python}
+def plan_for(gpu_ids=(0, 1), port=30000, argv=(), env=None, python=None):
+    return make_plan("t", gpu_ids=gpu_ids, port=port, argv=["--port", str(port), *argv], env=dict(env or {}),
+                     python=python)
 
 
-async def checks(host, plan, **kw) -> dict[str, triage.CheckResult]:
+async def checks(host, plan, **kw) -> dict[str, triage.HostCheckResult]:
     try:
         results = await triage.run_checks(host, plan, **kw)
     finally:
@@ -85,7 +86,7 @@ async def checks(host, plan, **kw) -> dict[str, triage.CheckResult]:
     return {r.name: r for r in results}
 
 
-def only(result: triage.CheckResult):
+def only(result: triage.HostCheckResult):
     assert result.ok is False and len(result.findings) == 1, result
     finding = result.findings[0]
     assert finding.code == result.name
@@ -359,7 +360,7 @@ async def test_a_real_listener_on_the_server_and_dist_init_ports(simdir):
         for f in got["port-in-use"].findings:  # the fixes applied: both ports move, and the check passes
             plan = apply_patch(plan, f.fix.plan_patch)[0]
         again = (await checks(reach(sim), plan))["port-in-use"]
-        assert again.ok is True and again.detail.startswith(f"server {plan['port']} free; dist-init ")
+        assert again.ok is True and again.detail.startswith(f"server {plan.port} free; dist-init ")
     r = got["port-in-use"]
     assert r.ok is False and len(r.findings) == 2
     server, rendezvous = r.findings

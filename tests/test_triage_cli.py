@@ -60,7 +60,7 @@ def test_triage_needs_a_log_or_a_deployment_and_a_known_one(tmp_path):
         out = gpuops("triage", *args, "--json", env=env)
         assert out.returncode == 2 and "a LOGFILE (- for stdin) or --deployment NAME" in out.stderr
     out = gpuops("triage", "--deployment", "nope", "--json", env=env)
-    assert out.returncode == 2 and out.stderr.strip() == "gpuops: no deployment named 'nope'"
+    assert out.returncode == 2 and out.stderr.strip() == "gpuops: no deployment named 'nope' (known: none)"
 
 
 def test_triage_of_a_deployment_stuck_on_a_driver_mismatch_over_ssh(world, tmp_path):

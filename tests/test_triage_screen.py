@@ -13,10 +13,11 @@ import pytest
 from textual.widgets import OptionList
 
 from gpuops.core.config import parse_inventory
-from gpuops.core.deploy.deployer import Deployer
-from gpuops.core.hosts.host import make_host
-from gpuops.sim.host import setup_simhost
 from gpuops.core.deploy.store import Store
+from gpuops.core.domain import Plan, ProgressEvent, TriageReport
+from gpuops.core.hosts.host import make_host
+from gpuops.core.ops import Ops
+from gpuops.sim.host import setup_simhost
 from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.screens.triage import TriageScreen
@@ -26,15 +27,11 @@ from tests.tui_helpers import until
 
 
 async def deploy_until_done(inv, plan: dict) -> str:
-    host = make_host(inv.host("sim"))
-    store = Store()
+    ops = Ops(inv, poll_s=1.0)
     try:
-        deployer = Deployer(host, plan, store, emit=lambda e: None, stall=dict(inv.stall), poll_s=1.0)
-        await deployer.prepare()
-        return await deployer.execute()
+        return await ops.deploy(Plan.from_json(plan), "sim", yes=True)
     finally:
-        store.close()
-        await host.close()
+        await ops.close()
 
 
 @pytest.fixture
@@ -69,7 +66,7 @@ async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the
             assert app.open_deployment("fixme")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
             screen = app.screen
-            assert await until(pilot, lambda: any(f["code"] == "spec-config-invalid" for f in screen.findings))
+            assert await until(pilot, lambda: any(f.code == "spec-config-invalid" for f in screen.view.findings))
             banner = screen.query_one("#dep-banner").text.plain
             assert "spec-config-invalid" in banner and "f: " in banner
             await pilot.press("f")
@@ -82,8 +79,8 @@ async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the
                                timeout=30), (said, app.screen_stack,
                                              [(w.name, w.state, w.error) for w in app.workers])
             fresh = app.screen
-            assert await until(pilot, lambda: fresh.tracker.outcome == "ready", timeout=90)
-            assert fresh.findings == []
+            assert await until(pilot, lambda: fresh.view.state == "ready", timeout=90)
+            assert fresh.view.findings == [] and fresh.view.run == 2
             assert await until(pilot, lambda: any("fixme: ready" in str(n.message) for n in app._notifications),
                                timeout=60)
         store = Store()
@@ -92,11 +89,11 @@ async def test_a_crash_shows_its_finding_and_f_applies_the_fix_after_showing_the
             plan_events = list(store.events("fixme", kinds=("plan",)))
         finally:
             store.close()
-        assert d.state == "ready" and "--mamba-scheduler-strategy" in d.plan["argv"]
-        assert d.plan["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+        assert d.state == "ready" and "--mamba-scheduler-strategy" in d.plan.argv
+        assert d.plan.env["SGLANG_ENABLE_SPEC_V2"] == "1"
         (ev,) = plan_events
-        assert ev.data["code"] == "spec-config-invalid"
-        assert ["+", "--mamba-scheduler-strategy extra_buffer"] in ev.data["diff"]
+        assert ev.code == "spec-config-invalid" and ev.run == 2  # the fix opened the new run
+        assert ("+", "--mamba-scheduler-strategy extra_buffer") in ev.diff
     finally:
         sim.shutdown()
 
@@ -112,7 +109,7 @@ async def test_readonly_refuses_the_fix(sim_world, models):
         async with app.run_test(size=(170, 50)) as pilot:
             assert app.open_deployment("ro")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
-                               and any(f["code"] == "spec-config-invalid" for f in app.screen.findings))
+                               and any(f.code == "spec-config-invalid" for f in app.screen.view.findings))
             assert app.screen.check_action("apply_fix", ()) is None  # disabled: shown so in the footer
             await pilot.press("f")  # handled (pilot waits for it): nothing asked, nothing restarted
             assert isinstance(app.screen, DeploymentScreen) and len(app.screen_stack) == 2
@@ -131,20 +128,21 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(sim_world, mo
             assert app.open_deployment("hung")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
             screen = app.screen
-            assert await until(pilot, lambda: screen.watcher is not None)  # mounted
-            # the screen's own watcher: 2 s after it read the dist_init line, with the sampler's memory
+            assert await until(pilot, lambda: screen.is_mounted)
+            # the stall as the deploy's watch recorded it: its banner, readings and triage, from the store
             assert await until(pilot, lambda: "STALLED: dist_init silent" in screen.query_one("#dep-banner").text.plain,
                                timeout=20)
             banner = screen.query_one("#dep-banner").text.plain
             assert "0 MiB used on GPU0" in banner and "1 server process alive" in banner, banner
-            assert await until(pilot, lambda: screen.triage_doc is not None, timeout=30)
-            assert {c["name"] for c in screen.triage_doc["checks"]} >= {"driver-library-mismatch", "port-in-use"}
-            assert screen.findings[0]["code"] == "nccl-init-stall"
+            assert screen.view.checks is not None and "triage running" not in banner
+            assert {c.name for c in screen.view.checks} >= {"driver-library-mismatch", "port-in-use"}
+            assert screen.view.findings[0].code == "nccl-init-stall"
             await pilot.press("x")
             assert await until(pilot, lambda: isinstance(app.screen, TriageScreen))
             triage = app.screen
+            assert await until(pilot, lambda: triage.doc is not None, timeout=30)
             options = triage.query_one(OptionList)
-            assert options.option_count == len(screen.triage_doc["findings"])
+            assert options.option_count == len(triage.doc.findings) >= 1
             assert "Host checks" in triage.query_one("#triage-checks").text.plain
             await pilot.press("n")  # restart with NCCL_DEBUG=INFO: asks first, with the diff
             assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -153,12 +151,13 @@ async def test_a_stall_shows_its_banner_and_triage_runs_on_its_own(sim_world, mo
             assert await until(pilot, lambda: app.screen is triage)
             await pilot.press("escape")
             assert await until(pilot, lambda: app.screen is screen)
-            screen.watcher.progress("weights")  # as a progress line would: the stall clears
-            assert await until(pilot, lambda: screen.findings == [] and
+            watch = app.ops.watches.watches["hung"]
+            watch.record(ProgressEvent(phase="dist_init", done=1, total=2, what="ranks"))  # as a progress line would
+            assert await until(pilot, lambda: screen.view.findings == [] and
                                "STALLED" not in screen.query_one("#dep-banner").text.plain)
         store = Store()
         try:
-            assert json.dumps(store.deployment("hung").plan).count("NCCL_DEBUG") == 0
+            assert json.dumps(store.deployment("hung").plan.to_json()).count("NCCL_DEBUG") == 0
         finally:
             store.close()
     finally:
@@ -169,13 +168,14 @@ async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world,
     from gpuops.core.diagnose.host_checks import findings, run_checks
 
     sim, inv = sim_world("ok")
-    plan = sim_plan(models["qwen3"], "0.5.10", 1, name="left")
-    plan.update(host="sim", launcher="process", python=str(sim.python))
+    doc = sim_plan(models["qwen3"], "0.5.10", 1, name="left")
+    doc.update(host="sim", launcher="process", python=str(sim.python))
+    plan = Plan.from_json(doc)
     leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
         sim.set_gpu(0, processes=[{"pid": leftover.pid, "used": 3 << 30}])
         store = Store()
-        store.add_deployment("left", "sim", plan)
+        store.add_deployment("sim", plan)
         d = store.deployment("left")
         store.close()
         host = make_host(inv.host("sim"))
@@ -183,9 +183,9 @@ async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world,
             results = await run_checks(host, plan, py_spy=False)
         finally:
             await host.close()
-        doc = {"phase": None, "outcome": "incomplete", "findings": [f.to_json() for f in findings(results)],
-               "checks": [r.to_json() for r in results], "stacks": []}
-        assert [f["code"] for f in doc["findings"]] == ["leftover-gpu-process"]
+        doc = TriageReport(phase=None, outcome="incomplete", findings=findings(results),
+                           checks=[r.summary() for r in results], stacks=[])
+        assert [f.code for f in doc.findings] == ["leftover-gpu-process"]
         app = GpuopsApp(inv, interval=0.5)
         async with app.run_test(size=(170, 50)) as pilot:
             await app.push_screen(TriageScreen(d, doc))
@@ -200,8 +200,8 @@ async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world,
             # triage runs again by itself: the leftover is gone from the findings (this deployment
             # never started: no log, which triage says, and the host checks still run)
             assert await until(pilot, lambda: triage.doc is not doc and all(
-                f["code"] != "leftover-gpu-process" for f in triage.doc["findings"]), timeout=30)
-            assert triage.doc["log_error"] and "The log could not be read" in \
+                f.code != "leftover-gpu-process" for f in triage.doc.findings), timeout=30)
+            assert triage.doc.log_error and "The log could not be read" in \
                 triage.query_one("#triage-checks").text.plain
             await pilot.press("escape")
     finally:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Iterable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -19,6 +19,9 @@ from ..screens.dashboard import DashboardScreen
 from ..screens.help import HelpScreen
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
 from .commands import HostCommands
+
+if TYPE_CHECKING:
+    from ..core.ops import Ops
 
 
 
@@ -82,25 +85,43 @@ class GpuopsApp(App):
     def _remember_theme(self, theme: Theme) -> None:
         save_ui_state(theme=theme.name)
 
+    @cached_property
+    def ops(self) -> Ops:
+        """The use cases, with this app's Monitor for the watches' GPU readings (made on first use:
+        opening the store does not delay the first frame)."""
+        from ..core.ops import Ops
+
+        return Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+
     async def on_unmount(self) -> None:
+        if "ops" in self.__dict__:
+            await self.ops.close()
         await self.monitor.close()
+
+    def _run_use_case(self, work: Any, group: str) -> None:
+        """A use case in a worker: a refusal or a host error is a notification, never a crash."""
+        from ..core.hosts.host import HostError
+        from ..core.ops import NeedsConfirmation, Refused
+
+        async def guarded() -> None:
+            try:
+                await work
+            except Refused as exc:
+                self.notify(str(exc), severity="error", timeout=10)
+            except NeedsConfirmation as exc:  # the screens ask before calling: a bug if it gets here
+                self.notify(f"not done: {exc.question}", severity="error")
+            except HostError as exc:
+                self.notify(exc.message, severity="error", timeout=10)
+
+        self.run_worker(guarded(), group=group, exit_on_error=False)
 
     def end_process(self, host_name: str, pid: int, shown_command: str | None) -> None:
         """End a process on a host (asked first by the screen), reporting how it went."""
-        if self.readonly:
-            self.notify("read-only: gpuops changes nothing on the hosts", severity="error")
-            return
-        from ..core.hosts.procs import end_process
-
         async def work() -> None:
-            try:
-                result = await end_process(self.monitor.hosts[host_name], pid, shown_command)
-            except Exception as exc:  # HostError, timeout: say it, don't crash the UI
-                self.notify(f"could not end pid {pid} on {host_name}: {exc}", severity="error")
-                return
+            result = await self.ops.end_process(host_name, pid, shown_command, confirmed=True)
             self.notify(result.message, severity="information" if result.ended else "error")
 
-        self.run_worker(work(), group="end-process", exit_on_error=False)
+        self._run_use_case(work(), "end-process")
 
     # ---------------------------------------------------------------- actions
 
@@ -124,90 +145,49 @@ class GpuopsApp(App):
         title = type(self.screen).__name__.removesuffix("Screen").lower() or "gpuops"
         self.push_screen(HelpScreen(title, shown, rest))
 
-    def on_plan_review_screen_deploy_requested(self, event) -> None:
-        """Deploy a reviewed plan: checks, then the deployment screen while it comes up."""
-        if self.readonly:
-            self.notify("read-only: deploy changes a host", severity="error")
-            return
-        plan = event.plan.to_json()
-        host = self.monitor.hosts.get(plan.get("host") or "")
-        if host is None:
+    def on_plan_review_screen_deploy_requested(self, event: Any) -> None:
+        """Deploy a reviewed plan: checks, then the deployment screen while it comes up (and on:
+        the watch goes on after ready, so a crash then is seen)."""
+        from ..screens.deployment import DeploymentScreen
+
+        plan = event.plan
+        if plan.host is None or plan.host not in self.monitor.hosts:
             self.notify("plan it for a host of the inventory first (offline plans can't be deployed)",
                         severity="error")
             return
-        from ..core.deploy.deployer import DeployError, Deployer
-        from ..core.deploy.store import Store, StoreError
-        from ..screens.deployment import DeploymentScreen
+
+        async def opened(deployment: Any) -> None:
+            await self.push_screen(DeploymentScreen(deployment))
 
         async def work() -> None:
-            store = Store()
-            deployer = Deployer(host, plan, store, emit=lambda e: None, stall=dict(self.inventory.stall),
-                                journal_dir=host.config.journal_dir)
-            try:
-                await deployer.prepare()
-            except (DeployError, StoreError) as exc:
-                self.notify(f"deploy refused: {exc}", severity="error", timeout=10)
-                store.close()
-                return
-            deployment = store.deployment(plan["name"])
-            if deployment is not None:
-                await self.push_screen(DeploymentScreen(deployment))
-            try:
-                outcome = await deployer.execute()
-            finally:
-                store.close()
-            self.notify(f"{plan['name']}: {outcome}", severity="information" if outcome == "ready" else "error")
+            outcome = await self.ops.deploy(plan, plan.host, on_begin=opened, keep_on=True)
+            self.notify(f"{plan.name}: {outcome}", severity="information" if outcome == "ready" else "error")
 
-        self.run_worker(work(), group="deploy", exit_on_error=False)
+        self._run_use_case(work(), "deploy")
 
-    def apply_fix(self, name: str, patch: dict, why: dict) -> None:
+    def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None) -> None:
         """A fix applied to deployment `name`: its plan patched, the server restarted with it and
         watched on a fresh deployment screen (callers have shown the diff and asked first)."""
-        if self.readonly:
-            self.notify("read-only: a fix restarts the server", severity="error")
-            return
-        from ..core.deploy.deployer import Deployer
-        from ..core.diagnose.fixes import apply_patch
-        from ..core.deploy.store import Store
         from ..screens.deployment import DeploymentScreen
 
         async def work() -> None:
-            store = Store()
-            try:
-                d = store.deployment(name)
-                host = self.monitor.hosts.get(d.host) if d is not None else None
-                if d is None or host is None:
-                    self.notify(f"{name}: no such deployment on a host of the inventory", severity="error")
-                    return
-                try:
-                    new_plan, diff = apply_patch(d.plan, patch)
-                except ValueError as exc:
-                    self.notify(f"fix refused: {exc}", severity="error")
-                    return
-                deployer = Deployer(host, d.plan, store, emit=lambda e: None, stall=dict(self.inventory.stall),
-                                    journal_dir=host.config.journal_dir)
-                self.notify(f"{name}: restarting with the fix ({why.get('code', 'fix')})")
-                while len(self.screen_stack) > 1 and not isinstance(self.screen, DashboardScreen):
-                    await self.pop_screen()  # gone before its successor (same id) is pushed
-                # the screen reads the whole log; a new server_args= line starts its new run
-                await self.push_screen(DeploymentScreen(dataclasses.replace(d, plan=new_plan)))
-                outcome = await deployer.apply_plan(new_plan, {**why, "diff": [list(x) for x in diff]})
-            finally:
-                store.close()
+            self.notify(f"{name}: restarting with the fix ({code or 'fix'})")
+            deployment = self.ops.deployment(name)
+            while len(self.screen_stack) > 1 and not isinstance(self.screen, DashboardScreen):
+                await self.pop_screen()  # gone before its successor (same id) is pushed
+            await self.push_screen(DeploymentScreen(deployment))  # it follows the new run as it begins
+            outcome = await self.ops.apply_fix(name, patch, code=code, summary=summary, confirmed=True, keep_on=True)
             self.notify(f"{name}: {outcome}", severity="information" if outcome == "ready" else "error")
 
-        self.run_worker(work(), group="fix", exit_on_error=False)
+        self._run_use_case(work(), "fix")
 
     def open_deployment(self, name: str) -> bool:
-        from ..core.deploy.store import Store
+        from ..core.ops import Refused
         from ..screens.deployment import DeploymentScreen
 
-        store = Store()
         try:
-            deployment = store.deployment(name)
-        finally:
-            store.close()
-        if deployment is None:
+            deployment = self.ops.deployment(name)
+        except Refused:
             return False
         self.push_screen(DeploymentScreen(deployment))
         return True

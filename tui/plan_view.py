@@ -74,7 +74,7 @@ def launch_text(plan) -> Text:
     if plan.env:
         out.append("\\\n")
     out.append(f"{plan.python} -m sglang.launch_server")
-    from ..core.planning.plan import split_flags
+    from ..core.domain import split_flags
 
     for name, values in split_flags(plan.argv):
         out.append(" \\\n  ")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..planning.plan import split_flags
+from ..domain import FunctionalCheck, Plan, split_flags
 
 INFO_TIMEOUT = 10.0  # s, /server_info and /metrics
 ANSWER_TIMEOUT = 300.0  # s, one whole chat completion, streamed or not
@@ -44,19 +44,8 @@ WEATHER = {
         },
     },
 }
-TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list,
+TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list,
          "null": type(None)}
-
-
-@dataclass
-class CheckResult:
-    name: str  # "tool_calls" | "thinking" | "mtp"
-    ok: bool | None  # None: skipped, the check does not apply to this deployment
-    reason: str  # one line
-    details: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "ok": self.ok, "reason": self.reason, "details": self.details}
 
 
 class CheckError(Exception):
@@ -149,7 +138,8 @@ class _Api:
             self._check(r, path)
             choice = (r.json().get("choices") or [{}])[0]
             return choice.get("message") or {}, choice.get("finish_reason")
-        content, reasoning, calls, finish = "", "", {}, None
+        content, reasoning, finish = "", "", None
+        calls: dict[int, dict[str, Any]] = {}
         async with self.client.stream("POST", url, json=body, headers=self.headers, timeout=ANSWER_TIMEOUT) as r:
             if not r.is_success:
                 await r.aread()
@@ -239,7 +229,7 @@ def tool_call_problem(message: dict, finish: str | None, parser: str | None) -> 
         args = json.loads(text)
     except ValueError as e:
         return f"arguments are not JSON: {e}: {_line(text, 80)}"
-    problem = schema_problem(args, WEATHER["function"]["parameters"])
+    problem = schema_problem(args, WEATHER["function"]["parameters"])  # type: ignore[index]
     if problem:
         return problem
     if finish != "tool_calls":
@@ -247,12 +237,12 @@ def tool_call_problem(message: dict, finish: str | None, parser: str | None) -> 
     return None
 
 
-async def _tool_calls(api: _Api, model: str, info: dict, asked: dict) -> CheckResult:
+async def _tool_calls(api: _Api, model: str, info: dict, asked: dict) -> FunctionalCheck:
     parser = info.get("tool_call_parser")
     wanted = asked.get("--tool-call-parser")
     details = {"tool_call_parser": parser, "plan_tool_call_parser": wanted}
     if not parser and wanted is None:
-        return CheckResult("tool_calls", None, "the server runs without --tool-call-parser and no plan asks "
+        return FunctionalCheck("tool_calls", None, "the server runs without --tool-call-parser and no plan asks "
                            "for tool calling", details)
     body = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS, "tools": [WEATHER], "tool_choice": "auto",
             "messages": [{"role": "user", "content": "What is the weather in Paris right now, in celsius? "
@@ -263,13 +253,13 @@ async def _tool_calls(api: _Api, model: str, info: dict, asked: dict) -> CheckRe
         details[mode] = {"finish_reason": finish, "tool_calls": message.get("tool_calls")}
         problem = tool_call_problem(message, finish, parser)
         if problem:
-            return CheckResult("tool_calls", False, f"{problem} ({mode})", details)
-    args = details["non-stream"]["tool_calls"][0]["function"]["arguments"]
-    return CheckResult("tool_calls", True, f"get_weather({_line(args, 120)}) as tool_calls, streamed and not",
+            return FunctionalCheck("tool_calls", False, f"{problem} ({mode})", details)
+    args = details["non-stream"]["tool_calls"][0]["function"]["arguments"]  # type: ignore[index]
+    return FunctionalCheck("tool_calls", True, f"get_weather({_line(args, 120)}) as tool_calls, streamed and not",
                        details)
 
 
-async def _thinking(api: _Api, model: str, info: dict, asked: dict) -> CheckResult:
+async def _thinking(api: _Api, model: str, info: dict, asked: dict) -> FunctionalCheck:
     parser = info.get("reasoning_parser")
     wanted = asked.get("--reasoning-parser")
     details = {"reasoning_parser": parser, "plan_reasoning_parser": wanted}
@@ -286,26 +276,26 @@ async def _thinking(api: _Api, model: str, info: dict, asked: dict) -> CheckResu
         if leaked:
             why = (f"--reasoning-parser {parser} left {leaked} in content" if parser
                    else "server started without --reasoning-parser")
-            return CheckResult("thinking", False, f"reasoning text is in content: {why} ({mode})", details)
+            return FunctionalCheck("thinking", False, f"reasoning text is in content: {why} ({mode})", details)
         if not reasoning:
             if not parser and wanted is None:
-                return CheckResult("thinking", None, "the server runs without --reasoning-parser, no plan asks for "
+                return FunctionalCheck("thinking", None, "the server runs without --reasoning-parser, no plan asks for "
                                    "thinking, and the answer has no reasoning text", details)
             why = "server started without --reasoning-parser" if not parser else f"finish_reason={finish!r}"
-            return CheckResult("thinking", False, f"no reasoning_content with thinking on: {why} ({mode})", details)
+            return FunctionalCheck("thinking", False, f"no reasoning_content with thinking on: {why} ({mode})", details)
     off = dict(on, chat_template_kwargs={"enable_thinking": False, "thinking": False})
     message, finish = await api.chat(off, False)
     content = message.get("content") or ""
     details["thinking-off"] = {"finish_reason": finish, "reasoning_chars": len(message.get("reasoning_content") or ""),
                                "content_chars": len(content)}
     if message.get("reasoning_content"):
-        return CheckResult("thinking", False, "reasoning_content is present with enable_thinking=false", details)
+        return FunctionalCheck("thinking", False, "reasoning_content is present with enable_thinking=false", details)
     if any(tag in content for tag in THINK_TAGS):
-        return CheckResult("thinking", False, "reasoning text is in content with enable_thinking=false", details)
+        return FunctionalCheck("thinking", False, "reasoning text is in content with enable_thinking=false", details)
     if not content:
-        return CheckResult("thinking", False, f"no content with enable_thinking=false (finish_reason={finish!r})",
+        return FunctionalCheck("thinking", False, f"no content with enable_thinking=false (finish_reason={finish!r})",
                            details)
-    return CheckResult("thinking", True, "reasoning_content with thinking on, kept out of content (streamed and "
+    return FunctionalCheck("thinking", True, "reasoning_content with thinking on, kept out of content (streamed and "
                        "not); none with enable_thinking=false", details)
 
 
@@ -331,15 +321,15 @@ async def _accept_length(api: _Api) -> tuple[float | None, str | None]:
     return length, "/metrics" if length is not None else None
 
 
-async def _mtp(api: _Api, model: str, info: dict, asked: dict) -> CheckResult:
+async def _mtp(api: _Api, model: str, info: dict, asked: dict) -> FunctionalCheck:
     algo = info.get("speculative_algorithm")
     wanted = asked.get("--speculative-algorithm")
     details = {"speculative_algorithm": algo, "plan_speculative_algorithm": wanted}
     if not algo:
         if wanted:
-            return CheckResult("mtp", False, f"the plan asks for --speculative-algorithm {wanted} but the server "
+            return FunctionalCheck("mtp", False, f"the plan asks for --speculative-algorithm {wanted} but the server "
                                "runs without speculative decoding", details)
-        return CheckResult("mtp", None, "no speculative decoding on this server", details)
+        return FunctionalCheck("mtp", None, "no speculative decoding on this server", details)
     body = {"model": model, "temperature": 0, "max_tokens": 128,
             "messages": [{"role": "user", "content": "Count from 1 to 40, separated by spaces."}],
             "chat_template_kwargs": {"enable_thinking": False, "thinking": False}}
@@ -348,24 +338,24 @@ async def _mtp(api: _Api, model: str, info: dict, asked: dict) -> CheckResult:
     length, source = await _accept_length(api)
     details.update(accept_length=length, source=source, requests=MTP_REQUESTS)
     if length is None:
-        return CheckResult("mtp", False, "no accept length: /server_info has no avg_spec_accept_length and /metrics "
+        return FunctionalCheck("mtp", False, "no accept length: /server_info has no avg_spec_accept_length and /metrics "
                            "no sglang:spec_accept_length (--enable-metrics)", details)
     if length <= 1.0:
-        return CheckResult("mtp", False, f"accept length {length:.2f} after {MTP_REQUESTS} requests: no draft token "
+        return FunctionalCheck("mtp", False, f"accept length {length:.2f} after {MTP_REQUESTS} requests: no draft token "
                            "is accepted", details)
-    return CheckResult("mtp", True, f"accept length {length:.2f} ({algo}, from {source})", details)
+    return FunctionalCheck("mtp", True, f"accept length {length:.2f} ({algo}, from {source})", details)
 
 
 CHECKS = (("tool_calls", _tool_calls), ("thinking", _thinking), ("mtp", _mtp))
 ASKED = ("--tool-call-parser", "--reasoning-parser", "--speculative-algorithm")
 
 
-async def run_checks(base_url: str, *, model: str, api_key: str | None = None, plan: dict | None = None,
-                     client: httpx.AsyncClient | None = None) -> list[CheckResult]:
-    """Tool calling, thinking and MTP against the OpenAI API at BASE_URL, one CheckResult each,
-    in that order. MODEL is the served model name; PLAN (a plan's JSON) says what was asked for.
+async def run_checks(base_url: str, *, model: str, api_key: str | None = None, plan: Plan | None = None,
+                     client: httpx.AsyncClient | None = None) -> list[FunctionalCheck]:
+    """Tool calling, thinking and MTP against the OpenAI API at BASE_URL, one FunctionalCheck each,
+    in that order. MODEL is the served model name; PLAN says what was asked for.
     A server that cannot be asked at all fails every check with the same reason."""
-    asked = {name: values[0] if values else "" for name, values in split_flags((plan or {}).get("argv") or [])
+    asked = {name: values[0] if values else "" for name, values in split_flags(plan.argv if plan is not None else [])
              if name in ASKED}
     own = client is None
     api = _Api(client or httpx.AsyncClient(), base_url, api_key)
@@ -373,13 +363,13 @@ async def run_checks(base_url: str, *, model: str, api_key: str | None = None, p
         try:
             info = await api.server_info()
         except CheckError as e:
-            return [CheckResult(name, False, str(e)) for name, _ in CHECKS]
+            return [FunctionalCheck(name, False, str(e)) for name, _ in CHECKS]
         results = []
         for name, check in CHECKS:
             try:
                 results.append(await check(api, model, info, asked))
             except CheckError as e:
-                results.append(CheckResult(name, False, str(e)))
+                results.append(FunctionalCheck(name, False, str(e)))
         return results
     finally:
         if own:

@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
 from ..hosts.host import Host, HostError, host_python
-from ..deploy.store import BenchRun, Deployment, Store, utc_now
+from ..deploy.store import Store
+from ..domain import BenchRun, Deployment, Plan, client_host, utc_now
 
 SCHEMA = 1
 
@@ -119,7 +120,7 @@ class Profile:
 
 def validate_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
     """Each setting checked as config.toml's ``[bench.profiles.NAME]`` checks it (one table of rules)."""
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in settings.items():
         if key in BENCH_PATHS:
             if not (isinstance(value, str) and value.startswith("/") and "\n" not in value and "\0" not in value):
@@ -336,7 +337,7 @@ class Target:
     model_path: str | None = None  # on the host: bench_serving's --model/--tokenizer
     served_name: str | None = None
     env_file: str | None = None  # the deployment's 0600 env file holding GPUOPS_API_KEY
-    plan: dict | None = None
+    plan: Plan | None = None
     gpus: dict | None = None  # {"count", "ids", "names"}
 
 
@@ -355,31 +356,25 @@ def check_url(url: str) -> str:
 
 
 async def url_target(host: Host, url: str) -> Target:
-    from ..deploy.launch import remote_home
+    from ..hosts.files import remote_home
 
     return Target(host=host, url=check_url(url), home=await remote_home(host))
-
-
-def reachable(bind: str) -> str:
-    """Where a client on the host reaches a server bound to `bind` (any address: the loopback)."""
-    return "127.0.0.1" if bind in ("0.0.0.0", "", "::") else bind
 
 
 async def deployment_target(host: Host, d: Deployment) -> Target:
     """A ready deployment: its port on the host's loopback, its model folder as tokenizer, its env
     file for the API key, its GPUs' names."""
-    from ..deploy.deployer import bind_host, served_name, launcher_for
-    from ..deploy.launch import remote_home
+    from ..deploy.launch import launcher_for
+    from ..hosts.files import remote_home
 
     plan = d.plan
     home = await remote_home(host)
-    reach = reachable(bind_host(plan))
-    url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan['port']}")
-    keyed = any("${GPUOPS_API_KEY}" in a for a in plan.get("argv") or [])
-    env_file = getattr(launcher_for(host, plan, home), "env_path", None) if keyed else None
+    reach = plan.client_host
+    url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan.port}")
+    env_file = getattr(launcher_for(host, plan, home), "env_path", None) if plan.uses_api_key else None
     return Target(host=host, url=url, home=home, deployment=d.name, model=d.model,
-                  model_path=plan.get("model_path"), served_name=served_name(plan), env_file=env_file,
-                  plan=plan, gpus=await _gpus(host, list(plan.get("gpu_ids") or [])))
+                  model_path=plan.model_path, served_name=plan.served_name, env_file=env_file,
+                  plan=plan, gpus=await _gpus(host, list(plan.gpu_ids)))
 
 
 async def _gpus(host: Host, ids: list[int]) -> dict:
@@ -503,26 +498,26 @@ class BenchRunner:
         emitted as one ``checks`` event. The API key, when the deployment has one, is read from
         its 0600 env file into memory only (the Authorization header)."""
         from .functional import run_checks
-        from ..deploy.launch import read_env_value
+        from ..hosts.files import read_env_value
 
         t = self.target
         parts = urlsplit(t.url)
-        address = reachable(parts.hostname or "")
+        address = client_host(parts.hostname or "")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         key = await read_env_value(t.host, t.env_file, "GPUOPS_API_KEY") if t.env_file else None
         async with t.host.forward(address, port) as (local, lport):
             results = await run_checks(f"{parts.scheme}://{local}:{lport}", model=t.served_name or "default",
                                        api_key=key, plan=t.plan)
-        checks = [r.to_json() for r in results]
         assert self.run_id is not None
-        self.store.set_bench_checks(self.run_id, checks)
-        self.emit("checks", checks=checks)
+        self.store.set_bench_checks(self.run_id, results)
+        self.emit("checks", checks=[r.to_json() for r in results])
 
     def _finish(self, status: str, error: str | None, quality: dict | None) -> BenchRun:
         assert self.run_id is not None
         run = self.store.finish_bench_run(self.run_id, status, error=error, quality=quality)
         if run.model is None:  # a --url run: the model the server said it serves
-            info = next((r["server_info"] for r in run.records if isinstance(r.get("server_info"), dict)), {})
+            info: dict[str, Any] = next((r["server_info"] for r in run.records
+                                         if isinstance(r.get("server_info"), dict)), {})
             model = info.get("served_model_name") or info.get("model_path")
             run = self.store.set_bench_model(run.id, model) if model else run
         self.emit("state", state=status, error=error)
@@ -667,7 +662,7 @@ def import_jsonl(store: Store, text: str, source: str) -> BenchRun:
     """Results bench_serving wrote outside gpuops (its --output-file): one stored run, its records
     in order. The model and SGLang version come from the records' server_info when present."""
     records = parse_jsonl(text, source)
-    info = next((r["server_info"] for r in records if isinstance(r.get("server_info"), dict)), {})
+    info: dict[str, Any] = next((r["server_info"] for r in records if isinstance(r.get("server_info"), dict)), {})
     first = records[0]
     settings = {"file": source, **{k: first.get(k) for k in ("backend", "dataset_name", "request_rate",
                                                               "random_input_len", "random_output_len")}}
@@ -720,8 +715,8 @@ def compare(runs: list[BenchRun]) -> dict:
         metrics.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
                         "delta_percent": deltas})
     by_id = {r.id: r for r in runs}
-    names = list(dict.fromkeys(c["name"] for r in runs for c in r.checks or []))
-    checks = [{"name": n, "values": [next((c["ok"] for c in by_id[col["run"]].checks or [] if c["name"] == n),
+    names = list(dict.fromkeys(c.name for r in runs for c in r.checks or []))
+    checks = [{"name": n, "values": [next((c.ok for c in by_id[col["run"]].checks or [] if c.name == n),
                                           "not run") for col in cols]} for n in names]
     return {"schema": SCHEMA, "runs": [r.to_json(full=False) for r in runs],
             "columns": [{"run": c["run"], "label": c["label"], "max_concurrency": c["max_concurrency"],

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 
 from ..hosts.host import Host, HostError, host_python
-from .launch import env_file_text, write_private_file
+from ..hosts.files import env_file_text, write_private_file
 
 # argv[1]: a folder; prints the summed apparent size of every file under it
 _SIZE = r"""

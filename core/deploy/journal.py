@@ -644,10 +644,10 @@ class FileFollower(_Follower):
                 ts=None, cursor=None, offset=self.offset, source="file", notice="missing",
             )
         if event == "partial":
-            text, at = obj.get("text"), obj.get("offset")
-            if not isinstance(text, str) or not isinstance(at, int):
+            part, at = obj.get("text"), obj.get("offset")
+            if not isinstance(part, str) or not isinstance(at, int):
                 raise ValueError("a partial frame holds offset and text")
-            return Record(text=text, ts=None, cursor=None, offset=at, source="file", notice="partial")
+            return Record(text=part, ts=None, cursor=None, offset=at, source="file", notice="partial")
         raise ValueError(f"unknown frame {line[:80]!r}")
 
     def _deliver(self, rec: Record) -> None:

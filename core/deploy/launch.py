@@ -1,6 +1,6 @@
 """Starting and stopping a deployment's server on its host, independent of gpuops.
 
-Two launchers (DESIGN.md § Names on a host):
+Two launchers:
 - ``systemd``: unit ``/etc/systemd/system/gpuops-{name}.service`` and env file
   ``/etc/gpuops/{name}.env`` (mode 0600), ``systemctl daemon-reload``/start/stop; logs
   in the journal.
@@ -14,11 +14,11 @@ through stdin: never in argv, never printed.
 
 from __future__ import annotations
 
-import re
-import secrets
 import shlex
 from dataclasses import dataclass
 
+from ..domain import Plan
+from ..hosts.files import env_file_text, remote_home, write_file, write_private_file
 from ..hosts.host import Host, HostError
 
 STOP_GRACE_S = 60
@@ -31,51 +31,6 @@ alive() { kill -0 "$1" 2>/dev/null && [ "$(sed -n 's/.*) \([A-Z]\).*/\1/p' "/pro
 
 class LaunchError(HostError):
     pass
-
-
-def env_file_text(env: dict[str, str], header: str) -> str:
-    """KEY=VALUE lines a POSIX shell and systemd's EnvironmentFile= both read."""
-    lines = [f"# {header}"]
-    for key, value in sorted(env.items()):
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise LaunchError(f"invalid environment variable name {key!r}")
-        if "\n" in value or "\0" in value:
-            raise LaunchError(f"environment variable {key} holds a newline")
-        lines.append(f"{key}={shlex.quote(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def new_api_key() -> str:
-    return "sk-gpuops-" + secrets.token_urlsafe(32)
-
-
-async def write_private_file(host: Host, path: str, text: str) -> None:
-    """Write `text` to `path` on the host with mode 0600, via stdin (never argv)."""
-    script = 'umask 077; mkdir -p "$(dirname "$1")"; cat > "$1.tmp" && chmod 600 "$1.tmp" && mv -f "$1.tmp" "$1"'
-    res = await host.run(["sh", "-c", script, "gpuops-write", path], timeout=30, input=text)
-    if not res.ok:
-        raise LaunchError(f"{host.name}: cannot write {path}: {res.stderr.strip() or res.returncode}")
-
-
-async def write_file(host: Host, path: str, text: str) -> None:
-    script = 'mkdir -p "$(dirname "$1")"; cat > "$1.tmp" && mv -f "$1.tmp" "$1"'
-    res = await host.run(["sh", "-c", script, "gpuops-write", path], timeout=30, input=text)
-    if not res.ok:
-        raise LaunchError(f"{host.name}: cannot write {path}: {res.stderr.strip() or res.returncode}")
-
-
-async def read_env_value(host: Host, path: str, key: str) -> str | None:
-    """One value of an env file on the host (to keep an API key across restarts)."""
-    script = 'test -r "$1" && sed -n "s/^$2=//p" "$1" | tail -n 1'
-    res = await host.run(["sh", "-c", script, "gpuops-read", path, key], timeout=15)
-    value = res.stdout.strip()
-    if not value:
-        return None
-    try:
-        parts = shlex.split(value)
-    except ValueError:
-        return None
-    return parts[0] if parts else None
 
 
 @dataclass
@@ -207,9 +162,15 @@ class SystemdLauncher(Launcher):
         return await self.status()
 
 
-async def remote_home(host: Host) -> str:
-    res = await host.run(["sh", "-c", 'printf %s "$HOME"'], timeout=15)
-    home = res.stdout.strip()
-    if not res.ok or not home.startswith("/"):
-        raise LaunchError(f"{host.name}: cannot find the home directory")
-    return home
+def launcher_for(host: Host, plan: Plan, home: str | None) -> Launcher:
+    """The plan's launcher on `host`; the systemd unit is rendered from the (validated) plan."""
+    if plan.launcher == "systemd":
+        return SystemdLauncher(host, plan.name, plan.exec_argv(), dict(plan.env), plan.unit_text())
+    assert home is not None
+    return ProcessLauncher(host, plan.name, plan.exec_argv(), dict(plan.env), home)
+
+
+async def open_launcher(host: Host, plan: Plan) -> Launcher:
+    """The deployment's launcher on `host` (the process launcher lives under the host user's home)."""
+    home = None if plan.launcher == "systemd" else await remote_home(host)
+    return launcher_for(host, plan, home)

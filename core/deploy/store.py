@@ -1,26 +1,49 @@
-"""gpuops' store: deployments, their plans and their events, and benchmark runs, in SQLite (WAL).
+"""gpuops' store: deployments, their runs and events, and benchmark runs, in SQLite (WAL).
 
-Every write is its own committed transaction, so a `kill -9` of gpuops at any moment
-loses nothing already recorded; WAL lets a second gpuops read while one writes.
-Schema changes are migrations keyed on ``PRAGMA user_version``.
+Every write is its own committed transaction, so a `kill -9` of gpuops at any moment loses
+nothing already recorded; WAL lets a second gpuops read while one writes. Schema changes are
+migrations keyed on ``PRAGMA user_version``.
+
+What goes in and comes out is typed (:mod:`gpuops.core.domain`): a stored plan is decoded and
+validated through :class:`~gpuops.core.domain.Plan`, an event through the event union. A
+deployment has a run number: each start of its name (a deploy, a restart, a fix) is a new run,
+and the events of every run are kept.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config import PHASES, validate_host_name
+import msgspec
+
+from ..config import validate_host_name
+from ..domain import (
+    EVENT_KINDS,
+    STATES,
+    BenchRun,
+    Deployment,
+    Event,
+    Invalid,
+    LogEvent,
+    Plan,
+    PlanEvent,
+    StateEvent,
+    convert,
+    event_kind,
+    utc_now,
+)
 from ..paths import state_dir
 
-STATES = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
-EVENT_KINDS = ("state", "phase", "progress", "log", "finding", "plan", "checks")
+__all__ = ["MIGRATIONS", "REDEPLOYABLE", "STATES", "Store", "StoreError", "default_path", "utc_now"]
+
 BENCH_STATUSES = ("running", "ok", "failed", "cancelled")
 BENCH_SOURCES = ("gpuops", "import")
+# A name in one of these states may be deployed again (a new run): its server is not running,
+# or never started (gpuops closed or killed while planning or downloading: the download resumes).
+REDEPLOYABLE = ("stopped", "planned", "downloading")
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: deployments and their events
@@ -75,82 +98,24 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE bench_runs ADD COLUMN checks_json TEXT;
     """,
+    # 4: runs (each start of a name is a new run, every run's events kept), where a run's log
+    # begins, and which gpuops process watches the deployment (its heartbeat)
+    """
+    ALTER TABLE deployments ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE deployments ADD COLUMN run_cursor TEXT;
+    ALTER TABLE deployments ADD COLUMN run_offset INTEGER;
+    ALTER TABLE deployments ADD COLUMN watch_pid INTEGER;
+    ALTER TABLE deployments ADD COLUMN watch_beat TEXT;
+    ALTER TABLE events ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
+    CREATE INDEX events_by_run ON events(deployment, run, id);
+    """,
 )
+
+_EVENT_COMMON = ("event", "ts", "run", "deployment")
 
 
 class StoreError(Exception):
     """A store problem with a one-line message."""
-
-
-def utc_now() -> str:
-    """RFC 3339 UTC with milliseconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass(frozen=True)
-class Deployment:
-    name: str
-    host: str
-    model: str
-    launcher: str
-    plan: dict
-    state: str
-    created_at: str
-    updated_at: str
-    cursor: str | None
-    log_offset: int | None
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "host": self.host, "model": self.model, "launcher": self.launcher,
-                "state": self.state, "created_at": self.created_at, "updated_at": self.updated_at,
-                "port": self.plan.get("port"), "tp": self.plan.get("tp"), "gpu_ids": self.plan.get("gpu_ids")}
-
-
-@dataclass(frozen=True)
-class Event:
-    id: int
-    deployment: str
-    ts: str
-    kind: str
-    data: dict
-
-    def to_json(self) -> dict:
-        return {"ts": self.ts, "event": self.kind, "deployment": self.deployment, **self.data}
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    id: int
-    source: str
-    deployment: str | None
-    host: str | None
-    url: str | None
-    model: str | None
-    sglang_version: str | None
-    gpus: dict | None
-    plan: dict | None
-    profile: str
-    settings: dict
-    status: str
-    error: str | None
-    records: list
-    quality: dict | None
-    remote_dir: str | None
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    checks: list | None = None  # [{name, ok, reason, details}] (core/checks.py), None: not run
-
-    def to_json(self, full: bool = True) -> dict:
-        """The run as JSON; ``full=False`` leaves out the plan and the records (listings)."""
-        doc = {"id": self.id, "source": self.source, "deployment": self.deployment, "host": self.host,
-               "url": self.url, "model": self.model, "sglang_version": self.sglang_version, "gpus": self.gpus,
-               "profile": self.profile, "settings": self.settings, "status": self.status, "error": self.error,
-               "quality": self.quality, "remote_dir": self.remote_dir, "created_at": self.created_at,
-               "started_at": self.started_at, "finished_at": self.finished_at, "checks": self.checks}
-        if full:
-            doc.update(plan=self.plan, records=self.records)
-        return doc
 
 
 def default_path() -> Path:
@@ -196,95 +161,159 @@ class Store:
 
     # ---------------------------------------------------------------- deployments
 
-    def add_deployment(self, name: str, host: str, plan: dict, state: str = "planned") -> Deployment:
-        validate_host_name(name)
+    def add_deployment(self, host: str, plan: Plan, state: str = "planned") -> Deployment:
+        """Record a deployment of `plan` on `host` (run 1), or a new run of a name whose server is
+        not running (:data:`REDEPLOYABLE`): the name keeps its history, the run number grows."""
+        name = validate_host_name(plan.name)
         if state not in STATES:
             raise StoreError(f"unknown deployment state {state!r}")
         existing = self.deployment(name)
-        # A deployment whose server never started (gpuops closed or killed while planning or
-        # downloading) may be deployed again: its download resumes from what is on disk.
-        if existing is not None and existing.state not in ("stopped", "planned", "downloading"):
+        if existing is not None and existing.state not in REDEPLOYABLE:
             raise StoreError(f"a deployment named {name!r} exists ({existing.state} on {existing.host}): "
                              "stop it first or choose another --name")
         now = utc_now()
-        model = (plan.get("model") or {}).get("id") or "?"
+        plan_json = _plan_json(plan)
         with self._tx() as db:
-            db.execute("DELETE FROM deployments WHERE name = ?", (name,))
-            db.execute(
-                "INSERT INTO deployments (name, host, model, launcher, plan_json, state, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, host, model, plan.get("launcher") or "systemd", json.dumps(plan), state, now, now),
-            )
-            db.execute("INSERT INTO events (deployment, ts, kind, data_json) VALUES (?, ?, 'state', ?)",
-                       (name, now, json.dumps({"state": state})))
-        return self.deployment(name)  # type: ignore[return-value]
+            if existing is None:
+                run = 1
+                db.execute(
+                    "INSERT INTO deployments (name, host, model, launcher, plan_json, state, created_at, updated_at,"
+                    " run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    (name, host, plan.model.id, plan.launcher, plan_json, state, now, now))
+            else:
+                run = existing.run + 1
+                db.execute(
+                    "UPDATE deployments SET host = ?, model = ?, launcher = ?, plan_json = ?, state = ?,"
+                    " created_at = ?, updated_at = ?, run = ?, cursor = NULL, log_offset = NULL,"
+                    " run_cursor = NULL, run_offset = NULL WHERE name = ?",
+                    (host, plan.model.id, plan.launcher, plan_json, state, now, now, run, name))
+            self._insert(db, name, run, StateEvent(state=state, name=name, host=host, ts=now))
+        return self._get(name)
 
     def deployment(self, name: str) -> Deployment | None:
         row = self._db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
         return _deployment(row) if row else None
 
+    def _get(self, name: str) -> Deployment:
+        d = self.deployment(name)
+        if d is None:
+            raise StoreError(f"no deployment named {name!r}")
+        return d
+
     def deployments(self) -> list[Deployment]:
         return [_deployment(r) for r in self._db.execute("SELECT * FROM deployments ORDER BY created_at, name")]
 
-    def set_state(self, name: str, state: str, **data: Any) -> Event:
-        if state not in STATES:
-            raise StoreError(f"unknown deployment state {state!r}")
-        now = utc_now()
+    def new_run(self, name: str, *, cursor: str | None = None, log_offset: int | None = None) -> int:
+        """The same deployment starts again (a restart, a fix applied): a new run whose log begins
+        at `cursor`/`log_offset` (where the log ends now)."""
         with self._tx() as db:
-            if db.execute("UPDATE deployments SET state = ?, updated_at = ? WHERE name = ?",
-                          (state, now, name)).rowcount == 0:
+            row = db.execute("SELECT run FROM deployments WHERE name = ?", (name,)).fetchone()
+            if row is None:
                 raise StoreError(f"no deployment named {name!r}")
-            cur = db.execute("INSERT INTO events (deployment, ts, kind, data_json) VALUES (?, ?, 'state', ?)",
-                             (name, now, json.dumps({"state": state, **data})))
-        return Event(cur.lastrowid or 0, name, now, "state", {"state": state, **data})
+            run = row["run"] + 1
+            db.execute("UPDATE deployments SET run = ?, cursor = ?, log_offset = ?, run_cursor = ?, run_offset = ?,"
+                       " updated_at = ? WHERE name = ?", (run, cursor, log_offset, cursor, log_offset, utc_now(), name))
+        return int(run)
 
-    def add_event(self, name: str, kind: str, data: dict, ts: str | None = None) -> Event:
-        if kind not in EVENT_KINDS:
-            raise StoreError(f"unknown event kind {kind!r}")
-        ts = ts or utc_now()
+    def begin_log(self, name: str, *, run: int | None = None, cursor: str | None = None,
+                  log_offset: int | None = None) -> None:
+        """The current run's log begins at `cursor`/`log_offset` (where the log ended when its
+        server was started); reading it starts there."""
         with self._tx() as db:
-            cur = db.execute("INSERT INTO events (deployment, ts, kind, data_json) VALUES (?, ?, ?, ?)",
-                             (name, ts, kind, json.dumps(data)))
-        return Event(cur.lastrowid or 0, name, ts, kind, data)
+            if db.execute("UPDATE deployments SET cursor = ?, log_offset = ?, run_cursor = ?, run_offset = ?"
+                          " WHERE name = ? AND (? IS NULL OR run = ?)",
+                          (cursor, log_offset, cursor, log_offset, name, run, run)).rowcount == 0:
+                raise StoreError(f"no deployment named {name!r} on run {run}")
 
-    def replace_plan(self, name: str, plan: dict, why: dict) -> Event:
-        """A fix applied: the deployment's plan becomes `plan`; the event (kind "plan") keeps
-        `why` (the finding code and the diff) so the history says what changed and why."""
-        now = utc_now()
+    def record(self, name: str, event: Event, *, run: int | None = None) -> Event:
+        """Store `event` in the deployment's current run (or `run`, which must be current: an
+        event of an earlier run is refused, so a late watcher never writes into a new run). A
+        state event also sets the deployment's state. Returns the event as stored (run,
+        deployment and ts filled in). Log lines are not stored: the log lives on the host."""
+        if isinstance(event, LogEvent):
+            raise StoreError("log lines are not stored (the server's log lives on its host)")
+        if isinstance(event, StateEvent) and event.state not in STATES:
+            raise StoreError(f"unknown deployment state {event.state!r}")
+        with self._tx() as db:
+            row = db.execute("SELECT run FROM deployments WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StoreError(f"no deployment named {name!r}")
+            current = int(row["run"])
+            if run is not None and run != current:
+                raise StoreError(f"{name}: run {run} is over (the deployment is on run {current})")
+            event = msgspec.structs.replace(event, run=current, deployment=name)
+            if isinstance(event, StateEvent):
+                db.execute("UPDATE deployments SET state = ?, updated_at = ? WHERE name = ?",
+                           (event.state, event.ts, name))
+            self._insert(db, name, current, event)
+        return event
+
+    def set_state(self, name: str, state: str, *, run: int | None = None, **fields: Any) -> StateEvent:
+        event = self.record(name, StateEvent(state=state, **fields), run=run)
+        assert isinstance(event, StateEvent)
+        return event
+
+    def _insert(self, db: sqlite3.Connection, name: str, run: int, event: Event) -> None:
+        kind = event_kind(event)
+        data = {k: v for k, v in msgspec.to_builtins(event).items() if k not in _EVENT_COMMON}
+        db.execute("INSERT INTO events (deployment, ts, kind, data_json, run) VALUES (?, ?, ?, ?, ?)",
+                   (name, event.ts, kind, _strict_json(data), run))
+
+    def replace_plan(self, name: str, plan: Plan, why: PlanEvent) -> PlanEvent:
+        """A fix applied: the deployment's plan becomes `plan`; the event keeps `why` (the finding's
+        code and the diff) so the history says what changed and why."""
+        if plan.name != name:
+            raise StoreError(f"a plan named {plan.name!r} cannot replace {name!r}'s")
         with self._tx() as db:
             if db.execute("UPDATE deployments SET plan_json = ?, updated_at = ? WHERE name = ?",
-                          (json.dumps(plan), now, name)).rowcount == 0:
+                          (_plan_json(plan), utc_now(), name)).rowcount == 0:
                 raise StoreError(f"no deployment named {name!r}")
-            cur = db.execute("INSERT INTO events (deployment, ts, kind, data_json) VALUES (?, ?, 'plan', ?)",
-                             (name, now, json.dumps(why)))
-        return Event(cur.lastrowid or 0, name, now, "plan", why)
+        event = self.record(name, why)
+        assert isinstance(event, PlanEvent)
+        return event
 
-    def set_position(self, name: str, *, cursor: str | None = None, log_offset: int | None = None) -> None:
-        """Where reading the deployment's log stopped (resumed from there on reattach)."""
+    def set_position(self, name: str, *, cursor: str | None = None, log_offset: int | None = None,
+                     run: int | None = None, watcher: int | None = None) -> None:
+        """Where reading the deployment's log stopped (resumed from there on reattach); with
+        `watcher` (a pid), that process's heartbeat. Ignored when `run` is not the current run."""
         with self._tx() as db:
-            db.execute("UPDATE deployments SET cursor = COALESCE(?, cursor), log_offset = COALESCE(?, log_offset) "
-                       "WHERE name = ?", (cursor, log_offset, name))
+            db.execute("UPDATE deployments SET cursor = COALESCE(?, cursor), log_offset = COALESCE(?, log_offset),"
+                       " watch_pid = COALESCE(?, watch_pid), watch_beat = CASE WHEN ? IS NULL THEN watch_beat"
+                       " ELSE ? END WHERE name = ? AND (? IS NULL OR run = ?)",
+                       (cursor, log_offset, watcher, watcher, utc_now(), name, run, run))
 
-    def events(self, name: str, after_id: int = 0, kinds: tuple[str, ...] | None = None) -> Iterator[Event]:
-        query = "SELECT * FROM events WHERE deployment = ? AND id > ?"
-        args: list[Any] = [name, after_id]
+    def release_watch(self, name: str, watcher: int) -> None:
+        """`watcher` no longer watches the deployment."""
+        with self._tx() as db:
+            db.execute("UPDATE deployments SET watch_pid = NULL, watch_beat = NULL WHERE name = ? AND watch_pid = ?",
+                       (name, watcher))
+
+    def events(self, name: str, *, run: int | None = None, kinds: tuple[str, ...] | None = None) -> Iterator[Event]:
+        """The deployment's stored events, oldest first: of one run, or of all."""
+        query = "SELECT * FROM events WHERE deployment = ?"
+        args: list[Any] = [name]
+        if run is not None:
+            query += " AND run = ?"
+            args.append(run)
         if kinds:
+            unknown = [k for k in kinds if k not in EVENT_KINDS]
+            if unknown:
+                raise StoreError(f"unknown event kind {unknown[0]!r}")
             query += f" AND kind IN ({','.join('?' * len(kinds))})"
             args += list(kinds)
         for row in self._db.execute(query + " ORDER BY id", args):
-            yield Event(row["id"], row["deployment"], row["ts"], row["kind"], json.loads(row["data_json"]))
+            yield _event(row)
 
     def remove(self, name: str) -> bool:
         with self._tx() as db:
             return db.execute("DELETE FROM deployments WHERE name = ?", (name,)).rowcount > 0
-
 
     # ---------------------------------------------------------------- benchmark runs
 
     def add_bench_run(self, *, profile: str, settings: dict, source: str = "gpuops", status: str = "running",
                       deployment: str | None = None, host: str | None = None, url: str | None = None,
                       model: str | None = None, sglang_version: str | None = None, gpus: dict | None = None,
-                      plan: dict | None = None, records: list | None = None, quality: dict | None = None,
+                      plan: Plan | None = None, records: list | None = None, quality: dict | None = None,
                       remote_dir: str | None = None, started_at: str | None = None,
                       finished_at: str | None = None) -> BenchRun:
         """Record a run (``running`` when gpuops starts one; imported runs arrive finished).
@@ -299,9 +328,10 @@ class Store:
                 " profile, settings_json, status, records_json, quality_json, remote_dir, created_at, started_at,"
                 " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (source, deployment, host, url, model, sglang_version, _strict_json_or_null(gpus),
-                 _strict_json_or_null(plan), profile, _strict_json(settings), status, _strict_json(records or []),
-                 _strict_json_or_null(quality), remote_dir, utc_now(), started_at, finished_at))
-        return self.bench_run(cur.lastrowid or 0)  # type: ignore[return-value]
+                 None if plan is None else _plan_json(plan), profile, _strict_json(settings), status,
+                 _strict_json(records or []), _strict_json_or_null(quality), remote_dir, utc_now(), started_at,
+                 finished_at))
+        return self._bench(cur.lastrowid or 0)
 
     def add_bench_records(self, run_id: int, records: list) -> None:
         """Append bench_serving records to a run (each step of a sweep, as soon as it is read back)."""
@@ -321,26 +351,32 @@ class Store:
                           " finished_at = ? WHERE id = ?",
                           (status, error, _strict_json_or_null(quality), utc_now(), run_id)).rowcount == 0:
                 raise StoreError(f"no benchmark run {run_id}")
-        return self.bench_run(run_id)  # type: ignore[return-value]
+        return self._bench(run_id)
 
     def set_bench_checks(self, run_id: int, checks: list) -> BenchRun:
-        """The functional checks' results of a run."""
+        """The functional checks' results of a run (FunctionalCheck structs or their JSON)."""
         with self._tx() as db:
             if db.execute("UPDATE bench_runs SET checks_json = ? WHERE id = ?",
-                          (_strict_json_or_null(checks), run_id)).rowcount == 0:
+                          (_strict_json_or_null(msgspec.to_builtins(checks)), run_id)).rowcount == 0:
                 raise StoreError(f"no benchmark run {run_id}")
-        return self.bench_run(run_id)  # type: ignore[return-value]
+        return self._bench(run_id)
 
     def set_bench_model(self, run_id: int, model: str) -> BenchRun:
         """The model of a run that only learnt it from the server (a --url run)."""
         with self._tx() as db:
             if db.execute("UPDATE bench_runs SET model = ? WHERE id = ?", (model, run_id)).rowcount == 0:
                 raise StoreError(f"no benchmark run {run_id}")
-        return self.bench_run(run_id)  # type: ignore[return-value]
+        return self._bench(run_id)
 
     def bench_run(self, run_id: int) -> BenchRun | None:
         row = self._db.execute("SELECT * FROM bench_runs WHERE id = ?", (run_id,)).fetchone()
         return _bench_run(row) if row else None
+
+    def _bench(self, run_id: int) -> BenchRun:
+        run = self.bench_run(run_id)
+        if run is None:
+            raise StoreError(f"no benchmark run {run_id}")
+        return run
 
     def bench_runs(self) -> list[BenchRun]:
         return [_bench_run(r) for r in self._db.execute("SELECT * FROM bench_runs ORDER BY id")]
@@ -357,19 +393,60 @@ def _strict_json_or_null(value: Any) -> str | None:
     return None if value is None else _strict_json(value)
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _plan_json(plan: Plan) -> str:
+    return _strict_json(msgspec.to_builtins(plan))
+
+
+def _loads(text: str | None, where: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"the store's {where} is not JSON ({exc}): the store is damaged") from None
+
+
+def _plan(text: str | None, where: str) -> Plan | None:
+    doc = _loads(text, where)
+    if doc is None:
+        return None
+    try:
+        return Plan.from_json(doc, where)
+    except Invalid as exc:
+        raise StoreError(f"the store holds a plan gpuops refuses: {exc}") from None
 
 
 def _bench_run(row: sqlite3.Row) -> BenchRun:
-    return BenchRun(row["id"], row["source"], row["deployment"], row["host"], row["url"], row["model"],
-                    row["sglang_version"], _loads(row["gpus_json"]), _loads(row["plan_json"]), row["profile"],
-                    json.loads(row["settings_json"]), row["status"], row["error"], json.loads(row["records_json"]),
-                    _loads(row["quality_json"]), row["remote_dir"], row["created_at"], row["started_at"],
-                    row["finished_at"], _loads(row["checks_json"]))
+    where = f"benchmark run {row['id']}"
+    doc = {"id": row["id"], "source": row["source"], "deployment": row["deployment"], "host": row["host"],
+           "url": row["url"], "model": row["model"], "sglang_version": row["sglang_version"],
+           "gpus": _loads(row["gpus_json"], where), "profile": row["profile"],
+           "settings": _loads(row["settings_json"], where), "status": row["status"], "error": row["error"],
+           "records": _loads(row["records_json"], where), "quality": _loads(row["quality_json"], where),
+           "remote_dir": row["remote_dir"], "created_at": row["created_at"], "started_at": row["started_at"],
+           "finished_at": row["finished_at"], "checks": _loads(row["checks_json"], where)}
+    try:
+        run = convert(doc, BenchRun, where)
+    except Invalid as exc:
+        raise StoreError(f"the store's {exc}") from None
+    run.plan = _plan(row["plan_json"], f"{where}'s plan")
+    return run  # type: ignore[no-any-return]
 
 
 def _deployment(row: sqlite3.Row) -> Deployment:
-    return Deployment(row["name"], row["host"], row["model"], row["launcher"], json.loads(row["plan_json"]),
-                      row["state"], row["created_at"], row["updated_at"], row["cursor"], row["log_offset"])
+    name = row["name"]
+    plan = _plan(row["plan_json"], f"deployment {name}'s plan")
+    assert plan is not None
+    doc = {k: row[k] for k in ("name", "host", "model", "launcher", "state", "run", "created_at", "updated_at",
+                               "cursor", "log_offset", "run_cursor", "run_offset", "watch_pid", "watch_beat")}
+    return Deployment(plan=plan, **doc)
 
+
+def _event(row: sqlite3.Row) -> Event:
+    data = _loads(row["data_json"], f"event {row['id']}")
+    doc = {**(data if isinstance(data, dict) else {}), "event": row["kind"], "ts": row["ts"], "run": row["run"],
+           "deployment": row["deployment"]}
+    try:
+        return convert(doc, Event, f"event {row['id']}")  # type: ignore[no-any-return]
+    except Invalid as exc:
+        raise StoreError(f"the store's {exc}") from None

@@ -62,14 +62,15 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..planning import sglang_versions as sv
-from .findings import SEVERITIES, Evidence, Finding, Fix
+from ..domain import SEVERITIES, Evidence, Finding, Fix, Severity
 from .fixes import apply_patch, describe_patch
 from .phases import Crash, LogLine, PhaseTracker, clean, track_log
-from ..planning.plan import MAMBA_FLAGS, split_flags
+from ..domain import Plan, split_flags
+from ..planning.flag_rules import MAMBA_FLAGS
 
 __all__ = ["LineRule", "SilenceRule", "LINE_RULES", "SILENCE_RULES", "CODES", "LogScanner", "findings_for_log"]
 
-# DESIGN.md's vocabulary, then the codes these rules added.
+# The stable vocabulary (docs/ARCHITECTURE.md), then the codes these rules added.
 CODES: tuple[str, ...] = (
     "spec-config-invalid", "nccl-init-stall", "nccl-error", "driver-library-mismatch", "cuda-driver-too-old",
     "kv-cache-oom", "cuda-graph-oom", "cuda-oom", "weight-load-error", "port-in-use", "leftover-gpu-process",
@@ -93,7 +94,7 @@ class LineRule:
 
     id: str
     code: str
-    severity: str
+    severity: Severity
     needles: tuple[str, ...]
     pattern: re.Pattern[str]
     summary: str
@@ -117,7 +118,7 @@ class SilenceRule:
     fix: str
     patch: PatchFn | None = None
     nccl_pending: bool = False
-    severity: str = "warning"
+    severity: Severity = "warning"
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,13 +130,13 @@ class Ctx:
     """What a rule's patch function sees. ``value(flag)`` is the value the plan gives a flag,
     else the one the server logged in ``server_args=``; ``groups`` the match's named groups."""
 
-    def __init__(self, plan: dict | None, groups: dict[str, str], scan: "LogScanner", tracker: PhaseTracker | None):
+    def __init__(self, plan: Plan | None, groups: dict[str, str], scan: "LogScanner", tracker: PhaseTracker | None):
         self.plan = plan
         self.groups = groups
         self.scan = scan
         self.tracker = tracker
-        self.version: str | None = (plan or {}).get("sglang_version") or None
-        self.plan_flags = dict(split_flags((plan or {}).get("argv") or []))
+        self.version: str | None = plan.sglang_version if plan is not None else None
+        self.plan_flags = dict(split_flags(plan.argv if plan is not None else []))
 
     def flags(self) -> frozenset[str] | None:
         return sv.flags_for(self.version) if self.version else None
@@ -150,7 +151,7 @@ class Ctx:
         return _num(self.value(flag))
 
     def env(self, key: str) -> str | None:
-        return ((self.plan or {}).get("env") or {}).get(key)
+        return self.plan.env.get(key) if self.plan is not None else None
 
     def has_flag(self, flag: str) -> bool:
         flags = self.flags()
@@ -160,8 +161,7 @@ class Ctx:
         return self.scan.nccl_info or (self.env("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE")
 
     def port(self) -> int | None:
-        p = (self.plan or {}).get("port")
-        return p if isinstance(p, int) else _int(self.value("--port"))
+        return self.plan.port if self.plan is not None else _int(self.value("--port"))
 
 
 def _num(s: str | None) -> float | None:
@@ -350,7 +350,7 @@ _OOM_RE = re.compile(
 _OOM_WHAT = "CUDA ran out of GPU memory{want_text}"
 
 
-def _rule(id: str, code: str, severity: str, needles: tuple[str, ...], pattern: str | re.Pattern[str], summary: str,
+def _rule(id: str, code: str, severity: Severity, needles: tuple[str, ...], pattern: str | re.Pattern[str], summary: str,
           fix: str, patch: PatchFn | None = None, phases: tuple[str, ...] | None = None,
           covers: tuple[str, ...] = ()) -> LineRule:
     rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
@@ -709,7 +709,7 @@ class LogScanner:
 
     # -- findings ----------------------------------------------------------------------------
 
-    def findings(self, tracker: PhaseTracker, plan: dict | None = None) -> list[Finding]:
+    def findings(self, tracker: PhaseTracker, plan: Plan | None = None) -> list[Finding]:
         """The findings for what was fed, given the tracker of the same lines and, when known,
         the deployment's plan (for fixes that patch it): errors first, then by line."""
         crash = tracker.crash
@@ -755,7 +755,7 @@ class LogScanner:
             return Fix(summary)
         return Fix(f"{summary} ({describe_patch(patch)})", True, patch)
 
-    def _silence(self, tracker: PhaseTracker, plan: dict | None, codes: set[str]) -> list[tuple[int, Finding]]:
+    def _silence(self, tracker: PhaseTracker, plan: Plan | None, codes: set[str]) -> list[tuple[int, Finding]]:
         out: list[tuple[int, Finding]] = []
         last = tracker.last_phase_line or ""
         _, last_at, last_shown = self._last_phase
@@ -767,7 +767,7 @@ class LogScanner:
                     rule.nccl_pending and not self._nccl_started):
                 continue
             at = pending[0][0] if rule.nccl_pending else last_at
-            evidence = () if rule.nccl_pending else (Evidence(f"log:{last_at}", last_shown),)
+            evidence: tuple[Evidence, ...] = () if rule.nccl_pending else (Evidence(f"log:{last_at}", last_shown),)
             evidence += tuple(Evidence(f"log:{n}", line) for n, line in pending[:_EVIDENCE_LINES])
             evidence += (Evidence("log", reading=f"the log ends at line {self.line_no}, {self.line_no - at} line(s) "
                                                  "later"),)
@@ -803,10 +803,10 @@ class _Found:
         self.hits = sorted(self.hits + hits, key=lambda x: x[0].line_no)
         self.dropped += dropped
 
-    def finding(self, scan: LogScanner, tracker: PhaseTracker, plan: dict | None) -> Finding:
+    def finding(self, scan: LogScanner, tracker: PhaseTracker, plan: Plan | None) -> Finding:
         rule = self.rule
         first, phase = next(((h, p) for h, p in self.hits if h.rule is rule), self.hits[0])
-        groups = {}
+        groups: dict[str, str] = {}
         for h, _ in self.hits:  # the rule's own match first, then what the others add
             for k, v in h.groups.items():
                 groups.setdefault(k, v)
@@ -830,9 +830,9 @@ class _Found:
         return Finding(rule.code, rule.severity, summary, tuple(evidence), fix, data)
 
 
-def findings_for_log(lines: Iterable[str], plan: dict | None = None) -> list[Finding]:
+def findings_for_log(lines: Iterable[str], plan: Plan | None = None) -> list[Finding]:
     """The findings for a finished log (raw lines, e.g. an open file), for the last server start
-    in it; ``plan`` (a plan JSON) lets fixes patch it."""
+    in it; ``plan`` lets fixes patch it."""
     scanner = LogScanner()
     tracker = track_log(lines, scanner.feed)
     return scanner.findings(tracker, plan)

@@ -1,6 +1,6 @@
-"""Apply a finding's fix to a plan: a checked ``plan_patch`` on a copy of the plan JSON, with its diff.
+"""Apply a finding's fix to a plan: a checked ``plan_patch`` on a copy of the plan, with its diff.
 
-A fix that is a plan change (:class:`gpuops.core.findings.Fix` with ``applicable``) carries a
+A fix that is a plan change (:class:`gpuops.core.domain.Fix` with ``applicable``) carries a
 ``plan_patch``, a JSON object with any of these keys and nothing else::
 
     {"set_flags":    {"--mem-fraction-static": ["0.85"], "--enable-metrics": []},
@@ -23,10 +23,9 @@ ValueError with one line saying what, and nothing is applied. The input plan is 
 
 from __future__ import annotations
 
-import copy
 import re
 
-from ..planning.plan import join_flags, split_flags, unit_text_from_json
+from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 
 __all__ = ["PATCH_KEYS", "validate_patch", "apply_patch", "describe_patch"]
 
@@ -111,18 +110,14 @@ def describe_patch(patch: dict) -> str:
     return "; ".join(parts)
 
 
-def apply_patch(plan: dict, patch: dict, *, why: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
-    """(the new plan JSON, its diff). The diff lists every change as ("-", old) / ("+", new) lines:
+def apply_patch(plan: Plan, patch: dict, *, why: str | None = None) -> tuple[Plan, list[tuple[str, str]]]:
+    """(the new plan, its diff). The diff lists every change as ("-", old) / ("+", new) lines:
     ``--flag values`` for argv, ``NAME=value`` for the environment; an empty diff means the patch
-    changes nothing in this plan. The systemd unit's text is rendered again from the new argv.
-    When something changed, the plan's ``rules`` gain ``{"id": "fix", "why": WHY, ...}`` so every
-    flag still says which rule put it there."""
+    changes nothing in this plan (the plan itself comes back). When something changed, the plan's
+    ``rules`` gain ``fix`` (WHY) so every flag still says which rule put it there. The input plan
+    is never changed; the new one is validated like any plan."""
     p = validate_patch(patch)
-    argv, env = plan.get("argv"), plan.get("env")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not isinstance(env, (dict, type(None))):
-        raise ValueError('not a gpuops plan: it needs an "argv" list of strings and an "env" object')
-    new = copy.deepcopy(plan)
-    flags = split_flags(argv)
+    flags = split_flags(plan.argv)
     diff: list[tuple[str, str]] = []
     adds: list[str] = []
     removes: list[str] = []
@@ -153,7 +148,7 @@ def apply_patch(plan: dict, patch: dict, *, why: str | None = None) -> tuple[dic
             flags = [f for i, f in enumerate(flags) if i not in where[1:]]
         else:
             flags.append((name, tuple(values)))
-    new_env = dict(env or {})
+    new_env = dict(plan.env)
     for key in p["unset_env"]:
         if key in new_env:
             old = f"{key}={new_env.pop(key)}"
@@ -168,16 +163,15 @@ def apply_patch(plan: dict, patch: dict, *, why: str | None = None) -> tuple[dic
         adds.append(f"{key}={value}")
         new_env[key] = value
     if not diff:
-        return new, diff
-    new["argv"] = join_flags(flags)
-    new["env"] = new_env
-    if p["port"] is not None:
-        new["port"] = p["port"]
-    if isinstance(new.get("unit"), dict):
-        new["unit"]["text"] = unit_text_from_json(new)
-    if isinstance(new.get("rules"), list):
-        new["rules"].append({"id": "fix", "why": why or "a triage fix", "adds": adds, "removes": removes})
+        return plan, diff
+    warnings = list(plan.warnings)
     touched = [f for f in _FIT_FLAGS if f in wanted or f in p["remove_flags"]]
-    if touched and isinstance(new.get("warnings"), list):
-        new["warnings"].append(f"a fix changed {', '.join(touched)}: the fit figures are from before it")
+    if touched:
+        warnings.append(f"a fix changed {', '.join(touched)}: the fit figures are from before it")
+    try:
+        new = plan.replace(argv=join_flags(flags), env=new_env, port=p["port"] if p["port"] is not None else plan.port,
+                           rules=[*plan.rules, RuleFired("fix", why or "a triage fix", adds, removes)],
+                           warnings=warnings)
+    except Invalid as exc:
+        raise ValueError(f"plan_patch: {exc}") from None
     return new, diff

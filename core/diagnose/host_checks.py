@@ -4,7 +4,7 @@ One round trip runs :mod:`gpuops.core.hosts.programs.triage_probe` on the host w
 (driver module and userspace libraries, NVML, torch's CUDA, kernel command line / IOMMU /
 kernel log, /dev/shm, listening ports, the server's process tree, ``nvidia-smi topo -m``,
 py-spy dumps of the ranks); at the same time a telemetry snapshot lists the GPUs' processes.
-:func:`run_checks` turns both into :class:`CheckResult` rows, in :data:`CHECKS` order:
+:func:`run_checks` turns both into :class:`HostCheckResult` rows, in :data:`CHECKS` order:
 
 - ``driver-library-mismatch``: /proc/driver/nvidia/version's module against the libnvidia-ml /
   libcuda the server maps (else the files it would load): the seed's 590.48.01 vs 565 hang.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..hosts.programs import triage_probe
-from .findings import Evidence, Finding, Fix
+from ..domain import Evidence, Finding, Fix, HostCheck, Plan
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..telemetry.samples import Snapshot, plain, snapshot
 
@@ -67,7 +67,7 @@ class TriageError(HostError):
 
 
 @dataclass(frozen=True)
-class CheckResult:
+class HostCheckResult:
     """One check: ``ok`` True (pass) / False / None (could not check), a one-line ``detail``,
     the findings it raised, and check-specific data (the py-spy stacks)."""
 
@@ -77,6 +77,10 @@ class CheckResult:
     findings: tuple[Finding, ...] = ()
     data: dict = field(default_factory=dict)
 
+    def summary(self) -> HostCheck:
+        """The check as reported and stored (name, ok, detail)."""
+        return HostCheck(self.name, self.ok, self.detail)
+
     def to_json(self) -> dict:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
@@ -84,15 +88,15 @@ class CheckResult:
 # ------------------------------------------------------------------ running
 
 
-def probe_argv(host: Host, plan: dict, *, server_pids: Iterable[int] = (), root: str | None = None,
+def probe_argv(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root: str | None = None,
                py_spy: bool = True) -> list[str]:
     """The probe with the server's python (the plan's, else the host's) and the plan's GPUs and ports."""
-    argv = [plan.get("python") or host_python(host), "-c", script_source(triage_probe), triage_probe.MARKER]
+    argv = [plan.python or host_python(host), "-c", script_source(triage_probe), triage_probe.MARKER]
     if root is not None:
         argv += ["--root", root]
     for pid in server_pids:
         argv += ["--pid", str(_positive_int("server pid", pid))]
-    gpu_ids = [_positive_int("gpu id", g, zero=True) for g in plan.get("gpu_ids") or ()]
+    gpu_ids = [_positive_int("gpu id", g, zero=True) for g in plan.gpu_ids]
     if gpu_ids:
         argv += ["--gpus", ",".join(map(str, gpu_ids))]
     for port in _ports(plan).values():
@@ -100,7 +104,7 @@ def probe_argv(host: Host, plan: dict, *, server_pids: Iterable[int] = (), root:
     return argv + (["--py-spy"] if py_spy else [])
 
 
-async def run_probe(host: Host, plan: dict, *, server_pids: Iterable[int] = (), root: str | None = None,
+async def run_probe(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root: str | None = None,
                     py_spy: bool = True, timeout: float = PROBE_TIMEOUT_S) -> dict:
     res = await host.run(probe_argv(host, plan, server_pids=server_pids, root=root, py_spy=py_spy), timeout=timeout)
     lines = res.stdout.strip().splitlines()
@@ -111,12 +115,12 @@ async def run_probe(host: Host, plan: dict, *, server_pids: Iterable[int] = (), 
     except (ValueError, IndexError):
         said = next((ln for ln in reversed(res.stderr.splitlines()) if ln.strip()), "no output")
         raise TriageError(f"{host.name}: triage probe exited ({res.returncode}): {said}",
-                          f"is {plan.get('python') or host_python(host)} a python on {host.name}?") from None
+                          f"is {plan.python or host_python(host)} a python on {host.name}?") from None
     return doc
 
 
-async def run_checks(host: Host, plan: dict, *, server_pids: Iterable[int] = (), root: str | None = None,
-                     shm_min_bytes: int = SHM_MIN_BYTES, py_spy: bool = True) -> list[CheckResult]:
+async def run_checks(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root: str | None = None,
+                     shm_min_bytes: int = SHM_MIN_BYTES, py_spy: bool = True) -> list[HostCheckResult]:
     """Every check of :data:`CHECKS` against ``host`` for ``plan``; ``server_pids`` are the
     deployment's running server processes (its descendants count as its own), ``root`` points
     the probe at a prepared tree (default: the host's GPUOPS_HOST_ROOT, else /)."""
@@ -133,8 +137,8 @@ async def _snapshot_or_error(host: Host) -> Snapshot | str:
         return exc.message
 
 
-def checks_from(doc: dict, plan: dict, snap: Snapshot | str, *, shm_min_bytes: int = SHM_MIN_BYTES
-                ) -> list[CheckResult]:
+def checks_from(doc: dict, plan: Plan, snap: Snapshot | str, *, shm_min_bytes: int = SHM_MIN_BYTES
+                ) -> list[HostCheckResult]:
     """The checks from a probe document and a telemetry snapshot (or the error it gave)."""
     return [
         check_driver_libraries(doc),
@@ -148,29 +152,29 @@ def checks_from(doc: dict, plan: dict, snap: Snapshot | str, *, shm_min_bytes: i
     ]
 
 
-def findings(results: Iterable[CheckResult]) -> list[Finding]:
+def findings(results: Iterable[HostCheckResult]) -> list[Finding]:
     return [f for r in results for f in r.findings]
 
 
 # ------------------------------------------------------------------ driver and libraries
 
 
-def check_driver_libraries(doc: dict) -> CheckResult:
+def check_driver_libraries(doc: dict) -> HostCheckResult:
     name = "driver-library-mismatch"
     drv, libs, nvml = _section(doc, "driver"), _section(doc, "libraries"), _section(doc, "nvml")
     module = drv.get("module_version")
     if module is None:
-        return CheckResult(name, None, drv.get("error") or "the NVIDIA kernel module's version is unknown")
+        return HostCheckResult(name, None, drv.get("error") or "the NVIDIA kernel module's version is unknown")
     files = [f for f in libs.get("files") or [] if f.get("version")]
     where = "mapped by the server" if libs.get("source") == "maps" else "on disk"
     bad = [f for f in files if _mismatched(f, module)]
     nvml_says = nvml.get("error_code") == NVML_ERROR_LIB_RM_VERSION_MISMATCH
     if not bad and not nvml_says:
         if not files:
-            return CheckResult(name, None, f"kernel module {module}; no libnvidia-ml / libcuda found in "
+            return HostCheckResult(name, None, f"kernel module {module}; no libnvidia-ml / libcuda found in "
                                + ", ".join(libs.get("searched") or ()))
         shown = ", ".join(f"{_lib_name(f)} {f['version']}" for f in files)
-        return CheckResult(name, True, f"kernel module {module} matches {shown} ({where})")
+        return HostCheckResult(name, True, f"kernel module {module} matches {shown} ({where})")
     evidence = [Evidence(drv.get("path") or "/proc/driver/nvidia/version", reading=f"kernel module {module}"
                          + (f": {drv['line']}" if drv.get("line") else ""))]
     for f in bad or files:
@@ -195,7 +199,7 @@ def check_driver_libraries(doc: dict) -> CheckResult:
             "or reboot the host after the driver upgrade"),
         data={"module_version": module, "library_versions": versions},
     )
-    return CheckResult(name, False, finding.summary, (finding,))
+    return HostCheckResult(name, False, finding.summary, (finding,))
 
 
 def _mismatched(lib: dict, module: str) -> bool:
@@ -214,38 +218,39 @@ def _lib_name(lib: dict) -> str:
 # ------------------------------------------------------------------ NVML, CUDA
 
 
-def check_nvml_init(doc: dict) -> CheckResult:
+def check_nvml_init(doc: dict) -> HostCheckResult:
     name = "nvml-init"
     nvml = _section(doc, "nvml")
     if not nvml.get("available"):
-        return CheckResult(name, None, nvml.get("error") or "NVML was not asked")
+        return HostCheckResult(name, None, nvml.get("error") or "NVML was not asked")
     if nvml.get("ok"):
-        return CheckResult(name, True, f"NVML {nvml.get('nvml_version') or '?'}, driver "
+        return HostCheckResult(name, True, f"NVML {nvml.get('nvml_version') or '?'}, driver "
                            f"{nvml.get('driver_version') or '?'}, CUDA {_cuda_text(nvml.get('cuda_driver_version'))}")
     code, error = nvml.get("error_code"), nvml.get("error") or "unknown error"
     if code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-        return CheckResult(name, False, f"nvmlInit: {error} (see driver-library-mismatch)")
+        return HostCheckResult(name, False, f"nvmlInit: {error} (see driver-library-mismatch)")
     finding = Finding("nvml-init-error", "error", f"NVML cannot initialise: {error}",
                       (Evidence("nvml", reading=f"nvmlInit: {error}" + (f" (code {code})" if code else "")),),
-                      Fix(_NVML_INIT_HINTS.get(code, "run nvidia-smi on the host to see why")))
-    return CheckResult(name, False, finding.summary, (finding,))
+                      Fix(_NVML_INIT_HINTS.get(code, "run nvidia-smi on the host to see why") if code is not None
+                          else "run nvidia-smi on the host to see why"))
+    return HostCheckResult(name, False, finding.summary, (finding,))
 
 
-def check_cuda_driver(doc: dict) -> CheckResult:
+def check_cuda_driver(doc: dict) -> HostCheckResult:
     name = "cuda-driver-too-old"
     nvml, torch = _section(doc, "nvml"), _section(doc, "torch")
     driver = nvml.get("cuda_driver_version")
     if not torch.get("found"):
-        return CheckResult(name, None, f"cannot tell the CUDA runtime: {torch.get('error') or 'no torch'}")
+        return HostCheckResult(name, None, f"cannot tell the CUDA runtime: {torch.get('error') or 'no torch'}")
     runtime = torch.get("cuda")
     if not runtime:
-        return CheckResult(name, None, f"torch {torch.get('version')} is not a CUDA build")
+        return HostCheckResult(name, None, f"torch {torch.get('version')} is not a CUDA build")
     if not isinstance(driver, int):
-        return CheckResult(name, None, f"torch {torch.get('version')} wants CUDA {runtime}; the driver's CUDA "
+        return HostCheckResult(name, None, f"torch {torch.get('version')} wants CUDA {runtime}; the driver's CUDA "
                            f"version is unknown ({nvml.get('error') or 'NVML did not say'})")
     want = _cuda_int(runtime)
     if want is None or driver >= want:
-        return CheckResult(name, True, f"driver CUDA {_cuda_text(driver)} >= torch {torch.get('version')}'s CUDA {runtime}")
+        return HostCheckResult(name, True, f"driver CUDA {_cuda_text(driver)} >= torch {torch.get('version')}'s CUDA {runtime}")
     major = driver // 1000 < want // 1000
     finding = Finding(
         name, "error" if major else "warning",
@@ -259,19 +264,19 @@ def check_cuda_driver(doc: dict) -> CheckResult:
             f"package for {runtime} also works), or run a torch/SGLang build for CUDA {_cuda_text(driver)}"),
         data={"driver_cuda": driver, "torch_cuda": runtime},
     )
-    return CheckResult(name, False, finding.summary, (finding,))
+    return HostCheckResult(name, False, finding.summary, (finding,))
 
 
 # ------------------------------------------------------------------ P2P, IOMMU
 
 
-def check_p2p(doc: dict, plan: dict) -> CheckResult:
+def check_p2p(doc: dict, plan: Plan) -> HostCheckResult:
     name = "p2p-unavailable"
-    gpu_ids = sorted(set(plan.get("gpu_ids") or ()))
+    gpu_ids = sorted(set(plan.gpu_ids))
     if len(gpu_ids) < 2:
-        return CheckResult(name, True, "one GPU: no peer-to-peer between ranks")
-    if str((plan.get("env") or {}).get("NCCL_P2P_DISABLE")) == "1":
-        return CheckResult(name, True, "NCCL_P2P_DISABLE=1 is set: NCCL does not use peer-to-peer")
+        return HostCheckResult(name, True, "one GPU: no peer-to-peer between ranks")
+    if plan.env.get("NCCL_P2P_DISABLE") == "1":
+        return HostCheckResult(name, True, "NCCL_P2P_DISABLE=1 is set: NCCL does not use peer-to-peer")
     topo, nvml, kernel = _section(doc, "topo"), _section(doc, "nvml"), _section(doc, "kernel")
     links = parse_topo(topo.get("stdout") or "")
     pairs = [(a, b) for i, a in enumerate(gpu_ids) for b in gpu_ids[i + 1:]]
@@ -313,7 +318,7 @@ def check_p2p(doc: dict, plan: dict) -> CheckResult:
     detail = f"{shown_links}; {shown_nvml}; IOMMU {mode or 'unknown'}"
     if not reasons:
         # nothing against P2P; but with neither the links nor NVML's word nothing for it either
-        return CheckResult(name, True if known or answered else None, detail)
+        return HostCheckResult(name, True if known or answered else None, detail)
     finding = Finding(
         name, "warning", "; ".join(reasons) + ": NCCL can hang in its init or first collective",
         tuple(evidence),
@@ -324,7 +329,7 @@ def check_p2p(doc: dict, plan: dict) -> CheckResult:
             plan_patch={"set_env": {"NCCL_P2P_DISABLE": "1"}}),
         data={"links": {f"{a}-{b}": link for (a, b), link in known.items()}, "iommu": mode},
     )
-    return CheckResult(name, False, finding.summary, (finding,))
+    return HostCheckResult(name, False, finding.summary, (finding,))
 
 
 def parse_topo(text: str) -> dict[tuple[int, int], str]:
@@ -381,18 +386,18 @@ def iommu_mode(kernel: dict) -> tuple[str | None, list[Evidence]]:
 # ------------------------------------------------------------------ /dev/shm
 
 
-def check_shm(doc: dict, plan: dict, min_bytes: int = SHM_MIN_BYTES) -> CheckResult:
+def check_shm(doc: dict, plan: Plan, min_bytes: int = SHM_MIN_BYTES) -> HostCheckResult:
     name = "shm-too-small"
     shm = _section(doc, "shm")
-    tp = int(plan.get("tp") or 1)
+    tp = plan.tp
     total, free = shm.get("total_bytes"), shm.get("free_bytes")
     if total is None:
-        return CheckResult(name, None, f"{shm.get('path') or '/dev/shm'}: {shm.get('error') or 'no reading'}")
+        return HostCheckResult(name, None, f"{shm.get('path') or '/dev/shm'}: {shm.get('error') or 'no reading'}")
     size = f"{shm.get('path')}: {_gib(total)} total, {_gib(free)} free"
     if tp <= 1:
-        return CheckResult(name, True, f"{size}; TP 1: no NCCL transport between ranks needs it")
-    if total >= min_bytes and free >= min_bytes:
-        return CheckResult(name, True, f"{size} (>= {_gib(min_bytes)} for TP {tp})")
+        return HostCheckResult(name, True, f"{size}; TP 1: no NCCL transport between ranks needs it")
+    if total >= min_bytes and (free is None or free >= min_bytes):
+        return HostCheckResult(name, True, f"{size} (>= {_gib(min_bytes)} for TP {tp})")
     which = "total" if total < min_bytes else "free"
     finding = Finding(
         name, "error",
@@ -403,18 +408,18 @@ def check_shm(doc: dict, plan: dict, min_bytes: int = SHM_MIN_BYTES) -> CheckRes
             "--ipc=host) and recreate it" + ("; remove stale segments from /dev/shm" if which == "free" else "")),
         data={"total_bytes": total, "free_bytes": free, "min_bytes": min_bytes, "tp": tp},
     )
-    return CheckResult(name, False, finding.summary, (finding,))
+    return HostCheckResult(name, False, finding.summary, (finding,))
 
 
 # ------------------------------------------------------------------ ports
 
 
-def check_ports(doc: dict, plan: dict) -> CheckResult:
+def check_ports(doc: dict, plan: Plan) -> HostCheckResult:
     name = "port-in-use"
     ports = _section(doc, "ports")
     wanted = _ports(plan)
     if ports.get("error") and not ports.get("listening"):
-        return CheckResult(name, None, ports["error"])
+        return HostCheckResult(name, None, ports["error"])
     own = {p["pid"] for p in _tree(doc)}
     listening = set(ports.get("listening") or ())
     found: list[Finding] = []
@@ -433,30 +438,30 @@ def check_ports(doc: dict, plan: dict) -> CheckResult:
             tuple(Evidence(ports.get("table") or "/proc/net/tcp",
                            reading=f"{row.get('address')}:{port} LISTEN {_holder(row)}") for row in foreign),
             Fix(f"move the deployment to port {spare}, or end the process holding {port}", applicable=True,
-                plan_patch=_port_patch(plan, what, spare)),
+                plan_patch=_port_patch(plan, what, spare)) if spare is not None
+            else Fix(f"end the process holding {port}: no free port above it"),
             data={"port": port, "what": what, "holders": foreign, "free_port": spare},
         ))
         shown.append(f"{what} {port} taken")
     if "dist-init" not in wanted:
         shown.append("dist-init port: SGLang picks a free one at start (no --nccl-port / --dist-init-addr)")
-    return CheckResult(name, not found, "; ".join(shown), tuple(found))
+    return HostCheckResult(name, not found, "; ".join(shown), tuple(found))
 
 
 _DIST_FLAGS = ("--dist-init-addr", "--nccl-init-addr")
 
 
-def _ports(plan: dict) -> dict[str, int]:
+def _ports(plan: Plan) -> dict[str, int]:
     """{"server": port, "dist-init": port}: the plan's ``port`` and the rendezvous port its argv
     fixes, from ``--dist-init-addr HOST:PORT`` (alias ``--nccl-init-addr``) or ``--nccl-port`` (SGLang
     0.5.23 server_args.PortArgs / distributed/bootstrap.py); without either SGLang picks a free
     port itself at start, which cannot collide."""
     out: dict[str, int] = {}
-    if plan.get("port") is not None:
-        out["server"] = _positive_int("port", plan["port"])
-    value = _flag(plan.get("argv") or [], _DIST_FLAGS)
+    out["server"] = _positive_int("port", plan.port)
+    value = _flag(plan.argv, _DIST_FLAGS)
     if value and value.rpartition(":")[2].isdigit():
         out["dist-init"] = int(value.rpartition(":")[2])
-    elif (nccl := _flag(plan.get("argv") or [], ("--nccl-port",))) and nccl.isdigit():
+    elif (nccl := _flag(plan.argv, ("--nccl-port",))) and nccl.isdigit():
         out["dist-init"] = int(nccl)
     return out
 
@@ -469,10 +474,10 @@ def _flag(argv: list[str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _port_patch(plan: dict, what: str, spare: int) -> dict:
+def _port_patch(plan: Plan, what: str, spare: int) -> dict:
     if what == "server":
         return {"port": spare}
-    argv = plan.get("argv") or []
+    argv = plan.argv
     for flag in _DIST_FLAGS:
         value = _flag(argv, (flag,))
         if value:
@@ -489,19 +494,19 @@ def _holder(row: dict) -> str:
 # ------------------------------------------------------------------ leftover GPU processes
 
 
-def check_leftover(doc: dict, plan: dict, snap: Snapshot | str) -> CheckResult:
+def check_leftover(doc: dict, plan: Plan, snap: Snapshot | str) -> HostCheckResult:
     name = "leftover-gpu-process"
     if isinstance(snap, str):
-        return CheckResult(name, None, f"no GPU process list: {snap}")
+        return HostCheckResult(name, None, f"no GPU process list: {snap}")
     if not snap.gpus:
-        return CheckResult(name, None, f"no GPU process list: {snap.nvml.error or 'no GPUs seen'}")
-    gpu_ids = set(plan.get("gpu_ids") or ())
+        return HostCheckResult(name, None, f"no GPU process list: {snap.nvml.error or 'no GPUs seen'}")
+    gpu_ids = set(plan.gpu_ids)
     own = {p["pid"] for p in _tree(doc)}
     rows = [{"gpu": g.index, "pid": p.pid, "user": p.user, "command": p.command, "used_bytes": plain(p.used_bytes)}
             for g in snap.gpus if not gpu_ids or g.index in gpu_ids for p in g.processes if p.pid not in own]
     gpus = ", ".join(f"GPU{i}" for i in sorted(gpu_ids)) or "all GPUs"
     if not rows:
-        return CheckResult(name, True, f"no other process on {gpus}")
+        return HostCheckResult(name, True, f"no other process on {gpus}")
     evidence = tuple(Evidence("nvml", reading=f"GPU{r['gpu']}: pid {r['pid']} ({r['user'] or '?'}) "
                               f"{_gib(r['used_bytes'])}: {(r['command'] or '?')[:160]}") for r in rows)
     pids = sorted({r["pid"] for r in rows})
@@ -514,29 +519,29 @@ def check_leftover(doc: dict, plan: dict, snap: Snapshot | str) -> CheckResult:
             "still runs that command, then sends SIGTERM"),
         data={"processes": rows},
     )
-    return CheckResult(name, False, finding.summary, (finding,))
+    return HostCheckResult(name, False, finding.summary, (finding,))
 
 
 # ------------------------------------------------------------------ py-spy
 
 
-def check_py_spy(doc: dict) -> CheckResult:
+def check_py_spy(doc: dict) -> HostCheckResult:
     name = "py-spy"
     spy = doc.get("py_spy")
     if not isinstance(spy, dict):
-        return CheckResult(name, None, "not asked")
+        return HostCheckResult(name, None, "not asked")
     if spy.get("error") or not spy.get("path"):
-        return CheckResult(name, None, spy.get("error") or "py-spy not found")
+        return HostCheckResult(name, None, spy.get("error") or "py-spy not found")
     stacks = spy.get("stacks") or []
     if not stacks:
-        return CheckResult(name, None, "the server is not running: no stacks to dump")
+        return HostCheckResult(name, None, "the server is not running: no stacks to dump")
     label = ", ".join(f"{s.get('rank') or 'pid'} {s['pid']}" + ("" if s.get("ok") else " failed") for s in stacks)
     failed = [s for s in stacks if not s.get("ok")]
     detail = f"dumped {label}" + (f": {failed[0].get('error')}" if failed else "")
-    return CheckResult(name, not failed, detail, data={"stacks": stacks})
+    return HostCheckResult(name, not failed, detail, data={"stacks": stacks})
 
 
-def stacks(results: Iterable[CheckResult]) -> list[dict]:
+def stacks(results: Iterable[HostCheckResult]) -> list[dict]:
     """The py-spy dumps, one per rank: {pid, rank, title, ok, native, text, error}."""
     return [s for r in results if r.name == "py-spy" for s in r.data.get("stacks") or ()]
 

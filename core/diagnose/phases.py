@@ -4,7 +4,7 @@ Plain data and pure functions: no I/O, no asyncio, no UI. The deployment screen 
 :class:`PhaseTracker` line by line as the journal/log follower produces them; ``gpuops triage``
 runs :func:`triage_log` over a finished log.
 
-Phases (DESIGN.md vocabulary, in order): ``starting, dist_init, weights, kv_cache, cuda_graph,
+Phases (the stable vocabulary, in order): ``starting, dist_init, weights, kv_cache, cuda_graph,
 draft, http, ready``. Outcomes of a finished log: ``ready, crashed, incomplete``.
 
 Every string recognized here was read out of the SGLang wheels 0.5.10 and 0.5.23
@@ -63,20 +63,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Union
+from typing import Callable, Iterable, Mapping, Union
 
 __all__ = [
     "PHASES",
     "OUTCOMES",
     "LogLine",
     "clean",
-    "PhaseEvent",
+    "PhaseChange",
     "Progress",
     "Numbers",
     "Crash",
     "PhaseTracker",
     "track_log",
-    "triage_log",
 ]
 
 PHASES: tuple[str, ...] = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready")
@@ -111,7 +110,7 @@ class LogLine:
 
 
 @dataclass(frozen=True, slots=True)
-class PhaseEvent:
+class PhaseChange:
     """The tracker entered ``phase`` at line ``line_no`` (1-based count of fed lines)."""
 
     phase: str
@@ -168,7 +167,7 @@ class Crash:
     inferred_from: str
 
 
-Event = Union[PhaseEvent, Progress, Numbers, Crash]
+Change = Union[PhaseChange, Progress, Numbers, Crash]
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,11 +227,12 @@ def clean(raw: str) -> LogLine:
             ts = m.group(1)
             tags = m.group(2)
             if tags:
-                ranks = _RANKS.get(tags)
-                if ranks is None:
-                    ranks = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+                cached = _RANKS.get(tags)
+                if cached is None:
+                    cached = {k: int(v) for k, v in _RANK_RE.findall(tags)}
                     if len(_RANKS) < 1024:
-                        _RANKS[tags] = ranks
+                        _RANKS[tags] = cached
+                ranks = cached
             s = s[m.end():]
     return LogLine(raw, s, ts, ranks)
 
@@ -424,7 +424,7 @@ class PhaseTracker:
 
     Attributes: ``phase`` (None before the first line), ``outcome``, ``crash``, ``numbers``,
     ``progress`` (by phase), ``last_phase_line`` (text of the last line that moved or confirmed
-    the current phase), ``phase_events`` (every PhaseEvent so far), ``info`` (strings:
+    the current phase), ``phase_events`` (every PhaseChange so far), ``info`` (strings:
     ``model_type``, ``draft_model_type``, ``quant``, ``kv_dtype``, ``nccl_version``, ``url``),
     ``graph_batch_sizes`` (capture name -> batch sizes), ``ready_line_no``, ``ready_inferred``
     (ready taken from uvicorn + a successful warmup request because the ready line was missing),
@@ -437,7 +437,7 @@ class PhaseTracker:
         self.numbers: dict[str, float] = {}
         self.progress: dict[str, Progress] = {}
         self.last_phase_line: str | None = None
-        self.phase_events: list[PhaseEvent] = []
+        self.phase_events: list[PhaseChange] = []
         self.info: dict[str, str] = {}
         self.graph_batch_sizes: dict[str, tuple[int, ...]] = {}
         self.ready_line_no: int | None = None
@@ -454,6 +454,14 @@ class PhaseTracker:
         self._tb: _Tb | None = None
         self._crash_tb: _Tb | None = None
         self._last_fatal: tuple[int, str] | None = None
+        self._resumed = -1  # the phase a resumed tracker starts in, for every rank
+
+    def resume(self, phase: str) -> None:
+        """Continue a run whose earlier lines another tracker read (a watch reattached at its
+        stored position): start in `phase`, emitting nothing for it."""
+        self._pi = self._resumed = _IDX[phase]
+        self.phase = phase
+        self._open = True
 
     # -- public ------------------------------------------------------------------------------
 
@@ -465,12 +473,12 @@ class PhaseTracker:
             return "ready"
         return "incomplete"
 
-    def feed(self, raw: str | LogLine) -> list[Event]:
+    def feed(self, raw: str | LogLine) -> list[Change]:
         """Process one line; return what it changed (phase events, progress, numbers, crash)."""
         self.line_no += 1
         ln = raw if isinstance(raw, LogLine) else clean(raw)
         t = ln.text
-        out: list[Event] = []
+        out: list[Change] = []
         if self._pi < 0 and t.strip():
             self._enter(ln, "starting", None, out)
         if self._warmup_ok is not None and self.line_no - self._warmup_ok[0] >= _READY_GRACE:
@@ -486,18 +494,18 @@ class PhaseTracker:
             self._kv_line(ln, t, out)
         return out
 
-    def idle(self) -> list[Event]:
+    def idle(self) -> list[Change]:
         """The stream has been quiet for a while (a follower's timer, a few seconds): settle a
         ready that only uvicorn and a successful warmup request announced (the ready line is
         missing from some servers' logs). Without it that happens _READY_GRACE lines later."""
-        out: list[Event] = []
+        out: list[Change] = []
         if self._warmup_ok is not None:
             self._infer_ready(out)
         return out
 
-    def finish(self) -> list[Event]:
+    def finish(self) -> list[Change]:
         """The log ended: settle a traceback that was cut off and a pending inferred ready."""
-        out: list[Event] = []
+        out: list[Change] = []
         tb = self._tb
         if tb is not None and tb.state == _TB_FRAMES and tb.parts[-1].frames and tb.fatal:
             tb.parts[-1].exc.append("(the log ends inside this traceback)")
@@ -509,11 +517,11 @@ class PhaseTracker:
 
     # -- phases ------------------------------------------------------------------------------
 
-    def _enter(self, ln: LogLine, phase: str, state: str | None, out: list[Event], line_no: int | None = None) -> str:
+    def _enter(self, ln: LogLine, phase: str, state: str | None, out: list[Change], line_no: int | None = None) -> str:
         """A line that belongs to ``phase`` (state "open"/"close"/None). Returns the phase it was
         taken as (a draft model's repeat of dist_init/weights/kv_cache becomes ``draft``)."""
         rk = tuple(ln.ranks.items())
-        rp = self._rank_phase.get(rk, -1)
+        rp = self._rank_phase.get(rk, self._resumed)
         if phase in _DRAFT_REPEATS and rp >= _I_CUDA_GRAPH:
             phase = "draft"
         i = _IDX[phase]
@@ -522,7 +530,7 @@ class PhaseTracker:
         if i > self._pi:
             self._pi = i
             self.phase = phase
-            ev = PhaseEvent(phase, line_no or self.line_no, _short(ln.text), ln.ts)
+            ev = PhaseChange(phase, line_no or self.line_no, _short(ln.text), ln.ts)
             self.phase_events.append(ev)
             out.append(ev)
             self._open = True
@@ -538,7 +546,7 @@ class PhaseTracker:
         self._counts[key] = n
         return n
 
-    def _numbers(self, ln: LogLine, vals: dict[str, float | None], out: list[Event]) -> None:
+    def _numbers(self, ln: LogLine, vals: Mapping[str, float | None], out: list[Change]) -> None:
         rk = tuple(ln.ranks.items())
         changed: dict[str, float] = {}
         for k, v in vals.items():
@@ -554,20 +562,20 @@ class PhaseTracker:
         if changed:
             out.append(Numbers(changed))
 
-    def _progress(self, key: str, done: int, total: int | None, what: str, out: list[Event]) -> None:
+    def _progress(self, key: str, done: int, total: int | None, what: str, out: list[Change]) -> None:
         p = Progress(key, done, total, what)
         if self.progress.get(key) != p:
             self.progress[key] = p
             out.append(p)
 
-    def _complete_progress(self, key: str, out: list[Event]) -> None:
+    def _complete_progress(self, key: str, out: list[Change]) -> None:
         p = self.progress.get(key)
         if p is not None and p.total is not None and p.done < p.total:
             self._progress(key, p.total, p.total, p.what, out)
 
     # -- dispatch ----------------------------------------------------------------------------
 
-    def _dispatch(self, ln: LogLine, t: str, out: list[Event]) -> None:
+    def _dispatch(self, ln: LogLine, t: str, out: list[Change]) -> None:
         c = t[0]
         if c == "I":
             if t.startswith("Init torch distributed begin") or t.startswith("Init parallel begin"):
@@ -575,7 +583,7 @@ class PhaseTracker:
             elif t.startswith("Init torch distributed ends") or t.startswith("Init parallel ends"):
                 p = self._enter(ln, "dist_init", "close", out)
                 pre = "draft_" if (p == "draft" or self._count(ln, "dist_end") > 1) else ""
-                vals = {pre + "dist_init_elapsed_s": _f(_ELAPSED_RE, t)}
+                vals: dict[str, float | None] = {pre + "dist_init_elapsed_s": _f(_ELAPSED_RE, t)}
                 mu = _f(_MEM_USAGE_RE, t)
                 if mu is not None:
                     vals[pre + "dist_init_mem_usage_gb"] = mu
@@ -681,7 +689,7 @@ class PhaseTracker:
                     self._numbers(ln, vals, out)
             return
         if c == "m":
-            vals: dict[str, float | None] = {}
+            vals = {}
             for k, v in _KEYVAL_RE.findall(t):
                 if k in ("available_gpu_mem", "available_cpu_mem"):
                     k += "_gb"
@@ -700,7 +708,7 @@ class PhaseTracker:
 
     # -- line kinds --------------------------------------------------------------------------
 
-    def _shards(self, ln: LogLine, t: str, out: list[Event]) -> None:
+    def _shards(self, ln: LogLine, t: str, out: list[Change]) -> None:
         m = _TQDM_RE.match(t)
         if not m or "shards" not in m.group(1):
             return
@@ -709,7 +717,7 @@ class PhaseTracker:
         what = "draft shards" if (key == "weights" and self._draft_loading) else "shards"
         self._progress(key, int(m.group(3)), int(m.group(4)), what, out)
 
-    def _kv_line(self, ln: LogLine, t: str, out: list[Event]) -> None:
+    def _kv_line(self, ln: LogLine, t: str, out: list[Change]) -> None:
         if "Cache is allocated" not in t and "Cache VA upper bound" not in t:
             return
         m = _KV_RE.search(t)
@@ -729,7 +737,7 @@ class PhaseTracker:
         if d:
             self.info[pre + "kv_dtype"] = d.group(1)
 
-    def _capture(self, ln: LogLine, t: str, out: list[Event]) -> None:
+    def _capture(self, ln: LogLine, t: str, out: list[Change]) -> None:
         if t.startswith("Capturing"):
             m = _TQDM_RE.match(t)
             if not m:
@@ -783,7 +791,7 @@ class PhaseTracker:
         if not begin:
             self._complete_progress(phase, out)
 
-    def _uvicorn(self, ln: LogLine, t: str, out: list[Event]) -> None:
+    def _uvicorn(self, ln: LogLine, t: str, out: list[Change]) -> None:
         msg = t[t.index(":") + 1:].lstrip()
         if msg.startswith(_UVICORN_HTTP):
             self._uvicorn_up = True
@@ -807,14 +815,14 @@ class PhaseTracker:
                 # (or when the log ends), it is missing from this log, not the readiness.
                 self._warmup_ok = (self.line_no, ln)
 
-    def _ready(self, ln: LogLine, out: list[Event], inferred: bool) -> None:
+    def _ready(self, ln: LogLine, out: list[Change], inferred: bool) -> None:
         self._warmup_ok = None
         self._enter(ln, "ready", "open", out)
         if self.ready_line_no is None:
             self.ready_line_no = self.line_no
             self.ready_inferred = inferred
 
-    def _infer_ready(self, out: list[Event]) -> None:
+    def _infer_ready(self, out: list[Change]) -> None:
         assert self._warmup_ok is not None
         line_no, ln = self._warmup_ok
         self._warmup_ok = None
@@ -826,7 +834,7 @@ class PhaseTracker:
 
     # -- crashes -----------------------------------------------------------------------------
 
-    def _fatal(self, ln: LogLine, t: str, out: list[Event]) -> None:
+    def _fatal(self, ln: LogLine, t: str, out: list[Change]) -> None:
         """An SGLang fatal line, or any line that starts a traceback."""
         k = t.find(_TB_MARK)
         if k >= 0:
@@ -862,7 +870,7 @@ class PhaseTracker:
             return frames_phase, "traceback"
         return cur, "phase"
 
-    def _tb_feed(self, ln: LogLine, out: list[Event]) -> bool:
+    def _tb_feed(self, ln: LogLine, out: list[Change]) -> bool:
         """Feed a line to the open traceback; False when the line is not part of it."""
         tb = self._tb
         assert tb is not None
@@ -914,7 +922,7 @@ class PhaseTracker:
         self._tb = None
         return False
 
-    def _tb_exception(self, tb: _Tb, out: list[Event]) -> None:
+    def _tb_exception(self, tb: _Tb, out: list[Change]) -> None:
         if not tb.fatal:
             return
         if not (self.crash is None or self._crash_tb is tb or (self._crash_tb is None and len(self.crash.evidence) <= 1)):
@@ -972,20 +980,3 @@ def track_log(lines: Iterable[str], observer: Callable[[LogLine, PhaseTracker], 
             observer(ln, tr)
     tr.finish()
     return tr
-
-
-def triage_log(lines: Iterable[str], plan: dict | None = None) -> dict:
-    """``gpuops triage``'s document for a finished log (DESIGN.md § JSON conventions):
-    ``{"schema": 1, "phase": …, "outcome": …, "findings": [...]}``. ``phase`` is where the server
-    got to, or, when it crashed, the phase it crashed in (``Crash.phase``); null when the log
-    says nothing. ``findings`` come from the rules in :mod:`gpuops.core.diagnose.finding_rules` (the last start in
-    the log); with the deployment's ``plan`` (plan JSON) their fixes can patch it."""
-    from .finding_rules import LogScanner  # rules builds on this module
-
-    scanner = LogScanner()
-    tr = track_log(lines, scanner.feed)
-    phase = tr.phase
-    if tr.outcome == "crashed" and tr.crash is not None and tr.crash.phase is not None:
-        phase = tr.crash.phase
-    findings = [f.to_json() for f in scanner.findings(tr, plan)]
-    return {"schema": 1, "phase": phase, "outcome": tr.outcome, "findings": findings}

@@ -12,7 +12,7 @@ events), :meth:`StallWatcher.gpus` (the sampler's memory readings) and
 once per stall (``check`` returns the :class:`Stall` once, then None) and clears on progress,
 so a deployment that resumes can stall again later and be told again.
 
-Thresholds: seconds per phase (DESIGN.md ``[stall]``). The defaults fit real start-ups:
+Thresholds: seconds per phase (config.toml's ``[stall]``). The defaults fit real start-ups:
 ``dist_init`` finishes in seconds on a healthy box (0.33 s for a 2-rank NCCL init on H200s),
 so two minutes of silence there is a hang; weight loading can take many minutes but prints
 shard progress as it goes, so its threshold bounds the gap between two progress lines.
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .findings import Evidence, Finding, Fix
+from ..domain import Evidence, Finding, Fix
 
 # Seconds without progress before a phase counts as stalled (config [stall] overrides).
 DEFAULT_STALL: dict[str, float] = {
@@ -110,6 +110,14 @@ class StallWatcher:
         self.last_progress = self.clock() if at is None else at
         self._mark = dict(self._gpu_used)
         self.stall = None
+
+    def resume(self, phase: str, *, silent_s: float = 0.0, stall: bool = False) -> None:
+        """Continue a run another watcher began: in `phase`, silent for `silent_s` already;
+        `stall`: a stall was already said (not said again until progress clears it)."""
+        self.phase = phase
+        self.last_progress = self.clock() - silent_s
+        if stall:
+            self.stall = Stall(phase, silent_s, self.threshold(phase))
 
     def gpus(self, used: Mapping[int, int | None]) -> None:
         """A sampler reading: bytes used per GPU index (None where NVML said N/A). Memory that

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import shlex
 import signal
 import sys
@@ -622,10 +623,20 @@ def host_python(host: Host) -> str:
     return sys.executable if isinstance(host, LocalHost) else "python3"
 
 
+_INLINE = re.compile(r"^from \.common import .*# gpuops: inlined when sent to a host\n", re.M)
+
+
 @functools.cache
 def script_source(module: ModuleType) -> str:
-    """The text of one of gpuops' standalone scripts (sent to hosts as `python -c`)."""
-    return Path(module.__file__ or "").read_text()
+    """The text of one of gpuops' programs, as sent to hosts (``python -c``): standalone, with the
+    shared helpers of ``programs/common.py`` in place of its import of them."""
+    path = Path(module.__file__ or "")
+    text = path.read_text()
+    if _INLINE.search(text):
+        common = (path.parent / "common.py").read_text()
+        body = common[common.index('"""', 3) + 3:]  # after its docstring
+        text = _INLINE.sub(lambda _m: body.lstrip("\n") + "\n", text, count=1)
+    return text
 
 
 def make_host(config: HostConfig, connect_options: dict[str, Any] | None = None) -> Host:

@@ -243,7 +243,8 @@ def format_help(v: str, width: int = 78) -> str:
         return argparse.HelpFormatter(prog, width=width)
 
     try:
-        parser = argparse.ArgumentParser(prog=help_prog(version), formatter_class=formatter, color=False)
+        parser = argparse.ArgumentParser(prog=help_prog(version), formatter_class=formatter,
+                                         color=False)  # type: ignore[call-arg]
     except TypeError:  # Python < 3.14: no color argument
         parser = argparse.ArgumentParser(prog=help_prog(version), formatter_class=formatter)
     for key, spec in sorted(_expanded()[version].items()):

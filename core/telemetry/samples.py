@@ -256,10 +256,11 @@ def parse_nvsmi_gpu_line(line: str, fields: tuple[str, ...] = NVSMI_FIELDS) -> G
     if len(parts) != len(fields):
         return None
     v = {f: _nvsmi_value(p) for f, p in zip(fields, parts)}
-    if v.get("index") is None or not v["index"].isdigit():
+    index = v.get("index")
+    if index is None or not index.isdigit():
         return None
     return GpuSample(
-        index=int(v["index"]),
+        index=int(index),
         uuid=v.get("uuid"),
         name=v.get("name"),
         memory_total=_num(v.get("memory.total"), MIB, True),
@@ -310,7 +311,7 @@ class ReporterFailed(HostError):
     pass
 
 
-def _reporter_failure(host: Host, rc: int | None, stderr: list[str] | str) -> ReporterFailed:
+def _reporter_failure(host: Host, rc: int | None, stderr: Iterable[str] | str) -> ReporterFailed:
     lines = stderr.splitlines() if isinstance(stderr, str) else list(stderr)
     last = next((line for line in reversed(lines) if line.strip()), "no output")
     python = host_python(host)
@@ -336,7 +337,7 @@ def _with_processes(gpus: list[GpuSample], procs: dict[str, list[GpuProcess]]) -
 
 async def nvsmi_once(host: Host) -> tuple[list[GpuSample], str | None]:
     """One nvidia-smi reading: (gpus, error)."""
-    fields = NVSMI_FIELDS
+    fields: tuple[str, ...] = NVSMI_FIELDS
     for _ in range(2):
         res = await host.run(nvsmi_query_argv(fields), timeout=15)
         if res.ok:
@@ -369,9 +370,10 @@ async def snapshot(host: Host, timeout: float = 20.0) -> Snapshot:
         snap = await asyncio.to_thread(_local_once, host)
     else:
         res = await host.run(reporter_argv(host, None), timeout=timeout)
-        snap = next((s for s in map(parse_report_line, res.stdout.splitlines()) if s), None)
-        if snap is None:
+        read = next((s for s in map(parse_report_line, res.stdout.splitlines()) if s), None)
+        if read is None:
             raise _reporter_failure(host, res.returncode, res.stderr)
+        snap = read
     if snap.nvml.code == "no-pynvml":
         _with_fallback(snap, *await nvsmi_once(host))
     return snap
@@ -446,7 +448,7 @@ class _NvsmiFollower:
         return _with_processes([self._rows[i] for i in sorted(self._rows)], self._procs)
 
     async def _run(self) -> None:
-        fields = NVSMI_FIELDS
+        fields: tuple[str, ...] = NVSMI_FIELDS
         loop_ms = max(100, int(self.interval * 1000))
         procs_every = max(1, int(5 / self.interval))
         try:

@@ -1,19 +1,19 @@
-"""Proof on real GPUs: the stall watcher against a real NCCL rendezvous (issue 5).
+"""Proof on real GPUs: the stall watcher against a real NCCL rendezvous.
 
-Runs gpuops' own Deployer (process launcher on the local host, the log follower, the phase
-tracker, the stall watcher, the NVML sampler) against tests/gpu/nccl_server.py, a stand-in
+Runs gpuops' own Deployer and the deployment's Watch (process launcher on the local host, the log
+follower, the phase tracker, the stall watcher, the NVML sampler) against tests/gpu/nccl_server.py, a stand-in
 server whose dist_init is a real 2-rank NCCL rendezvous, in three cases:
 
-  stall      rank 1 is held back for good: rank 0 waits in the rendezvous (as facts/gpu-host.md
-             reproduced). With [stall] dist_init = 20 and a 1 s poll, the watcher must flag
+  stall      rank 1 is held back for good: rank 0 waits in the rendezvous (as a real 2-rank init
+             does when a peer never joins). With [stall] dist_init = 20 and a 1 s poll, the watcher must flag
              nccl-init-stall within 20 s + one poll of the last progress (the dist_init line, or
              GPU memory that moved after it: rank 0's CUDA context), with both GPUs' real NVML
              memory readings in its evidence (compared with nvidia-smi's at that moment).
   slow-peer  rank 1 joins 8 s late: a slow rendezvous that completes; never flagged.
   healthy    both ranks join at once; never flagged.
 
-Needs 2 GPUs, torch and nvidia-ml-py; nothing else of gpuops' dependencies (core imports only
-the standard library). Usage: python3 tests/gpu/check_nccl_stall.py [--threshold 20] [--cases ...]
+Needs 2 GPUs, torch, nvidia-ml-py and msgspec (core's typed records; a cp312 wheel carried to the
+GPU machine); nothing else of gpuops' dependencies. Usage: python3 tests/gpu/check_nccl_stall.py [--threshold 20] [--cases ...]
 Prints what it saw, and RESULT: PASS/FAIL; exit 0 on PASS.
 """
 
@@ -52,8 +52,10 @@ def nvidia_smi_used() -> dict[int, int]:
 async def run_case(case: str, threshold: float, tmp: Path) -> dict:
     from gpuops.core.config import HostConfig
     from gpuops.core.deploy.deployer import Deployer
-    from gpuops.core.hosts.host import LocalHost
     from gpuops.core.deploy.store import Store
+    from gpuops.core.deploy.watch import Bus, Watch
+    from gpuops.core.domain import ModelSummary, Plan, event_json, event_kind
+    from gpuops.core.hosts.host import LocalHost
 
     work = tmp / case
     (work / "home").mkdir(parents=True)
@@ -64,25 +66,29 @@ async def run_case(case: str, threshold: float, tmp: Path) -> dict:
     hold = {"stall": ["--hold-back-rank", "1", "--hold-back-s", "-1"],
             "slow-peer": ["--hold-back-rank", "1", "--hold-back-s", "8"], "healthy": []}[case]
     port = {"stall": 30101, "slow-peer": 30102, "healthy": 30103}[case]
-    plan = {"name": f"nccl-{case}", "launcher": "process", "python": str(wrapper), "gpu_ids": [0, 1],
-            "port": port, "env": {"NCCL_DEBUG": "WARN"},
-            "argv": ["--tp", "2", "--port", str(port), "--nccl-port", str(port + 1000), *hold]}
+    plan = Plan(name=f"nccl-{case}", host="localhost", model=ModelSummary(id="nccl-standin"), tp=2, gpu_ids=(0, 1),
+                port=port, launcher="process", sglang_version="0.5.23", python=str(wrapper),
+                env={"NCCL_DEBUG": "WARN"}, argv=["--tp", "2", "--port", str(port), "--nccl-port", str(port + 1000),
+                                                  *hold])
     host = LocalHost(HostConfig(name="localhost", local=True, ssh=None, python=sys.executable))
     store = Store(work / "gpuops.db")
-    store.add_deployment(plan["name"], host.name, plan)
-    events: list[tuple[float, object]] = []
-    deployer = Deployer(host, plan, store, emit=lambda e: events.append((time.monotonic(), e)),
-                        stall={"dist_init": threshold}, poll_s=1.0)
+    bus = Bus()
+    events: list[tuple[float, dict]] = []
+    bus.listen(plan.name, lambda e: events.append((time.monotonic(), {"event": event_kind(e), **event_json(e)})))
+    deployer = Deployer(host, plan, store, bus)
+    deployer.begin()
     t0 = time.monotonic()
     await deployer.launch()
+    watch = Watch(host, store.deployment(plan.name), store, bus, stall={"dist_init": threshold}, poll_s=1.0,
+                  quick_check=False, launcher=deployer.launcher)
     try:
-        outcome = await asyncio.wait_for(deployer.watch(), timeout=threshold + 150)
+        outcome = await asyncio.wait_for(watch.run(), timeout=threshold + 150)
         smi = nvidia_smi_used()
     finally:
         await deployer.launcher.stop()
         store.close()
-    begin = next((t for t, e in events if e.kind == "phase" and e.data.get("phase") == "dist_init"), None)
-    findings = [(t, e.data) for t, e in events if e.kind == "finding"]
+    begin = next((t for t, e in events if e["event"] == "phase" and e.get("phase") == "dist_init"), None)
+    findings = [(t, e) for t, e in events if e["event"] == "finding"]
     stalls = [(t, f) for t, f in findings if f.get("code") == "nccl-init-stall"]
     result = {"case": case, "outcome": outcome, "seconds_total": round(time.monotonic() - t0, 1),
               "findings": [f.get("code") for _, f in findings], "nvidia_smi_used_mib": smi}
@@ -94,8 +100,7 @@ async def run_case(case: str, threshold: float, tmp: Path) -> dict:
         result["silent_s"] = f["data"]["silent_s"]
         result["summary"] = f["summary"]
         result["evidence"] = f["evidence"]
-    phases = [e.data.get("phase") for _, e in events if e.kind == "phase"]
-    result["phases"] = phases
+    result["phases"] = [e.get("phase") for _, e in events if e["event"] == "phase"]
     return result
 
 

@@ -2,9 +2,10 @@
 """On a machine with NVIDIA GPUs: does gpuops' sampler agree with nvidia-smi, and does a
 process that allocates 10 GiB appear in (and then leave) its process list?
 
-Needs only the standard library, nvidia-ml-py and torch (for the allocation). It loads
-core/hosts/programs/reporter.py by path, exactly the file gpuops sends to remote hosts, and also runs it
-the remote way (`python -c SOURCE --once`). Prints the figures and exits 1 on disagreement.
+Needs only the standard library, nvidia-ml-py and torch (for the allocation). It loads the reporter
+exactly as gpuops sends it to remote hosts (core/hosts/programs/reporter.py with its shared helpers
+inlined, gpuops.core.hosts.host.script_source) and also runs it the remote way (`python -c SOURCE
+--once`). Prints the figures and exits 1 on disagreement.
 
     python3 tests/gpu/check_sampler.py [--gib 10] [--gpu 0]
 """
@@ -12,15 +13,31 @@ the remote way (`python -c SOURCE --once`). Prints the figures and exits 1 on di
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-REPORTER = REPO / "core" / "hosts" / "programs" / "reporter.py"
+
+
+def reporter_source() -> str:
+    """The reporter's source as gpuops sends it (gpuops.core from this checkout, not installed)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "gpuops"
+    path.mkdir()
+    (path / "core").symlink_to(REPO / "core")
+    sys.path.insert(0, str(path.parent))
+    from gpuops.core.hosts.host import script_source
+    from gpuops.core.hosts.programs import reporter
+
+    return script_source(reporter)
+
+
+SOURCE = reporter_source()
 MIB = 1024 * 1024
 
 ALLOCATE = """
@@ -33,9 +50,8 @@ sys.stdin.read()
 
 
 def load_reporter():
-    spec = importlib.util.spec_from_file_location("gpuops_reporter", REPORTER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = types.ModuleType("gpuops_reporter")
+    exec(compile(SOURCE, "reporter.py", "exec"), mod.__dict__)
     return mod
 
 
@@ -95,7 +111,7 @@ def main() -> int:
     all_ok, table = compare(collector, "idle")
 
     # The remote path: the reporter's source run with `python -c`.
-    remote = subprocess.run([sys.executable, "-c", REPORTER.read_text(), "--once"],
+    remote = subprocess.run([sys.executable, "-c", SOURCE, "--once"],
                             capture_output=True, text=True, timeout=60)
     line = json.loads(remote.stdout.splitlines()[0])
     print(f"`python -c SOURCE --once`: rc={remote.returncode}, {len(line['gpus'])} GPUs, "

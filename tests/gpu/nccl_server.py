@@ -5,7 +5,7 @@ Run as the plan's "python -m sglang.launch_server --tp N --port P [--hold-back-r
 processes; each prints SGLang 0.5.10's ``[ts TPr] Init torch distributed begin.``, then joins a
 real ``torch.distributed`` NCCL group (world size N) and runs an all_reduce, which is where
 NCCL's communicator is built (``ncclCommInitRank``). A rank held back sleeps before joining:
-forever (``--hold-back-s -1``: the others wait in the rendezvous, as in facts/gpu-host.md's
+forever (``--hold-back-s -1``: the others wait in the rendezvous, as in a real 2x H200 run's
 reproduction and the seed's ten-minute hang) or for S seconds (a slow peer that does join).
 After the rendezvous each rank loads "weights" (a real 2 GiB allocation, so NVML sees memory
 move) and the main process prints SGLang's ready lines.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What gpuops adds to a benchmark (issue 6): SGLang's real bench_serving against the same simulated
+"""What gpuops adds to a benchmark: SGLang's real bench_serving against the same simulated
 server with the same arguments, run directly (the host venv's python, locally) and through gpuops
 (`gpuops bench --url ... --host sim` over a real sshd on 127.0.0.1: SSH, the guard, the relay,
 progress parsing, the store), alternating A B B A so drift hits both equally. Prints each run's

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The log pipeline's figures (issue 4), each against a baseline measured in the same run:
+"""The log pipeline's figures, each against a baseline measured in the same run:
 
-1. rate: gpuops' pipeline (journalctl JSON line → Record → phase tracker + finding rules → ring buffer) over the
+1. rate: gpuops' pipeline (journalctl JSON line → Record → the watch's log event → phase tracker + finding
+   rules → ring buffer) over the
    lines of a real journal, against `journalctl -o json` writing the same journal to /dev/null.
    Ratio >= 1.0 means gpuops is never the bottleneck.
 2. key press → repaint in the log view while 20,000 lines/s flow into it (p50/p99), against
@@ -30,6 +31,8 @@ sys.path.insert(0, str(REPO))
 from gpuops.core.deploy.journal import RingBuffer, parse_journal_line  # noqa: E402
 from gpuops.core.diagnose.phases import PhaseTracker, clean  # noqa: E402
 from gpuops.core.diagnose.finding_rules import LogScanner  # noqa: E402
+from gpuops.core.deploy.watch import Bus  # noqa: E402
+from gpuops.core.domain import LogEvent  # noqa: E402
 from tests.journal_util import JournalWriter  # noqa: E402
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -46,16 +49,22 @@ def sample_lines() -> list[str]:
 
 
 def pipeline(json_lines: list[str]) -> tuple[float, PhaseTracker, RingBuffer]:
-    """What the deploy watch does per journal entry: parse, clean, phase tracker, finding rules'
-    scanner, ring buffer."""
-    tracker, scanner, ring = PhaseTracker(), LogScanner(), RingBuffer(100_000)
+    """What the deployment's watch does per journal entry: parse, its typed log event (kept in its
+    ring buffer and published on the bus), clean, phase tracker, finding rules' scanner."""
+    tracker, scanner, ring, bus = PhaseTracker(), LogScanner(), RingBuffer(100_000), Bus()
+    seen: list = []
+    bus.listen("d", seen.append)
     t0 = time.perf_counter()
     for line in json_lines:
         rec = parse_journal_line(line)
+        event = LogEvent(line=rec.text, log_ts=rec.ts, run=1, deployment="d")
+        ring.append(event)
+        bus.publish("d", event)
         ln = clean(rec.text)
         tracker.feed(ln)
         scanner.feed(ln, tracker)
-        ring.append(rec)
+        if len(seen) > 1000:
+            seen.clear()
     return time.perf_counter() - t0, tracker, ring
 
 

@@ -27,23 +27,15 @@ import socket
 import sys
 import time
 
+from .common import LIB_DIRS, _MODULE_VERSION, _read  # gpuops: inlined when sent to a host
+
 # Filesystems that hold no user data: never shown as disks.
 _PSEUDO_FS = frozenset(
     """autofs binfmt_misc bpf cgroup cgroup2 configfs debugfs devpts devtmpfs efivarfs
     fusectl hugetlbfs mqueue nsfs proc pstore ramfs rpc_pipefs securityfs selinuxfs
     squashfs sysfs tmpfs tracefs fuse.lxcfs fuse.gvfsd-fuse fuse.portal nfsd overlay""".split()
 )
-_LIB_DIRS = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/usr/local/nvidia/lib64",
-    "/usr/local/nvidia/lib",
-    "/usr/lib/wsl/lib",
-)
 _SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
-_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
 
 def host_root():
@@ -53,14 +45,6 @@ def host_root():
 
 def _under_root(path):
     return os.path.join(host_root(), path.lstrip("/"))
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
 
 
 # ---------------------------------------------------------------- host stats
@@ -197,7 +181,7 @@ def loaded_library_version():
             m = _SO_VERSION.search(os.path.realpath(path))
             if m:
                 return m.group(1), path
-    for d in _LIB_DIRS:
+    for d in LIB_DIRS:
         d = _under_root(d)
         try:
             names = sorted(os.listdir(d))

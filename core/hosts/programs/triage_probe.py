@@ -52,18 +52,11 @@ import subprocess
 import sys
 import time
 
+from .common import LIB_DIRS, _MODULE_VERSION, _read  # gpuops: inlined when sent to a host
+
 MARKER = "--gpuops-triage-probe"
 
-# kept in step with reporter.py (which cannot be imported here: both run as `python -c`)
-_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 _LIB = re.compile(r"^lib(nvidia-ml|cuda)\.so\.(\d+\.\d+(?:\.\d+)?)$")
-LIB_DIRS = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/local/nvidia/lib64",
-    "/usr/local/cuda/compat",
-)
 KERNEL_LOG_FILES = ("/var/log/kern.log", "/var/log/dmesg", "/var/log/messages")
 KERNEL_LOG_TAIL = 8 * 1024 * 1024  # a kernel log file is read from its last 8 MiB
 # IOMMU, confidential computing, and the NVIDIA driver's own lines (API mismatch, Xid)
@@ -413,14 +406,6 @@ class Probe:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
 
 
 def _tail(path, limit):

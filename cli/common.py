@@ -1,0 +1,64 @@
+"""What every verb shares: running a use case (gpuops.core.ops) with the command line's policy.
+
+Exit codes: 0 ok; 1 the operation failed; 2 bad input or a refusal (one line on stderr, nothing
+changed). A use case that wants a confirmation gets it from ``--yes`` or, on a terminal, from a
+``[y/N]`` question; without either it is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any, Awaitable, Callable, TypeVar
+
+from ..core.config import Inventory
+
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """Bad input or a refusal: printed as one line, exit code 2."""
+
+
+def ask_terminal(question: str) -> bool:
+    """A yes/no on the terminal (stdin a TTY); False otherwise."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def run_use_case(inv: Inventory, args: argparse.Namespace, use: Callable[[Any, bool], Awaitable[T]], *,
+                 yes: bool = False) -> T:
+    """``use(ops, confirmed)`` on a fresh :class:`~gpuops.core.ops.Ops`; asks (or wants --yes) when the
+    use case needs a confirmation, then calls it again confirmed."""
+    from ..core.hosts.host import HostError
+    from ..core.ops import NeedsConfirmation, Ops, Refused
+
+    async def go() -> T:
+        ops = Ops(inv, readonly=bool(getattr(args, "readonly", False)))
+        try:
+            try:
+                return await use(ops, yes)
+            except NeedsConfirmation as need:
+                if not sys.stdin.isatty():
+                    raise UsageError(f"{need.question.rstrip('?')} needs confirmation: add --yes") from None
+                if not await asyncio.to_thread(ask_terminal, need.question):
+                    raise UsageError("not done (answered no)") from None
+                return await use(ops, True)
+        finally:
+            await ops.close()
+
+    try:
+        return asyncio.run(go())
+    except Refused as exc:
+        raise UsageError(str(exc)) from None
+    except HostError as exc:
+        raise OperationFailed(exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")) from None
+
+
+class OperationFailed(Exception):
+    """The operation ran and failed (exit 1): the message goes to stderr."""

@@ -1,0 +1,50 @@
+"""`gpuops sim setup` and `gpuops demo`: the entry points of the simulated host (the only modules
+outside gpuops.sim that import it)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import UsageError
+from .main import run_dashboard
+
+
+def cmd_sim_setup(args: argparse.Namespace) -> int:
+    from ..core.config import SshTarget
+    from ..sim.host import setup_simhost
+
+    if args.gpus < 1 or args.gpus > 64:
+        raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
+    if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:
+        raise UsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
+    if args.ssh is not None:
+        try:
+            SshTarget.parse(args.ssh)
+        except ValueError as exc:
+            raise UsageError(f"--ssh: {exc}") from None
+    try:
+        memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
+        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
+                            scenario=args.scenario, pace=args.pace, sglang_venv=args.sglang_venv, **memory)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(sim.host_block(args.name, ssh=args.ssh), end="")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ..core.config import parse_inventory
+    from ..sim.host import setup_simhost
+
+    from ..sim.host import SCENARIOS
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {args.scenario!r}")
+    with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
+        sim = setup_simhost(tmp, gpus=args.gpus, scenario=args.scenario)
+        inv = parse_inventory(sim.host_block("sim"), source=f"{tmp}/demo.toml")
+        return run_dashboard(inv, readonly=getattr(args, "readonly", False), simulated=True)
+
+

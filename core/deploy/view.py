@@ -1,0 +1,184 @@
+"""What one run of a deployment looks like, from its events.
+
+A :class:`RunView` is rebuilt from the stored events of a run and kept up to date by the live ones
+(the watch's, or those of the use cases: stopped, a fix applied). The deployment screen draws it;
+``gpuops status`` reports it. An event of a later run starts the view over (a restart, a fix, a
+re-deploy under the same name never shows the previous run's phases); one of an earlier run is
+ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Iterable
+
+from ..config import PHASES
+from ..domain import (
+    ChecksEvent,
+    Event,
+    Finding,
+    FindingEvent,
+    HostCheck,
+    NumbersEvent,
+    PhaseEvent,
+    PlanEvent,
+    ProgressEvent,
+    StateEvent,
+)
+
+TERMINAL = ("crashed", "stopped")
+
+
+def parse_ts(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def parse_log_ts(text: str | None) -> datetime | None:
+    """SGLang's own timestamp on a line (``2026-07-14 07:49:04`` or with ``.123``/``,123``): the
+    server's clock and zone, good for durations between its lines."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace(",", ".").strip())
+    except ValueError:
+        return None
+
+
+@dataclass
+class RunView:
+    name: str
+    run: int = 0
+    state: str = "planned"
+    state_event: StateEvent | None = None  # the event that set the state
+    phases: dict[str, str] = field(default_factory=dict)  # phase -> when it began (RFC 3339)
+    phase_lines: dict[str, str] = field(default_factory=dict)
+    phase_log_ts: dict[str, datetime] = field(default_factory=dict)  # the server's own time of each phase line
+    progress: dict[str, ProgressEvent] = field(default_factory=dict)
+    numbers: dict[str, float] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[HostCheck] | None = None
+    stall: StateEvent | None = None  # the stalled state in force
+    ready: StateEvent | None = None
+    crash: StateEvent | None = None
+    plan_change: PlanEvent | None = None  # the fix this run started with
+    last_progress: str | None = None  # when the run last moved (a phase, progress or state event)
+    events: int = 0
+
+    @classmethod
+    def of(cls, name: str, events: Iterable[Event]) -> "RunView":
+        view = cls(name)
+        for event in events:
+            view.apply(event)
+        return view
+
+    @property
+    def phase(self) -> str | None:
+        """The furthest phase the run reached."""
+        reached = [p for p in PHASES if p in self.phases]
+        return reached[-1] if reached else None
+
+    @property
+    def outcome(self) -> str | None:
+        """ready, crashed, stalled, stopped, or None while it is on its way."""
+        if self.state in ("ready", "crashed", "stalled", "stopped"):
+            return self.state
+        return None
+
+    def apply(self, event: Event) -> bool:
+        """Take one event; False when it belongs to an earlier run (ignored)."""
+        if event.run and event.run < self.run:
+            return False
+        if event.run and event.run > self.run:
+            self._reset(event.run)
+        self.events += 1
+        if isinstance(event, StateEvent):
+            self._state(event)
+        elif isinstance(event, PhaseEvent):
+            if event.phase not in self.phases:
+                self.phases[event.phase] = event.ts
+                if event.line:
+                    self.phase_lines[event.phase] = event.line
+            logged = parse_log_ts(event.log_ts)
+            if logged is not None:
+                self.phase_log_ts.setdefault(event.phase, logged)
+            self._progressed(event.ts)
+        elif isinstance(event, ProgressEvent):
+            self.progress[event.phase] = event
+            if event.phase != "downloading":
+                self._progressed(event.ts)
+        elif isinstance(event, NumbersEvent):
+            self.numbers.update(event.values)
+        elif isinstance(event, FindingEvent):
+            finding = event.finding()
+            # the same finding again (a second triage of the same stall) replaces the first
+            self.findings = [f for f in self.findings if f.code != finding.code] + [finding]
+            self.findings.sort(key=lambda f: ("error", "warning", "info").index(f.severity))
+        elif isinstance(event, ChecksEvent):
+            self.checks = list(event.checks)
+        elif isinstance(event, PlanEvent):
+            self.plan_change = event
+        return True
+
+    def _reset(self, run: int) -> None:
+        fresh = RunView(self.name, run)
+        self.__dict__.update(fresh.__dict__)
+
+    def _state(self, event: StateEvent) -> None:
+        if event.state != "stalled":
+            self.last_progress = event.ts
+        self.state = event.state
+        self.state_event = event
+        if event.state in PHASES and event.state not in self.phases:
+            self.phases[event.state] = event.ts
+            if event.line:
+                self.phase_lines[event.state] = event.line
+        if event.state == "stalled":
+            self.stall = event
+        elif event.state != "stopped":
+            self.stall = None
+        if event.state == "ready":
+            self.ready = event
+            self.phases.setdefault("ready", event.ts)
+        if event.state == "crashed":
+            self.crash = event
+
+    def silent_s(self, now: datetime | None = None) -> float:
+        """Seconds since the run last moved (0 when nothing is known)."""
+        if self.last_progress is None:
+            return 0.0
+        now = now or datetime.now(timezone.utc)
+        return max(0.0, (now - parse_ts(self.last_progress)).total_seconds())
+
+    def _progressed(self, ts: str) -> None:
+        """Progress after a stall: the stall and what its triage said are over."""
+        self.last_progress = ts
+        if self.stall is not None:
+            self.stall = None
+            self.findings = [f for f in self.findings if f.severity != "error" or self.crash is not None]
+            self.checks = None
+
+    # -------------------------------------------------------------- times
+
+    def phase_times(self, now: datetime) -> list[tuple[str, float | None]]:
+        """Each phase with how long it took: from its line to the next phase's, by the server's own
+        timestamps on those lines when both have one (so a phase read late, after a reattach, still
+        shows its real time), else by when gpuops saw them; the current phase up to `now` (or to the
+        crash or stop). None for a phase not reached."""
+        out: list[tuple[str, float | None]] = []
+        starts = {p: parse_ts(ts) for p, ts in self.phases.items()}
+        end_of_run = None
+        if self.state in ("crashed", "stopped") and self.state_event is not None:
+            end_of_run = parse_ts(self.state_event.ts)
+        for i, phase in enumerate(PHASES):
+            begun = starts.get(phase)
+            if begun is None:
+                out.append((phase, None))
+                continue
+            nxt = next((p for p in PHASES[i + 1:] if p in starts), None)
+            if nxt is not None and phase in self.phase_log_ts and nxt in self.phase_log_ts:
+                took = (self.phase_log_ts[nxt] - self.phase_log_ts[phase]).total_seconds()
+            else:
+                took = ((starts[nxt] if nxt else end_of_run or now) - begun).total_seconds()
+            out.append((phase, max(0.0, took)))
+        return out

@@ -1,0 +1,679 @@
+"""The watch: one per deployment, the only reader of its log.
+
+A :class:`Watch` follows the server's log from the stored position, runs the phase tracker, the
+finding rules and the stall watcher once, takes GPU readings from the Monitor's stream (no
+reporter of its own), samples the server's processes, records every transition in the store
+under the run it watches, and publishes typed events on a :class:`Bus`: the CLI prints them,
+the deployment screen draws them. Nothing else parses a deployment's log while it runs.
+
+Opening a deployment later (a new gpuops, after a ``kill -9``, ``:dep NAME``) rebuilds its
+:class:`~gpuops.core.deploy.view.RunView` from the stored events and continues from the stored
+position: the run's earlier lines are not parsed again (the last :data:`BACKLOG_BYTES` before
+the position are read for display only). A run never sees another run's lines: each start of
+the deployment begins its run where the log ended then.
+
+While another gpuops process watches a deployment (its heartbeat in the store is fresh), a watch
+here is *passive*: it shows the log and relays the events that process stores, and takes over
+from the stored position when that heartbeat goes stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any, Callable, Iterable
+
+from ..config import PHASES
+from ..diagnose.finding_rules import LogScanner
+from ..diagnose.phases import Numbers, PhaseChange, PhaseTracker, Progress, clean
+from ..diagnose.stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
+from ..domain import (
+    ChecksEvent,
+    Deployment,
+    Event,
+    Finding,
+    FindingEvent,
+    LogEvent,
+    NumbersEvent,
+    PhaseEvent,
+    Plan,
+    ProgressEvent,
+    StateEvent,
+)
+from ..hosts.host import Host, HostError, host_python
+from ..hosts.procs import process_tree
+from ..telemetry.samples import Snapshot, memory_used, snapshot
+from .journal import FileFollower, FollowError, JournalFollower, RingBuffer
+from .launch import Launcher, ProcessLauncher, SystemdLauncher, open_launcher
+from .store import Store, StoreError
+from .view import TERMINAL, RunView, parse_ts
+
+# How often the watch samples the server's processes and its GPUs' memory, writes its position
+# and its heartbeat (seconds).
+POLL_S = 5.0
+# A watcher whose heartbeat is older than this is gone (killed, its machine asleep).
+STALE_AFTER_S = 3 * POLL_S + 5
+# What a reattach reads before the stored position, for display only.
+BACKLOG_BYTES = 64 * 1024
+BACKLOG_LINES = 2000
+LOG_LINES_KEPT = 20_000
+
+Listener = Callable[[Event], Any]
+
+
+class Bus:
+    """The events of each deployment, to whoever listens (sync callables; a listener that
+    fails is dropped, never the publisher)."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[str, list[Listener]] = {}
+
+    def listen(self, name: str, listener: Listener) -> Callable[[], None]:
+        self._listeners.setdefault(name, []).append(listener)
+
+        def unlisten() -> None:
+            listeners = self._listeners.get(name, [])
+            if listener in listeners:
+                listeners.remove(listener)
+
+        return unlisten
+
+    def publish(self, name: str, event: Event) -> None:
+        for listener in list(self._listeners.get(name, ())):
+            try:
+                listener(event)
+            except Exception:
+                self._listeners[name].remove(listener)
+
+
+class RunOver(Exception):
+    """The deployment moved on to another run (or was stopped) while this watch ran."""
+
+
+def watcher_alive(d: Deployment, *, now: float | None = None) -> bool:
+    """Another gpuops process watches `d` and its heartbeat is fresh."""
+    if d.watch_pid is None or d.watch_beat is None or d.watch_pid == os.getpid():
+        return False
+    age = (now or time.time()) - parse_ts(d.watch_beat).timestamp()
+    if age > STALE_AFTER_S:
+        return False
+    try:
+        os.kill(d.watch_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process: trust the heartbeat
+    return True
+
+
+# argv[1] port, argv[2] model name, $GPUOPS_API_KEY from the env file: one short chat completion
+_QUICK_CHECK = r"""
+import json, os, sys, time, urllib.request
+body = json.dumps({"model": sys.argv[2], "max_tokens": 16,
+                   "messages": [{"role": "user", "content": "Say hello in five words."}]}).encode()
+host = sys.argv[3]
+req = urllib.request.Request(f"http://{host}:{sys.argv[1]}/v1/chat/completions", data=body,
+                             headers={"Content-Type": "application/json"})
+key = os.environ.get("GPUOPS_API_KEY")
+if key:
+    req.add_header("Authorization", "Bearer " + key)
+t0 = time.time()
+with urllib.request.urlopen(req, timeout=120) as r:
+    out = json.load(r)
+msg = out["choices"][0]["message"]
+print(json.dumps({"seconds": round(time.time() - t0, 3), "content": msg.get("content"),
+                  "reasoning": bool(msg.get("reasoning_content")), "usage": out.get("usage")}))
+"""
+
+
+async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict | None, str | None]:
+    """One short chat completion against the server, from its host (with the deployment's API key
+    read there from its env file, never here): (the answer, None) or (None, why it failed)."""
+    env_path = getattr(launcher, "env_path", "")
+    script = 'set -a; [ -r "$1" ] && . "$1"; set +a; shift; exec "$@"'
+    client = plan.client_host
+    res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c", _QUICK_CHECK,
+                          str(plan.port), plan.served_name, f"[{client}]" if ":" in client else client], timeout=180)
+    if not res.ok:
+        return None, (res.stderr.strip().splitlines() or ["no output"])[-1]
+    try:
+        return json.loads(res.stdout), None
+    except ValueError:
+        return None, "the quick check printed no JSON"
+
+
+async def log_end(host: Host, launcher: Launcher, journal_dir: str | None) -> dict[str, Any]:
+    """Where the server's log ends now (``{"log_offset": N}`` or ``{"cursor": C}``): a new run's
+    log begins there, so the previous run's lines are never read as this one's."""
+    if isinstance(launcher, ProcessLauncher):
+        res = await host.run(["sh", "-c", 'wc -c < "$1" 2>/dev/null || echo 0', "gpuops-size", launcher.log_path],
+                             timeout=15)
+        size = res.stdout.strip()
+        return {"log_offset": int(size) if size.isdigit() else 0}
+    assert isinstance(launcher, SystemdLauncher)
+    argv = ["journalctl", "-u", launcher.unit, "-n", "1", "-o", "json", "--no-pager"]
+    if journal_dir:
+        argv[1:1] = ["--directory", journal_dir]
+    res = await host.run(argv, timeout=30)
+    try:
+        return {"cursor": json.loads(res.stdout.strip().splitlines()[-1])["__CURSOR"]}
+    except (ValueError, IndexError, KeyError):
+        return {"cursor": None}
+
+
+def _log_begun(d: Deployment) -> bool:
+    """The run's server has been started (its log begins at a recorded position), so its log is
+    this run's to read; before that (planning, downloading) the log holds earlier runs only."""
+    return d.state not in ("planned", "downloading") or d.run_offset is not None or d.run_cursor is not None
+
+
+def _before(state: str, phase: str) -> bool:
+    """A state the run may move on from to `phase` (not ready or a later phase already)."""
+    if state in PHASES:
+        return PHASES.index(state) < PHASES.index(phase)
+    return state in ("planned", "downloading", "stalled")
+
+
+def _seqnum(cursor: str | None) -> tuple[str, int] | None:
+    """(seqnum id, seqnum) of a journal cursor: entries of one journal compare by it."""
+    if not cursor:
+        return None
+    parts = dict(p.split("=", 1) for p in cursor.split(";") if "=" in p)
+    try:
+        return parts["s"], int(parts["i"], 16)
+    except (KeyError, ValueError):
+        return None
+
+
+class Watch:
+    """See the module docstring. ``until``: the outcomes that end the watch (the CLI's deploy:
+    ready, crashed, stalled; the TUI watches on after ready, to see a crash then, and after a
+    stall, which may clear). ``follow=False`` reads what the log holds now and stops (how
+    ``gpuops status`` reconciles a deployment nobody watched)."""
+
+    def __init__(self, host: Host, deployment: Deployment, store: Store, bus: Bus | None = None, *,
+                 readings: Callable[[], Snapshot | None] | None = None, stall: dict[str, float] | None = None,
+                 journal_dir: str | None = None, poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
+                 until: Iterable[str] = ("ready", "crashed", "stalled"), quick_check: bool = True,
+                 follow: bool = True, triage: bool = True, launcher: Launcher | None = None,
+                 keep_on: bool = False):
+        self.host = host
+        self.deployment = deployment
+        self.name = deployment.name
+        self.plan = deployment.plan
+        self.run_no = deployment.run
+        self.store = store
+        self.bus = bus or Bus()
+        self.readings = readings
+        self.stall_thresholds = {**DEFAULT_STALL, **(stall or {})}
+        self.journal_dir = journal_dir
+        self.poll_s = poll_s
+        self.clock = clock
+        self.until = frozenset(until)
+        self.want_quick_check = quick_check
+        self.follow = follow
+        self.triage_on_stall = triage
+        self.launcher = launcher
+        # keep_on: reaching one of `until` resolves `reached` and the watch goes on (the TUI's: a
+        # crash after ready is seen, a stall may clear); else the watch ends there (the CLI's)
+        self.keep_on = keep_on
+        self.reached: asyncio.Future[str] | None = None
+        self.view = RunView.of(self.name, store.events(self.name, run=self.run_no))
+        self.log: RingBuffer[LogEvent] = RingBuffer(LOG_LINES_KEPT)
+        self.passive = False
+        self.stopping = False  # told to end (Python 3.11's wait_for can swallow a cancellation)
+        # what was read (tests and the status verb look): where parsing began, lines parsed
+        self.parsed_from: int | str | None = None
+        self.read_from: int | None = None  # the file offset reading began at (the display window's start)
+        self.lines_parsed = 0
+        self.triages = 0
+        self._cursor: str | None = None
+        self._offset: int | None = None
+        self._numbers: dict[str, float] = {}
+        self._last_ts: str | None = None  # SGLang's timestamp on the last line that had one
+
+    # ---------------------------------------------------------------- events
+
+    def record(self, event: Event) -> Event:
+        """Store the event in this watch's run and publish it; RunOver when the run is over."""
+        try:
+            stored = self.store.record(self.name, event, run=self.run_no)
+        except StoreError as exc:
+            raise RunOver(str(exc)) from None
+        self.view.apply(stored)
+        self.bus.publish(self.name, stored)
+        return stored
+
+    def _log(self, text: str, log_ts: float | None = None) -> None:
+        event = LogEvent(line=text, log_ts=log_ts, run=self.run_no, deployment=self.name)
+        self.log.append(event)
+        self.bus.publish(self.name, event)
+
+    def set_state(self, state: str, **fields: Any) -> None:
+        self._flush_numbers()  # what the log said comes before the transition it led to
+        self.record(StateEvent(state=state, **fields))
+
+    def finding(self, finding: Finding) -> None:
+        self.record(FindingEvent.of(finding))
+
+    # ---------------------------------------------------------------- the watch
+
+    async def run(self) -> str:
+        """Watch until one of ``until`` (or the log's end without ``follow``); the run's state then."""
+        if self.reached is None:
+            self.reached = asyncio.get_running_loop().create_future()
+        try:
+            if self.launcher is None:
+                self.launcher = await open_launcher(self.host, self.plan)
+            while True:
+                d = self.store.deployment(self.name)
+                if d is None or d.run != self.run_no:
+                    return self.view.state
+                self.deployment = d
+                if self.view.state in TERMINAL or (self.view.state in self.until and not self.keep_on):
+                    await self._backlog_only()
+                    return self.view.state
+                if not _log_begun(d) and not watcher_alive(d):
+                    return self.view.state  # its deploy ended before the server started: nothing runs
+                if self.follow and watcher_alive(d):
+                    self.passive = True
+                    if not await self._passive():
+                        return self.view.state
+                    continue  # the other watcher went away: take over
+                self.passive = False
+                return await self._active()
+        except RunOver:
+            return self.view.state
+        finally:
+            self._remember(final=True)
+            self._reach(self.view.state)
+
+    def _reach(self, state: str) -> None:
+        if self.reached is not None and not self.reached.done():
+            self.reached.set_result(state)
+
+    def _ended(self, state: str) -> bool:
+        """`state` is one the caller waits for: say so; True when the watch ends there."""
+        if state in self.until or state == "crashed":
+            self._reach(state)
+            return state == "crashed" or not self.keep_on
+        return False
+
+    async def _backlog_only(self) -> None:
+        """A finished run (crashed, stopped) or one the caller no longer waits for: its last lines
+        for display, nothing parsed."""
+        try:
+            async for rec, live in self._records(follow=False):
+                if live:
+                    self._log(rec.text, rec.ts)
+        except (FollowError, HostError) as exc:
+            self._log(f"gpuops: {getattr(exc, 'message', exc)}")
+
+    async def _passive(self) -> bool:
+        """Relay another process's watch: the log for display, the events it stores. True when
+        its heartbeat went stale (take over), False when the run ended."""
+        seen = self.view.events
+        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+
+        async def read() -> None:
+            async for rec, _live in self._records(follow=True):
+                await queue.put(rec)
+
+        reader: asyncio.Task | None = None
+        try:
+            while not self.stopping:
+                if reader is None and _log_begun(self.deployment):  # a download first: no log of this run yet
+                    reader = asyncio.create_task(read())
+                try:
+                    rec = await asyncio.wait_for(queue.get(), 1.0)
+                    self._log(rec.text, rec.ts)
+                    continue
+                except asyncio.TimeoutError:
+                    pass
+                events = list(self.store.events(self.name, run=self.run_no))
+                for event in events[seen:]:
+                    self.view.apply(event)
+                    self.bus.publish(self.name, event)
+                seen = len(events)
+                d = self.store.deployment(self.name)
+                if d is None or d.run != self.run_no or self.view.state in TERMINAL:
+                    return False
+                self.deployment = d
+                if not watcher_alive(d):
+                    return _log_begun(d)  # take over a running server; a deploy that died: nothing to watch
+            return False
+        finally:
+            if reader is not None:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+
+    async def _records(self, *, follow: bool) -> Any:
+        """(record, parse it?) from the backlog window, then from the stored position on."""
+        d = self.deployment
+        launcher = self.launcher
+        if isinstance(launcher, ProcessLauncher):
+            start = d.log_offset if d.log_offset is not None else (d.run_offset or 0)
+            run_start = d.run_offset or 0
+            begin = max(run_start, start - BACKLOG_BYTES)
+            follower = FileFollower(self.host, launcher.log_path, offset=begin, follow=follow)
+            self.parsed_from, self.read_from = start, begin
+            self._offset = start
+            first = begin > run_start  # a window that starts mid-run may start mid-line
+            async for rec in follower.records():
+                live = rec.notice is not None or rec.offset is None or rec.offset > start
+                if first and not live:
+                    first = False
+                    continue
+                first = False
+                self._offset = follower.offset
+                yield rec, live
+            return
+        assert isinstance(launcher, SystemdLauncher)
+        cursor = d.cursor or d.run_cursor
+        self.parsed_from = cursor
+        if d.cursor is not None:  # a reattach: the run's last lines before the position, for display
+            low, high = _seqnum(d.run_cursor), _seqnum(d.cursor)
+            back = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, lines=BACKLOG_LINES,
+                                   follow=False)
+            async for rec in back.records():
+                at = _seqnum(rec.cursor)
+                if at is None or high is None or at[0] != high[0] or at[1] > high[1]:
+                    continue
+                if low is not None and at[0] == low[0] and at[1] <= low[1]:
+                    continue
+                yield rec, False
+        journal = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, cursor=cursor,
+                                  follow=follow)
+        async for rec in journal.records():
+            self._cursor = journal.cursor
+            yield rec, True
+
+    async def _active(self) -> str:
+        """The watch proper: parse, record, publish."""
+        tracker = PhaseTracker()
+        scanner = LogScanner()  # the finding rules' view of the same lines
+        watcher = StallWatcher(self.stall_thresholds, clock=self.clock)
+        view = self.view
+        if view.phase is not None:  # a reattach: the run so far, from the store
+            tracker.resume(view.phase)
+            watcher.resume(view.phase, silent_s=view.silent_s(), stall=view.stall is not None)
+        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+
+        async def read() -> None:
+            # a task of its own: a timeout on the queue never cancels the follower mid-line
+            async for item in self._records(follow=self.follow):
+                await queue.put(item)
+
+        reader = asyncio.create_task(read())
+        next_poll = self.clock()
+        last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
+        exited: str | None = None  # the server's processes are gone (status detail)
+        try:
+            while not self.stopping:
+                try:
+                    rec, live = await asyncio.wait_for(queue.get(), min(1.0, self.poll_s))
+                except asyncio.TimeoutError:
+                    rec, live = None, False
+                    self._changes(tracker.idle(), tracker, watcher)  # a quiet log: an inferred ready settles
+                if reader.done() and rec is None and queue.empty():
+                    if reader.exception() is not None:
+                        raise reader.exception()  # type: ignore[misc]
+                    return await self._log_ended(tracker, scanner)
+                if rec is not None and rec.notice:  # truncated/rotated/missing: say so, parse nothing
+                    self._log(f"gpuops: log {rec.notice}: {rec.text}")
+                    continue
+                if rec is not None:
+                    self._log(rec.text, rec.ts)
+                    if not live:
+                        continue
+                    self.lines_parsed += 1
+                    if rec.text.strip():
+                        last = (rec.text, tracker.line_no + 1)
+                    line = clean(rec.text)
+                    changes = tracker.feed(line)
+                    scanner.feed(line, tracker)
+                    self._changes(changes, tracker, watcher)
+                    self._last_ts = line.ts or self._last_ts
+                if tracker.outcome == "crashed" and view.state != "crashed":
+                    await self._crashed(tracker, scanner, queue)
+                    return "crashed"
+                if tracker.outcome == "ready" and view.state != "ready":
+                    await self._ready()
+                    if self._ended("ready"):
+                        return "ready"
+                if rec is not None and self.clock() < next_poll:
+                    continue
+                if self.clock() >= next_poll:
+                    next_poll = self.clock() + self.poll_s
+                    self._remember()  # once a poll, not a store write per line
+                    self._flush_numbers()
+                    d = self.store.deployment(self.name)
+                    if d is None or d.run != self.run_no or d.state == "stopped":
+                        if d is not None and d.run == self.run_no:  # stopped by another gpuops: relay it
+                            for event in list(self.store.events(self.name, run=self.run_no))[view.events:]:
+                                view.apply(event)
+                                self.bus.publish(self.name, event)
+                        return view.state
+                    if exited is None and not await self._sample(watcher):
+                        exited = (await self.launcher.status()).detail  # type: ignore[union-attr]
+                if exited is not None and rec is None:  # exited, and its log has gone quiet since
+                    after = " after it was ready" if view.state == "ready" else ""
+                    await self._crashed(tracker, scanner, queue, reason=f"the server exited{after} ({exited})")
+                    return "crashed"
+                stall = watcher.check()
+                if stall is not None and view.state not in ("ready", "stalled"):
+                    await self._stalled(stall, *last, scanner=scanner, tracker=tracker)
+                    if self._ended("stalled"):
+                        return "stalled"
+            return view.state
+        finally:
+            self._flush_numbers()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    def _changes(self, changes: list, tracker: PhaseTracker, watcher: StallWatcher) -> None:
+        view = self.view
+        for ch in changes:
+            if isinstance(ch, PhaseChange):
+                watcher.progress(ch.phase)
+                if ch.phase in view.phases:
+                    continue
+                # a line without SGLang's timestamp (uvicorn's) is as late as the last one that had it
+                self.record(PhaseEvent(phase=ch.phase, line=ch.text, log_ts=ch.ts or self._last_ts))
+                # the ready state comes with the quick check's answer; a state never goes backwards
+                if ch.phase != "ready" and _before(view.state, ch.phase):
+                    self.set_state(ch.phase, line=ch.text)
+            elif isinstance(ch, Progress):
+                watcher.progress()
+                self.record(ProgressEvent(phase=ch.phase, done=ch.done, total=ch.total, what=ch.what))
+                if view.state == "stalled" and tracker.phase:  # the stall is over
+                    self.set_state(tracker.phase)
+            elif isinstance(ch, Numbers):
+                self._numbers.update(ch.values)
+
+    def _flush_numbers(self) -> None:
+        if self._numbers:
+            values, self._numbers = self._numbers, {}
+            try:
+                self.record(NumbersEvent(values=values))
+            except RunOver:
+                pass
+
+    async def _log_ended(self, tracker: PhaseTracker, scanner: LogScanner) -> str:
+        """``follow=False``: what the log holds is read. Say what is true now."""
+        self._changes(tracker.finish(), tracker, StallWatcher(self.stall_thresholds, clock=self.clock))
+        view = self.view
+        if tracker.outcome == "crashed" and view.state != "crashed":
+            await self._crashed(tracker, scanner, asyncio.Queue())
+        elif tracker.outcome == "ready" and view.state != "ready":
+            await self._ready(check=False)
+        if view.state in ("crashed", "stopped"):
+            return view.state
+        assert self.launcher is not None
+        status = await self.launcher.status()
+        if not status.running:
+            after = " after it was ready" if view.state == "ready" else ""
+            await self._crashed(tracker, scanner, asyncio.Queue(),
+                                reason=f"the server exited{after} ({status.detail})")
+        return self.view.state
+
+    async def _ready(self, check: bool = True) -> None:
+        answer, why = (await quick_check(self.host, self.plan, self.launcher)  # type: ignore[arg-type]
+                       if check and self.want_quick_check else (None, None))
+        if why is not None:
+            self.finding(Finding("quick-check-failed", "warning", why))
+        self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name, quick_check=answer)
+
+    async def _sample(self, watcher: StallWatcher) -> bool:
+        """Feed the watcher the server's processes and its GPUs' memory; False when the server
+        has exited. A reading that fails (NVML, a slow host) leaves the watcher's last one."""
+        assert self.launcher is not None
+        st = await self.launcher.status()
+        if not st.running:
+            return False
+        if st.pid:
+            tree = await process_tree(self.host, st.pid, host_python(self.host))
+            watcher.processes(len(tree.pids), len(tree.ranks) or None)
+        snap: Snapshot | None
+        if self.readings is not None:
+            snap = self.readings()
+        else:
+            try:
+                snap = await snapshot(self.host)
+            except HostError:
+                snap = None
+        if snap is not None:
+            used = memory_used(snap.gpus, set(self.plan.gpu_ids) or None)
+            if used:
+                watcher.gpus(used)
+        return True
+
+    async def _crashed(self, tracker: PhaseTracker, scanner: LogScanner, queue: asyncio.Queue,
+                       reason: str | None = None) -> None:
+        """The crash's findings from the rules, over the lines that followed it too (the rest
+        of the traceback, the other ranks' errors) as far as they have arrived. `reason`: the
+        server exited without a crash the tracker recognised."""
+        d = self.store.deployment(self.name)
+        if reason is not None and d is not None and d.run == self.run_no and d.state == "stopped":
+            return  # stopped on purpose (by another gpuops): not a crash
+        while not queue.empty():
+            rec, live = queue.get_nowait()
+            if not rec.notice:
+                self._log(rec.text, rec.ts)
+                if live:
+                    scanner.feed(clean(rec.text), tracker)
+        for finding in scanner.findings(tracker, self.plan):
+            self.finding(finding)
+        phase = tracker.crash.phase if tracker.crash else tracker.phase or self.view.phase or "starting"
+        self.set_state("crashed", phase=phase, **({"reason": reason} if reason else {}))
+
+    async def _stalled(self, stall: Stall, last_line: str | None, last_line_no: int | None, *,
+                       scanner: LogScanner, tracker: PhaseTracker) -> None:
+        """Say the stall (state, finding with its evidence), then triage it on the host: what the
+        log's silence suggests, and the host checks (driver/library, P2P, ports, /dev/shm, …)."""
+        self.finding(stall_finding(stall, last_line, last_line_no))
+        self.set_state("stalled", phase=stall.phase, silent_s=round(stall.silent_s, 1), summary=stall.summary)
+        if self.triage_on_stall:
+            await self.triage(scanner, tracker)
+
+    async def triage(self, scanner: LogScanner | None = None, tracker: PhaseTracker | None = None) -> list[Finding]:
+        """Findings beyond the stall itself, recorded and returned: the log rules' (errors in
+        the log so far; a silence rule's own nccl-init-stall is left out, the stall finding says
+        it with readings) and the host checks' for the running server (their pass/fail list is
+        a "checks" event). Once per stall."""
+        from ..diagnose.host_checks import findings, run_checks
+
+        self.triages += 1
+        out: list[Finding] = []
+        if scanner is not None and tracker is not None:
+            out += [f for f in scanner.findings(tracker, self.plan) if f.code != "nccl-init-stall"]
+        assert self.launcher is not None
+        try:
+            st = await self.launcher.status()
+            results = await run_checks(self.host, self.plan, server_pids=[st.pid] if st.running and st.pid else [])
+        except HostError as exc:
+            out.append(Finding("host-error", "warning", f"the host checks could not run: {exc.message}"))
+        else:
+            self.record(ChecksEvent(checks=[r.summary() for r in results]))
+            out += findings(results)
+        for finding in out:
+            self.finding(finding)
+        return out
+
+    def _remember(self, final: bool = False) -> None:
+        """The log position and this process's heartbeat (released at the end)."""
+        if self.passive:
+            return
+        try:
+            self.store.set_position(self.name, cursor=self._cursor, log_offset=self._offset, run=self.run_no,
+                                    watcher=os.getpid())
+            if final:
+                self.store.release_watch(self.name, os.getpid())
+        except StoreError:
+            pass
+
+
+class Watches:
+    """This process's watches, one per deployment, and the bus their events go out on. The TUI
+    keeps one (with the Monitor's readings); the CLI one per command."""
+
+    def __init__(self, store: Store, host_for: Callable[[str], Host | None], *,
+                 readings: Callable[[str], Snapshot | None] | None = None, stall: dict[str, float] | None = None,
+                 poll_s: float = POLL_S):
+        self.store = store
+        self.host_for = host_for
+        self.readings = readings
+        self.stall = stall or {}
+        self.poll_s = poll_s
+        self.bus = Bus()
+        self.watches: dict[str, Watch] = {}
+        self.tasks: dict[str, asyncio.Task] = {}
+
+    def watch(self, name: str, **options: Any) -> Watch | None:
+        """The running watch of `name`, or a new one started (None: no such deployment or its
+        host is not in the inventory)."""
+        running = self.watches.get(name)
+        task = self.tasks.get(name)
+        if running is not None and task is not None and not task.done():
+            return running
+        d = self.store.deployment(name)
+        host = self.host_for(d.host) if d is not None else None
+        if d is None or host is None:
+            return None
+        readings = (lambda: self.readings(d.host)) if self.readings is not None else None  # type: ignore[misc]
+        w = Watch(host, d, self.store, self.bus, readings=readings, stall=self.stall,
+                  journal_dir=host.config.journal_dir, poll_s=self.poll_s, **options)
+        w.reached = asyncio.get_running_loop().create_future()
+        self.watches[name] = w
+        self.tasks[name] = asyncio.create_task(w.run(), name=f"watch:{name}")
+        return w
+
+    async def outcome(self, name: str) -> str:
+        """The state the watch of `name` reached that its caller waits for (or ended in)."""
+        task, watch = self.tasks.get(name), self.watches.get(name)
+        if task is None or watch is None:
+            d = self.store.deployment(name)
+            return d.state if d is not None else "stopped"
+        assert watch.reached is not None
+        done, _ = await asyncio.wait([task, watch.reached], return_when=asyncio.FIRST_COMPLETED)
+        if task in done and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        return watch.reached.result() if watch.reached.done() else await task
+
+    async def stop(self, name: str) -> None:
+        """End the watch of `name` (before the use case stops or restarts its server)."""
+        task = self.tasks.pop(name, None)
+        watch = self.watches.pop(name, None)
+        if watch is not None:
+            watch.stopping = True
+        # Python 3.11's wait_for can swallow a cancellation that lands as a line arrives: the loops
+        # also stop on `stopping`, and cancelling repeats until the task is done
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task], timeout=1.0)
+
+    async def close(self) -> None:
+        for name in list(self.tasks):
+            await self.stop(name)

@@ -1,0 +1,663 @@
+"""The typed domain model: plans, deployments, their events, findings and benchmark runs.
+
+Each type is a ``msgspec.Struct`` with one encoder and one decoder, used by the store, every
+``--json`` output and every consumer; nothing passes a plan around as a ``dict``. What is read
+back (a plan JSON given to ``gpuops deploy``, a ``--like`` plan, a stored row) is decoded through
+the same type, which validates it: no control character in any string of a plan (argv, env,
+paths, names), environment names as POSIX names, ports and GPU ids in range. A value that fails
+is :class:`Invalid`, one line saying where and what.
+
+Facts derived from a plan (where it binds, the name clients ask for, whether it uses an API key,
+the argv it executes, its systemd unit and env file) are defined here once, on :class:`Plan`;
+the unit is always rendered from the validated plan, never taken from a file.
+
+This module is the bottom layer of core: it imports nothing of gpuops but the validators of
+:mod:`gpuops.core.config`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Literal, Sequence, Union
+
+import msgspec
+from msgspec import Struct, field
+
+from .config import PHASES, validate_host_name
+
+__all__ = [
+    "API_KEY_PLACEHOLDER",
+    "BenchRun",
+    "ChecksEvent",
+    "Deployment",
+    "Event",
+    "Evidence",
+    "Finding",
+    "FindingEvent",
+    "Fit",
+    "Fix",
+    "FunctionalCheck",
+    "HostCheck",
+    "Invalid",
+    "Like",
+    "LikeChange",
+    "LogEvent",
+    "ModelSummary",
+    "NumbersEvent",
+    "PhaseEvent",
+    "Plan",
+    "PlanEvent",
+    "ProgressEvent",
+    "RuleFired",
+    "STATES",
+    "StateEvent",
+    "TriageReport",
+    "join_flags",
+    "split_flags",
+    "utc_now",
+]
+
+SCHEMA = 1
+STATES: tuple[str, ...] = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
+SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+Severity = Literal["error", "warning", "info"]
+# systemd fills it from the env file; the process launcher's start script from its env file
+API_KEY_PLACEHOLDER = "${GPUOPS_API_KEY}"
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COMMAND = re.compile(r"[A-Za-z0-9._+-]+")  # a bare command name (found on the host's PATH)
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+-]*")
+
+
+class Invalid(ValueError):
+    """A value that is not one of these types: one line, ``where: what``."""
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON data (lists, dicts, str, numbers, None): what its JSON decodes to."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def utc_now() -> str:
+    """RFC 3339 UTC with milliseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ------------------------------------------------------------------ argv as flags
+
+
+def split_flags(argv: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """`--a 1 --b --c x y` → [("--a", ("1",)), ("--b", ()), ("--c", ("x", "y"))]."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for arg in argv:
+        if arg.startswith("--") and len(arg) > 2:
+            if "=" in arg:
+                name, _, value = arg.partition("=")
+                out.append((name, (value,)))
+            else:
+                out.append((arg, ()))
+        elif out:
+            name, values = out[-1]
+            out[-1] = (name, values + (arg,))
+    return out
+
+
+def join_flags(flags: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    argv: list[str] = []
+    for name, values in flags:
+        argv.append(name)
+        argv.extend(values)
+    return argv
+
+
+def flag_value(argv: Sequence[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` (the last one given), else None."""
+    value = None
+    for flag, values in split_flags(argv):
+        if flag == name and values:
+            value = values[0]
+    return value
+
+
+def is_loopback(addr: str) -> bool:
+    return addr.startswith("127.") or addr in ("::1", "localhost")
+
+
+def client_host(bind: str) -> str:
+    """Where a client on a server's host reaches a server bound to `bind`: that address, the
+    loopback for a wildcard bind (0.0.0.0, ::)."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "", "::") else bind
+
+
+def _control_free(value: Any, where: str) -> None:
+    """Every string inside `value` (nested lists, tuples, dicts and their keys) is free of
+    control characters."""
+    if isinstance(value, str):
+        m = _CONTROL.search(value)
+        if m:
+            raise Invalid(f"{where}: contains a control character ({m.group()!r}) in {_show(value)}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _control_free(k, where)
+            _control_free(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _control_free(v, f"{where}[{i}]")
+
+
+def _show(value: str, limit: int = 50) -> str:
+    text = value if len(value) <= limit else value[: limit - 1] + "…"
+    return repr(text)
+
+
+# ------------------------------------------------------------------ findings
+
+
+class Evidence(Struct, frozen=True, omit_defaults=True):
+    """One piece of evidence: a log ``line`` or a ``reading`` (exactly one of them), and its
+    ``source`` (``"log:123"`` for a log line number, ``"nvml"``, ``"/proc/driver/nvidia/version"``)."""
+
+    source: str
+    line: str | None = None
+    reading: str | None = None
+
+
+class Fix(Struct, frozen=True):
+    """What to do. ``plan_patch`` (None when the fix is not a plan change) is what
+    :func:`gpuops.core.diagnose.fixes.apply_patch` applies; ``applicable``: one key can do it."""
+
+    summary: str
+    applicable: bool = False
+    plan_patch: dict[str, Any] | None = None
+
+
+class Finding(Struct, frozen=True):
+    """What triage says: a stable ``code``, a ``severity``, one sentence of cause, the evidence
+    and a fix. ``data``: rule-specific numbers (e.g. ``silent_s``), grown freely."""
+
+    code: str
+    severity: Severity
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    fix: Fix | None = None
+    data: dict[str, Any] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable(self)
+
+
+class HostCheck(Struct, frozen=True):
+    """One host check as reported: ``ok`` True (pass), False, None (could not check)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
+class FunctionalCheck(Struct, frozen=True):
+    """One functional check of a server (tool calls, thinking, MTP): ``ok`` None: skipped."""
+
+    name: str
+    ok: bool | None
+    reason: str
+    details: dict[str, Any] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable(self)
+
+
+class TriageReport(Struct, kw_only=True, omit_defaults=True):
+    """Where a server log got to and why it stopped there (``gpuops triage``); for a deployment
+    also its host checks, the ranks' py-spy stacks, whether it runs, and why its log could not be
+    read (the checks run all the same)."""
+
+    phase: str | None
+    outcome: Literal["ready", "crashed", "incomplete"]
+    findings: list[Finding]
+    checks: list[HostCheck] | None = None
+    stacks: list[dict[str, Any]] | None = None
+    running: bool | None = None
+    log_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, **jsonable(self)}
+
+
+# ------------------------------------------------------------------ the plan
+
+
+class ModelSummary(Struct, frozen=True):
+    """What the plan says about its model (the facts that matter to a reader of the plan)."""
+
+    id: str
+    architecture: str | None = None
+    params: int | None = None
+    active_params: int | None = None
+    checkpoint_bytes: int | None = None
+    dtype: str | None = None
+    quant: str | None = None
+    moe: dict[str, Any] | None = None
+    hybrid_linear_attention: bool = False
+    mtp_layers: int = 0
+    context_length: int | None = None
+
+
+class Fit(Struct):
+    """Memory per GPU at a TP: weights, state, KV cache; and whether that is worth starting."""
+
+    weights_per_gpu_bytes: int
+    kv_cache_per_gpu_bytes: int
+    max_total_tokens: int
+    fits: bool
+    gpu_memory_bytes: int = 0
+    mem_fraction_static: float = 0.0
+    state_cache_per_gpu_bytes: int = 0
+    kv_bytes_per_token_per_gpu: int = 0
+    smallest_tp: int | None = None
+    verdict: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable(self)
+
+
+class RuleFired(Struct):
+    """A rule that put flags (or env) into the plan, or took them out, and why."""
+
+    id: str
+    why: str
+    adds: list[str]
+    removes: list[str] = []
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable(self)
+
+
+class LikeChange(Struct, frozen=True):
+    op: Literal["+", "-", "~"]
+    text: str
+
+
+class Like(Struct, frozen=True):
+    """Where ``--like`` started from and what changed against it."""
+
+    source: str
+    diff: tuple[LikeChange, ...] = ()
+
+
+class Plan(Struct, kw_only=True):
+    """A checked, explained SGLang launch on a host (the ``plan`` JSON contract, schema 1)."""
+
+    name: str
+    host: str | None = None
+    model: ModelSummary
+    tp: int
+    gpu_ids: tuple[int, ...]
+    port: int
+    launcher: Literal["systemd", "process"]
+    sglang_version: str
+    env: dict[str, str] = {}
+    argv: list[str]
+    download_dir: str | None = None
+    fit: Fit | None = None
+    rules: list[RuleFired] = []
+    warnings: list[str] = []
+    model_path: str = ""
+    reuse_existing: bool = False
+    python: str | None = None  # the host's interpreter with SGLang; None: planned offline, bound at deploy
+    sglang_version_source: str = "host"
+    flags_checked_against: str = ""
+    unknown_flags: list[str] = []
+    like: Like | None = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`Invalid` unless every value is one gpuops can put in a shell, a unit or
+        on a screen."""
+        _control_free(msgspec.to_builtins(self), "plan")
+        try:
+            validate_host_name(self.name)
+            if self.host is not None:
+                validate_host_name(self.host)
+        except ValueError as exc:
+            raise Invalid(f"name: {exc}") from None
+        for key in self.env:
+            if not _ENV_NAME.fullmatch(key):
+                raise Invalid(f"env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if not 1 <= self.port <= 65535:
+            raise Invalid(f"port: must be 1..65535, not {self.port}")
+        if self.tp < 1:
+            raise Invalid(f"tp: must be at least 1, not {self.tp}")
+        if any(g < 0 for g in self.gpu_ids) or len(set(self.gpu_ids)) != len(self.gpu_ids):
+            raise Invalid(f"gpu_ids: GPU indexes are distinct and not negative, not {self.gpu_ids}")
+        if self.python is not None and not (self.python.startswith("/") or _COMMAND.fullmatch(self.python)):
+            raise Invalid(f"python: an absolute path or a command name, not {_show(self.python)}")
+        if not _VERSION.fullmatch(self.sglang_version):
+            raise Invalid(f"sglang_version: {_show(self.sglang_version)} is not a version")
+        if self.download_dir is not None and not self.download_dir.startswith("/"):
+            raise Invalid(f"download_dir: must be an absolute path, not {_show(self.download_dir)}")
+        if any(not a for a in self.argv):
+            raise Invalid("argv: an empty argument")
+
+    # -------------------------------------------------------------- derived facts
+
+    @property
+    def bind_host(self) -> str:
+        """The address the server binds (its ``--host``)."""
+        return flag_value(self.argv, "--host") or "127.0.0.1"
+
+    @property
+    def client_host(self) -> str:
+        """Where a client on the server's host reaches it."""
+        return client_host(self.bind_host)
+
+    @property
+    def endpoint(self) -> str:
+        bind = self.bind_host
+        return f"http://{'[' + bind + ']' if ':' in bind else bind}:{self.port}"
+
+    @property
+    def served_name(self) -> str:
+        """The model name clients ask for."""
+        return flag_value(self.argv, "--served-model-name") or self.model.id or "default"
+
+    @property
+    def uses_api_key(self) -> bool:
+        return any(API_KEY_PLACEHOLDER in a for a in self.argv)
+
+    def exec_argv(self) -> list[str]:
+        return [self.python or "python3", "-m", "sglang.launch_server", *self.argv]
+
+    @property
+    def unit_name(self) -> str:
+        return f"gpuops-{self.name}.service"
+
+    @property
+    def env_file(self) -> str:
+        """The systemd launcher's env file (mode 0600)."""
+        return f"/etc/gpuops/{self.name}.env"
+
+    def unit_text(self) -> str:
+        """The systemd unit, rendered from this (validated) plan."""
+        exec_start = " \\\n    ".join(" ".join(systemd_quote(a) for a in chunk) for chunk in _chunks(self.exec_argv()))
+        return (
+            "[Unit]\n"
+            f"Description=gpuops: {self.model.id} ({self.name})\n"
+            "After=network-online.target\n"
+            "Wants=network-online.target\n\n"
+            "[Service]\n"
+            "Type=simple\n"
+            f"EnvironmentFile={self.env_file}\n"
+            f"ExecStart={exec_start}\n"
+            "Restart=no\n"
+            "KillMode=control-group\n"
+            "TimeoutStopSec=60\n"
+            "LimitNOFILE=1048576\n"
+            "StandardOutput=journal\n"
+            "StandardError=journal\n\n"
+            "[Install]\n"
+            "WantedBy=multi-user.target\n"
+        )
+
+    def env_file_text(self) -> str:
+        """The env file as it will be written (mode 0600), secrets only as placeholders."""
+        lines = [f"# gpuops: environment of {self.unit_name} (mode 0600)"]
+        lines += [f"{k}={_env_quote(v)}" for k, v in sorted(self.env.items())]
+        if self.uses_api_key:
+            lines.append("GPUOPS_API_KEY=<generated at deploy, never shown>")
+        lines.append("# HF_TOKEN=<passed from your environment at download time, if set>")
+        return "\n".join(lines) + "\n"
+
+    # -------------------------------------------------------------- JSON
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan document: ``schema``, the fields, and the unit rendered from them."""
+        doc: dict[str, Any] = {"schema": SCHEMA}
+        for key, value in jsonable(self).items():
+            doc[key] = value
+            if key == "rules":
+                doc["unit"] = ({"name": self.unit_name, "text": self.unit_text(), "env_file": self.env_file}
+                               if self.launcher == "systemd" else None)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "plan") -> "Plan":
+        """A plan document decoded and validated (its ``unit`` is derived, never read)."""
+        if not isinstance(doc, dict):
+            raise Invalid(f"{source}: a plan is a JSON object")
+        schema = doc.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise Invalid(f"{source}: plan schema {schema!r}; this gpuops reads schema {SCHEMA}")
+        body = {k: v for k, v in doc.items() if k not in ("schema", "unit")}
+        return convert(body, cls, source)
+
+    def replace(self, **changes: Any) -> "Plan":
+        """A copy with `changes`, validated."""
+        new = msgspec.structs.replace(self, **changes)
+        new.check()
+        return new
+
+
+def convert(data: Any, type_: Any, source: str) -> Any:
+    """`data` (builtins) as `type_`, or :class:`Invalid` with one line."""
+    try:
+        return msgspec.convert(data, type_)
+    except msgspec.ValidationError as exc:
+        raise Invalid(f"{source}: {_one_line(str(exc))}") from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart word: systemd's own quoting; `%` specifiers and `$` expansion escaped,
+    except the API-key placeholder that systemd fills from the env file."""
+    if arg == API_KEY_PLACEHOLDER:
+        return arg
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if re.fullmatch(r"[A-Za-z0-9_./:,=+@%$-]+", escaped):
+        return escaped
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _env_quote(value: str) -> str:
+    return value if re.fullmatch(r"[A-Za-z0-9_./:,=+@-]*", value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _chunks(argv: list[str]) -> list[list[str]]:
+    """The python -m part, then one flag with its values per line."""
+    out = [argv[:3]]
+    for name, values in split_flags(argv[3:]):
+        out.append([name, *values])
+    return out
+
+
+# ------------------------------------------------------------------ deployments
+
+
+class Deployment(Struct, kw_only=True):
+    """A stored deployment: its plan, its state and its current run (each start of the name is a
+    new run; the events of every run are kept). ``cursor``/``log_offset``: where reading its log
+    stopped (the watch resumes there); ``run_cursor``/``run_offset``: where the run's log begins."""
+
+    name: str
+    host: str
+    model: str
+    launcher: str
+    plan: Plan
+    state: str
+    run: int = 1
+    created_at: str
+    updated_at: str
+    cursor: str | None = None
+    log_offset: int | None = None
+    run_cursor: str | None = None
+    run_offset: int | None = None
+    watch_pid: int | None = None
+    watch_beat: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "model": self.model, "launcher": self.launcher,
+                "state": self.state, "run": self.run, "created_at": self.created_at,
+                "updated_at": self.updated_at, "port": self.plan.port, "tp": self.plan.tp,
+                "gpu_ids": list(self.plan.gpu_ids), "endpoint": self.plan.endpoint}
+
+
+# ------------------------------------------------------------------ events
+
+
+class _Tagged(Struct, kw_only=True, tag_field="event", omit_defaults=True, frozen=True):
+    """The tag (``"event": KIND``) every event carries."""
+
+
+class StateEvent(_Tagged, tag="state", frozen=True):
+    """The deployment entered ``state``; the other fields say what came with it."""
+
+    state: str
+    phase: str | None = None
+    reason: str | None = None
+    detail: str | None = None
+    line: str | None = None
+    name: str | None = None
+    host: str | None = None
+    model: str | None = None
+    into: str | None = None
+    launcher: str | None = None
+    endpoint: str | None = None
+    quick_check: dict[str, Any] | None = None
+    silent_s: float | None = None
+    summary: str | None = None
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+class PhaseEvent(_Tagged, tag="phase", frozen=True):
+    phase: str
+    line: str | None = None
+    log_ts: str | None = None  # the server's own timestamp on that line
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+class ProgressEvent(_Tagged, tag="progress", frozen=True):
+    phase: str
+    done: int
+    total: int | None = None
+    what: str | None = None
+    rate_bps: int | None = None
+    eta_s: float | None = None
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+class NumbersEvent(_Tagged, tag="numbers", frozen=True):
+    """Numbers the log reported since the last such event (kv_tokens, avail_mem_gb, …)."""
+
+    values: dict[str, float]
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+class LogEvent(_Tagged, tag="log", frozen=True):
+    """A line of the server's log (never stored: the log lives on the host)."""
+
+    line: str
+    log_ts: float | None = None  # the journal's time of the line (seconds), when it has one
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+class FindingEvent(Finding, _Tagged, tag="finding", kw_only=True, omit_defaults=False, frozen=True):
+    """A finding, flattened into the event (``code``, ``severity``, ``summary``, …)."""
+
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+    @classmethod
+    def of(cls, finding: Finding, **extra: Any) -> "FindingEvent":
+        return cls(finding.code, finding.severity, finding.summary, finding.evidence, finding.fix,
+                   finding.data, **extra)
+
+    def finding(self) -> Finding:
+        return Finding(self.code, self.severity, self.summary, self.evidence, self.fix, self.data)
+
+
+class ChecksEvent(_Tagged, tag="checks", frozen=True):
+    """The host checks of a triage: each one's pass, fail or could-not-check."""
+
+    checks: list[HostCheck]
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+class PlanEvent(_Tagged, tag="plan", frozen=True):
+    """The deployment's plan was replaced (a fix applied): which finding, and the diff."""
+
+    code: str | None = None
+    summary: str | None = None
+    diff: list[tuple[str, str]] = []
+    ts: str = field(default_factory=utc_now)
+    run: int = 0
+    deployment: str | None = None
+
+
+Event = Union[StateEvent, PhaseEvent, ProgressEvent, NumbersEvent, LogEvent, FindingEvent, ChecksEvent, PlanEvent]
+EVENT_KINDS: tuple[str, ...] = ("state", "phase", "progress", "numbers", "log", "finding", "checks", "plan")
+
+
+def event_kind(event: Event) -> str:
+    return type(event).__struct_config__.tag  # type: ignore[return-value]
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    return jsonable(event)  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ benchmark runs
+
+
+class BenchRun(Struct, kw_only=True):
+    """A benchmark run: SGLang's own records (bench_serving's JSONL, in order) with what compare
+    needs (model, SGLang version, GPUs, plan), its functional checks and quality score."""
+
+    id: int
+    source: Literal["gpuops", "import"]
+    deployment: str | None = None
+    host: str | None = None
+    url: str | None = None
+    model: str | None = None
+    sglang_version: str | None = None
+    gpus: dict[str, Any] | None = None
+    plan: Plan | None = None  # the plan as it was (runs outlive their deployments)
+    profile: str
+    settings: dict[str, Any]
+    status: Literal["running", "ok", "failed", "cancelled"]
+    error: str | None = None
+    records: list[dict[str, Any]] = []
+    quality: dict[str, Any] | None = None
+    remote_dir: str | None = None
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    checks: list[FunctionalCheck] | None = None
+
+    LISTED: ClassVar[tuple[str, ...]] = ("plan", "records")
+
+    def to_json(self, full: bool = True) -> dict[str, Any]:
+        """The run as JSON; ``full=False`` leaves out the plan and the records (listings)."""
+        doc: dict[str, Any] = jsonable(self)
+        if not full:
+            for key in self.LISTED:
+                doc.pop(key, None)
+        return doc

@@ -1,0 +1,470 @@
+"""The use cases: deploy, stop, restart, apply a fix, quick-check, triage, reconcile, bench, delete
+a model, end a process. The CLI and the TUI both call these; neither opens the store, builds a
+Deployer or starts a watch itself.
+
+Policy lives here once:
+- read-only (``--readonly``): everything that changes a host is :class:`Refused`;
+- confirmation: a destructive step without ``confirmed=True`` raises :class:`NeedsConfirmation`
+  with the question (the CLI asks on a terminal or wants ``--yes``; the TUI shows a dialog and
+  calls again);
+- a plan is bound to the host it is deployed on: a plan made offline takes the host's python and
+  launcher; a plan made for another host, or whose python, bind address or download folder the
+  host's policy does not allow, is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+
+from .config import HostConfig, Inventory
+from .deploy.deployer import DeployError, Deployer
+from .deploy.launch import open_launcher
+from .deploy.store import REDEPLOYABLE, Store, StoreError
+from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_alive
+from .diagnose.fixes import apply_patch
+from .diagnose.host_checks import findings as check_findings
+from .diagnose.host_checks import run_checks, stacks
+from .diagnose.triage import triage_log
+from .domain import Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
+from .hosts.host import Host, HostError, make_host
+from .planning.plan import under_any
+from .telemetry.samples import Snapshot
+
+__all__ = ["NeedsConfirmation", "Ops", "Refused", "bind_plan"]
+
+# States in which a deployment's server should be running and someone should be watching it.
+LIVE = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready", "stalled")
+
+
+class Refused(Exception):
+    """Not done, nothing changed: one line (exit 2)."""
+
+
+class NeedsConfirmation(Exception):
+    """A destructive step that wants a yes first; ``question`` says what would happen."""
+
+    def __init__(self, question: str):
+        super().__init__(question)
+        self.question = question
+
+
+def bind_plan(plan: Plan, cfg: HostConfig, source: str = "the plan") -> Plan:
+    """`plan` as it will run on `cfg`'s host. A plan made offline (no host) takes the host's
+    python and launcher; one made for this host must agree with its policy."""
+    python = cfg.python or "python3"
+    if plan.host is not None and plan.host != cfg.name:
+        raise Refused(f"{source} was planned for {plan.host}, not {cfg.name}: plan again for it")
+    if plan.host is None or plan.python is None:
+        plan = plan.replace(host=cfg.name, python=python, launcher=cfg.launcher,
+                            warnings=[*plan.warnings, f"planned offline; bound to {cfg.name} at deploy "
+                                      f"(python {python}, launcher {cfg.launcher})"])
+    elif plan.python != python:
+        raise Refused(f"{source} runs the server with {plan.python}, but {cfg.name}'s python is {python}: "
+                      "plan again for it")
+    bind = plan.bind_host
+    if not is_loopback(bind) and bind != cfg.serve_host:
+        raise Refused(f"{source} binds {bind}, but {cfg.name} allows serving on {cfg.serve_host} only "
+                      "(its serve_host)")
+    if not is_loopback(bind) and not plan.uses_api_key:
+        raise Refused(f"{source} serves beyond loopback ({bind}) without an API key: plan again for {cfg.name}")
+    for what, path in (("download_dir", plan.download_dir), ("model_path", plan.model_path)):
+        bad = under_any(path, cfg.forbidden_paths) if path and path.startswith("/") else None
+        if bad:
+            raise Refused(f"{source}: {what} {path} is under {bad}, which {cfg.name} forbids (forbidden_paths)")
+    return plan
+
+
+class HostPool:
+    """Hosts by name: given ones (the TUI's Monitor's, kept open), else made on first use and
+    closed with the pool."""
+
+    def __init__(self, inventory: Inventory, hosts: Mapping[str, Host] | None = None):
+        self.inventory = inventory
+        self.given = dict(hosts or {})
+        self.made: dict[str, Host] = {}
+
+    def get(self, name: str) -> Host | None:
+        if name in self.given:
+            return self.given[name]
+        if name not in self.made:
+            try:
+                cfg = self.inventory.host(name)
+            except KeyError:
+                return None
+            self.made[name] = make_host(cfg)
+        return self.made[name]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(h.close() for h in self.made.values()), return_exceptions=True)
+        self.made.clear()
+
+
+class Ops:
+    """The use cases for one inventory. ``monitor``: the TUI's, whose stream gives the watches
+    their GPU readings; without one (the CLI) a watch gets a Monitor of its own host."""
+
+    def __init__(self, inventory: Inventory, *, readonly: bool = False, store: Store | None = None,
+                 hosts: Mapping[str, Host] | None = None, monitor: Any = None, poll_s: float = POLL_S):
+        self.inventory = inventory
+        self.readonly = readonly
+        self.store = store or Store()
+        self.pool = HostPool(inventory, hosts)
+        self.monitor = monitor
+        self._own_monitor: Any = None
+        self.watches = Watches(self.store, self.host, readings=self.readings, stall=dict(inventory.stall),
+                               poll_s=poll_s)
+        self.deploying: set[str] = set()  # deploys and restarts in progress in this process
+
+    @property
+    def bus(self) -> Bus:
+        return self.watches.bus
+
+    async def close(self) -> None:
+        await self.watches.close()
+        if self._own_monitor is not None:
+            await self._own_monitor.close()
+        await self.pool.close()
+        self.store.close()
+
+    # ---------------------------------------------------------------- lookups
+
+    def host(self, name: str) -> Host | None:
+        return self.pool.get(name)
+
+    def host_config(self, name: str) -> HostConfig:
+        try:
+            return self.inventory.host(name)
+        except KeyError:
+            raise Refused(f"unknown host {name!r} (known: {', '.join(self.inventory.names())})") from None
+
+    def _host_of(self, d: Deployment) -> Host:
+        host = self.host(d.host)
+        if host is None:
+            raise Refused(f"deployment {d.name} is on {d.host!r}, which the inventory no longer has")
+        return host
+
+    def readings(self, host_name: str) -> Snapshot | None:
+        """The latest GPU snapshot of a host from the Monitor's stream (None: none yet, or stale)."""
+        monitor = self.monitor or self._own_monitor
+        if monitor is None:
+            return None
+        state = monitor.states.get(host_name)
+        if state is None or state.snapshot is None:
+            return None
+        age = state.age()
+        return state.snapshot if age is not None and age < 3 * POLL_S else None
+
+    def _ensure_readings(self, host: Host) -> None:
+        """The CLI has no Monitor: one for this host (one long-lived reporter, not one per poll)."""
+        if self.monitor is not None or self._own_monitor is not None:
+            return
+        from .telemetry.monitor import Monitor
+
+        self._own_monitor = Monitor(self.inventory, interval=min(2.0, POLL_S), hosts=[host])
+        self._own_monitor.start()
+
+    def deployment(self, name: str) -> Deployment:
+        d = self.store.deployment(name)
+        if d is None:
+            known = ", ".join(x.name for x in self.store.deployments()) or "none"
+            raise Refused(f"no deployment named {name!r} (known: {known})")
+        return d
+
+    def deployments(self) -> list[Deployment]:
+        return self.store.deployments()
+
+    def events(self, name: str, run: int | None = None) -> list[Event]:
+        return list(self.store.events(name, run=run))
+
+    def _writable(self, what: str) -> None:
+        if self.readonly:
+            raise Refused(f"read-only: {what}")
+
+    # ---------------------------------------------------------------- deploy
+
+    async def deploy(self, plan: Plan, host_name: str, *, yes: bool = False, ask: Callable[[str], bool] | None = None,
+                     hf_token: str | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                     on_begin: Callable[[Deployment], Awaitable[Any]] | None = None, keep_on: bool = False) -> str:
+        """Checks (DeployError/Refused: nothing changed), then the deployment recorded, the download,
+        the launch, and its watch until one of `until`: the state returned. `keep_on`: the watch goes
+        on after that (the TUI's), else it ends there (the CLI's)."""
+        self._writable("deploy changes a host")
+        cfg = self.host_config(host_name)
+        plan = bind_plan(plan, cfg)
+        host = self.host(cfg.name)
+        assert host is not None
+        existing = self.store.deployment(plan.name)
+        if existing is not None and existing.state not in REDEPLOYABLE:
+            raise Refused(f"a deployment named {plan.name!r} exists ({existing.state} on {existing.host}): "
+                          "stop it first or choose another --name")
+        deployer = Deployer(host, plan, self.store, self.bus, yes=yes, ask=ask, stall=dict(self.inventory.stall),
+                            hf_token=hf_token, journal_dir=cfg.journal_dir)
+        try:
+            await deployer.preflight()
+            deployer.begin()
+        except (DeployError, StoreError) as exc:
+            raise Refused(str(exc)) from None
+        self.deploying.add(plan.name)
+        try:
+            if on_begin is not None:
+                await on_begin(self.deployment(plan.name))
+            try:
+                if not await deployer.download():
+                    self.store.release_watch(plan.name, os.getpid())
+                    return self.deployment(plan.name).state
+                await deployer.launch()
+            except HostError as exc:
+                self.store.release_watch(plan.name, os.getpid())
+                return self._host_error(plan.name, exc)
+        finally:
+            self.deploying.discard(plan.name)
+        return await self._watch(plan.name, host, until, keep_on)  # its heartbeat goes on
+
+    async def _watch(self, name: str, host: Host, until: tuple[str, ...], keep_on: bool = False) -> str:
+        self._ensure_readings(host)
+        await self.watches.stop(name)
+        watch = self.watches.watch(name, until=until, keep_on=keep_on)
+        if watch is None:
+            return self.deployment(name).state
+        try:
+            return await self.watches.outcome(name)
+        except HostError as exc:
+            return self._host_error(name, exc)
+
+    def _host_error(self, name: str, exc: HostError) -> str:
+        from .domain import Finding, FindingEvent
+
+        for event in (FindingEvent.of(Finding("host-error", "error", exc.message)),
+                      StateEvent(state="crashed", reason=exc.message)):
+            try:
+                self.bus.publish(name, self.store.record(name, event))
+            except StoreError:
+                break
+        return "crashed"
+
+    def watch(self, name: str) -> Watch | None:
+        """The deployment's watch in this process, started when there is none: the screen
+        subscribes to it. It watches on after ready (a crash then is seen) and after a stall.
+        While this process deploys or restarts it, the deploy's own watch (once it starts) is the
+        one: none is started beside it."""
+        if name in self.deploying:
+            return self.watches.watches.get(name)
+        return self.watches.watch(name, until=())
+
+    # ---------------------------------------------------------------- stop, restart, fix
+
+    async def stop(self, name: str, *, confirmed: bool = False) -> str:
+        """Stop the server (asked first); the state becomes stopped. Returns the launcher's word."""
+        self._writable("stop changes a host")
+        d = self.deployment(name)
+        if not confirmed:
+            raise NeedsConfirmation(f"stop {d.name} ({d.model}) on {d.host}?")
+        host = self._host_of(d)
+        await self.watches.stop(name)
+        status = await (await open_launcher(host, d.plan)).stop()
+        event = self.store.set_state(name, "stopped", detail=status.detail)
+        self.bus.publish(name, event)
+        return status.detail
+
+    async def restart(self, name: str, *, confirmed: bool = False, plan: Plan | None = None,
+                      why: PlanEvent | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                      keep_on: bool = False) -> str:
+        """Stop the server and start it again (with `plan` and its reason `why`: a fix), as a new
+        run watched from where its log ends now."""
+        self._writable("a restart changes a host")
+        d = self.deployment(name)
+        if not confirmed:
+            raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}?")
+        host = self._host_of(d)
+        new_plan = plan or d.plan
+        cfg = self.host_config(d.host)
+        await self.watches.stop(name)
+        self.deploying.add(name)
+        try:
+            await (await open_launcher(host, d.plan)).stop()
+            deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, journal_dir=cfg.journal_dir)
+            if why is None:
+                why = PlanEvent(code="restart", summary="restarted by the operator")
+            await deployer.launch(new_run=True, why=why)
+        except HostError as exc:
+            return self._host_error(name, exc)
+        finally:
+            self.deploying.discard(name)
+        return await self._watch(name, host, until, keep_on)
+
+    async def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None,
+                        confirmed: bool = False, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                        keep_on: bool = False) -> str:
+        """A finding's fix: the plan patched (its diff recorded with the finding's code), the server
+        restarted with it. ValueError-free: a bad patch is Refused."""
+        self._writable("a fix restarts the server")
+        d = self.deployment(name)
+        try:
+            new_plan, diff = apply_patch(d.plan, patch, why=summary)
+        except ValueError as exc:
+            raise Refused(f"fix refused: {exc}") from None
+        if not diff:
+            raise Refused(f"the fix changes nothing in {name}'s plan")
+        if not confirmed:
+            shown = "; ".join(f"{op}{text}" for op, text in diff)
+            raise NeedsConfirmation(f"apply the fix for {code or 'the finding'} to {name} and restart it? {shown}")
+        why = PlanEvent(code=code, summary=summary, diff=diff)
+        return await self.restart(name, confirmed=True, plan=new_plan, why=why, until=until, keep_on=keep_on)
+
+    def fix_diff(self, name: str, patch: dict) -> list[tuple[str, str]]:
+        """What a fix would change in the deployment's plan (shown before asking)."""
+        try:
+            return apply_patch(self.deployment(name).plan, patch)[1]
+        except ValueError as exc:
+            raise Refused(f"fix refused: {exc}") from None
+
+    # ---------------------------------------------------------------- looking
+
+    async def quick_check(self, name: str) -> dict:
+        d = self.deployment(name)
+        host = self._host_of(d)
+        answer, why = await quick_check(host, d.plan, await open_launcher(host, d.plan))
+        if answer is None:
+            raise HostError(f"quick check failed: {why}")
+        return answer
+
+    async def status(self, name: str) -> Deployment:
+        """The deployment as it is: one nobody watches (its gpuops was closed or killed) is
+        reconciled with its host first (is the server alive? what did its log say since the stored
+        position?), and what is true is recorded."""
+        d = self.deployment(name)
+        if d.state not in LIVE or watcher_alive(d) or name in self.watches.tasks:
+            return d
+        host = self.host(d.host)
+        if host is None:
+            return d
+        watch = Watch(host, d, self.store, self.bus, readings=None, stall=dict(self.inventory.stall),
+                      journal_dir=self.host_config(d.host).journal_dir, follow=False, quick_check=False,
+                      triage=False, until=())
+        await watch.run()
+        return self.deployment(name)
+
+    async def logs(self, name: str, *, follow: bool = False) -> AsyncIterator[Any]:
+        """The server's log records (the whole log of the deployment's file or unit)."""
+        from .deploy.journal import FileFollower, JournalFollower
+        from .deploy.launch import ProcessLauncher
+
+        d = self.deployment(name)
+        host = self._host_of(d)
+        launcher = await open_launcher(host, d.plan)
+        journal_dir = self.host_config(d.host).journal_dir
+        follower: Any = (FileFollower(host, launcher.log_path, follow=follow) if isinstance(launcher, ProcessLauncher)
+                         else JournalFollower(host, launcher.unit, directory=journal_dir, follow=follow))  # type: ignore[attr-defined]
+        async for rec in follower.records():
+            yield rec
+
+    async def triage(self, name: str) -> TriageReport:
+        """The deployment's current run's log through the log triage, plus the host checks."""
+        from .deploy.journal import FollowError
+
+        d = self.deployment(name)
+        host = self._host_of(d)
+        launcher = await open_launcher(host, d.plan)
+        lines: list[str] = []
+        log_error = None
+        try:
+            lines = [rec.text async for rec in self._run_log(d, host, launcher)]
+        except FollowError as exc:  # no log (yet), or unreadable: the host checks still tell a lot
+            log_error = exc.message
+        status = await launcher.status()
+        results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
+        report = triage_log(lines, d.plan)
+        report.findings = [*report.findings, *check_findings(results)]
+        report.checks = [r.summary() for r in results]
+        report.stacks = stacks(results)
+        report.running = status.running
+        report.log_error = log_error
+        return report
+
+    async def _run_log(self, d: Deployment, host: Host, launcher: Any) -> AsyncIterator[Any]:
+        """The lines of the deployment's current run (from where its run's log begins)."""
+        from .deploy.journal import FileFollower, JournalFollower
+        from .deploy.launch import ProcessLauncher
+
+        if isinstance(launcher, ProcessLauncher):
+            follower: Any = FileFollower(host, launcher.log_path, offset=d.run_offset or 0, follow=False)
+        else:
+            follower = JournalFollower(host, launcher.unit, directory=self.host_config(d.host).journal_dir,
+                                       cursor=d.run_cursor, follow=False)
+        async for rec in follower.records():
+            if not rec.notice:
+                yield rec
+
+    # ---------------------------------------------------------------- hosts
+
+    def stored_model_users(self, host_name: str) -> dict[str, str]:
+        """Deployments on `host_name` whose server may run (name → model path): a model they
+        use is not deleted."""
+        return {d.name: d.plan.model_path or d.model for d in self.store.deployments()
+                if d.host == host_name and d.state != "stopped"}
+
+    async def delete_model(self, host_name: str, model: Any, *, confirmed: bool = False) -> Any:
+        """Remove a model copy (from a scan of the host) after asking; the host re-checks the
+        policy and that no process uses it."""
+        from .hosts.model_copies import DeleteRefused, delete, refusal_for
+
+        refused = refusal_for(model, self.readonly)
+        if refused is not None:
+            raise Refused(f"refused ({refused.rule}): {refused.message}; nothing deleted")
+        if not confirmed:
+            raise NeedsConfirmation(f"delete {model.id} on {host_name} ({model.path})?")
+        host = self.host(host_name)
+        if host is None:
+            raise Refused(f"unknown host {host_name!r}")
+        try:
+            return await delete(host, model, self.stored_model_users(host_name), readonly=self.readonly)
+        except DeleteRefused as exc:
+            raise Refused(f"refused ({exc.rule}): {exc.message}; nothing deleted") from None
+
+    async def end_process(self, host_name: str, pid: int, shown_command: str | None, *,
+                          confirmed: bool = False) -> Any:
+        from .hosts.procs import end_process
+
+        self._writable("gpuops changes nothing on the hosts")
+        if not confirmed:
+            raise NeedsConfirmation(f"end pid {pid} on {host_name} ({shown_command or '?'})?")
+        host = self.host(host_name)
+        if host is None:
+            raise Refused(f"unknown host {host_name!r}")
+        return await end_process(host, pid, shown_command)
+
+    # ---------------------------------------------------------------- benchmarks
+
+    def bench_runs(self) -> list[Any]:
+        return self.store.bench_runs()
+
+    def bench_run(self, run_id: int) -> Any:
+        return self.store.bench_run(run_id)
+
+    async def bench_target(self, *, deployment: str | None = None, url: str | None = None,
+                           host_name: str | None = None) -> Any:
+        """What a benchmark runs against: a ready deployment, or a URL reached from `host_name`."""
+        from .bench.runner import deployment_target, url_target
+
+        self._writable("a benchmark loads a server and writes on its host")
+        d = None
+        if deployment is not None:
+            d = self.deployment(deployment)
+            if d.state != "ready":
+                raise Refused(f"deployment {d.name} is {d.state}, not ready")
+            host_name = d.host
+        if host_name is None:
+            raise Refused("a benchmark needs a deployment or a host to run from")
+        host = self.host(host_name)
+        if host is None:
+            raise Refused(f"unknown host {host_name!r}")
+        return await deployment_target(host, d) if d is not None else await url_target(host, url or "")
+
+    async def bench(self, target: Any, profile: Any, *, emit: Callable[[Any], Any] = lambda e: None) -> Any:
+        """SGLang's own benchmark against `target` (see :meth:`bench_target`), stored as it runs."""
+        from .bench.runner import BenchRunner
+
+        self._writable("a benchmark loads a server and writes on its host")
+        return await BenchRunner(target, profile, self.store, emit=emit).run()

@@ -1,0 +1,65 @@
+"""The fit: weights, state and KV cache per GPU at a TP, and whether that is worth starting."""
+
+from __future__ import annotations
+
+import math
+
+from ..domain import Fit
+from .flag_rules import DEFAULT_MAX_RUNNING, SPEC_MAX_RUNNING
+from .model_facts import ModelFacts
+
+GIB = 1024**3
+MIN_TOKENS = 4096  # a server that can't hold this many tokens is not worth starting
+
+
+def kv_bytes_per_token_per_gpu(facts: ModelFacts, tp: int) -> int:
+    """KV bytes one token costs on each GPU. MLA's latent is replicated on every TP rank;
+    GQA heads are split, but never below one head per rank."""
+    whole = facts.kv_bytes_per_token()
+    if facts.mla is not None:
+        return whole
+    kv_heads = facts.num_kv_heads or facts.num_attention_heads or 1
+    per_rank_heads = max(1, math.ceil(kv_heads / tp))
+    return math.ceil(whole * per_rank_heads / kv_heads)
+
+
+def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float, spec: bool,
+                gpu_count: int | None = None) -> Fit:
+    weights = math.ceil(facts.checkpoint_bytes / tp)
+    running = SPEC_MAX_RUNNING if spec else DEFAULT_MAX_RUNNING
+    state = 0
+    if facts.hybrid is not None:
+        # extra_buffer keeps a second state per request for speculative decoding
+        state = math.ceil(facts.hybrid.state_bytes_per_request * running * (2 if spec else 1) / tp)
+    budget = int(gpu_memory * mem_fraction) - weights - state
+    per_token = max(1, kv_bytes_per_token_per_gpu(facts, tp))
+    tokens = max(0, budget // per_token)
+    need = min(facts.context_length or MIN_TOKENS, MIN_TOKENS)
+    fits = budget > 0 and tokens >= need
+    if fits:
+        ctx = facts.context_length
+        room = f" ({tokens / ctx:.1f}x a full {ctx:,}-token context)" if ctx else ""
+        verdict = (f"fits at TP{tp}: {weights / GIB:.1f} GiB weights per GPU, {budget / GIB:.1f} GiB KV cache "
+                   f"per GPU → {tokens:,} tokens{room}")
+    elif budget <= 0:
+        verdict = (f"does not fit at TP{tp}: {weights / GIB:.1f} GiB weights per GPU + {state / GIB:.1f} GiB state "
+                   f"exceed {mem_fraction:.0%} of {gpu_memory / GIB:.1f} GiB")
+    else:
+        verdict = f"does not fit at TP{tp}: room for only {tokens:,} tokens of KV cache"
+    fit = Fit(weights_per_gpu_bytes=weights, kv_cache_per_gpu_bytes=max(0, budget), max_total_tokens=tokens, fits=fits,
+              gpu_memory_bytes=gpu_memory, mem_fraction_static=mem_fraction, state_cache_per_gpu_bytes=state,
+              kv_bytes_per_token_per_gpu=per_token, verdict=verdict)
+    if not fits and gpu_count:
+        for bigger in tp_choices(facts, gpu_count):
+            if bigger > tp and compute_fit(facts, bigger, gpu_memory, mem_fraction, spec).fits:
+                fit.smallest_tp = bigger
+                fit.verdict += f"; the smallest TP that fits is {bigger}"
+                break
+        else:
+            fit.verdict += f"; no TP up to {gpu_count} GPU(s) fits"
+    return fit
+
+
+def tp_choices(facts: ModelFacts, gpus: int) -> list[int]:
+    heads = facts.num_attention_heads
+    return [t for t in range(1, gpus + 1) if heads is None or heads % t == 0]

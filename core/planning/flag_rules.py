@@ -1,0 +1,180 @@
+"""The plan's rules as data: each flag of a plan comes from a rule (an id, when it applies, what it
+adds, why). Rules are version-aware: a flag is only emitted under the name the target SGLang
+version knows (:mod:`gpuops.core.planning.sglang_versions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ..domain import API_KEY_PLACEHOLDER, is_loopback
+from . import sglang_versions as sv
+from .model_facts import ModelFacts
+
+if TYPE_CHECKING:
+    from .plan import Target, Wishes
+
+# With speculative decoding SGLang caps running requests at 48.
+SPEC_MAX_RUNNING = 48
+DEFAULT_MAX_RUNNING = 128
+
+
+
+@dataclass
+class Ctx:
+    """What a rule sees while the plan is built."""
+
+    facts: ModelFacts
+    target: Target
+    wishes: Wishes
+    version: str
+    flags: frozenset[str]
+    tp: int
+    gpu_ids: tuple[int, ...]
+    model_path: str
+    spec: bool = False  # speculative decoding is on (set by the mtp rule)
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    when: Callable[[Ctx], bool]
+    flags: Callable[[Ctx], Sequence[tuple[str, Sequence[str]]]]
+    why: Callable[[Ctx], str]
+    env: Callable[[Ctx], dict[str, str]] = lambda ctx: {}
+
+
+# Which parsers a model family uses (facts/sglang.md §2); the rules keep only names
+# the target version knows.
+PARSERS: dict[str, tuple[str | None, str | None]] = {
+    # family: (reasoning parser, tool-call parser)
+    "qwen3_5": ("qwen3", "qwen3_coder"),
+    "qwen3_next": ("qwen3", "qwen"),
+    "qwen3_moe": ("qwen3", "qwen"),
+    "qwen3": ("qwen3", "qwen"),
+    "qwen3_coder": (None, "qwen3_coder"),
+    "qwen2_5": (None, "qwen25"),
+    "deepseek_v3": ("deepseek-v3", "deepseekv3"),
+    "kimi_k2": ("kimi_k2", "kimi_k2"),
+    "gpt_oss": ("gpt-oss", "gpt-oss"),
+    "glm": ("glm45", "glm45"),
+    "llama3": (None, "llama3"),
+    "mixtral": (None, "mistral"),
+}
+
+# Flags that belong to a quantization: dropped by --like when the new checkpoint
+# doesn't carry that quantization.
+QUANT_FLAGS: dict[str, frozenset[str]] = {
+    "nvfp4": frozenset({"--quantization", "--moe-runner-backend", "--fp4-gemm-backend", "--kv-cache-dtype"}),
+    "fp8": frozenset({"--quantization", "--kv-cache-dtype"}),
+    "mxfp4": frozenset({"--quantization", "--moe-runner-backend"}),
+}
+FP4_ONLY_VALUES = {"--quantization": {"modelopt_fp4", "nvfp4", "mxfp4", "modelopt"},
+                   "--moe-runner-backend": {"flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_mxfp4"}}
+
+MAMBA_FLAGS = ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")  # new name first
+SPEC_FLAGS = ("--speculative-algorithm", "--speculative-algo", "--speculative-num-steps",
+              "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-draft-model-path")
+# Flags a plan always decides itself (never carried over from --like).
+OWNED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--tp-size", "--host", "--port", "--api-key", "--context-length",
+                         "--mem-fraction-static", "--enable-metrics"})
+
+
+def _mamba_flag(ctx: Ctx) -> str | None:
+    return next((f for f in MAMBA_FLAGS if ctx.has(f)), None)
+
+
+def _allreduce_fusion(ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
+    """`--flashinfer-allreduce-fusion-backend auto` where it exists (0.5.14+), else the old switch."""
+    if ctx.has("--flashinfer-allreduce-fusion-backend"):
+        return ("--flashinfer-allreduce-fusion-backend", ("auto",))
+    if ctx.has("--enable-flashinfer-allreduce-fusion"):
+        return ("--enable-flashinfer-allreduce-fusion", ())
+    return None
+
+
+def _parser(ctx: Ctx, which: int) -> str | None:
+    name = PARSERS.get(ctx.facts.family, (None, None))[which]
+    if name is None:
+        return None
+    known = sv.reasoning_parsers(ctx.version) if which == 0 else sv.tool_call_parsers(ctx.version)
+    return name if name in known else None
+
+
+def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
+    q = ctx.facts.quant
+    if q is None or not q.sglang_quantization:
+        return []
+    return [("--quantization", (q.sglang_quantization,))]
+
+
+def _spec_on(ctx: Ctx) -> bool:
+    on = ctx.facts.mtp_layers > 0 and ctx.wishes.mtp and ctx.has("--speculative-algorithm")
+    ctx.spec = on
+    return on
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("model", lambda c: True,
+         lambda c: [("--model-path", (c.model_path,)), ("--served-model-name", (served_name(c.facts),))],
+         lambda c: f"serve {c.facts.id} from {c.model_path}; clients ask for it as {served_name(c.facts)!r}"),
+    Rule("tensor-parallel", lambda c: True,
+         lambda c: [("--tp-size", (str(c.tp),))],
+         lambda c: f"shard over {c.tp} GPU(s) ({', '.join(map(str, c.gpu_ids))})",
+         env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(map(str, c.gpu_ids))}),
+    Rule("bind", lambda c: True,
+         lambda c: [("--host", (c.target.serve_host,)), ("--port", (str(c.wishes.port),))],
+         lambda c: ("the host policy allows serving only on loopback" if is_loopback(c.target.serve_host)
+                    else f"the host policy allows serving on {c.target.serve_host}")),
+    Rule("api-key", lambda c: not is_loopback(c.target.serve_host),
+         lambda c: [("--api-key", (API_KEY_PLACEHOLDER,))],
+         lambda c: "serving beyond loopback needs a key: generated at deploy into the 0600 env file, never shown"),
+    Rule("context-length", lambda c: bool(c.facts.context_length) and c.has("--context-length"),
+         lambda c: [("--context-length", (str(c.facts.context_length),))],
+         lambda c: f"the model's full context ({c.facts.context_length:,} tokens); long contexts keep thinking intact"),
+    Rule("mem-fraction", lambda c: c.has("--mem-fraction-static"),
+         lambda c: [("--mem-fraction-static", (f"{c.wishes.mem_fraction_static:g}",))],
+         lambda c: f"weights + KV cache may use {c.wishes.mem_fraction_static:.0%} of each GPU; the rest is for "
+                   "activations and CUDA graphs"),
+    Rule("metrics", lambda c: c.has("--enable-metrics"),
+         lambda c: [("--enable-metrics", ())],
+         lambda c: "Prometheus /metrics for gpuops' live views and benchmarks"),
+    Rule("reasoning-parser", lambda c: _parser(c, 0) is not None and c.has("--reasoning-parser"),
+         lambda c: [("--reasoning-parser", (_parser(c, 0) or "",))],
+         lambda c: f"{c.facts.family} models think: split reasoning_content from content"),
+    Rule("tool-call-parser", lambda c: _parser(c, 1) is not None and c.has("--tool-call-parser"),
+         lambda c: [("--tool-call-parser", (_parser(c, 1) or "",))],
+         lambda c: f"{c.facts.family} tool-call format → OpenAI tool_calls"),
+    Rule("quantization", lambda c: bool(_quant_flags(c)) and c.has("--quantization"),
+         _quant_flags,
+         lambda c: f"the checkpoint is {c.facts.quant.method if c.facts.quant else '?'}-quantized"),
+    Rule("mtp", _spec_on,
+         lambda c: [("--speculative-algorithm", ("NEXTN",)), ("--speculative-num-steps", ("3",)),
+                    ("--speculative-eagle-topk", ("1",)), ("--speculative-num-draft-tokens", ("4",))],
+         lambda c: f"the checkpoint has {c.facts.mtp_layers} MTP layer(s): NEXTN speculative decoding "
+                   "(cookbook: 3 steps, top-k 1, 4 draft tokens); --no-mtp drops it"),
+    Rule("mamba-extra-buffer", lambda c: c.spec and c.facts.hybrid is not None and _mamba_flag(c) is not None,
+         lambda c: [(_mamba_flag(c) or "", ("extra_buffer",))]
+         + ([("--page-size", ("64",))] if c.has("--page-size") else []),
+         lambda c: f"hybrid linear attention + speculative decoding needs the extra_buffer mamba cache "
+                   f"(named {_mamba_flag(c)} in {c.version}); page size 64 matches FLA's chunk size"
+                   + ("; Spec V2 is off by default in this version: SGLANG_ENABLE_SPEC_V2=1"
+                      if sv.spec_v2_default(c.version) is False else ""),
+         env=lambda c: {"SGLANG_ENABLE_SPEC_V2": "1"} if sv.spec_v2_default(c.version) is False else {}),
+    Rule("allreduce-fusion",
+         lambda c: c.tp > 1 and not _is_fp4(c.facts) and _allreduce_fusion(c) is not None,
+         lambda c: [_allreduce_fusion(c) or ("", ())],
+         lambda c: "cookbook: fuse all-reduce with the norm for non-FP4 checkpoints at TP > 1"),
+)
+
+
+def served_name(facts: ModelFacts) -> str:
+    """The model name clients use: the repo id, or a local folder's name."""
+    return facts.id.rstrip("/").rsplit("/", 1)[-1] if facts.id.startswith("/") else facts.id
+
+
+def _is_fp4(facts: ModelFacts) -> bool:
+    return facts.quant is not None and facts.quant.method in ("nvfp4", "mxfp4")

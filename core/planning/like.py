@@ -1,0 +1,219 @@
+"""``--like``: start from a previous deployment's flags and env, and drop, with a reason each, what no
+longer applies to the new model or SGLang version. Sources: a plan JSON, a systemd unit file, or a
+stored deployment (by name)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
+from . import PlanError
+from . import sglang_versions as sv
+from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, SPEC_FLAGS, Ctx, _is_fp4
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Previous:
+    """A previous deployment's launch: where it came from, its argv flags and env."""
+
+    source: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+
+def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -> str | None:
+    """Why a flag of the previous deployment no longer applies (None: keep it)."""
+    facts = ctx.facts
+    if name in OWNED_FLAGS or name in ours:
+        return None  # replaced by this plan's own value
+    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]):
+        if not _is_fp4(facts):
+            return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
+    if name == "--fp4-gemm-backend" and not _is_fp4(facts):
+        return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
+    if name == "--quantization" and (facts.quant is None or facts.quant.sglang_quantization not in values):
+        return f"{facts.id} carries no {' '.join(values)} quantization"
+    if name in SPEC_FLAGS and not ctx.spec:
+        return "speculative decoding is off for this model (" + ("--no-mtp" if not ctx.wishes.mtp else "no MTP layers") + ")"
+    if name in MAMBA_FLAGS and facts.hybrid is None:
+        return f"{facts.id} has no linear-attention layers"
+    if name not in ctx.flags:
+        renamed = next((m for m in MAMBA_FLAGS if m != name and m in ctx.flags), None) if name in MAMBA_FLAGS else None
+        return f"renamed to {renamed} in SGLang {ctx.version}" if renamed else f"SGLang {ctx.version} has no {name}"
+    return None
+
+
+def _translate_deprecated(name: str, values: tuple[str, ...], version: str) -> tuple[str, tuple[str, ...]] | None:
+    """A deprecated flag under its replacement's name (`--x` or `--x=value`); None if it
+    has none gpuops can write (then it is kept as is: SGLang still accepts it)."""
+    replacement = sv.deprecated_flags(version).get(name)
+    if not replacement or any(ch in replacement for ch in "{< "):
+        return None
+    new, eq, value = replacement.partition("=")
+    return (new, (value,)) if eq else (new, values)
+
+
+def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env: dict[str, str], ctx: Ctx,
+                fired: list[RuleFired]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str], list[tuple[str, str]]]:
+    ours = {n for n, _ in produced}
+    prev_flags = [(canonical_flag(n, ctx.flags), v) for n, v in split_flags(_strip_launcher(prev.argv))]
+    prev_map = dict(prev_flags)
+    kept: list[tuple[str, tuple[str, ...]]] = []
+    dropped: list[str] = []
+    diff: list[tuple[str, str]] = []
+    for name, values in prev_flags:
+        reason = _drop_reason(name, values, ctx, ours)
+        translated = _translate_deprecated(name, values, ctx.version) if reason is None else None
+        if translated is not None:
+            new_name, new_values = translated
+            why = f"{name} is deprecated in SGLang {ctx.version}: {' '.join([new_name, *new_values])}"
+            if new_name in ours:
+                reason = f"{why}, which this plan sets itself"
+            else:
+                diff.append(("~", f"{' '.join([name, *values])} → {' '.join([new_name, *new_values])}  ({why})"))
+                fired.append(RuleFired("like-rename", why, [new_name, *new_values], [name, *values]))
+                kept.append((new_name, new_values))
+                continue
+        if reason is not None:
+            dropped.extend([name, *values])
+            diff.append(("-", f"{' '.join([name, *values])}  ({reason})"))
+            fired.append(RuleFired("like-drop", reason, [], [name, *values]))
+        elif name not in ours:
+            kept.append((name, values))
+    if kept:
+        fired.append(RuleFired("like-keep", f"kept from {prev.source}: still valid for this model and SGLang "
+                               f"{ctx.version}", join_flags(kept)))
+    for name, values in produced:
+        if name not in prev_map:
+            diff.append(("+", " ".join([name, *values])))
+        elif prev_map[name] != values:
+            diff.append(("~", f"{name} {' '.join(prev_map[name])} → {' '.join(values)}"))
+    new_env = dict(prev.env)
+    if "SGLANG_ENABLE_SPEC_V2" in new_env:
+        gone: str | None = ("speculative decoding is off" if not ctx.spec
+                            else f"SGLang {ctx.version} has no such variable any more"
+                            if sv.spec_v2_default(ctx.version) is None else None)
+        if gone:
+            value = new_env.pop("SGLANG_ENABLE_SPEC_V2")
+            diff.append(("-", f"SGLANG_ENABLE_SPEC_V2={value}  ({gone})"))
+            fired.append(RuleFired("like-drop", gone, [], [f"SGLANG_ENABLE_SPEC_V2={value}"]))
+    for k, v in env.items():
+        if new_env.get(k) != v:
+            diff.append(("+" if k not in new_env else "~", f"{k}={v}"))
+        new_env[k] = v
+    return produced + kept, new_env, diff
+
+
+ALIASES = {"--tensor-parallel-size": "--tp-size", "--tp": "--tp-size", "--model": "--model-path",
+           "--speculative-algo": "--speculative-algorithm"}
+
+
+def canonical_flag(name: str, known: frozenset[str]) -> str:
+    """The flag's full name: known aliases, and argparse's unique-prefix abbreviations
+    (`--tp` is accepted by SGLang as `--tp-size`)."""
+    if name in ALIASES:
+        return ALIASES[name]
+    return sv.match_flag(name, known) or name
+
+
+def _strip_launcher(argv: Sequence[str]) -> list[str]:
+    """Drop `python -m sglang.launch_server` / `sglang serve` from the front of an argv."""
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a in ("sglang.launch_server", "serve") or a.endswith("launch_server.py"):
+            return args[i + 1:]
+        if a.startswith("--"):
+            return args[i:]
+    return args
+
+
+# ------------------------------------------------------------------ --like sources
+
+
+def _checked(prev: Previous) -> Previous:
+    """Refuse a previous launch whose argv or env could not go into a unit or a shell as is."""
+    for i, arg in enumerate(prev.argv):
+        if _CONTROL.search(arg):
+            raise PlanError(f"--like {prev.source}: argument {i + 1} ({arg[:40]!r}) contains a control character")
+    for key, value in prev.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise PlanError(f"--like {prev.source}: {key[:40]!r} is not an environment variable name")
+        if _CONTROL.search(value):
+            raise PlanError(f"--like {prev.source}: the value of {key} contains a control character")
+    return prev
+
+
+def previous_from_unit(text: str, source: str) -> Previous:
+    """A systemd unit file's ExecStart (continuation lines joined) and Environment= lines."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    exec_lines = [ln.split("=", 1)[1] for ln in joined.splitlines() if ln.strip().startswith("ExecStart=")]
+    if not exec_lines:
+        raise PlanError(f"{source}: no ExecStart= line: not a unit file gpuops can read")
+    if len(exec_lines) > 1:
+        raise PlanError(f"{source}: {len(exec_lines)} ExecStart= lines: gpuops reads a unit with one")
+    try:
+        argv = shlex.split(exec_lines[0].strip().lstrip("-@+!:"))
+    except ValueError as exc:
+        raise PlanError(f"{source}: ExecStart= cannot be parsed: {exc}") from None
+    env: list[tuple[str, str]] = []
+    for ln in joined.splitlines():
+        ln = ln.strip()
+        if ln.startswith("Environment="):
+            try:
+                items = shlex.split(ln.split("=", 1)[1])
+            except ValueError as exc:
+                raise PlanError(f"{source}: Environment= cannot be parsed: {exc}") from None
+            for item in items:
+                k, sep, v = item.partition("=")
+                if sep:
+                    env.append((k, v))
+    argv = [a for a in argv if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", a)]  # `env X=1 python …`
+    if argv and argv[0].endswith("/env"):
+        argv = argv[1:]
+    return _checked(Previous(source, tuple(argv), tuple(env)))
+
+
+def previous_from_plan(plan: Plan, source: str) -> Previous:
+    return _checked(Previous(source, tuple(plan.argv), tuple(plan.env.items())))
+
+
+def load_previous(ref: str, stored: Callable[[str], Plan | None] | None = None) -> Previous:
+    """A previous deployment: a stored one by name (`stored` looks it up), or a plan JSON or a
+    systemd unit file on this machine. PlanError on anything else."""
+    path = Path(ref)
+    if not path.is_file():
+        plan = stored(ref) if stored is not None and "/" not in ref else None
+        if plan is not None:
+            return previous_from_plan(plan, f"deployment {ref}")
+        raise PlanError(f"--like {ref}: no such file, and no stored deployment of that name (give a "
+                        "deployment name, a plan JSON or a systemd unit file)")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"--like {ref}: cannot read: {exc}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise PlanError(f"--like {ref}: invalid JSON: {exc}") from None
+        return previous_from_plan_json(doc, str(path))
+    return previous_from_unit(text, str(path))
+
+
+def previous_from_plan_json(data: object, source: str) -> Previous:
+    """The flags and env of a plan document, decoded through :class:`Plan` (its own checks)."""
+    try:
+        plan = Plan.from_json(data, source)
+    except Invalid as exc:
+        raise PlanError(f"--like {exc}") from None
+    return previous_from_plan(plan, source)

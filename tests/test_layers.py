@@ -1,0 +1,83 @@
+"""The structure checks hold on the checkout, and each one fails when its rule is broken: the
+import-linter contracts (a forbidden import added to a copy of the tree), mypy on core/ (a type
+error added), ruff (an unused import added)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FOLDERS = ("core", "tui", "screens", "themes", "cli", "sim")
+
+
+def tree_copy(tmp: Path) -> Path:
+    """The source folders as the package `gpuops` (tmp/path/gpuops/core, …) and the pyproject."""
+    pkg = tmp / "path" / "gpuops"
+    for folder in FOLDERS:
+        shutil.copytree(REPO / folder, pkg / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp / "pyproject.toml")
+    return pkg
+
+
+def lint_imports(cwd: Path, path: Path | None = None) -> subprocess.CompletedProcess:
+    # the copy first on the path (the editable install's finder comes after the path finder)
+    env = {"PATH": str(BIN), "PYTHONPATH": str(path)} if path else None
+    return subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=cwd, capture_output=True, text=True,
+                          env=env)
+
+
+def test_the_contracts_hold_on_the_checkout():
+    out = lint_imports(REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout and " broken" in out.stdout
+
+
+@pytest.mark.parametrize("module, line, contract", [
+    ("core/diagnose/stall.py", "import textual", "core never imports textual"),
+    ("core/hosts/host.py", "from ..deploy import store", "layers"),
+    ("core/planning/plan.py", "from ..diagnose import fixes", "layers"),
+    ("core/domain.py", "from .hosts import host", "layers"),
+    ("screens/help.py", "from ..core.deploy.store import Store", "screens reach deployments"),
+    ("screens/help.py", "from ..core.deploy.watch import Watch", "screens reach deployments"),
+    ("core/ops.py", "from ..sim import host", "nothing imports the simulated host"),
+    ("tui/app.py", "from ..sim.host import setup_simhost", "nothing imports the simulated host"),
+    ("screens/dashboard.py", "from ..cli import main", "layers"),
+])
+def test_each_contract_fails_when_broken(tmp_path, module, line, contract):
+    pkg = tree_copy(tmp_path)
+    assert lint_imports(tmp_path, pkg.parent).returncode == 0  # the copy as it is: kept
+    target = pkg / module
+    text = target.read_text()
+    head, sep, rest = text.partition("from __future__ import annotations\n")
+    target.write_text(head + sep + line + "  # noqa\n" + rest)
+    out = lint_imports(tmp_path, pkg.parent)
+    assert out.returncode == 1, out.stdout
+    broken = [ln for ln in out.stdout.splitlines() if " BROKEN" in ln]
+    assert len(broken) == 1 and contract in broken[0], out.stdout
+
+
+def test_mypy_is_clean_on_core_and_fails_on_a_type_error(tmp_path):
+    out = subprocess.run([str(BIN / "mypy"), "core"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+    pkg = tree_copy(tmp_path)
+    (pkg / "core" / "paths.py").write_text((pkg / "core" / "paths.py").read_text() + "\nWRONG: int = 'text'\n")
+    shutil.copy(REPO / "pyproject.toml", pkg / "core" / "pyproject.toml")
+    out = subprocess.run([str(BIN / "mypy"), "--config-file", str(REPO / "pyproject.toml"), str(pkg / "core")],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 1 and "paths.py" in out.stdout and "Incompatible types" in out.stdout, out.stdout
+
+
+def test_ruff_is_clean_and_fails_on_an_unused_import(tmp_path):
+    out = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+    pkg = tree_copy(tmp_path)
+    (pkg / "core" / "units.py").write_text("import os\n" + (pkg / "core" / "units.py").read_text())
+    out = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"),
+                          str(pkg)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 1 and "F401" in out.stdout, out.stdout
