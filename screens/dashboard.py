@@ -96,14 +96,21 @@ class GpuRow(Horizontal):
         self.index = index
         self._last: tuple | None = None
         self._history_drawn = -HISTORY_REDRAW_S
+        self._text = TextView(classes="gpu-text")
+        self._mem = Sparkline([0.0], summary_function=max, classes="mem-spark")
+        self._util = Sparkline([0.0], summary_function=max, classes="util-spark")
 
     def compose(self) -> ComposeResult:
-        yield TextView(classes="gpu-text")
+        yield self._text
         with Vertical():
-            yield Sparkline([0.0], summary_function=max, classes="mem-spark")
-            yield Sparkline([0.0], summary_function=max, classes="util-spark")
+            yield self._mem
+            yield self._util
 
     def show(self, gpu: GpuSample, history: Any) -> None:
+        # A row mounted this refresh has not composed its children yet: the next
+        # sample draws it (nothing is marked drawn until it really is).
+        if not (self._text.is_mounted and self._mem.is_mounted and self._util.is_mounted):
+            return
         key = (gpu.memory_used, gpu.memory_total, gpu.util, gpu.power_w, gpu.temp_c)
         self._show_history(history)
         if key == self._last:
@@ -123,7 +130,7 @@ class GpuRow(Horizontal):
             bar(util_frac),
             f" {units.percent(gpu.util):>4}",
         )
-        self.query_one(".gpu-text", TextView).set(Text("\n").join([line1, line2]))
+        self._text.set(Text("\n").join([line1, line2]))
 
     def _show_history(self, history: Any) -> None:
         # Ten minutes in ~34 columns is ~18 s a column: redrawing every few seconds
@@ -134,8 +141,8 @@ class GpuRow(Horizontal):
         self._history_drawn = now
         mem = [0.0 if is_na(m) else float(m) for m, _ in history]
         util = [0.0 if is_na(u) else float(u) for _, u in history]
-        self.query_one(".mem-spark", Sparkline).data = mem
-        self.query_one(".util-spark", Sparkline).data = util
+        self._mem.data = mem
+        self._util.data = util
 
 
 class DashboardScreen(GpuopsScreen):
