@@ -39,6 +39,7 @@ RULES = {
     "holds-managed-root": "it holds a model dir or the HF hub cache",
     "not-a-model": "it is not a model folder",
     "missing": "it no longer exists",
+    "changed": "it changed while being removed (a folder swapped for a symlink?)",
 }
 
 

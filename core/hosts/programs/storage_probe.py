@@ -20,16 +20,19 @@ Modes::
       Everything is checked again here, on the host, after resolving symlinks with
       realpath: a path is removed only when it is a model under one of the model dirs
       or a ``models--owner--name`` folder of the HF hub cache, not under a forbidden
-      path, and no process mentions it.
+      path, and no process mentions it. The removal itself goes by file descriptor from
+      that model dir (or the hub cache), never following a symlink: a folder swapped for
+      a symlink meanwhile stops it (rule ``symlink-escapes`` or ``changed`` when nothing
+      was removed yet, ``failed`` after), and nothing outside the root is touched.
 
 Sizes: ``size_bytes`` is the apparent size (``st_size``), ``disk_bytes`` what the blocks
 take (``st_blocks * 512``); both count every file (inode) once, so the symlinks of an HF
 snapshot and its blobs are one copy. Times are RFC 3339 UTC.
 """
 
+import errno
 import json
 import os
-import shutil
 import stat
 import struct
 import sys
@@ -511,42 +514,285 @@ def scan(model_dirs, forbidden):
 
 
 # ---------------------------------------------------------------- deleting
+#
+# A model is removed by file descriptor, from the allowed root that holds it: the root (a
+# resolved model dir, or the hub cache) is opened without following a symlink, then each
+# component down to the model folder, each checked to be the folder lstat saw just before;
+# inside, every entry is removed relative to its folder's fd, symlinks as links, and each
+# subfolder is checked again before it is entered. A folder swapped for a symlink (or for
+# another folder) on the way stops the delete: nothing outside the root can be reached.
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class Changed(Exception):
+    """Something on the way was swapped or replaced since it was looked at."""
+
+    def __init__(self, message, symlink=False):
+        Exception.__init__(self, message)
+        self.symlink = symlink
+
+
+def _one_line(text):
+    return "".join(c if c.isprintable() else "\\x%02x" % ord(c) if ord(c) < 256 else "\\u%04x" % ord(c)
+                   for c in text)
+
+
+def _same(a, b):
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _open_dir(parent_fd, name, where, before=None):
+    """An fd on folder ``name`` of ``parent_fd`` (None: ``name`` is a path), opened without
+    following a symlink and checked to be the folder ``before`` (an lstat taken just before,
+    here if not given). Raises Changed, or OSError for other failures."""
+    if before is None:
+        try:
+            before = os.lstat(name, dir_fd=parent_fd)
+        except FileNotFoundError:
+            raise Changed("%s is gone" % where)
+    if stat.S_ISLNK(before.st_mode):
+        raise Changed("%s is now a symlink" % where, symlink=True)
+    if not stat.S_ISDIR(before.st_mode):
+        raise Changed("%s is no longer a folder" % where)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            raise Changed("%s was replaced while being opened" % where, symlink=exc.errno == errno.ELOOP)
+        raise
+    try:
+        after = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not _same(before, after) or not stat.S_ISDIR(after.st_mode):
+        os.close(fd)
+        raise Changed("%s was replaced while being opened" % where)
+    return fd
+
+
+def _open_chain(root, folder):
+    """(fd of the parent of ``folder``, fd of ``folder``): ``folder`` is ``root`` or under it
+    (both resolved), reached from ``root`` one component at a time (for ``root`` itself the
+    parent is None)."""
+    rel = os.path.relpath(folder, root)
+    parts = [] if rel == "." else rel.split(os.sep)
+    for name in parts:
+        if name in ("", ".", ".."):
+            raise Changed("%s is not under %s" % (folder, root))
+    parent, fd = None, _open_dir(None, root, root)
+    where = root
+    try:
+        for name in parts:
+            where = os.path.join(where, name)
+            child = _open_dir(fd, name, where)
+            if parent is not None:
+                os.close(parent)
+            parent, fd = fd, child
+    except BaseException:
+        for f in (parent, fd):
+            if f is not None:
+                os.close(f)
+        raise
+    return parent, fd
+
+
+def _rmdir_checked(parent_fd, name, fd, where):
+    """Remove the emptied folder ``name`` of ``parent_fd`` if it is still the one open as ``fd``."""
+    try:
+        now = os.lstat(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    if not _same(now, os.fstat(fd)):
+        raise Changed("%s was replaced during the delete" % where, symlink=stat.S_ISLNK(now.st_mode))
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _remove_tree(top_fd, top_where, tally, errors, removed=None):
+    """Remove everything inside the folder open as ``top_fd`` (the folder itself stays), by fd:
+    a symlink is unlinked as a link (its target untouched), a subfolder is opened without
+    following a symlink and checked before it is entered. Each regular file removed goes into
+    ``tally``, failures into ``errors``, the count of entries removed into ``removed[0]``.
+    Raises Changed on a swap."""
+    removed = [0] if removed is None else removed
+
+    def names(fd, where):
+        try:
+            return sorted(os.listdir(fd), reverse=True)
+        except OSError as exc:
+            errors.append("%s: %s" % (where, exc.strerror or exc))
+            return []
+
+    stack = [(top_fd, names(top_fd, top_where), top_where, None)]
+    try:
+        while stack:
+            fd, left, where, name_in_parent = stack[-1]
+            if not left:
+                stack.pop()
+                if stack:  # a subfolder, now empty
+                    try:
+                        _rmdir_checked(stack[-1][0], name_in_parent, fd, where)
+                        removed[0] += 1
+                    except OSError as exc:
+                        errors.append("%s: %s" % (where, exc.strerror or exc))
+                    finally:
+                        os.close(fd)
+                continue
+            name = left.pop()
+            child = os.path.join(where, name)
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                errors.append("%s: %s" % (child, exc.strerror or exc))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    sub = _open_dir(fd, name, child, before=st)
+                except OSError as exc:
+                    errors.append("%s: %s" % (child, exc.strerror or exc))
+                    continue
+                stack.append((sub, names(sub, child), child, name))
+                continue
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                errors.append("%s: %s" % (child, exc.strerror or exc))
+                continue
+            removed[0] += 1
+            if stat.S_ISREG(st.st_mode):
+                tally.add(st)
+    finally:
+        for fd, _, _, _ in stack[1:]:
+            os.close(fd)
+
+
+def _root_for(roots, folder, kind):
+    """The allowed root (resolved) holding ``folder`` (resolved), the nearest; None if none."""
+    candidates = [roots.hub_real] if kind == "hf-cache" else roots.model_reals
+    held = [r for r in candidates if _is_under(folder, r)]
+    return max(held, key=len) if held else None
+
+
+def _close(*fds):
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
+def _unlink_link(roots, path, errors):
+    """Remove the symlink ``path`` (the literal path given to delete), by fd from the root
+    holding its folder; a link whose folder is outside every root is left (and said)."""
+    folder = os.path.realpath(os.path.dirname(path))
+    name = os.path.basename(path)
+    root = _root_for(roots, folder, "dir") or _root_for(roots, folder, "hf-cache")
+    if root is None:
+        errors.append("%s: the link was left: its folder %s is outside the host's %s" % (path, folder, roots.describe()))
+        return
+    parent = fd = None
+    try:
+        parent, fd = _open_chain(root, folder)
+        if stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode):
+            os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except (Changed, OSError) as exc:
+        errors.append("%s: %s" % (path, getattr(exc, "strerror", None) or exc))
+    finally:
+        _close(parent, fd)
+
+
+def _remove_locks(roots, real):
+    """huggingface_hub's lock files of the repo: ``.locks/models--o--n`` in the hub cache, by fd."""
+    parent = fd = sub = None
+    try:
+        parent, fd = _open_chain(roots.hub_real, roots.hub_real)
+        name = os.path.basename(real)
+        locks = _open_dir(fd, ".locks", os.path.join(roots.hub_real, ".locks"))
+        try:
+            sub = _open_dir(locks, name, os.path.join(roots.hub_real, ".locks", name))
+            _remove_tree(sub, name, Tally(), [])
+            _rmdir_checked(locks, name, sub, name)
+        finally:
+            _close(sub, locks)
+    except (Changed, OSError):
+        pass  # lock files are not the model: whatever stays there is harmless
+    finally:
+        _close(parent, fd)
 
 
 def delete(model_dirs, forbidden, kind, path, repo_id):
     roots = Roots(model_dirs, forbidden, hf_hub_cache())
     path = os.path.normpath(path)
-    refused = refusal(roots, path, kind)
+
+    def no(rule, message):
+        return {"v": 1, "ok": False, "rule": rule, "used_by": [], "message": _one_line(message)}
+
+    try:
+        refused = refusal(roots, path, kind)
+        real = os.path.realpath(path)
+    except OSError as exc:  # realpath raises when a link on the way goes while it reads it
+        return no("changed", "%s changed while being checked (%s); nothing was removed" % (path, exc.strerror or exc))
     if refused:
         return dict(refused, v=1, ok=False, used_by=[])
-    real = os.path.realpath(path)
     needles = [path, real] + ([repo_id] if kind == "hf-cache" and repo_id else [])
     in_use = users(processes(), needles)
     if in_use:
         pids = ", ".join("%d (%s)" % (u["pid"], u["command"][:80]) for u in in_use)
         return {"v": 1, "ok": False, "rule": "in-use", "used_by": in_use,
-                "message": "%s is in use by pid %s" % (path, pids)}
+                "message": _one_line("%s is in use by pid %s" % (path, pids))}
+
+    def swapped(exc):  # before anything was removed
+        return no("symlink-escapes" if exc.symlink else "changed",
+                  "%s changed since it was checked: %s; nothing was removed" % (path, exc))
+
+    try:
+        checked = os.stat(real)  # the folder the checks above looked at
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return no("missing", "%s no longer exists; nothing was removed" % path)
+    except OSError as exc:
+        return no("failed", "could not remove %s: %s" % (path, exc))
+    root = _root_for(roots, real, kind)
+    if root is None or root == real:  # refusal() said otherwise a moment ago
+        return no("changed", "%s changed since it was checked; nothing was removed" % path)
+    try:
+        parent, fd = _open_chain(root, real)
+    except Changed as exc:
+        return swapped(exc)
+    except OSError as exc:
+        return no("failed", "could not remove %s: %s; nothing was removed" % (path, exc))
     tally = Tally()
-    _walk_files(real, tally)
     errors = []
-
-    def failed(func, p, exc):
-        errors.append("%s: %s" % (p, exc[1] if isinstance(exc, tuple) else exc))
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(real, onexc=failed)
-    else:
-        shutil.rmtree(real, onerror=failed)
-    if os.path.islink(path):
+    removed = [0]
+    try:
+        if not _same(os.fstat(fd), checked):
+            return swapped(Changed("%s is another folder now" % real))
+        _remove_tree(fd, real, tally, errors, removed)
+        _rmdir_checked(parent, os.path.basename(real), fd, real)
         try:
-            os.unlink(path)
-        except OSError as exc:
-            errors.append("%s: %s" % (path, exc))
-    if kind == "hf-cache":  # huggingface_hub's lock files for the repo
-        shutil.rmtree(os.path.join(os.path.dirname(real), ".locks", os.path.basename(real)), ignore_errors=True)
-    if errors or os.path.lexists(real):
-        return {"v": 1, "ok": False, "rule": "failed", "used_by": [],
-                "message": "could not remove all of %s: %s" % (path, "; ".join(errors[:3]) or "still there")}
+            os.lstat(os.path.basename(real), dir_fd=parent)
+            errors.append("%s: still there" % real)
+        except FileNotFoundError:
+            pass
+    except Changed as exc:
+        if not removed[0]:
+            return swapped(exc)
+        return no("failed", "stopped removing %s: %s; nothing outside %s was touched" % (path, exc, root))
+    except OSError as exc:
+        errors.append("%s: %s" % (real, exc.strerror or exc))
+    finally:
+        _close(parent, fd)
+    if stat.S_ISLNK(link.st_mode):
+        _unlink_link(roots, path, errors)
+    if kind == "hf-cache":
+        _remove_locks(roots, real)
+    if errors:
+        return no("failed", "could not remove all of %s: %s" % (path, "; ".join(errors[:3])))
     return {"v": 1, "ok": True, "path": path, "freed_bytes": tally.disk, "size_bytes": tally.size}
 
 
