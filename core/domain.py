@@ -374,8 +374,19 @@ class Plan(Struct, kw_only=True):
     def uses_api_key(self) -> bool:
         return any(API_KEY_PLACEHOLDER in a for a in self.argv)
 
-    def exec_argv(self) -> list[str]:
-        return [self.python or "python3", "-m", "sglang.launch_server", *self.argv]
+    def exec_argv(self, launch_script: str | None = None) -> list[str]:
+        """The server's command line. With an API key it runs through gpuops' launcher
+        (`launch_script`, the systemd launcher's by default), which fills the key in from the
+        environment inside the process and masks it in the output: no command line holds it."""
+        head = [self.python or "python3"]
+        if self.uses_api_key:
+            head.append(launch_script or self.launch_script)
+        return [*head, "-m", "sglang.launch_server", *self.argv]
+
+    @property
+    def launch_script(self) -> str:
+        """The systemd launcher's copy of gpuops' launcher (beside the env file; no secrets in it)."""
+        return f"/etc/gpuops/{self.name}.launch.py"
 
     @property
     def unit_name(self) -> str:
@@ -460,10 +471,8 @@ def _one_line(text: str) -> str:
 
 
 def systemd_quote(arg: str) -> str:
-    """One ExecStart word: systemd's own quoting; `%` specifiers and `$` expansion escaped,
-    except the API-key placeholder that systemd fills from the env file."""
-    if arg == API_KEY_PLACEHOLDER:
-        return arg
+    """One ExecStart word: systemd's own quoting; `%` specifiers and `$` expansion escaped (the
+    API-key placeholder too: the launcher fills it in, systemd must not)."""
     escaped = arg.replace("%", "%%").replace("$", "$$")
     if re.fullmatch(r"[A-Za-z0-9_./:,=+@%$-]+", escaped):
         return escaped
@@ -475,9 +484,10 @@ def _env_quote(value: str) -> str:
 
 
 def _chunks(argv: list[str]) -> list[list[str]]:
-    """The python -m part, then one flag with its values per line."""
-    out = [argv[:3]]
-    for name, values in split_flags(argv[3:]):
+    """The python [launcher] -m part, then one flag with its values per line."""
+    head = argv.index("sglang.launch_server") + 1
+    out = [argv[:head]]
+    for name, values in split_flags(argv[head:]):
         out.append([name, *values])
     return out
 

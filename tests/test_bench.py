@@ -115,14 +115,14 @@ def test_real_bench_serving_jsonl_is_read_faithfully():
         assert rec["request_rate"] == "inf"
         assert {k: v for k, v in rec.items() if k not in ("request_rate", "server_info")} == \
                {k: v for k, v in orig.items() if k not in ("request_rate", "server_info")}
-        assert rec["server_info"]["api_key"] == "<redacted>"
-        assert rec["server_info"]["internal_states"][0]["api_key"] == "<redacted>"
+        assert rec["server_info"]["api_key"] == "***"
+        assert rec["server_info"]["internal_states"][0]["api_key"] == "***"
         assert rec["server_info"]["tokenizer_path"] == orig["server_info"]["tokenizer_path"]  # not a secret
     assert "sk-abc" not in json.dumps(records, allow_nan=False)  # strict JSON, nothing secret left
     assert normalize_record({"request_rate": 2.5, "x": float("nan"), "server_info": {
         "launch_command": "python -m sglang.launch_server --api-key sk-1 --port 1"}}) == {
         "request_rate": 2.5, "x": None, "server_info": {
-            "launch_command": "python -m sglang.launch_server --api-key <redacted> --port 1"}}
+            "launch_command": "python -m sglang.launch_server --api-key *** --port 1"}}
     with pytest.raises(BenchInputError, match=r"^f.jsonl:2: not JSON"):
         parse_jsonl(text.splitlines()[0] + "\n{oops\n", "f.jsonl")
     with pytest.raises(BenchInputError, match=r"^f.jsonl:1: not a bench_serving record"):

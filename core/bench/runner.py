@@ -14,7 +14,7 @@
 - Records: bench_serving's ``--output-file`` JSONL objects, read back when a run ends, kept as
   written with two changes (``normalize_record``): ``request_rate`` Infinity (bench_serving's
   unlimited rate, which is not JSON) becomes the string ``"inf"`` (the same word config.toml uses)
-  and any other non-finite number ``null``; secrets inside ``server_info`` become ``"<redacted>"``.
+  and any other non-finite number ``null``; secrets (``server_info``'s ``api_key``) become ``"***"``.
 - ``poll_metrics`` follows the server's ``/metrics`` from the host (prometheus_client's parser) for
   live views: running and queued requests, generation throughput, token usage, accept length.
 - ``compare`` and ``export`` put stored runs side by side with deltas.
@@ -39,6 +39,7 @@ from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
 from ..hosts.host import Host, HostError, host_python
 from ..deploy.store import Store
 from ..domain import BenchRun, Deployment, Plan, client_host, utc_now
+from ..redact import redact_all
 
 SCHEMA = 1
 
@@ -188,10 +189,6 @@ def resolve_profile(name: str, configured: dict[str, dict[str, Any]] | None = No
 # ------------------------------------------------------------------ records
 
 
-_SECRET_KEY = re.compile(r"(^|_)(api_key|token|secret|password)$", re.IGNORECASE)
-_API_KEY_ARG = re.compile(r"(--api-key[= ])(?!<redacted>)\S+")
-
-
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -202,27 +199,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("<redacted>" if _SECRET_KEY.search(k) and isinstance(v, str) and v else _redact(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v) for v in value]
-    if isinstance(value, str):
-        return _API_KEY_ARG.sub(r"\1<redacted>", value)
-    return value
-
-
 def normalize_record(record: dict) -> dict:
     """A bench_serving record as stored: ``request_rate`` inf -> "inf", other non-finite numbers ->
-    null, secrets in ``server_info`` redacted (SGLang's /server_info carries ``api_key``)."""
+    null, secrets redacted (SGLang's /server_info, in ``server_info``, carries ``api_key``)."""
     out = dict(record)
     rate = out.get("request_rate")
     if isinstance(rate, float) and math.isinf(rate) and rate > 0:
         out["request_rate"] = "inf"
-    if "server_info" in out:
-        out["server_info"] = _redact(out["server_info"])
-    return _finite(out)
+    return _finite(redact_all(out))
 
 
 def parse_jsonl(text: str, source: str) -> list[dict]:

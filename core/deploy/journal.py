@@ -16,6 +16,9 @@ the command again from there, with a backoff, so no line is lost and none is rep
   one (rotation: another inode) is read again from 0, and the follower says so with a notice
   record. A partial last line is held until its newline arrives.
 
+Every record's text is redacted (``gpuops.core.redact``): a secret in a log line never reaches a
+view, the store or a relay.
+
 Callers that keep records keep them in a ``RingBuffer``: the last N, and a count of what fell
 off the front.
 
@@ -36,6 +39,7 @@ from typing import Any, AsyncIterator, Generic, Iterator, TypeVar
 
 from ..config import validate_abs_path
 from ..hosts.host import Host, HostError, HostUnreachable, host_python
+from ..redact import redact
 
 __all__ = [
     "FileFollower",
@@ -313,7 +317,7 @@ def parse_journal_line(line: str) -> Record:
         priority = int(raw_prio)
     message = obj.get("MESSAGE")
     return Record(
-        text=message if type(message) is str else _field_text(message),
+        text=redact(message if type(message) is str else _field_text(message)),
         ts=ts,
         cursor=cursor,
         offset=None,
@@ -609,7 +613,7 @@ class FileFollower(_Follower):
                 text = "".join(self._pieces) + text
                 self._pieces = []
             self._missing = False
-            return Record(text=text, ts=None, cursor=None, offset=obj[0], source="file")
+            return Record(text=redact(text), ts=None, cursor=None, offset=obj[0], source="file")
         if not isinstance(obj, dict):
             raise ValueError("a frame is a list or an object")
         if "c" in obj:
@@ -647,7 +651,7 @@ class FileFollower(_Follower):
             part, at = obj.get("text"), obj.get("offset")
             if not isinstance(part, str) or not isinstance(at, int):
                 raise ValueError("a partial frame holds offset and text")
-            return Record(text=part, ts=None, cursor=None, offset=at, source="file", notice="partial")
+            return Record(text=redact(part), ts=None, cursor=None, offset=at, source="file", notice="partial")
         raise ValueError(f"unknown frame {line[:80]!r}")
 
     def _deliver(self, rec: Record) -> None:

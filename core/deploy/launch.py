@@ -9,7 +9,10 @@ Two launchers:
   (``setsid``) so it outlives gpuops and the SSH channel that started it.
 
 Secrets (the API key, an HF token) only ever travel inside the 0600 env file, written
-through stdin: never in argv, never printed.
+through stdin: never in argv, never printed. A server with an API key runs through gpuops'
+launcher (``core/hosts/programs/launcher.py``, written beside the env file as ``launch.py`` /
+``/etc/gpuops/{name}.launch.py``): its command line holds only the placeholder, and the key is
+masked in what it prints.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 
 from ..domain import Plan
 from ..hosts.files import env_file_text, remote_home, write_file, write_private_file
-from ..hosts.host import Host, HostError
+from ..hosts.host import Host, HostError, script_source
+from ..hosts.programs import launcher as launcher_program
 
 STOP_GRACE_S = 60
 # A shell function: is pid $1 alive? A zombie is not: where PID 1 reaps late (a container's
@@ -45,11 +49,17 @@ class Launcher:
 
     kind = "abstract"
 
+    launch_path = ""  # where gpuops' launcher is written (used when the argv runs it)
+
     def __init__(self, host: Host, name: str, exec_argv: list[str], env: dict[str, str]):
         self.host = host
         self.name = name
         self.exec_argv = exec_argv
         self.env = env
+
+    async def _write_launch_script(self) -> None:
+        if self.launch_path and self.launch_path in self.exec_argv:
+            await write_file(self.host, self.launch_path, script_source(launcher_program))
 
     async def install(self, secrets_env: dict[str, str]) -> None:
         raise NotImplementedError
@@ -74,25 +84,23 @@ class ProcessLauncher(Launcher):
         self.pid_path = f"{self.dir}/pid"
         self.log_path = f"{self.dir}/log"
         self.cmd_path = f"{self.dir}/cmd"
+        self.launch_path = f"{self.dir}/launch.py"
 
     async def install(self, secrets_env: dict[str, str]) -> None:
         await write_private_file(self.host, self.env_path, env_file_text(
             {**self.env, **secrets_env}, f"gpuops: environment of deployment {self.name} (mode 0600)"))
+        await self._write_launch_script()
         # the command, one shell-quoted word per line, for `gpuops` and for people
         await write_file(self.host, self.cmd_path, shlex.join(self.exec_argv) + "\n")
 
     async def start(self) -> None:
-        # `set -a` exports what the env file sets; ${GPUOPS_API_KEY} in argv is filled from it.
+        # `set -a` exports what the env file sets (the launcher reads the API key from it: the
+        # argv keeps the placeholder, so no process listing shows the key).
         script = _ALIVE + r"""
 d=$1; shift
 cd "$d" || exit 3
 if [ -f pid ] && alive "$(cat pid)"; then echo "already running: $(cat pid)" >&2; exit 4; fi
 set -a; . ./env; set +a
-args=""
-for a in "$@"; do
-    case "$a" in '${GPUOPS_API_KEY}') a=$GPUOPS_API_KEY ;; esac
-    set -- "$@" "$a"; shift
-done
 : >> log
 setsid "$@" </dev/null >>log 2>&1 &
 echo $! > pid.tmp && mv -f pid.tmp pid
@@ -132,6 +140,7 @@ class SystemdLauncher(Launcher):
         self.unit = f"gpuops-{name}.service"
         self.unit_path = f"/etc/systemd/system/{self.unit}"
         self.env_path = f"/etc/gpuops/{name}.env"
+        self.launch_path = f"/etc/gpuops/{name}.launch.py"
         self.unit_text = unit_text
 
     async def _systemctl(self, *args: str, timeout: float = 60) -> str:
@@ -144,6 +153,7 @@ class SystemdLauncher(Launcher):
     async def install(self, secrets_env: dict[str, str]) -> None:
         await write_private_file(self.host, self.env_path, env_file_text(
             {**self.env, **secrets_env}, f"gpuops: environment of {self.unit} (mode 0600)"))
+        await self._write_launch_script()
         await write_file(self.host, self.unit_path, self.unit_text)
         await self._systemctl("daemon-reload")
 
@@ -167,7 +177,9 @@ def launcher_for(host: Host, plan: Plan, home: str | None) -> Launcher:
     if plan.launcher == "systemd":
         return SystemdLauncher(host, plan.name, plan.exec_argv(), dict(plan.env), plan.unit_text())
     assert home is not None
-    return ProcessLauncher(host, plan.name, plan.exec_argv(), dict(plan.env), home)
+    launcher = ProcessLauncher(host, plan.name, [], dict(plan.env), home)
+    launcher.exec_argv = plan.exec_argv(launcher.launch_path)
+    return launcher
 
 
 async def open_launcher(host: Host, plan: Plan) -> Launcher:

@@ -34,6 +34,7 @@ from typing import Any, Iterable
 from ..hosts.programs import triage_probe
 from ..domain import Evidence, Finding, Fix, HostCheck, Plan
 from ..hosts.host import Host, HostError, host_python, script_source
+from ..redact import redact_all
 from ..telemetry.samples import Snapshot, plain, snapshot
 
 CHECKS = ("driver-library-mismatch", "nvml-init", "cuda-driver-too-old", "p2p-unavailable", "shm-too-small",
@@ -116,7 +117,7 @@ async def run_probe(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), 
         said = next((ln for ln in reversed(res.stderr.splitlines()) if ln.strip()), "no output")
         raise TriageError(f"{host.name}: triage probe exited ({res.returncode}): {said}",
                           f"is {plan.python or host_python(host)} a python on {host.name}?") from None
-    return doc
+    return redact_all(doc)  # command lines, environments and stacks, as shown and stored
 
 
 async def run_checks(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root: str | None = None,

@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..redact import redact, redact_all
 from .programs import storage_probe
 from .host import Host, HostError, host_python, script_source
 
@@ -171,7 +172,7 @@ async def _run_probe(host: Host, argv: list[str], timeout: float) -> dict:
             raise ValueError("not a v1 document")
     except (ValueError, IndexError) as exc:
         raise StorageError(f"{host.name}: storage probe answered nonsense ({exc})") from exc
-    return doc
+    return redact_all(doc)  # the command lines of the processes that use a copy
 
 
 def _int(value: Any) -> int | None:
@@ -189,7 +190,8 @@ def _copy_from(row: dict) -> ModelCopy:
         disk_bytes=_int(row.get("disk_bytes")),
         modified=row.get("modified") if isinstance(row.get("modified"), str) else None,
         complete=complete if isinstance(complete, bool) else None,
-        used_by=[UsedBy(pid=_int(u.get("pid")), command=u.get("command")) for u in row.get("used_by") or []],
+        used_by=[UsedBy(pid=_int(u.get("pid")), command=redact(u["command"]) if isinstance(u.get("command"), str) else None)
+                 for u in row.get("used_by") or []],
         realpath=row.get("realpath"),
         refusal=Refusal(str(refusal["rule"]), str(refusal["message"])) if isinstance(refusal, dict) else None,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..redact import MASK, redact
 from .host import Host
 
 # $1 pid, $2 the command line as shown (may be empty: then not checked), $3 grace seconds
@@ -41,14 +42,15 @@ async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: 
     """SIGTERM `pid` on `host` if it still runs `shown_command`; wait up to `grace_s`."""
     if not isinstance(pid, int) or pid <= 1:
         raise ValueError(f"refusing to signal pid {pid!r}")
-    want = (shown_command or "").strip()
+    # what was shown is redacted: the check is on the command line up to its first secret
+    want = (shown_command or "").strip().split(MASK, 1)[0]
     res = await host.run(["sh", "-c", _END, "gpuops-end", str(pid), want, str(int(grace_s))],
                          timeout=grace_s + 15)
     word, _, rest = res.stdout.strip().partition(" ")
     if word in ("ended", "gone"):
         return EndResult(pid, True, f"pid {pid} on {host.name} " + ("ended" if word == "ended" else "had already exited"))
     if word == "changed":
-        return EndResult(pid, False, f"pid {pid} on {host.name} now runs {rest!r}: not signalled")
+        return EndResult(pid, False, f"pid {pid} on {host.name} now runs {redact(rest)!r}: not signalled")
     if word == "alive":
         return EndResult(pid, False, f"pid {pid} on {host.name} is still running {grace_s}s after SIGTERM")
     if word == "refused":

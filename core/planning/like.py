@@ -177,6 +177,7 @@ def previous_from_unit(text: str, source: str) -> Previous:
                 k, sep, v = item.partition("=")
                 if sep:
                     env.append((k, v))
+    argv = [a.replace("$$", "$").replace("%%", "%") for a in argv]  # systemd's escapes of `$` and `%`
     argv = [a for a in argv if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", a)]  # `env X=1 python …`
     if argv and argv[0].endswith("/env"):
         argv = argv[1:]

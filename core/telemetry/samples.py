@@ -10,6 +10,7 @@ JSON line per interval. Where that python has no pynvml, the GPU rows come from
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Container, Iterable
 
 from ..hosts.programs import reporter
+from ..redact import redact
 from ..hosts.host import Host, HostError, LocalHost, host_python, script_source
 
 MIB = 1024 * 1024
@@ -162,6 +164,13 @@ class Snapshot:
 # ------------------------------------------------------------------ parsing
 
 
+@functools.lru_cache(maxsize=4096)
+def _command(command: Any) -> str | None:
+    """A process's command line as gpuops shows it: secrets masked (the same few commands come
+    every second, so each is redacted once)."""
+    return redact(command) if isinstance(command, str) else None
+
+
 def _gpu_from_report(row: dict) -> GpuSample:
     return GpuSample(
         index=int(row["index"]),
@@ -175,7 +184,7 @@ def _gpu_from_report(row: dict) -> GpuSample:
         temp_c=na(row.get("temp_c")),
         sm_clock=na(row.get("sm_clock_mhz")),
         processes=[
-            GpuProcess(int(p["pid"]), p.get("user"), p.get("command"), na(p.get("used_bytes")))
+            GpuProcess(int(p["pid"]), p.get("user"), _command(p.get("command")), na(p.get("used_bytes")))
             for p in row.get("processes") or []
         ],
     )
@@ -282,7 +291,7 @@ def parse_nvsmi_apps(text: str) -> dict[str, list[GpuProcess]]:
             continue
         uuid, pid, used, name = parts
         out.setdefault(uuid.strip(), []).append(
-            GpuProcess(int(pid), None, _nvsmi_value(name), _num(_nvsmi_value(used), MIB, True))
+            GpuProcess(int(pid), None, _command(_nvsmi_value(name)), _num(_nvsmi_value(used), MIB, True))
         )
     return out
 

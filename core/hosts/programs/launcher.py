@@ -1,0 +1,125 @@
+"""gpuops' server launcher: starts ``python -m MODULE ARGS`` with the API key kept out of every
+process listing and every log line.
+
+SGLang takes ``--api-key`` from its command line only, and a command line is world-readable
+(``/proc/PID/cmdline``, ``ps -ww``). So the command line holds the placeholder
+``${GPUOPS_API_KEY}``; this launcher (run as ``python launch.py -m sglang.launch_server ARGS``)
+forks, and the child puts the key from its environment (the deployment's 0600 env file) into
+``sys.argv`` in place of the placeholder and runs the module in-process (runpy), so no exec'd
+argv ever holds the key: SGLang's scheduler and detokenizer are spawned (their command lines are
+multiprocessing's). SGLang logs its ``server_args`` (with ``api_key``) at start: the parent relays
+the child's stdout and stderr to its own stdout with every occurrence of the key replaced by
+``***``, and exits as the child did. The parent ignores SIGTERM/SIGINT/SIGHUP (a stop signals the
+whole process group, the server handles it) and lives until the child has ended and its output
+is drained, so a pid or a unit's MainPID that is this process follows the server's life.
+
+Standard library only, Python 3.6 and newer; written beside the env file at deploy.
+"""
+
+import os
+import runpy
+import select
+import signal
+import sys
+import time
+
+PLACEHOLDER = "${GPUOPS_API_KEY}"
+MASK = b"***"
+DRAIN_S = 2.0  # after the child ends: how long its children may still be writing
+
+
+def usage(message):
+    sys.stderr.write("gpuops launcher: %s\n" % message)
+    return 2
+
+
+def held_back(buf, key):
+    """How many bytes at the end of `buf` could be the start of `key` (kept until more arrive)."""
+    for n in range(min(len(key) - 1, len(buf)), 0, -1):
+        if key.startswith(buf[-n:]):
+            return n
+    return 0
+
+
+def write_all(fd, data):
+    while data:
+        try:
+            n = os.write(fd, data)
+        except InterruptedError:
+            continue
+        except OSError:
+            return  # stdout gone (a closed journal stream): keep draining, or the server blocks
+        data = data[n:]
+
+
+def relay(read_fd, key, child):
+    """Copy `read_fd` to stdout with `key` masked until EOF (or DRAIN_S after the child ended)."""
+    pending = b""
+    status = None
+    deadline = None
+    while True:
+        timeout = 1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            ready = select.select([read_fd], [], [], timeout)[0]
+        except InterruptedError:
+            continue
+        if ready:
+            try:
+                chunk = os.read(read_fd, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            buf = (pending + chunk).replace(key, MASK)
+            keep = held_back(buf, key)
+            pending = buf[len(buf) - keep:] if keep else b""
+            write_all(1, buf[:len(buf) - keep] if keep else buf)
+        if status is None:
+            pid, st = os.waitpid(child, os.WNOHANG)
+            if pid:
+                status = st
+                deadline = time.monotonic() + DRAIN_S
+        elif not ready and time.monotonic() >= deadline:
+            break
+    write_all(1, pending.replace(key, MASK))
+    if status is None:
+        status = os.waitpid(child, 0)[1]
+    return status
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] != "-m":
+        return usage("usage: launch.py -m MODULE ARGS...")
+    module, args = argv[1], argv[2:]
+    key = os.environ.pop("GPUOPS_API_KEY", "")
+    if PLACEHOLDER in args and not key:
+        return usage("GPUOPS_API_KEY is not set (it comes from the deployment's env file)")
+    if not key:  # nothing to hide: run the module as `python -m` would
+        sys.argv = [module] + args
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return 0
+    secret = key.encode()
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_fd)
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        sys.argv = [module] + [key if a == PLACEHOLDER else a for a in args]
+        del key
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return 0
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    os.close(write_fd)
+    status = relay(read_fd, secret, child)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""Secrets out of everything gpuops shows or stores: one function, used at every place text from a
+host (a log line, a process's command line, a server's /server_info) enters gpuops.
+
+gpuops' own servers never show their API key (the launcher keeps it out of argv and masks it in
+their output); this catches the rest: a server started by hand or by another tool, an older
+deployment, an HF token someone put in a command line. What is masked, as SGLang and the usual
+tools print it:
+
+- ``--api-key KEY``, ``--api-key=KEY``, and in a printed list ``'--api-key', 'KEY'``;
+- ``api_key='KEY'``, ``'api_key': 'KEY'``, ``"api_key": "KEY"``, ``api_key=KEY`` (also ``hf_token``, ``access_token``,
+  ``password``, ``secret`` fields of that form; not a bare ``token``: SGLang's ``#token: N``); ``None``/``null``/empty stay;
+- ``Authorization: Bearer KEY`` / ``Bearer KEY``;
+- ``NAME=VALUE`` for secret environment names (``HF_TOKEN``, ``*_API_KEY``, ``*_TOKEN``, ...);
+- Hugging Face tokens (``hf_…``) and gpuops' own keys (``sk-gpuops-…``) wherever they stand.
+
+The mask is ``***``; gpuops' placeholder ``${GPUOPS_API_KEY}`` is no secret and stays as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+
+_VALUE = r"""(?!None\b|null\b|\*\*\*|\$\{GPUOPS_API_KEY\})[^\s'",)}\]]+"""
+_FIELD = r"(?:api[_-]?key|hf[_-]?token|access[_-]?token|auth[_-]?token|password|passwd|secret)"
+# (pattern, the substrings of the lowercased text one of which it needs): a pattern runs only on
+# text that holds one, so the log lines that hold none (nearly all) cost a few `in` tests
+_PATTERNS = (
+    # --api-key KEY / --api-key=KEY / '--api-key', 'KEY'
+    (re.compile(r"""(--api-key(?:=|['"]?,?\s+['"]?))""" + _VALUE), ("--api-key",)),
+    # api_key='KEY' / 'api_key': 'KEY' / "api_key": "KEY" / api_key=KEY
+    (re.compile(r"""(\b""" + _FIELD + r"""['"]?\s*[:=]\s*['"]?)""" + _VALUE, re.IGNORECASE),
+     ("api_key", "api-key", "apikey", "hf_token", "hf-token", "access_token", "access-token", "auth_token",
+      "auth-token", "passw", "secret")),
+    # Authorization: Bearer KEY
+    (re.compile(r"(\bBearer\s+)" + _VALUE, re.IGNORECASE), ("bearer",)),
+    # HF_TOKEN=… OPENAI_API_KEY=… GPUOPS_API_KEY=… (environment listings, `env` output)
+    (re.compile(r"((?:API_KEY|TOKEN|SECRET|PASSWORD)=['\"]?)" + _VALUE), ("api_key=", "token=", "secret=", "password=")),
+    # Hugging Face tokens and gpuops' own keys, wherever they stand
+    (re.compile(r"(\bhf_)[A-Za-z0-9]{20,}"), ("hf_",)),
+    (re.compile(r"(\bsk-gpuops-)[A-Za-z0-9_-]+"), ("sk-gpuops-",)),
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every secret it shows replaced by ``***``."""
+    if not text:
+        return text
+    low = text.lower()
+    if not ("key" in low or "token=" in low or "_token" in low or "-token" in low or "hf_" in low
+            or "bearer" in low or "passw" in low or "secret" in low or "sk-gpuops" in low):
+        return text  # nearly every log line: no pattern below can match it
+    for pattern, needs in _PATTERNS:
+        if any(n in low for n in needs):
+            text = pattern.sub(lambda m: m.group(1) + MASK, text)
+    return text
+
+
+def redact_all(value: Any) -> Any:
+    """`value` (JSON-like: dicts, lists, strings) with :func:`redact` applied to every string, and
+    the value of a secret-named key masked whole."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: (MASK if isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, str) and v
+                    and v != "${GPUOPS_API_KEY}" else redact_all(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_all(v) for v in value]
+    return value
+
+
+_SECRET_KEY = re.compile(r"(^|_)(api_key|token|secret|password)$", re.IGNORECASE)
