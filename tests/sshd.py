@@ -23,8 +23,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+def _keygen(path: Path, kind: str = "ed25519") -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
 
 
 def ensure_test_user() -> str | None:
@@ -74,11 +74,12 @@ class Sshd:
             self.proc.wait(5)
 
 
-def start_sshd(root: Path) -> Sshd:
+def start_sshd(root: Path, host_key_type: str = "ed25519") -> Sshd:
+    """An sshd with one host key of `host_key_type` (ssh-keygen's -t: ed25519, ecdsa, rsa)."""
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
     host_key, client_key = root / "hostkey", root / "clientkey"
-    _keygen(host_key)
+    _keygen(host_key, host_key_type)
     _keygen(client_key)
     ak = root / "ak"
     ak.mkdir()

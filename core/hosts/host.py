@@ -457,8 +457,8 @@ class SshHost(Host):
                 assert self._conn is not None
                 return self._conn
             if self.backoff.last_error is not None and self.backoff.wait_left() > 0:
-                err = self.backoff.last_error
-                raise HostUnreachable(err.message, err.hint)
+                # the same error again (a refused host key stays a HostKeyRefused, fingerprint and all)
+                raise self.backoff.last_error.with_traceback(None)
             try:
                 self._conn = await self._connect()
             except HostUnreachable as exc:
@@ -497,53 +497,84 @@ class SshHost(Host):
                 "the host or network is down, or a firewall drops the traffic; gpuops keeps retrying",
             ) from exc
         except asyncssh.Error as exc:
+            refused = await self._key_type_refusal(exc)
+            if refused is not None:
+                raise refused from exc
             raise HostUnreachable(f"{self.name}: SSH to {where} failed: {exc.reason}", None) from exc
         except OSError as exc:
+            refused = await self._key_type_refusal(exc)
+            if refused is not None:
+                raise refused from exc
             raise HostUnreachable(
                 f"{self.name}: cannot connect to {where}: {exc.strerror or exc}",
                 "is sshd running there, and is the address/port right?",
             ) from exc
 
     async def _host_key_error(self, exc: Exception) -> HostKeyRefused:
-        """Refuse an unknown or changed host key, naming its fingerprint."""
+        """Refuse a host key that known_hosts does not trust: CHANGED, REVOKED or UNKNOWN, with the
+        server's fingerprint and the one command that fixes it. Nothing is ever written."""
+        trust = await self._trust()
+        key = await self._server_key()
+        reason = str(getattr(exc, "reason", "") or exc)
+        return _host_key_verdict(self.name, trust, key, revoked_hint="revoked" in reason.lower(), reason=reason)
+
+    async def _key_type_refusal(self, exc: BaseException) -> HostKeyRefused | None:
+        """A CHANGED (or REVOKED) key behind a lost connection: asyncssh offers the server only the
+        algorithms of the keys known_hosts trusts for it, so a server re-keyed to another type (an
+        ecdsa key known, ed25519 offered now) closes the connection during key exchange instead of
+        presenting a key to refuse. Fetch its key without that restriction and compare."""
         import asyncssh
 
-        host = self.target.host
-        port = self.target.port or 22
-        fingerprint = algorithm = None
+        lost = (asyncssh.ConnectionLost, asyncssh.KeyExchangeFailed, asyncssh.ProtocolError,
+                ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)
+        if not isinstance(exc, lost):
+            return None
         try:
-            key = await asyncio.wait_for(
+            trust = await self._trust()
+        except Exception:
+            return None
+        if not trust.trusted:
+            return None  # every algorithm was offered: a plain reset, not a key problem
+        key = await self._server_key()
+        if key is None or _same_key(key, (e.key for e in trust.trusted)):
+            return None
+        return _host_key_verdict(self.name, trust, key, revoked_hint=False, reason=str(exc))
+
+    async def _server_key(self) -> Any:
+        """The key the server presents when any algorithm is allowed (None when it cannot be read).
+        The target as configured, so that ssh_config resolves it as it did for the connection."""
+        import asyncssh
+
+        try:
+            return await asyncio.wait_for(
                 asyncssh.get_server_host_key(
-                    host, self.target.port or (), config=self._options.get("config", ())
+                    self.target.host, self.target.port or (), config=self._options.get("config", ())
                 ),
                 self._connect_timeout,
             )
-            if key is not None:
-                fingerprint = key.get_fingerprint()
-                algorithm = key.get_algorithm()
+        except Exception:
+            return None
+
+    async def _trust(self) -> "_Trust":
+        """Where asyncssh looked this host's key up: ssh_config resolved (HostName, Port,
+        HostKeyAlias, UserKnownHostsFile) exactly as the connection did, and what known_hosts
+        lists for it, line by line."""
+        host, port, alias = self.target.host, self.target.port or 22, None
+        known: Any = self._options.get("known_hosts", ())
+        try:
+            import asyncssh
+
+            keys = ("config", "known_hosts", "host_key_alias", "username", "port")
+            kwargs = {k: v for k, v in self._connect_kwargs().items() if k in keys}
+            kwargs.setdefault("config", ())  # as asyncssh.connect: () loads ~/.ssh/config, None nothing
+            opts = await asyncssh.SSHClientConnectionOptions.construct(
+                host=self.target.host, client_keys=None, agent_path=None, **kwargs
+            )
+            host, port, alias, known = opts.host, int(opts.port), opts.host_key_alias, opts.known_hosts
         except Exception:
             pass
-        known_hosts = self._options.get("known_hosts")
-        kh_path = known_hosts if isinstance(known_hosts, (str, Path)) else "~/.ssh/known_hosts"
-        changed = _known_hosts_lists(Path(os.path.expanduser(str(kh_path))), host, port)
-        shown = f"{algorithm} {fingerprint}" if fingerprint else "fingerprint unavailable"
-        hostspec = host if port == 22 else f"[{host}]:{port}"
-        keyscan = shlex.join(
-            ["ssh-keyscan", *(["-p", str(port)] if port != 22 else []),
-             *(["-t", algorithm.replace("ssh-", "")] if algorithm else []), host]
-        )
-        if changed:
-            return HostKeyRefused(
-                f"{self.name}: host key for {hostspec} CHANGED ({shown}); refusing to connect",
-                f"if the change is expected: ssh-keygen -R {shlex.quote(hostspec)} "
-                f"-f {kh_path} && {keyscan} >> {kh_path}",
-                fingerprint,
-            )
-        return HostKeyRefused(
-            f"{self.name}: host key for {hostspec} is not known ({shown}); refusing to connect",
-            f"if that fingerprint is right: {keyscan} >> {kh_path}",
-            fingerprint,
-        )
+        addr = await _resolve(host, port)
+        return _Trust.look_up(host, port, alias, addr, known)
 
     # -- commands ------------------------------------------------------------
 
@@ -600,19 +631,251 @@ class SshHost(Host):
             self._conn = None
 
 
-def _known_hosts_lists(path: Path, host: str, port: int) -> bool:
-    """True when known_hosts already holds a key for this host (so a refusal means it changed)."""
-    try:
-        import asyncssh
+# ------------------------------------------------------------------ host keys
 
-        known = asyncssh.read_known_hosts(str(path))
-    except Exception:
-        return False
+
+@dataclass
+class _KnownKey:
+    """One known_hosts entry that matches the host."""
+
+    file: str | None  # None: a known_hosts given in memory (no file, no lines)
+    line: int | None
+    marker: str | None  # None (a trusted key), "revoked" or "cert-authority"
+    key: Any  # asyncssh.SSHKey
+    spec: str  # the name it is listed under, as `ssh-keygen -R` takes it
+    with_port: bool  # matched as [host]:port (else as the bare host)
+
+    def where(self) -> str:
+        if self.file is None:
+            return "the known_hosts given to gpuops"
+        return f"{_show_path(self.file)} line {self.line}"
+
+
+@dataclass
+class _Trust:
+    """What known_hosts says about one host, looked up as asyncssh does."""
+
+    host: str  # HostName, after ssh_config
+    port: int
+    alias: str | None  # HostKeyAlias: the name keys are looked up and saved under
+    files: list[str]  # the known_hosts files, in order (new keys go to the first)
+    entries: list[_KnownKey]
+
+    @property
+    def lookup(self) -> str:
+        """The name the host's key is looked up under, as ssh-keygen and known_hosts write it."""
+        if self.alias:
+            return self.alias
+        return _bracket(self.host, self.port)
+
+    @property
+    def trusted(self) -> list[_KnownKey]:
+        """The keys asyncssh trusts: those listed under [host]:port, else those under the host
+        (asyncssh falls back to the bare name when nothing is listed with the port)."""
+        with_port = [e for e in self.entries if e.with_port and e.marker != "revoked"]
+        chosen = with_port or [e for e in self.entries if not e.with_port and e.marker != "revoked"]
+        return [e for e in chosen if e.marker is None]
+
+    @property
+    def revoked(self) -> list[_KnownKey]:
+        return [e for e in self.entries if e.marker == "revoked"]
+
+    @classmethod
+    def look_up(cls, host: str, port: int, alias: str | None, addr: str, known: Any) -> "_Trust":
+        name = alias or host
+        if known is None:  # host key checking switched off: nothing refuses a key
+            return cls(host, port, alias, [], [])
+        if isinstance(known, (str, os.PathLike)):
+            known = [known]
+        if not known:  # asyncssh's default
+            known = ["~/.ssh/known_hosts"]
+        if isinstance(known, (list, tuple)) and all(isinstance(f, (str, os.PathLike)) for f in known):
+            files = [os.path.expanduser(os.fspath(f)) for f in known]
+            entries = [e for f in files for e in _scan_known_hosts(f, name, addr, port)]
+            return cls(host, port, alias, files, entries)
+        return cls(host, port, alias, [], _match_in_memory(known, name, addr, port))
+
+
+def _bracket(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def _scan_known_hosts(path: str, name: str, addr: str, port: int) -> list[_KnownKey]:
+    """The entries of one known_hosts file that match the host, with their line numbers: each line
+    matched on its own with asyncssh's matcher (hashed names, patterns, markers as it reads them)."""
+    import asyncssh
+
     try:
-        trusted = known.match(host, "", port)[0]
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found: list[_KnownKey] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            one = asyncssh.import_known_hosts(line)
+        except Exception:
+            continue  # a line asyncssh cannot read is one it ignores too
+        for with_port in ((True, False) if port != 22 else (False,)):
+            key, marker = _line_match(one, name, addr, port if with_port else None)
+            if key is None:
+                continue
+            by_name = _line_match(one, name, "", port if with_port else None)[0] is not None
+            listed = name if by_name or not addr else addr
+            spec = _bracket(listed, port) if with_port else listed
+            found.append(_KnownKey(path, number, marker, key, spec, with_port))
+    return found
+
+
+def _line_match(one: Any, name: str, addr: str, port: int | None) -> tuple[Any, str | None]:
+    """The key of a one-line known_hosts when it matches (exactly this port, or the bare host when
+    port is None), and its marker."""
+    match = getattr(one, "_match", None)
+    if match is None:  # pragma: no cover - an asyncssh without the exact matcher
+        if port is not None:
+            return None, None
+        match = one.match
+    try:
+        host_keys, ca_keys, revoked = match(name, addr, port)[:3]
     except Exception:
-        return False
-    return bool(trusted)
+        return None, None
+    if revoked:
+        return revoked[0], "revoked"
+    if ca_keys:
+        return ca_keys[0], "cert-authority"
+    if host_keys:
+        return host_keys[0], None
+    return None, None
+
+
+def _match_in_memory(known: Any, name: str, addr: str, port: int) -> list[_KnownKey]:
+    """A known_hosts given as data (no file to point at): the keys only."""
+    import asyncssh
+
+    try:
+        host_keys, ca_keys, revoked = asyncssh.match_known_hosts(known, name, addr, port if port != 22 else None)[:3]
+    except Exception:
+        return []
+    spec = _bracket(name, port)
+    return ([_KnownKey(None, None, None, k, spec, True) for k in host_keys]
+            + [_KnownKey(None, None, "cert-authority", k, spec, True) for k in ca_keys]
+            + [_KnownKey(None, None, "revoked", k, spec, True) for k in revoked])
+
+
+async def _resolve(host: str, port: int) -> str:
+    """The address asyncssh matches known_hosts against besides the name ("" when unknown)."""
+    import ipaddress
+    import socket
+
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.wait_for(
+            asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), 2.0
+        )
+        return str(infos[0][4][0])
+    except Exception:
+        return ""
+
+
+def _same_key(key: Any, keys: Any) -> bool:
+    data = key.public_data
+    return any(k.public_data == data for k in keys)
+
+
+def _key_text(key: Any) -> str:
+    return f"{key.get_algorithm()} {key.get_fingerprint()}"
+
+
+_KEYSCAN_TYPES = {
+    "ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ssh-dss": "dsa",
+    "sk-ssh-ed25519@openssh.com": "ed25519-sk", "sk-ecdsa-sha2-nistp256@openssh.com": "ecdsa-sk",
+}
+
+
+def _keyscan_type(algorithm: str) -> str:
+    """ssh-keyscan's -t name for a key algorithm."""
+    if algorithm in _KEYSCAN_TYPES:
+        return _KEYSCAN_TYPES[algorithm]
+    return "ecdsa" if algorithm.startswith("ecdsa-") else algorithm
+
+
+def _show_path(path: str) -> str:
+    """A path as the operator types it in a shell: ~/... under $HOME, else quoted when needed."""
+    home = os.path.expanduser("~").rstrip("/")
+    if home and path.startswith(home + "/"):
+        rest = path[len(home) + 1:]
+        if shlex.quote(rest) == rest:
+            return "~/" + rest
+    return shlex.quote(path)
+
+
+def _keyscan(trust: _Trust, key: Any) -> str:
+    """The command that prints the server's key as a known_hosts line, under the lookup name."""
+    argv = ["ssh-keyscan", "-p", str(trust.port)]
+    if key is not None:
+        argv += ["-t", _keyscan_type(key.get_algorithm())]
+    command = shlex.join([*argv, trust.host])
+    if trust.alias:  # keyscan names the line after the address: HostKeyAlias looks it up by the alias
+        command += " | sed " + shlex.quote(f"s/^[^ ]*/{trust.alias}/")
+    return command
+
+
+def _host_key_verdict(name: str, trust: _Trust, key: Any, revoked_hint: bool, reason: str) -> HostKeyRefused:
+    """CHANGED, REVOKED or UNKNOWN: one line, the server's fingerprint, and the command that fixes it
+    (none for a revoked key: that is for the host's admin to settle)."""
+    spec = trust.lookup
+    fingerprint = key.get_fingerprint() if key is not None else None
+    shown = _key_text(key) if key is not None else "a key gpuops could not read back"
+    keyscan = _keyscan(trust, key)
+    target = _show_path(trust.files[0]) if trust.files else "your known_hosts"
+
+    files = ", ".join(_show_path(f) for f in trust.files) or "the known_hosts given to gpuops"
+    revoked = [e for e in trust.revoked if key is not None and _same_key(key, [e.key])]
+    if revoked or (key is None and revoked_hint):  # the key unreadable now: asyncssh's word for it
+        where = revoked[0].where() if revoked else (trust.revoked[0].where() if trust.revoked else files)
+        return HostKeyRefused(
+            f"{name}: REVOKED host key for {spec}: the server offers {shown}, marked @revoked in {where}; "
+            "refusing to connect",
+            f"a revoked key must not be trusted unless the host's admin confirms they re-keyed the host: "
+            f"look at the @revoked entry ({where}) with them; gpuops gives no command that trusts it again",
+            fingerprint,
+        )
+
+    trusted = trust.trusted
+    if trusted and not (key is not None and _same_key(key, (e.key for e in trusted))):
+        first = trusted[0]
+        more = f" (and {len(trusted) - 1} more)" if len(trusted) > 1 else ""
+        holds = f"{first.where()} holds {_key_text(first.key)}{more}"
+        removals: list[str] = []
+        for e in trusted:
+            file = _show_path(e.file) if e.file is not None else target
+            command = f"ssh-keygen -R {shlex.quote(e.spec)} -f {file}"
+            if command not in removals:
+                removals.append(command)
+        file = _show_path(first.file) if first.file is not None else target
+        return HostKeyRefused(
+            f"{name}: CHANGED host key for {spec}: the server offers {shown}, {holds}; refusing to connect",
+            f"if the host was re-keyed (check {fingerprint or 'its fingerprint'} with its admin): "
+            + " && ".join([*removals, f"{keyscan} >> {file}"]),
+            fingerprint,
+        )
+    if trusted:  # the key is one known_hosts trusts, yet asyncssh refused it
+        return HostKeyRefused(
+            f"{name}: host key for {spec} refused ({shown}): {reason}; refusing to connect",
+            f"check the entries for {spec} in {trusted[0].where()}",
+            fingerprint,
+        )
+    return HostKeyRefused(
+        f"{name}: UNKNOWN host key for {spec}: the server offers {shown}, not known in {files}; "
+        "refusing to connect",
+        f"if that fingerprint is the host's (ask its admin): {keyscan} >> {target}",
+        fingerprint,
+    )
 
 
 def host_python(host: Host) -> str:
