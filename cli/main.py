@@ -2,6 +2,8 @@
 
 Exit codes: 0 ok; 1 the operation failed; 2 bad input (one line on stderr, nothing changed).
 Snapshot verbs (`hosts`, `gpus`, `models`) exit 0 when they report per-host errors inside the output.
+A reader of stdout that goes away (`gpuops ... | head -1`) ends it quietly with 141 (128 + SIGPIPE).
+Every path argument is checked once (``check_path_args``) before anything reads or writes it.
 Textual is imported only by the verbs that draw a screen, so snapshot verbs start fast.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
@@ -233,10 +236,93 @@ def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False) -> in
     return 0
 
 
+def check_path_args(args: argparse.Namespace) -> None:
+    """Every path the command line takes, through one check (gpuops.core.paths.check_path) before
+    anything reads or writes it: UsageError (one line, the path shown escaped, exit 2) for a control
+    character, a path over PATH_MAX or a component over NAME_MAX. Paths that name a model folder,
+    a folder to delete or the folder to write a simulated host into also must not climb with
+    ``..`` (give the canonical path); files the operator hands in (a config, a plan JSON, a log, a
+    benchmark file, an output file) may be relative to anywhere."""
+    from ..core.paths import check_path
+
+    verb = getattr(args, "verb", None)
+    checks: list[tuple[object, str, bool]] = []  # (value, what, '..' allowed)
+    if getattr(args, "config", None) is not None:
+        checks.append((args.config, "--config", True))
+    if verb == "plan":
+        checks.append((args.like, "--like", True))
+        checks.append((args.download_dir, "--download-dir", False))
+    elif verb == "deploy" and args.model.endswith(".json"):
+        checks.append((args.model, "PLAN.json", True))
+    elif verb == "triage" and args.logfile not in (None, "-"):
+        checks.append((args.logfile, "LOGFILE", True))
+    elif verb == "bench":
+        checks.append((getattr(args, "output", None), "-o", True))
+        if args.target == "import":
+            checks.extend((a, "FILE", True) for a in args.args)
+    elif verb == "models" and getattr(args, "models_verb", None) == "rm":
+        checks.append((args.model, "MODEL", False))
+    elif verb == "sim":
+        checks.append((args.dir, "DIR", False))
+        checks.append((args.sglang_venv, "--sglang-venv", True))
+    for value, what, dotdot in checks:
+        if value is not None:
+            try:
+                check_path(value, what, dotdot=dotdot)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+    if verb == "plan" or (verb == "deploy" and not args.model.endswith(".json")):
+        from ..core.planning.model_facts import validate_model_ref
+
+        try:
+            validate_model_ref(args.model)
+        except ValueError as exc:
+            raise UsageError(f"MODEL: {exc}") from None
+
+
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for `gpuops ... | head -1`
+
+
+def _end_on_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): no traceback, the conventional exit status.
+    stdout is pointed at /dev/null so that the flush at interpreter shutdown finds nowhere to fail
+    (docs.python.org/3/library/signal.html, note on SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return BROKEN_PIPE_EXIT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (and the dashboard): :func:`dispatch` with a reader that went away ending it
+    quietly, exit 141."""
+    try:
+        code = dispatch(argv)
+        sys.stdout.flush()  # here, not at shutdown, so that a broken pipe is seen
+        return code
+    except BrokenPipeError:
+        return _end_on_broken_pipe()
+    except SystemExit as exc:
+        # rich's Console turns a broken pipe into SystemExit(1) (Console.on_broken_pipe); argparse's
+        # --help exits after writing into the buffer
+        if isinstance(exc.__context__, BrokenPipeError):
+            return _end_on_broken_pipe()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return _end_on_broken_pipe()
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise
+
+
+def dispatch(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_path_args(args)
         if args.verb in ("sim", "demo"):
             from . import sim
 

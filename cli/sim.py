@@ -4,6 +4,7 @@ outside gpuops.sim that import it)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .common import UsageError
 from .main import run_dashboard
@@ -11,7 +12,7 @@ from .main import run_dashboard
 
 def cmd_sim_setup(args: argparse.Namespace) -> int:
     from ..core.config import SshTarget
-    from ..sim.host import setup_simhost
+    from ..sim.host import check_setup_dir, setup_simhost
 
     if args.gpus < 1 or args.gpus > 64:
         raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
@@ -23,11 +24,20 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--ssh: {exc}") from None
     try:
+        # before anything is written: not a system location, HOME, a '..' path or a folder that
+        # holds something else (setup runs again on a simulated host's own directory)
+        check_setup_dir(args.dir)
         memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
         sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
                             scenario=args.scenario, pace=args.pace, sglang_venv=args.sglang_venv, **memory)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        from ..core.paths import show_path
+
+        where = show_path(exc.filename) if isinstance(exc.filename, str) else show_path(args.dir)
+        print(f"gpuops: cannot write the simulated host: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(sim.host_block(args.name, ssh=args.ssh), end="")
     return 0
 

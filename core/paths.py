@@ -35,3 +35,51 @@ def save_ui_state(**changes: Any) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ path arguments
+
+PATH_MAX = 4096  # bytes, the terminating NUL included (Linux limits.h)
+NAME_MAX = 255  # bytes of one component
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # controls, format, surrogates, line breaks
+_SHOW_LIMIT = 80
+
+
+def show_path(value: str) -> str:
+    """``value`` quoted for a one-line message: ``ascii()`` (every control or non-ASCII character
+    escaped), shortened to about 80 characters with its length when longer."""
+    text = ascii(value)
+    if len(text) <= _SHOW_LIMIT:
+        return text
+    return f"{text[:_SHOW_LIMIT - 4]}...{text[0]} ({len(value)} characters)"
+
+
+def check_path(value: object, what: str, *, dotdot: bool = True) -> str:
+    """A path argument, refused (``ValueError``, one line naming ``what``) when it is absurd: not a
+    string, empty, with a control, format, surrogate or line-break character, over ``PATH_MAX``
+    bytes, or with a component over ``NAME_MAX`` bytes; with ``dotdot=False`` also with a ``..``
+    segment (a path that climbs out of where it seems to point). Returns it unchanged.
+
+    One function for every path the command line takes (files it reads or writes, local model
+    folders, the simulated host's directory), so each is refused the same way, before any use."""
+    import unicodedata
+
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a path, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what}: an empty path")
+    for ch in value:
+        if unicodedata.category(ch) in _REFUSED_CATEGORIES:
+            raise ValueError(f"{what}: {show_path(value)} contains the control character {ascii(ch)}")
+    raw = os.fsencode(value)
+    if len(raw) >= PATH_MAX:
+        raise ValueError(f"{what}: {show_path(value)} is {len(raw)} bytes long; a path is at most "
+                         f"{PATH_MAX - 1} (PATH_MAX {PATH_MAX})")
+    for part in raw.split(b"/"):
+        if len(part) > NAME_MAX:
+            raise ValueError(f"{what}: {show_path(value)} has a component of {len(part)} bytes; "
+                             f"one is at most {NAME_MAX} (NAME_MAX)")
+    if not dotdot and ".." in value.split("/"):
+        raise ValueError(f"{what}: {show_path(value)} has a '..' segment: give the canonical path "
+                         "(`realpath PATH` prints it)")
+    return value

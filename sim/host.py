@@ -130,6 +130,54 @@ def _check_path(what: str, path: str) -> None:
         )
 
 
+# Where a simulated host is never written: the system's own folders (and anything under those in
+# _SYSTEM_TREES), and the operator's HOME itself.
+SYSTEM_DIRS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var", "/boot",
+               "/proc", "/sys", "/dev", "/run", "/root", "/home", "/opt", "/srv", "/mnt", "/media", "/tmp",
+               "/var/tmp")
+_SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/proc", "/sys",
+                 "/dev", "/run")
+SIM_MARKER = Path("state") / "sim.json"  # what makes a directory a simulated host (setup writes it)
+
+
+def is_simhost_dir(path: str | Path) -> bool:
+    """Whether PATH holds a simulated host written by :func:`setup_simhost` (its state/sim.json)."""
+    return (Path(path) / SIM_MARKER).is_file()
+
+
+def check_setup_dir(directory: str | Path) -> Path:
+    """The absolute directory ``setup_simhost`` may write a simulated host into, or ValueError (one
+    line): a path that is absurd (gpuops.core.paths.check_path) or has a ``..`` segment, a system
+    location (SYSTEM_DIRS, anything under /etc, /usr, /bin, /lib, /boot, /proc, /sys, /dev, /run;
+    symlinks resolved), HOME itself, something that is not a directory, or a directory that is not
+    empty and not already a simulated host (setup runs again on its own directory). Writes nothing."""
+    from ..core.paths import check_path, show_path
+
+    raw = check_path(str(directory), "simulated host directory", dotdot=False)
+    root = os.path.abspath(raw)
+    check_path(root, "simulated host directory", dotdot=False)
+    real = os.path.realpath(root)
+    home = os.path.realpath(os.path.expanduser("~"))
+    shown = show_path(raw) if real == root else "%s (%s)" % (show_path(raw), show_path(real))
+    if real in SYSTEM_DIRS or any(real.startswith(t + "/") for t in _SYSTEM_TREES):
+        raise ValueError("simulated host directory %s is a system location: give a folder of its own "
+                         "(e.g. under /tmp or your home)" % shown)
+    if real == home:
+        raise ValueError("simulated host directory %s is your HOME itself: give a folder of its own in it" % shown)
+    if os.path.lexists(root):
+        if not os.path.isdir(root):
+            raise ValueError("simulated host directory %s exists and is not a directory" % shown)
+        try:
+            with os.scandir(root) as entries:
+                empty = next(entries, None) is None
+        except OSError as exc:
+            raise ValueError("simulated host directory %s: cannot read it (%s)" % (shown, exc.strerror or exc)) from None
+        if not empty and not is_simhost_dir(root):
+            raise ValueError("simulated host directory %s is not empty and not a simulated host: give a new or "
+                             "empty folder" % shown)
+    return Path(root)
+
+
 def _cuda_for_driver(driver_version: str) -> tuple[int, int]:
     """(CUDA driver API version as NVML reports it, NVML major) for a driver branch."""
     try:
@@ -669,8 +717,8 @@ def setup_simhost(
     (e.g. "12.9"; its import fails, only the file is there); None: no stand-in.
     """
     raw = str(directory)
+    root = check_setup_dir(raw)  # absurd, '..', system locations, a folder that is not a simulated host
     _check_path("simulated host directory", raw)
-    root = Path(os.path.abspath(raw))
     _check_path("simulated host directory", str(root))
     if nvml not in NVML_MODES:
         raise ValueError("nvml must be one of %s, not %r" % (", ".join(NVML_MODES), nvml))

@@ -67,17 +67,25 @@ class ModelError(Exception):
 
 
 def validate_model_ref(s: str) -> str:
-    """An HF repo id ``owner/name`` or an absolute local folder path, returned unchanged.
+    """An HF repo id ``owner/name`` or an absolute local folder path (``//``, ``/./`` and a trailing
+    ``/`` collapsed; a canonical one is returned unchanged).
 
-    Raises ValueError (one line) for anything else: spaces, shell metacharacters, relative
-    paths, ``~``, ``..`` or ``--`` in a repo id, parts longer than 96 characters.
+    Raises ValueError (one line, the reference shown escaped) for anything else: spaces, shell
+    metacharacters, control characters, relative paths, ``~``, a ``..`` segment in a folder path
+    (give the canonical path), a path over PATH_MAX or a component over NAME_MAX, ``..`` or ``--``
+    in a repo id, parts longer than 96 characters.
     """
+    from ..paths import check_path, show_path
+
+    if not isinstance(s, str):
+        raise ValueError(f"invalid model reference: expected a string, got {type(s).__name__}")
     if s.startswith("/"):
+        check_path(s, "model folder", dotdot=False)
         if not _LOCAL_PATH.fullmatch(s):
             raise ValueError(
-                f"invalid model folder {s!r}: only letters, digits and . _ / + @ = , - are allowed"
+                f"invalid model folder {show_path(s)}: only letters, digits and . _ / + @ = , - are allowed"
             )
-        return s
+        return "/" + "/".join(p for p in s.split("/") if p not in ("", "."))
     parts = s.split("/")
     if (
         len(parts) == 2
@@ -87,7 +95,7 @@ def validate_model_ref(s: str) -> str:
     ):
         return s
     raise ValueError(
-        f"invalid model reference {s!r}: expected a Hugging Face repo id (owner/name) "
+        f"invalid model reference {show_path(s)}: expected a Hugging Face repo id (owner/name) "
         "or an absolute folder path"
     )
 
