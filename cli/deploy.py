@@ -1,4 +1,4 @@
-"""`gpuops deploy`, `status`, `logs`, `stop` and `triage`: the command-line face of the use cases."""
+"""`gpuops deploy`, `status`, `logs`, `stop`, `forget` and `triage`: the command-line face of the use cases."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
     p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     p = sub.add_parser("stop", parents=[common], help="stop a deployment's server (asks first)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--yes", action="store_true", help="don't ask")
+
+    p = sub.add_parser("forget", parents=[common], help="remove a deployment whose server is not running from "
+                       "the store, with its history (asks first)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--yes", action="store_true", help="don't ask")
 
@@ -281,4 +286,13 @@ def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
     except OperationFailed as exc:
         return _failed(exc)
     print(f"{args.name}: stopped ({detail})")
+    return 0
+
+
+def run_forget(inv: Inventory, args: argparse.Namespace) -> int:
+    try:
+        run_use_case(inv, args, lambda ops, yes: ops.forget(args.name, confirmed=yes), yes=args.yes)
+    except OperationFailed as exc:
+        return _failed(exc)
+    print(f"{args.name}: forgotten")
     return 0

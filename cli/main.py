@@ -343,11 +343,11 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             from .models import run_models
 
             return run_models(inv, args)
-        if args.verb in ("deploy", "logs", "stop", "status", "triage"):
+        if args.verb in ("deploy", "logs", "stop", "forget", "status", "triage"):
             from . import deploy as cli_deploy
 
             return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs, "stop": cli_deploy.run_stop,
-                    "status": cli_deploy.run_status, "triage": cli_deploy.run_triage}[args.verb](inv, args)
+                    "forget": cli_deploy.run_forget, "status": cli_deploy.run_status, "triage": cli_deploy.run_triage}[args.verb](inv, args)
         if args.verb == "bench":
             from .bench import run_bench
 
@@ -362,6 +362,14 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UsageError, PlanUsageError, BenchUsageError) as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # the store damaged, locked, read-only, full: one line naming the file and what to do (a
+        # StoreError can only come from the store module once a verb has imported it)
+        store = sys.modules.get(__name__.rsplit(".", 2)[0] + ".core.deploy.store")
+        if store is None or not isinstance(exc, store.StoreError):
+            raise
+        print(f"gpuops: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, store.NameTaken) else 1
     except KeyboardInterrupt:
         return 130
 

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
 from .deploy.launch import open_launcher
-from .deploy.store import REDEPLOYABLE, Store, StoreError
+from .deploy.store import Store, StoreError
 from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_alive
 from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
@@ -32,7 +32,7 @@ from .hosts.host import Host, HostError, make_host
 from .planning.plan import under_any
 from .telemetry.samples import Snapshot
 
-__all__ = ["NeedsConfirmation", "Ops", "Refused", "bind_plan"]
+__all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
 
 # States in which a deployment's server should be running and someone should be watching it.
 LIVE = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready", "stalled")
@@ -109,6 +109,7 @@ class Ops:
                  hosts: Mapping[str, Host] | None = None, monitor: Any = None, poll_s: float = POLL_S):
         self.inventory = inventory
         self.readonly = readonly
+        self.readonly_why: str | None = None  # why, when it is not the operator's --readonly
         self.store = store or Store()
         self.pool = HostPool(inventory, hosts)
         self.monitor = monitor
@@ -180,7 +181,7 @@ class Ops:
 
     def _writable(self, what: str) -> None:
         if self.readonly:
-            raise Refused(f"read-only: {what}")
+            raise Refused(f"{self.readonly_why or 'read-only'}: {what}")
 
     # ---------------------------------------------------------------- deploy
 
@@ -195,10 +196,9 @@ class Ops:
         plan = bind_plan(plan, cfg)
         host = self.host(cfg.name)
         assert host is not None
-        existing = self.store.deployment(plan.name)
-        if existing is not None and existing.state not in REDEPLOYABLE:
-            raise Refused(f"a deployment named {plan.name!r} exists ({existing.state} on {existing.host}): "
-                          "stop it first or choose another --name")
+        refusal = self.store.refusal(plan.name)  # asked before any check (again when it is recorded)
+        if refusal:
+            raise Refused(refusal)
         deployer = Deployer(host, plan, self.store, self.bus, yes=yes, ask=ask, stall=dict(self.inventory.stall),
                             hf_token=hf_token, journal_dir=cfg.journal_dir)
         try:
@@ -218,9 +218,25 @@ class Ops:
             except HostError as exc:
                 self.store.release_watch(plan.name, os.getpid())
                 return self._host_error(plan.name, exc)
+            except StoreError as exc:
+                raise StoreError(f"{exc}; {plan.name} on {host.name} was left as it is: `gpuops status "
+                                 f"{plan.name}` records what happened once the store can be written") from None
+            finally:
+                self._release(plan.name)
         finally:
             self.deploying.discard(plan.name)
-        return await self._watch(plan.name, host, until, keep_on)  # its heartbeat goes on
+        try:
+            return await self._watch(plan.name, host, until, keep_on)  # its heartbeat goes on
+        except StoreError as exc:
+            raise StoreError(f"{exc}; the server of {plan.name} on {host.name} was left as it is: `gpuops status "
+                             f"{plan.name}` records what happened once the store can be written") from None
+
+    def _release(self, name: str) -> None:
+        """This process's deploy of `name` is over (started, or failed before): its lease goes."""
+        try:
+            self.store.release_lease(name)
+        except StoreError:
+            pass  # a store that cannot be written: the lease's owner is dead once this process ends
 
     async def _watch(self, name: str, host: Host, until: tuple[str, ...], keep_on: bool = False) -> str:
         self._ensure_readings(host)
@@ -267,6 +283,24 @@ class Ops:
         event = self.store.set_state(name, "stopped", detail=status.detail)
         self.bus.publish(name, event)
         return status.detail
+
+    async def forget(self, name: str, *, confirmed: bool = False) -> None:
+        """Remove a deployment and its history from the store (asked first): refused while its
+        server runs or another gpuops deploys it (stop it first)."""
+        self._writable("forget changes the store")
+        d = self.deployment(name)
+        host = self.host(d.host)
+        if host is not None:
+            status = await (await open_launcher(host, d.plan)).status()
+            if status.running:
+                raise Refused(f"{name}'s server runs on {d.host} (pid {status.pid}): stop it first")
+        taken = self.store.refusal(name)
+        if taken and d.state in ("planned", "downloading", "stopped"):
+            raise Refused(taken)
+        if not confirmed:
+            raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}) and its history?")
+        await self.watches.stop(name)
+        self.store.remove(name)
 
     async def restart(self, name: str, *, confirmed: bool = False, plan: Plan | None = None,
                       why: PlanEvent | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),

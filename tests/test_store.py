@@ -200,5 +200,5 @@ def test_a_schema_1_store_is_migrated_keeping_its_deployments(tmp_path):
     assert (d.state, d.run, d.plan.name) == ("ready", 1, "old")
     assert summary(store.events("old", run=1)) == [("state", 1, "ready")]
     assert store.add_bench_run(profile="smoke", settings={}).id == 1
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 5
     store.close()

@@ -89,9 +89,17 @@ class GpuopsApp(App):
     def ops(self) -> Ops:
         """The use cases, with this app's Monitor for the watches' GPU readings (made on first use:
         opening the store does not delay the first frame)."""
-        from ..core.ops import Ops
+        from ..core.ops import Ops, Store, StoreError
 
-        return Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+        try:
+            return Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+        except StoreError as exc:
+            # the dashboard goes on (hosts, GPUs); deployments and benchmarks wait for a usable store
+            self.notify(f"{exc} (until then nothing is deployed or recorded)", severity="error", timeout=30)
+            ops = Ops(self.inventory, readonly=True, store=Store(":memory:"), hosts=self.monitor.hosts,
+                      monitor=self.monitor)
+            ops.readonly_why = f"the store cannot be used ({exc})"
+            return ops
 
     async def on_unmount(self) -> None:
         if "ops" in self.__dict__:
@@ -101,7 +109,7 @@ class GpuopsApp(App):
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""
         from ..core.hosts.host import HostError
-        from ..core.ops import NeedsConfirmation, Refused
+        from ..core.ops import NeedsConfirmation, Refused, StoreError
 
         async def guarded() -> None:
             try:
@@ -112,6 +120,8 @@ class GpuopsApp(App):
                 self.notify(f"not done: {exc.question}", severity="error")
             except HostError as exc:
                 self.notify(exc.message, severity="error", timeout=10)
+            except StoreError as exc:  # a full disk mid-deploy, say: the server is left as it is
+                self.notify(str(exc), severity="error", timeout=30)
 
         self.run_worker(guarded(), group=group, exit_on_error=False)
 

@@ -168,7 +168,13 @@ class SystemdLauncher(Launcher):
         return LaunchStatus(state in ("active", "activating"), pid or None, state)
 
     async def stop(self) -> LaunchStatus:
-        await self._systemctl("stop", self.unit, timeout=STOP_GRACE_S + 30)
+        try:
+            await self._systemctl("stop", self.unit, timeout=STOP_GRACE_S + 30)
+        except LaunchError as exc:
+            if "not loaded" not in exc.message:
+                raise
+            # a deploy that failed before it installed the unit: nothing runs, nothing to stop
+            return LaunchStatus(False, None, "not installed")
         return await self.status()
 
 

@@ -4,6 +4,14 @@ Every write is its own committed transaction, so a `kill -9` of gpuops at any mo
 nothing already recorded; WAL lets a second gpuops read while one writes. Schema changes are
 migrations keyed on ``PRAGMA user_version``.
 
+The store never fails as a traceback: a damaged file, a newer schema, a lock held too long, a
+read-only or missing folder, a full disk each raise :class:`StoreError` with one line that names
+the file and what to do (every SQLite error passes through :func:`explain`).
+
+One deploy per name at a time: recording a deployment checks and writes in one transaction and
+takes the name's lease (pid, machine, process start time); a second deploy of a name whose lease
+is held by a live process is refused (:class:`NameTaken`), a dead owner's lease is taken over.
+
 What goes in and comes out is typed (:mod:`gpuops.core.domain`): a stored plan is decoded and
 validated through :class:`~gpuops.core.domain.Plan`, an event through the event union. A
 deployment has a run number: each start of its name (a deploy, a restart, a fix) is a new run,
@@ -12,12 +20,19 @@ and the events of every run are kept.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import os
+import socket
 import sqlite3
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
+import psutil
 
 from ..config import validate_host_name
 from ..domain import (
@@ -37,7 +52,8 @@ from ..domain import (
 )
 from ..paths import state_dir
 
-__all__ = ["MIGRATIONS", "REDEPLOYABLE", "STATES", "Store", "StoreError", "default_path", "utc_now"]
+__all__ = ["MIGRATIONS", "REDEPLOYABLE", "STATES", "Lease", "NameTaken", "RunMoved", "Store", "StoreError",
+           "default_path", "explain", "utc_now"]
 
 BENCH_STATUSES = ("running", "ok", "failed", "cancelled")
 BENCH_SOURCES = ("gpuops", "import")
@@ -109,13 +125,125 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE events ADD COLUMN run INTEGER NOT NULL DEFAULT 1;
     CREATE INDEX events_by_run ON events(deployment, run, id);
     """,
+    # 5: the lease of the process that deploys a name (one deploy per name at a time)
+    """
+    ALTER TABLE deployments ADD COLUMN lease_pid INTEGER;
+    ALTER TABLE deployments ADD COLUMN lease_host TEXT;
+    ALTER TABLE deployments ADD COLUMN lease_start REAL;
+    """,
 )
+LOCK_WAIT_S = 10.0
+# a lease held on another machine (a store on a shared folder) counts while its heartbeat is this fresh
+LEASE_STALE_S = 60.0
 
 _EVENT_COMMON = ("event", "ts", "run", "deployment")
 
 
 class StoreError(Exception):
     """A store problem with a one-line message."""
+
+
+class RunMoved(StoreError):
+    """An event for a run that is over, or for a deployment that is gone (a late watcher's)."""
+
+
+class NameTaken(StoreError):
+    """Another live gpuops process is deploying this name."""
+
+
+def explain(path: Path, exc: BaseException) -> StoreError:
+    """One line for an SQLite (or file system) error on the store at `path`: what and what to do."""
+    text = str(exc) or type(exc).__name__
+    low = text.lower()
+    aside = f"move it aside (mv {path} {path}.damaged) and gpuops starts an empty store"
+    if isinstance(exc, OSError) and not isinstance(exc, sqlite3.Error):
+        return StoreError(f"cannot use the state folder {path.parent}: {exc.strerror or text}: make it a writable "
+                          "folder, or set XDG_STATE_HOME to one")
+    if "not a database" in low or "malformed" in low or "encrypted" in low:
+        return StoreError(f"{path} is damaged ({text}): {aside}")
+    if "no such table" in low or "no such column" in low:
+        return StoreError(f"{path} is damaged (a table or column is missing: {text}): {aside}")
+    if "locked" in low or "busy" in low:
+        return StoreError(f"{path} is locked by another gpuops (waited {LOCK_WAIT_S:g} s): try again when it is done")
+    if "full" in low:
+        return StoreError(f"cannot write {path}: the disk is full: free space on its file system, then try again")
+    if "readonly" in low or "read-only" in low:
+        return StoreError(f"cannot write {path}: it or its folder is read-only: make {path.parent} writable, or set "
+                          "XDG_STATE_HOME to a writable folder")
+    if "unable to open" in low:
+        return StoreError(f"cannot open {path}: make {path.parent} a writable folder (or set XDG_STATE_HOME)")
+    if "disk i/o" in low:
+        return StoreError(f"cannot read or write {path}: an I/O error ({text}): is its disk full or failing?")
+    return StoreError(f"{path}: {text}")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(method: F) -> F:
+    """Store methods raise StoreError, never sqlite3's errors (generators too); a damaged row's
+    StoreError gets the file's name and what to do."""
+    def translate(self: "Store", exc: BaseException) -> BaseException:
+        if isinstance(exc, _Damaged):
+            return StoreError(f"{self.path}: {exc}: the store is damaged; move it aside (mv {self.path} "
+                              f"{self.path}.damaged) and gpuops starts an empty store")
+        return explain(self.path, exc)
+
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def gen(self: "Store", *args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from method(self, *args, **kwargs)
+            except (sqlite3.Error, _Damaged) as exc:
+                raise translate(self, exc) from None
+        return gen  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def call(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, _Damaged) as exc:
+            raise translate(self, exc) from None
+    return call  # type: ignore[return-value]
+
+
+class _Damaged(Exception):
+    """A stored row that does not decode (the guard adds the file and what to do)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Which process deploys a name: its pid, machine and start time (a reused pid is not it)."""
+
+    pid: int
+    host: str
+    start: float
+
+    @classmethod
+    def mine(cls) -> "Lease":
+        return cls(os.getpid(), socket.gethostname(), _start_time(os.getpid()) or 0.0)
+
+    def alive(self, beat: str | None = None) -> bool:
+        if self.host != socket.gethostname():  # can't look: its heartbeat says
+            return beat is not None and time.time() - _ts(beat) < LEASE_STALE_S
+        started = _start_time(self.pid)
+        return started is not None and abs(started - self.start) < 1.0
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+def _ts(stamp: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except (ValueError, TypeError, AttributeError):
+        return 0.0
 
 
 def default_path() -> Path:
@@ -125,13 +253,30 @@ def default_path() -> Path:
 class Store:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._migrate()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists() and not self.path.is_file():
+                raise StoreError(f"{self.path} is not a file (a folder?): move it aside, and gpuops starts a new store")
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT_S)
+        except (OSError, sqlite3.Error) as exc:
+            raise explain(self.path, exc) from None
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+            self._check_tables()
+        except (sqlite3.Error, StoreError) as exc:
+            self._db.close()
+            raise (exc if isinstance(exc, StoreError) else explain(self.path, exc)) from None
+
+    def _check_tables(self) -> None:
+        have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted({"deployments", "events", "bench_runs"} - have)
+        if missing:
+            raise StoreError(f"{self.path} is damaged (table {missing[0]} is missing): move it aside (mv {self.path} "
+                             f"{self.path}.damaged) and gpuops starts an empty store")
 
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -161,35 +306,60 @@ class Store:
 
     # ---------------------------------------------------------------- deployments
 
-    def add_deployment(self, host: str, plan: Plan, state: str = "planned") -> Deployment:
+    @_guarded
+    def add_deployment(self, host: str, plan: Plan, state: str = "planned", *,
+                       lease: Lease | None = None) -> Deployment:
         """Record a deployment of `plan` on `host` (run 1), or a new run of a name whose server is
-        not running (:data:`REDEPLOYABLE`): the name keeps its history, the run number grows."""
+        not running (:data:`REDEPLOYABLE`): the name keeps its history, the run number grows.
+        The check and the write are one transaction, and the name's lease becomes `lease` (this
+        process's by default): :class:`NameTaken` while another live process holds it."""
         name = validate_host_name(plan.name)
         if state not in STATES:
             raise StoreError(f"unknown deployment state {state!r}")
-        existing = self.deployment(name)
-        if existing is not None and existing.state not in REDEPLOYABLE:
-            raise StoreError(f"a deployment named {name!r} exists ({existing.state} on {existing.host}): "
-                             "stop it first or choose another --name")
+        lease = lease or Lease.mine()
         now = utc_now()
         plan_json = _plan_json(plan)
         with self._tx() as db:
-            if existing is None:
+            row = db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
+            refusal = _refusal(row, lease)
+            if refusal:
+                raise refusal
+            if row is None:
                 run = 1
                 db.execute(
                     "INSERT INTO deployments (name, host, model, launcher, plan_json, state, created_at, updated_at,"
-                    " run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
-                    (name, host, plan.model.id, plan.launcher, plan_json, state, now, now))
+                    " run, lease_pid, lease_host, lease_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
+                    (name, host, plan.model.id, plan.launcher, plan_json, state, now, now, lease.pid, lease.host,
+                     lease.start))
             else:
-                run = existing.run + 1
+                run = int(row["run"]) + 1
                 db.execute(
                     "UPDATE deployments SET host = ?, model = ?, launcher = ?, plan_json = ?, state = ?,"
                     " created_at = ?, updated_at = ?, run = ?, cursor = NULL, log_offset = NULL,"
-                    " run_cursor = NULL, run_offset = NULL WHERE name = ?",
-                    (host, plan.model.id, plan.launcher, plan_json, state, now, now, run, name))
+                    " run_cursor = NULL, run_offset = NULL, lease_pid = ?, lease_host = ?, lease_start = ?"
+                    " WHERE name = ?",
+                    (host, plan.model.id, plan.launcher, plan_json, state, now, now, run, lease.pid, lease.host,
+                     lease.start, name))
             self._insert(db, name, run, StateEvent(state=state, name=name, host=host, ts=now))
         return self._get(name)
 
+    @_guarded
+    def refusal(self, name: str, lease: Lease | None = None) -> str | None:
+        """Why a deploy of `name` would be refused now (None: it would not); the same test that
+        :meth:`add_deployment` makes in its transaction, to ask before any check runs."""
+        row = self._db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
+        refused = _refusal(row, lease or Lease.mine())
+        return str(refused) if refused else None
+
+    @_guarded
+    def release_lease(self, name: str, lease: Lease | None = None) -> None:
+        """The deploy of `name` by `lease`'s process (this one's) is over."""
+        lease = lease or Lease.mine()
+        with self._tx() as db:
+            db.execute("UPDATE deployments SET lease_pid = NULL, lease_host = NULL, lease_start = NULL"
+                       " WHERE name = ? AND lease_pid = ? AND lease_host = ?", (name, lease.pid, lease.host))
+
+    @_guarded
     def deployment(self, name: str) -> Deployment | None:
         row = self._db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
         return _deployment(row) if row else None
@@ -200,9 +370,11 @@ class Store:
             raise StoreError(f"no deployment named {name!r}")
         return d
 
+    @_guarded
     def deployments(self) -> list[Deployment]:
         return [_deployment(r) for r in self._db.execute("SELECT * FROM deployments ORDER BY created_at, name")]
 
+    @_guarded
     def new_run(self, name: str, *, cursor: str | None = None, log_offset: int | None = None) -> int:
         """The same deployment starts again (a restart, a fix applied): a new run whose log begins
         at `cursor`/`log_offset` (where the log ends now)."""
@@ -215,6 +387,7 @@ class Store:
                        " updated_at = ? WHERE name = ?", (run, cursor, log_offset, cursor, log_offset, utc_now(), name))
         return int(run)
 
+    @_guarded
     def begin_log(self, name: str, *, run: int | None = None, cursor: str | None = None,
                   log_offset: int | None = None) -> None:
         """The current run's log begins at `cursor`/`log_offset` (where the log ended when its
@@ -225,6 +398,7 @@ class Store:
                           (cursor, log_offset, cursor, log_offset, name, run, run)).rowcount == 0:
                 raise StoreError(f"no deployment named {name!r} on run {run}")
 
+    @_guarded
     def record(self, name: str, event: Event, *, run: int | None = None) -> Event:
         """Store `event` in the deployment's current run (or `run`, which must be current: an
         event of an earlier run is refused, so a late watcher never writes into a new run). A
@@ -237,10 +411,10 @@ class Store:
         with self._tx() as db:
             row = db.execute("SELECT run FROM deployments WHERE name = ?", (name,)).fetchone()
             if row is None:
-                raise StoreError(f"no deployment named {name!r}")
+                raise RunMoved(f"no deployment named {name!r}")
             current = int(row["run"])
             if run is not None and run != current:
-                raise StoreError(f"{name}: run {run} is over (the deployment is on run {current})")
+                raise RunMoved(f"{name}: run {run} is over (the deployment is on run {current})")
             event = msgspec.structs.replace(event, run=current, deployment=name)
             if isinstance(event, StateEvent):
                 db.execute("UPDATE deployments SET state = ?, updated_at = ? WHERE name = ?",
@@ -248,6 +422,7 @@ class Store:
             self._insert(db, name, current, event)
         return event
 
+    @_guarded
     def set_state(self, name: str, state: str, *, run: int | None = None, **fields: Any) -> StateEvent:
         event = self.record(name, StateEvent(state=state, **fields), run=run)
         assert isinstance(event, StateEvent)
@@ -259,6 +434,7 @@ class Store:
         db.execute("INSERT INTO events (deployment, ts, kind, data_json, run) VALUES (?, ?, ?, ?, ?)",
                    (name, event.ts, kind, _strict_json(data), run))
 
+    @_guarded
     def replace_plan(self, name: str, plan: Plan, why: PlanEvent) -> PlanEvent:
         """A fix applied: the deployment's plan becomes `plan`; the event keeps `why` (the finding's
         code and the diff) so the history says what changed and why."""
@@ -272,6 +448,7 @@ class Store:
         assert isinstance(event, PlanEvent)
         return event
 
+    @_guarded
     def set_position(self, name: str, *, cursor: str | None = None, log_offset: int | None = None,
                      run: int | None = None, watcher: int | None = None) -> None:
         """Where reading the deployment's log stopped (resumed from there on reattach); with
@@ -282,12 +459,14 @@ class Store:
                        " ELSE ? END WHERE name = ? AND (? IS NULL OR run = ?)",
                        (cursor, log_offset, watcher, watcher, utc_now(), name, run, run))
 
+    @_guarded
     def release_watch(self, name: str, watcher: int) -> None:
         """`watcher` no longer watches the deployment."""
         with self._tx() as db:
             db.execute("UPDATE deployments SET watch_pid = NULL, watch_beat = NULL WHERE name = ? AND watch_pid = ?",
                        (name, watcher))
 
+    @_guarded
     def events(self, name: str, *, run: int | None = None, kinds: tuple[str, ...] | None = None) -> Iterator[Event]:
         """The deployment's stored events, oldest first: of one run, or of all."""
         query = "SELECT * FROM events WHERE deployment = ?"
@@ -304,12 +483,14 @@ class Store:
         for row in self._db.execute(query + " ORDER BY id", args):
             yield _event(row)
 
+    @_guarded
     def remove(self, name: str) -> bool:
         with self._tx() as db:
             return db.execute("DELETE FROM deployments WHERE name = ?", (name,)).rowcount > 0
 
     # ---------------------------------------------------------------- benchmark runs
 
+    @_guarded
     def add_bench_run(self, *, profile: str, settings: dict, source: str = "gpuops", status: str = "running",
                       deployment: str | None = None, host: str | None = None, url: str | None = None,
                       model: str | None = None, sglang_version: str | None = None, gpus: dict | None = None,
@@ -333,6 +514,7 @@ class Store:
                  finished_at))
         return self._bench(cur.lastrowid or 0)
 
+    @_guarded
     def add_bench_records(self, run_id: int, records: list) -> None:
         """Append bench_serving records to a run (each step of a sweep, as soon as it is read back)."""
         with self._tx() as db:
@@ -342,6 +524,7 @@ class Store:
             db.execute("UPDATE bench_runs SET records_json = ? WHERE id = ?",
                        (_strict_json(json.loads(row["records_json"]) + list(records)), run_id))
 
+    @_guarded
     def finish_bench_run(self, run_id: int, status: str, *, error: str | None = None,
                          quality: dict | None = None) -> BenchRun:
         if status not in BENCH_STATUSES or status == "running":
@@ -353,6 +536,7 @@ class Store:
                 raise StoreError(f"no benchmark run {run_id}")
         return self._bench(run_id)
 
+    @_guarded
     def set_bench_checks(self, run_id: int, checks: list) -> BenchRun:
         """The functional checks' results of a run (FunctionalCheck structs or their JSON)."""
         with self._tx() as db:
@@ -361,6 +545,7 @@ class Store:
                 raise StoreError(f"no benchmark run {run_id}")
         return self._bench(run_id)
 
+    @_guarded
     def set_bench_model(self, run_id: int, model: str) -> BenchRun:
         """The model of a run that only learnt it from the server (a --url run)."""
         with self._tx() as db:
@@ -368,6 +553,7 @@ class Store:
                 raise StoreError(f"no benchmark run {run_id}")
         return self._bench(run_id)
 
+    @_guarded
     def bench_run(self, run_id: int) -> BenchRun | None:
         row = self._db.execute("SELECT * FROM bench_runs WHERE id = ?", (run_id,)).fetchone()
         return _bench_run(row) if row else None
@@ -378,8 +564,27 @@ class Store:
             raise StoreError(f"no benchmark run {run_id}")
         return run
 
+    @_guarded
     def bench_runs(self) -> list[BenchRun]:
         return [_bench_run(r) for r in self._db.execute("SELECT * FROM bench_runs ORDER BY id")]
+
+
+def _refusal(row: sqlite3.Row | None, lease: Lease) -> StoreError | None:
+    """Why a name's stored row does not let `lease`'s process deploy it (None: it does)."""
+    if row is None:
+        return None
+    name, state, host = row["name"], row["state"], row["host"]
+    if state not in REDEPLOYABLE:
+        return NameTaken(f"a deployment named {name!r} exists ({state} on {host}): stop it first or choose "
+                         "another --name")
+    if row["lease_pid"] is None:
+        return None
+    held = Lease(int(row["lease_pid"]), str(row["lease_host"] or ""), float(row["lease_start"] or 0.0))
+    if (held.pid, held.host) == (lease.pid, lease.host) or not held.alive(row["watch_beat"]):
+        return None  # this process's own, or its owner is gone (a kill -9): taken over
+    where = "" if held.host == socket.gethostname() else f" on {held.host}"
+    return NameTaken(f"{name!r} is being deployed by gpuops pid {held.pid}{where} ({state}): wait for it, stop it, "
+                     "or choose another --name")
 
 
 def _strict_json(value: Any) -> str:
@@ -403,7 +608,7 @@ def _loads(text: str | None, where: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise StoreError(f"the store's {where} is not JSON ({exc}): the store is damaged") from None
+        raise _Damaged(f"its {where} is not JSON ({exc})") from None
 
 
 def _plan(text: str | None, where: str) -> Plan | None:
@@ -413,7 +618,7 @@ def _plan(text: str | None, where: str) -> Plan | None:
     try:
         return Plan.from_json(doc, where)
     except Invalid as exc:
-        raise StoreError(f"the store holds a plan gpuops refuses: {exc}") from None
+        raise _Damaged(f"it holds a plan gpuops refuses: {exc}") from None
 
 
 def _bench_run(row: sqlite3.Row) -> BenchRun:
@@ -428,7 +633,7 @@ def _bench_run(row: sqlite3.Row) -> BenchRun:
     try:
         run = convert(doc, BenchRun, where)
     except Invalid as exc:
-        raise StoreError(f"the store's {exc}") from None
+        raise _Damaged(f"its {exc}") from None
     run.plan = _plan(row["plan_json"], f"{where}'s plan")
     return run  # type: ignore[no-any-return]
 
@@ -449,4 +654,4 @@ def _event(row: sqlite3.Row) -> Event:
     try:
         return convert(doc, Event, f"event {row['id']}")  # type: ignore[no-any-return]
     except Invalid as exc:
-        raise StoreError(f"the store's {exc}") from None
+        raise _Damaged(f"its {exc}") from None

@@ -47,7 +47,7 @@ from ..hosts.procs import process_tree
 from ..telemetry.samples import Snapshot, memory_used, snapshot
 from .journal import FileFollower, FollowError, JournalFollower, RingBuffer
 from .launch import Launcher, ProcessLauncher, SystemdLauncher, open_launcher
-from .store import Store, StoreError
+from .store import RunMoved, Store, StoreError
 from .view import TERMINAL, RunView, parse_ts
 
 # How often the watch samples the server's processes and its GPUs' memory, writes its position
@@ -237,11 +237,16 @@ class Watch:
     # ---------------------------------------------------------------- events
 
     def record(self, event: Event) -> Event:
-        """Store the event in this watch's run and publish it; RunOver when the run is over."""
+        """Store the event in this watch's run and publish it; RunOver when the run is over. When
+        the store cannot record (a full disk, a lock held too long) the watch says so and ends with
+        that StoreError: the server is not touched."""
         try:
             stored = self.store.record(self.name, event, run=self.run_no)
-        except StoreError as exc:
+        except RunMoved as exc:
             raise RunOver(str(exc)) from None
+        except StoreError as exc:
+            self._log(f"gpuops: {exc}; the server is left as it is")
+            raise
         self.view.apply(stored)
         self.bus.publish(self.name, stored)
         return stored
