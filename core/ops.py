@@ -295,7 +295,7 @@ class Ops:
             if status.running:
                 raise Refused(f"{name}'s server runs on {d.host} (pid {status.pid}): stop it first")
         taken = self.store.refusal(name)
-        if taken and d.state in ("planned", "downloading", "stopped"):
+        if taken and d.state in ("planned", "downloading"):  # another gpuops deploys it right now
             raise Refused(taken)
         if not confirmed:
             raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}) and its history?")

@@ -206,3 +206,46 @@ def test_the_unit_passes_the_placeholder_to_the_launcher_not_the_key():
                                                       "${GPUOPS_API_KEY}")
     loopback = make_plan(argv=["--model-path", "/m", "--port", "30000"])
     assert "launch.py" not in loopback.unit_text()  # nothing to hide: SGLang as it is
+
+
+async def test_the_tui_shows_the_server_without_its_key(world, monkeypatch):
+    """The dashboard's process table and the deployment screen's log: the key masked there too."""
+    from gpuops.core.config import load_inventory
+    from gpuops.screens.deployment import DeploymentScreen
+    from gpuops.tui.app import GpuopsApp
+    from gpuops.tui.logview import LogView
+    from tests.tui_helpers import until
+
+    make, env = world
+    cfg, sim = make("ok")
+    cfg.write_text(sim.host_block("gpu1", ssh="simbox").replace(
+        "[hosts.gpu1]\n", '[hosts.gpu1]\nserve_host = "0.0.0.0"\n', 1) + f'model_dirs = ["{sim.directory / "models"}"]\n')
+    name = f"tuikey{os.getpid()}"
+    env_file = Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments" / name / "env"
+    out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--port", str(free_port()),
+                 "--json")
+    assert out.returncode == 0, out.stderr
+    plan_file = Path(env["XDG_STATE_HOME"]).parent / f"{name}.plan.json"
+    plan_file.write_text(out.stdout)
+    try:
+        out = gpuops(cfg, env, "deploy", str(plan_file), "--host", "gpu1", "--yes", "--json", timeout=180)
+        assert out.returncode == 0, out.stderr
+        key = env_value(env_file, "GPUOPS_API_KEY")
+        for var in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+            monkeypatch.setenv(var, env[var])
+        app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+        async with app.run_test(size=(200, 50)) as pilot:
+            procs = app.screen.query_one("#procs")
+            assert await until(pilot, lambda: procs.row_count > 0, timeout=30)
+            rows = [" ".join(map(str, procs.get_row_at(i))) for i in range(procs.row_count)]
+            assert rows and all(key not in r for r in rows)
+            await pilot.press("colon", *f"dep {name}", "enter")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+            log = app.screen.query_one(LogView)
+            assert await until(pilot, lambda: any("server_args=" in ln for ln in log.plain_lines()), timeout=30)
+            lines = log.plain_lines()
+            assert any(MASKED.search(ln) for ln in lines if "server_args=" in ln)
+            assert all(key not in ln for ln in lines)
+    finally:
+        gpuops(cfg, env, "stop", name, "--yes")
+        subprocess.run(["rm", "-rf", str(env_file.parent)])

@@ -54,6 +54,7 @@ def a_store(db: Path) -> None:
     store = Store(db)
     store.add_deployment("here", make_plan("kept"))
     store.set_state("kept", "stopped")
+    store.release_lease("kept")  # as a deploy does once its server started
     store.close()
     assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
 
@@ -129,6 +130,20 @@ def test_a_newer_schema_says_upgrade(local):
     corrupt(db, "newer-schema")
     res = gpuops(cfg, env, "status")
     assert res.returncode == 1 and "written by a newer gpuops (schema 99); upgrade gpuops" in one_line(res)
+
+
+def test_a_store_locked_too_long_is_one_line_and_nothing_changes(local):
+    cfg, env, db = local
+    a_store(db)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another gpuops in the middle of a write, for longer than we wait
+    try:
+        res = gpuops(cfg, env, "forget", "kept", "--yes")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert res.returncode == 1 and f"{db} is locked by another gpuops" in one_line(res)
+    assert Store(db).deployment("kept") is not None  # nothing was removed
 
 
 @contextmanager
