@@ -12,8 +12,14 @@ server whose dist_init is a real 2-rank NCCL rendezvous, in three cases:
   slow-peer  rank 1 joins 8 s late: a slow rendezvous that completes; never flagged.
   healthy    both ranks join at once; never flagged.
 
-Needs 2 GPUs, torch, nvidia-ml-py and msgspec (core's typed records; a cp312 wheel carried to the
-GPU machine); nothing else of gpuops' dependencies. Usage: python3 tests/gpu/check_nccl_stall.py [--threshold 20] [--cases ...]
+On a stall the watch also runs the host triage (the probe is a `python -c` of the host's python:
+the stand-in `python` passes everything but `-m sglang.launch_server` to the real interpreter); the
+stall case must see its checks event, each check as it read on this host.
+
+Needs torch, nvidia-ml-py, msgspec and psutil (cp312 wheels carried to the GPU machine); nothing else
+of gpuops' dependencies. 2 GPUs for all three cases; on 1 GPU only the stall case runs (rank 1 is
+held back and never touches a GPU, so the rendezvous is still a real world-size-2 one).
+Usage: python3 tests/gpu/check_nccl_stall.py [--threshold 20] [--cases ...] [--gpus N]
 Prints what it saw, and RESULT: PASS/FAIL; exit 0 on PASS.
 """
 
@@ -49,7 +55,7 @@ def nvidia_smi_used() -> dict[int, int]:
     return {int(i): int(v) for i, v in (line.split(",") for line in out.strip().splitlines())}
 
 
-async def run_case(case: str, threshold: float, tmp: Path) -> dict:
+async def run_case(case: str, threshold: float, tmp: Path, gpus: int) -> dict:
     from gpuops.core.config import HostConfig
     from gpuops.core.deploy.deployer import Deployer
     from gpuops.core.deploy.store import Store
@@ -61,12 +67,17 @@ async def run_case(case: str, threshold: float, tmp: Path) -> dict:
     (work / "home").mkdir(parents=True)
     os.environ["HOME"] = str(work / "home")
     wrapper = work / "python"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests/gpu/nccl_server.py'} \"$@\"\n")
+    # the host's "python": the server command runs the stand-in, anything else (the triage probe's
+    # `python -c`) the real interpreter
+    wrapper.write_text(f"#!/bin/sh\nif [ \"$1\" = -m ] && [ \"$2\" = sglang.launch_server ]; then\n"
+                       f"    exec {sys.executable} {REPO / 'tests/gpu/nccl_server.py'} \"$@\"\nfi\n"
+                       f"exec {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
     hold = {"stall": ["--hold-back-rank", "1", "--hold-back-s", "-1"],
             "slow-peer": ["--hold-back-rank", "1", "--hold-back-s", "8"], "healthy": []}[case]
     port = {"stall": 30101, "slow-peer": 30102, "healthy": 30103}[case]
-    plan = Plan(name=f"nccl-{case}", host="localhost", model=ModelSummary(id="nccl-standin"), tp=2, gpu_ids=(0, 1),
+    gpu_ids = (0, 1) if gpus >= 2 else (0,)
+    plan = Plan(name=f"nccl-{case}", host="localhost", model=ModelSummary(id="nccl-standin"), tp=2, gpu_ids=gpu_ids,
                 port=port, launcher="process", sglang_version="0.5.23", python=str(wrapper),
                 env={"NCCL_DEBUG": "WARN"}, argv=["--tp", "2", "--port", str(port), "--nccl-port", str(port + 1000),
                                                   *hold])
@@ -91,7 +102,9 @@ async def run_case(case: str, threshold: float, tmp: Path) -> dict:
     findings = [(t, e) for t, e in events if e["event"] == "finding"]
     stalls = [(t, f) for t, f in findings if f.get("code") == "nccl-init-stall"]
     result = {"case": case, "outcome": outcome, "seconds_total": round(time.monotonic() - t0, 1),
-              "findings": [f.get("code") for _, f in findings], "nvidia_smi_used_mib": smi}
+              "findings": [f.get("code") for _, f in findings], "nvidia_smi_used_mib": smi,
+              "gpu_ids": list(gpu_ids),
+              "checks": [e["checks"] for _, e in events if e["event"] == "checks"]}
     if stalls:
         t, f = stalls[0]
         result["flag_after_dist_init_s"] = round(t - begin, 2) if begin is not None else None
@@ -114,8 +127,16 @@ def verdict(r: dict, threshold: float, poll: float) -> list[str]:
             if not (threshold <= silent <= threshold + poll + 0.5):
                 problems.append(f"flagged after {silent} s of silence (want {threshold}..{threshold + poll + 0.5})")
             readings = [e["reading"] for e in r["evidence"] if e["source"] == "nvml"]
-            if [x.split()[0] for x in readings] != ["GPU0", "GPU1"]:
-                problems.append(f"evidence lacks both GPUs' NVML readings: {readings}")
+            want = [f"GPU{i}" for i in r["gpu_ids"]]
+            if [x.split()[0] for x in readings] != want:
+                problems.append(f"evidence lacks the NVML readings of {want}: {readings}")
+            if len(r["checks"]) != 1:
+                problems.append(f"the host triage after the stall gave {len(r['checks'])} checks events, not 1")
+            else:
+                names = {c["name"] for c in r["checks"][0]}
+                for need in ("driver-library-mismatch", "port-in-use", "shm-too-small", "leftover-gpu-process"):
+                    if need not in names:
+                        problems.append(f"the host triage has no {need} check: {sorted(names)}")
             for x in readings:
                 gpu, mib = int(x.split()[0][3:]), float(x.split()[3])
                 if abs(mib - r["nvidia_smi_used_mib"].get(gpu, float("nan"))) <= 64:
@@ -130,8 +151,12 @@ def verdict(r: dict, threshold: float, poll: float) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threshold", type=float, default=20.0)
-    ap.add_argument("--cases", nargs="+", default=["stall", "slow-peer", "healthy"])
+    ap.add_argument("--cases", nargs="+", default=None)
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all nvidia-smi lists)")
     a = ap.parse_args()
+    gpus = a.gpus if a.gpus is not None else len(nvidia_smi_used()) or 2
+    cases = a.cases or (["stall", "slow-peer", "healthy"] if gpus >= 2 else ["stall"])
+    print(f"GPUs used: {gpus}; cases: {', '.join(cases)}")
     if shutil.which("nvidia-smi"):
         print(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip())
     problems: list[str] = []
@@ -140,8 +165,8 @@ def main() -> int:
         os.environ["XDG_STATE_HOME"] = str(tmp / "state")
         os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
         import_core(tmp)
-        for case in a.cases:
-            r = asyncio.run(run_case(case, a.threshold, tmp))
+        for case in cases:
+            r = asyncio.run(run_case(case, a.threshold, tmp, gpus))
             print(json.dumps(r, indent=1))
             p = verdict(r, a.threshold, 1.0)
             print(f"{case}: {'PASS' if not p else 'FAIL: ' + '; '.join(p)}", flush=True)
