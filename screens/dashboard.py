@@ -13,7 +13,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.suggester import SuggestFromList
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static
 
@@ -149,8 +148,8 @@ class DashboardScreen(GpuopsScreen):
     """Hosts, their GPUs and the processes holding GPU memory."""
 
     BINDINGS = [
-        Binding("colon", "jump", "Jump", key_display=":"),
         Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("d", "deployments", "Deploys"),
         Binding("escape", "back", "Back", key_display="esc", show=False),  # on ?; the footer keeps q Quit at 80 columns
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("ctrl+k", "end_process", "Kill"),
@@ -163,7 +162,6 @@ class DashboardScreen(GpuopsScreen):
         super().__init__(id="dashboard")
         self.selected: str | None = None
         self.filter_text = ""
-        self._cmd_mode: str | None = None
         self._procs_key: tuple | None = None
         self._host_cells: dict[str, tuple] = {}
 
@@ -182,7 +180,7 @@ class DashboardScreen(GpuopsScreen):
                 yield VerticalScroll(id="gpus")
                 yield Static("Processes holding GPU memory", id="procs-title")
                 yield DataTable(id="procs", cursor_type="row")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
 
     def on_mount(self) -> None:
         hosts = self.query_one("#hosts", DataTable)
@@ -372,49 +370,31 @@ class DashboardScreen(GpuopsScreen):
     # ------------------------------------------------------------- keys
 
     def _cmdline(self) -> Input:
-        """The `:` / `/` line, made on first use (nothing at start-up pays for it)."""
-        found = self.query("#cmdline")
+        """The `/` filter line, made on first use (nothing at start-up pays for it)."""
+        found = self.query("#filterline")
         if found:
             return found.first(Input)
-        
-        cmd = Input(id="cmdline")
-        cmd.suggester = SuggestFromList(
-            [f"host {n}" for n in self.gapp.monitor.states]
-            + [f"theme {t}" for t in self.app.available_themes]
-            + ["bench", "help", "quit"],
-            case_sensitive=False,
-        )
-        self.mount(cmd, before=self.query_one(Footer))
-        return cmd
-
-    def _open_cmdline(self, mode: str, value: str = "") -> None:
-        cmd = self._cmdline()
-        self._cmd_mode = mode
-        cmd.placeholder = "host NAME · theme NAME · help · quit" if mode == ":" else "filter processes"
-        cmd.border_title = mode
-        cmd.value = value
-        cmd.display = True
-        cmd.focus()
-
-    def action_jump(self) -> None:
-        self._open_cmdline(":")
+        line = Input(id="filterline", placeholder="filter processes (esc clears)")
+        line.border_title = "/"
+        self.mount(line, before=self.query_one(Footer))
+        return line
 
     def action_filter(self) -> None:
         self._filter_before = self.filter_text
-        self._open_cmdline("/", self.filter_text)
+        line = self._cmdline()
+        line.value = self.filter_text
+        line.display = True
+        line.focus()
 
     def action_back(self) -> None:
-        if self.query("#cmdline") and self._cmdline().display:
-            if self._cmd_mode == "/":
-                self._set_filter(self._filter_before)
+        if self.query("#filterline") and self._cmdline().display:
+            self._set_filter(self._filter_before)
             self._close_cmdline()
         elif self.filter_text:
             self._set_filter("")
 
     def _close_cmdline(self) -> None:
-        cmd = self._cmdline()
-        cmd.display = False
-        self._cmd_mode = None
+        self._cmdline().display = False
         self.query_one("#hosts", DataTable).focus()
 
     def _set_filter(self, text: str) -> None:
@@ -424,40 +404,13 @@ class DashboardScreen(GpuopsScreen):
 
     _filter_before = ""
 
-    @on(Input.Changed, "#cmdline")
-    def _cmd_changed(self, event: Input.Changed) -> None:
-        if self._cmd_mode == "/":
-            self._set_filter(event.value.strip())
+    @on(Input.Changed, "#filterline")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self._set_filter(event.value.strip())
 
-    @on(Input.Submitted, "#cmdline")
-    def _cmd_submitted(self, event: Input.Submitted) -> None:
-        mode, text = self._cmd_mode, event.value.strip()
+    @on(Input.Submitted, "#filterline")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
         self._close_cmdline()
-        if mode == ":" and text:
-            self.run_command(text)
 
-    def run_command(self, text: str) -> None:
-        """The `:` command line: `host NAME`, `theme NAME`, `help`, `quit`."""
-        verb, _, arg = text.partition(" ")
-        arg = arg.strip()
-        if verb in ("host", "h") and arg:
-            if not self.select_host(arg):
-                self.notify(f"no host named {arg!r}", severity="error")
-        elif verb == "theme" and arg:
-            if arg not in self.app.available_themes:
-                self.notify(f"no theme named {arg!r}", severity="error")
-            else:
-                self.app.theme = arg
-        elif verb in ("deployment", "dep") and arg:
-            if not self.gapp.open_deployment(arg):
-                self.notify(f"no deployment named {arg!r}", severity="error")
-        elif verb == "bench":
-            self.action_bench()
-        elif verb in ("help", "?"):
-            self.app.action_help()
-        elif verb in ("q", "quit"):
-            self.app.exit()
-        elif verb in self.gapp.monitor.states:  # `:gpu2` is `:host gpu2`
-            self.select_host(verb)
-        else:
-            self.notify(f"unknown command {text!r}: try host NAME, theme NAME, help, quit", severity="error")
+    def action_deployments(self) -> None:
+        self.gapp.open_deployments()

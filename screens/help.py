@@ -14,6 +14,7 @@ COMMANDS = (
     (":host NAME", "jump to a host (also :NAME)"),
     (":theme NAME", "switch theme (gpuops-dark, gpuops-light, …)"),
     (":dep NAME", "watch a deployment (reattaches to its server)"),
+    (":dep", "every deployment: open, stop, restart, triage, bench, forget (d on the dashboard)"),
     (":bench", "benchmark runs: results, compare (b on a deployment runs one)"),
     (":help", "this help"),
     (":quit", "leave gpuops"),

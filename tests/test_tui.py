@@ -54,9 +54,12 @@ async def test_help_lists_the_screens_keys():
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         keys = dict(app.screen.keys)
-        assert keys[":"] == "Jump" and keys["/"] == "Filter" and keys["q"] == "Quit"
-        assert keys["^p"] and keys["^t"] == "Theme"
-        assert [k for k, _ in app.screen.keys[:3]] == [":", "/", "^k"]  # the footer's keys first
+        assert keys[":"] == "Cmd" and keys["/"] == "Filter" and keys["q"] == "Quit"
+        assert keys["d"] == "Deploys" and keys["^t"] == "Theme"
+        assert [k for k, _ in app.screen.keys[:3]] == [":", "/", "d"]  # the footer's keys first
+        # gpuops' own keys only: none of Textual's built-ins (copy, page left/right, the palette's)
+        assert not {"super+c", "^c", "^pgup", "^pgdn", "^q"} & set(keys), keys
+        assert all(d not in ("Page Left", "Page Right", "Copy selected text") for d in keys.values()), keys
         assert keys["esc"] == "Back"  # not in the footer (it keeps q Quit at 80 columns), but here
         assert await until(pilot, lambda: "Keys: dashboard" in screen_text(app))
         assert ":host NAME" in screen_text(app)

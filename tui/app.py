@@ -32,7 +32,7 @@ class GpuopsApp(App):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Keys", key_display="?"),
-        Binding("ctrl+t", "toggle_theme", "Theme"),
+        Binding("ctrl+t", "toggle_theme", "Theme", show=False),  # on ? (the footer keeps q Quit at 80 columns)
     ]
 
     def __init__(
@@ -141,18 +141,20 @@ class GpuopsApp(App):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        # The footer's keys first, then the rest (widget keys such as cursor movement).
+        # The footer's keys first, then the rest: gpuops' own keys only (the screen's, the app's,
+        # its widgets'), not Textual's built-ins (copy, page left, the palette's internals).
         shown: list[tuple[str, str]] = []
         rest: list[tuple[str, str]] = []
         seen: set[str] = set()
         for key, active in self.screen.active_bindings.items():
             b = active.binding
             display = self.get_key_display(b)
-            if not b.description or display in seen:
+            if not b.description or display in seen or not _own_binding(active.node, b):
                 continue
             seen.add(display)
             (shown if b.show else rest).append((display, b.description))
-        title = type(self.screen).__name__.removesuffix("Screen").lower() or "gpuops"
+        screen = self.screen
+        title = getattr(screen, "HELP_TITLE", "") or _spaced(type(screen).__name__.removesuffix("Screen")) or "gpuops"
         self.push_screen(HelpScreen(title, shown, rest))
 
     def on_plan_review_screen_deploy_requested(self, event: Any) -> None:
@@ -202,12 +204,126 @@ class GpuopsApp(App):
         self.push_screen(DeploymentScreen(deployment))
         return True
 
-    def jump_to_host(self, name: str) -> None:
+    def jump_to_host(self, name: str) -> bool:
+        """The dashboard, with host `name` selected (False: no such host)."""
+        if name not in self.monitor.states:
+            return False
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, DashboardScreen):
+            self.pop_screen()
         screen = self.screen
         if isinstance(screen, DashboardScreen):
-            screen.select_host(name)
+            return screen.select_host(name)
+        return False
+
+    def open_deployments(self, select: str | None = None) -> None:
+        from ..screens.deployments import DeploymentsScreen
+
+        screen = self.screen if isinstance(self.screen, DeploymentsScreen) else DeploymentsScreen()
+        if screen is not self.screen:
+            self.push_screen(screen)
+        if select:
+            self.call_after_refresh(screen.select, select)
+
+    def _deployment_names(self) -> list[str]:
+        try:
+            return [d.name for d in self.ops.deployments()]
+        except Exception:  # a store that cannot be read: the command line still opens
+            return []
+
+    def stop_deployment(self, name: str) -> None:
+        async def work() -> None:
+            detail = await self.ops.stop(name, confirmed=True)
+            self.notify(f"{name}: stopped ({detail})")
+
+        self._run_use_case(work(), "stop")
+
+    def restart_deployment(self, name: str) -> None:
+        async def work() -> None:
+            self.notify(f"{name}: restarting")
+            outcome = await self.ops.restart(name, confirmed=True, keep_on=True)
+            self.notify(f"{name}: {outcome}", severity="information" if outcome == "ready" else "error")
+
+        self._run_use_case(work(), "restart")
+
+    def forget_deployment(self, name: str) -> None:
+        async def work() -> None:
+            await self.ops.forget(name, confirmed=True)
+            self.notify(f"{name}: forgotten")
+
+        self._run_use_case(work(), "forget")
+
+    # ---------------------------------------------------------------- the `:` command line
+
+    def action_command(self) -> None:
+        from ..screens.command import CommandScreen, suggestions
+
+        completions = suggestions(self.monitor.states, self._deployment_names(), self.available_themes)
+        placeholder = "host NAME · dep [NAME] · theme NAME · bench · help · quit"
+
+        def done(text: str | None) -> None:
+            if text:
+                self.run_command(text)
+
+        self.push_screen(CommandScreen(completions, placeholder), done)
+
+    def run_command(self, text: str) -> None:
+        """A `:` command: the screen's own first (`stop` on the deployments view, say), then
+        `host NAME` (or just NAME), `dep [NAME]`, `deployments`, `theme NAME`, `bench`, `help`,
+        `quit`."""
+        word, _, arg = text.partition(" ")
+        verb, arg = word.lower(), arg.strip()
+        screen = self.screen
+        if hasattr(screen, "run_screen_command") and screen.run_screen_command(verb, arg):
+            return
+        if verb in ("host", "h") and arg:
+            if not self.jump_to_host(arg):
+                self.notify(f"no host named {arg!r}", severity="error")
+        elif verb in ("deployment", "dep", "d") and arg:
+            if not self.open_deployment(arg):
+                self.notify(f"no deployment named {arg!r}: :dep lists them", severity="error")
+        elif verb in ("deployment", "dep", "d", "deployments", "deps"):
+            self.open_deployments()
+        elif verb == "theme" and arg:
+            if arg not in self.available_themes:
+                self.notify(f"no theme named {arg!r}", severity="error")
+            else:
+                self.theme = arg
+        elif verb == "bench":
+            from ..screens.bench_runs import BenchRunsScreen
+
+            self.push_screen(BenchRunsScreen())
+        elif verb in ("help", "?"):
+            self.action_help()
+        elif verb in ("q", "quit"):
+            self.exit()
+        elif word in self.monitor.states and not arg:  # `:gpu2` is `:host gpu2`
+            self.jump_to_host(word)
+        else:
+            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], theme NAME, bench, help, quit",
+                        severity="error")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Toggle dark/light theme", "switch between gpuops-dark and gpuops-light",
                             self.action_toggle_theme)
+
+
+def _own_binding(node: Any, binding: Binding) -> bool:
+    """A binding one of gpuops' classes declares (on the node's class or a gpuops base of it)."""
+    for cls in type(node).__mro__:
+        if not cls.__module__.startswith(("gpuops.", "__main__")):
+            continue
+        for declared in cls.__dict__.get("BINDINGS", ()):
+            key = declared.key if isinstance(declared, Binding) else declared[0]
+            action = declared.action if isinstance(declared, Binding) else declared[1]
+            if action == binding.action and binding.key in key.split(","):
+                return True
+    return False
+
+
+def _spaced(name: str) -> str:
+    """PlanReview -> "plan review"."""
+    import re
+
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+

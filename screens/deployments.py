@@ -1,0 +1,197 @@
+"""Every stored deployment, one row each: host, model, state, run, port, how long in that state, the
+GPU memory in use on its GPUs. Enter opens one; stop, restart and forget ask first (and are off in
+`--readonly`); triage and bench open their screens. The list is the store's, read again every two
+seconds (each deployment's own watch keeps its state true)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Header
+
+from ..core import units
+from ..core.domain import Deployment
+from ..core.telemetry.samples import memory_used
+from ..tui.widgets import TextView
+from .base import GpuopsScreen
+from .confirm import ConfirmScreen
+
+COLUMNS = ("Name", "Host", "Model", "State", "Run", "Port", "For", "GPU mem")
+STATE_STYLE = {"ready": "green", "crashed": "red bold", "stalled": "yellow bold", "stopped": "dim"}
+
+
+def since(stamp: str, now: float | None = None) -> str:
+    """How long ago an RFC 3339 time was, shortly ("3m", "2h")."""
+    from datetime import datetime
+
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return "?"
+    return units.age(max(0.0, (now or time.time()) - then))
+
+
+class DeploymentsScreen(GpuopsScreen):
+    HELP_TITLE = "deployments"
+    BINDINGS = [
+        Binding("enter", "open", "Open"),
+        Binding("s", "stop", "Stop"),
+        Binding("r", "restart", "Restart"),
+        Binding("x", "triage", "Triage"),
+        Binding("b", "bench", "Bench"),
+        Binding("delete", "forget", "Forget", key_display="del"),
+        Binding("escape", "back", "Back", key_display="esc"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="deployments")
+        self.rows: dict[str, Deployment] = {}
+        self._cells: dict[str, tuple] = {}
+
+    @property
+    def ops(self) -> Any:
+        return self.app.ops  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="deployments-table", cursor_type="row")
+        yield TextView(id="deployments-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "deployments"
+        table = self.query_one(DataTable)
+        for label in COLUMNS:
+            table.add_column(label, key=label)
+        self.refresh_rows()
+        self.set_interval(2.0, self.refresh_rows)
+        table.focus()
+
+    # ---------------------------------------------------------------- rows
+
+    def _gpu_mem(self, d: Deployment) -> str:
+        state = self.app.monitor.states.get(d.host)  # type: ignore[attr-defined]
+        snap = state.snapshot if state is not None else None
+        if snap is None or not snap.gpus:
+            return "?"
+        used = memory_used(snap.gpus, set(d.plan.gpu_ids))
+        if not used or any(v is None for v in used.values()):
+            return "?"
+        ids = ",".join(str(i) for i in sorted(used))
+        return f"{units.gib(sum(v or 0 for v in used.values()))} GiB on {ids}"
+
+    def _row(self, d: Deployment) -> tuple:
+        state = Text(d.state, style=STATE_STYLE.get(d.state, ""))
+        return (d.name, d.host, d.model, state, str(d.run), str(d.plan.port), since(d.updated_at),
+                self._gpu_mem(d))
+
+    def refresh_rows(self) -> None:
+        table = self.query_one(DataTable)
+        deployments = {d.name: d for d in self.ops.deployments()}
+        for gone in [n for n in self.rows if n not in deployments]:
+            table.remove_row(gone)
+            self._cells.pop(gone, None)
+        for name, d in deployments.items():
+            cells = self._row(d)
+            if name not in self.rows:
+                table.add_row(*cells, key=name)
+            elif self._cells.get(name) != cells:
+                for column, value in zip(COLUMNS, cells):
+                    table.update_cell(name, column, value, update_width=True)
+            self._cells[name] = cells
+        self.rows = deployments
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        d = self.current()
+        detail = self.query_one("#deployments-detail", TextView)
+        if d is None:
+            detail.set(Text("no deployments yet: p on the dashboard plans one, d there deploys it", style="dim"))
+            return
+        p = d.plan
+        detail.set(Text.assemble((d.name, "bold"), f"  {d.model} on {d.host}  ·  {p.launcher}  ·  ",
+                                 f"GPUs {','.join(map(str, p.gpu_ids)) or '?'} (TP {p.tp})  ·  {p.endpoint}\n",
+                                 ("enter open · s stop · r restart · x triage · b bench · del forget", "dim")))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()  # Enter on the table (it takes the key before the screen's binding)
+
+    def current(self) -> Deployment | None:
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row < 0 or table.cursor_row >= table.row_count:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return self.rows.get(str(key))
+
+    def select(self, name: str) -> bool:
+        if name not in self.rows:
+            return False
+        table = self.query_one(DataTable)
+        table.move_cursor(row=table.get_row_index(name))
+        return True
+
+    # ---------------------------------------------------------------- keys
+
+    def _picked(self) -> Deployment | None:
+        d = self.current()
+        if d is None:
+            self.notify("no deployment selected", severity="warning")
+        return d
+
+    def action_open(self) -> None:
+        d = self._picked()
+        if d is not None:
+            self.app.open_deployment(d.name)  # type: ignore[attr-defined]
+
+    def _confirmed(self, question: str, detail: str, yes: str, then: Any) -> None:
+        self.app.push_screen(ConfirmScreen(question, detail, yes=yes), lambda ok: then() if ok else None)
+
+    def action_stop(self) -> None:
+        d = self._picked()
+        if d is not None:
+            self._confirmed(f"Stop {d.name} on {d.host}?", f"{d.model}, {d.state}; its server is stopped "
+                            f"(SIGTERM, then up to 60 s)", "Stop it", lambda: self.app.stop_deployment(d.name))  # type: ignore[attr-defined]
+
+    def action_restart(self) -> None:
+        d = self._picked()
+        if d is not None:
+            self._confirmed(f"Restart {d.name} on {d.host}?", f"{d.model}: stopped, then started again as run "
+                            f"{d.run + 1} with the same plan", "Restart",
+                            lambda: self.app.restart_deployment(d.name))  # type: ignore[attr-defined]
+
+    def action_forget(self) -> None:
+        d = self._picked()
+        if d is not None:
+            self._confirmed(f"Forget {d.name}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): removed from "
+                            "the store with its history (a running server is refused: stop it first)", "Forget",
+                            lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
+
+    def action_triage(self) -> None:
+        from .triage import TriageScreen
+
+        d = self._picked()
+        if d is not None:
+            self.app.push_screen(TriageScreen(d))
+
+    def action_bench(self) -> None:
+        from .bench_launch import BenchLaunchScreen
+
+        d = self._picked()
+        if d is not None:
+            self.app.push_screen(BenchLaunchScreen(d))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def run_screen_command(self, verb: str, arg: str) -> bool:
+        if verb in ("stop", "restart", "forget", "triage", "bench") and (not arg or self.select(arg)):
+            getattr(self, f"action_{verb}")()
+            return True
+        return False
