@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..domain import API_KEY_PLACEHOLDER, is_loopback
 from . import sglang_versions as sv
-from .model_facts import ModelFacts
+from .model_facts import ModelFacts, model_name
 
 if TYPE_CHECKING:
     from .plan import Target, Wishes
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 # With speculative decoding SGLang caps running requests at 48.
 SPEC_MAX_RUNNING = 48
 DEFAULT_MAX_RUNNING = 128
+# The families whose cookbook command carries the FlashInfer all-reduce fusion (Qwen3.5's generator
+# adds it to every non-FP4 config); the cookbook gives it for no other family gpuops plans.
+ALLREDUCE_FUSION_FAMILIES = frozenset({"qwen3_5"})
 
 
 
@@ -47,8 +50,9 @@ class Rule:
     env: Callable[[Ctx], dict[str, str]] = lambda ctx: {}
 
 
-# Which parsers a model family uses (facts/sglang.md §2); the rules keep only names
-# the target version knows.
+# Which parsers a model family uses (SGLang's cookbook, sgl-cookbook; tests/data/recipes.json holds
+# the commands each one is checked against); the rules keep only names the target version knows.
+# The reasoning parser applies only to checkpoints that think (ModelFacts.thinking).
 PARSERS: dict[str, tuple[str | None, str | None]] = {
     # family: (reasoning parser, tool-call parser)
     "qwen3_5": ("qwen3", "qwen3_coder"),
@@ -58,12 +62,37 @@ PARSERS: dict[str, tuple[str | None, str | None]] = {
     "qwen3_coder": (None, "qwen3_coder"),
     "qwen2_5": (None, "qwen25"),
     "deepseek_v3": ("deepseek-v3", "deepseekv3"),
+    "deepseek_v32": ("deepseek-v3", "deepseekv32"),
     "kimi_k2": ("kimi_k2", "kimi_k2"),
     "gpt_oss": ("gpt-oss", "gpt-oss"),
     "glm": ("glm45", "glm45"),
     "llama3": (None, "llama3"),
     "mixtral": (None, "mistral"),
 }
+
+THINKING_WHY = {
+    "thinking": "always reasons before it answers",
+    "hybrid": "is a hybrid thinker (thinking is switched per request with chat_template_kwargs)",
+}
+
+
+def _variant_parsers(facts: ModelFacts) -> tuple[str | None, str | None]:
+    """A family's parsers, adjusted for the releases that differ (cookbook: DeepSeek-R1 reasons with
+    deepseek-r1; V3.1 and V3.2-Exp call tools as deepseekv31; V3.2-Speciale calls none)."""
+    reasoning, tool = PARSERS.get(facts.family, (None, None))
+    name = model_name(facts.id)
+    if facts.family == "deepseek_v3":
+        if facts.thinking == "thinking":  # R1
+            reasoning = "deepseek-r1"
+        elif facts.thinking == "hybrid":  # V3.1, V3.1-Terminus
+            tool = "deepseekv31"
+    if facts.family == "deepseek_v32":
+        if "speciale" in name.lower():
+            tool = None
+        elif "-exp" in name.lower():
+            tool = "deepseekv31"
+    return reasoning, tool
+
 
 # Flags that belong to a quantization: dropped by --like when the new checkpoint
 # doesn't carry that quantization.
@@ -97,7 +126,9 @@ def _allreduce_fusion(ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
 
 
 def _parser(ctx: Ctx, which: int) -> str | None:
-    name = PARSERS.get(ctx.facts.family, (None, None))[which]
+    if which == 0 and ctx.facts.thinking == "none":
+        return None  # a model that never thinks gets no reasoning parser (cookbook, model cards)
+    name = _variant_parsers(ctx.facts)[which]
     if name is None:
         return None
     known = sv.reasoning_parsers(ctx.version) if which == 0 else sv.tool_call_parsers(ctx.version)
@@ -144,7 +175,8 @@ RULES: tuple[Rule, ...] = (
          lambda c: "Prometheus /metrics for gpuops' live views and benchmarks"),
     Rule("reasoning-parser", lambda c: _parser(c, 0) is not None and c.has("--reasoning-parser"),
          lambda c: [("--reasoning-parser", (_parser(c, 0) or "",))],
-         lambda c: f"{c.facts.family} models think: split reasoning_content from content"),
+         lambda c: f"{served_name(c.facts)} {THINKING_WHY.get(c.facts.thinking, 'thinks')}: "
+                   "split reasoning_content from content"),
     Rule("tool-call-parser", lambda c: _parser(c, 1) is not None and c.has("--tool-call-parser"),
          lambda c: [("--tool-call-parser", (_parser(c, 1) or "",))],
          lambda c: f"{c.facts.family} tool-call format → OpenAI tool_calls"),
@@ -165,9 +197,10 @@ RULES: tuple[Rule, ...] = (
                       if sv.spec_v2_default(c.version) is False else ""),
          env=lambda c: {"SGLANG_ENABLE_SPEC_V2": "1"} if sv.spec_v2_default(c.version) is False else {}),
     Rule("allreduce-fusion",
-         lambda c: c.tp > 1 and not _is_fp4(c.facts) and _allreduce_fusion(c) is not None,
+         lambda c: (c.facts.family in ALLREDUCE_FUSION_FAMILIES and c.tp > 1 and not _is_fp4(c.facts)
+                    and _allreduce_fusion(c) is not None),
          lambda c: [_allreduce_fusion(c) or ("", ())],
-         lambda c: "cookbook: fuse all-reduce with the norm for non-FP4 checkpoints at TP > 1"),
+         lambda c: "cookbook (Qwen3.5): fuse all-reduce with the norm for non-FP4 checkpoints at TP > 1"),
 )
 
 

@@ -43,6 +43,8 @@ __all__ = [
     "QuantInfo",
     "facts_from_config",
     "load_model_facts",
+    "model_name",
+    "thinking_mode",
     "validate_model_ref",
 ]
 
@@ -162,6 +164,7 @@ class ModelFacts:
     checkpoint_bytes_source: str  # "index" | "files" | "computed"
     mtp_bytes: int
     missing: tuple[str, ...]
+    thinking: str = "none"  # "thinking" | "hybrid" | "none": see thinking_mode()
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache bytes one token needs in the whole model (all ranks together).
@@ -263,6 +266,8 @@ def _family(model_type: str | None, architecture: str | None, vocab: int | None,
         return "mixtral"
     if mt == "kimi_k2":
         return "kimi_k2"
+    if mt == "deepseek_v32":
+        return "deepseek_v32"
     if mt == "deepseek_v3":
         return "deepseek_v3"
     if mt == "gpt_oss":
@@ -270,6 +275,53 @@ def _family(model_type: str | None, architecture: str | None, vocab: int | None,
     if mt.startswith(("glm", "chatglm")):
         return "glm"
     return "unknown"
+
+
+def model_name(ref: str) -> str:
+    """The checkpoint's name: the repo part of ``owner/name``, or a local folder's last component."""
+    return ref.rstrip("/").rsplit("/", 1)[-1]
+
+
+_WORD = r"(?:^|(?<=[-_.]))"  # a name part starts at the beginning or after - _ .
+_R1 = re.compile(_WORD + r"R1(?=$|[-_.])", re.IGNORECASE)
+_DEEPSEEK_HYBRID = re.compile(r"V3\.[1-9]", re.IGNORECASE)  # V3.1, V3.1-Terminus, V3.2, V3.2-Exp
+
+
+def thinking_mode(family: str, name: str) -> str:
+    """Whether a checkpoint thinks, from what it is (its family and the name it was released under;
+    the configs of a release's Instruct and Thinking checkpoints are the same):
+
+    - ``"thinking"``: always reasons first (Qwen3 ``-Thinking-2507``, Qwen3-Next ``-Thinking``,
+      DeepSeek-R1, Kimi-K2-Thinking, DeepSeek-V3.2-Speciale, gpt-oss);
+    - ``"hybrid"``: thinks by default or on request and can be switched off per request (the first
+      Qwen3 releases such as Qwen3-8B or Qwen3-30B-A3B, Qwen3.5, DeepSeek-V3.1 and V3.2, GLM-4.5/4.6);
+    - ``"none"``: never thinks (Qwen3 ``-Instruct-2507`` and Qwen3-Next ``-Instruct``, Kimi-K2-Instruct,
+      DeepSeek-V3 and V3-0324, pretrained ``-Base`` checkpoints, Qwen2.5, Llama, Mixtral, Qwen3-Coder).
+    """
+    n = name.lower()
+    base = bool(re.search(r"(?:^|[-_.])base(?=$|[-_.])", n))
+    if family in ("qwen3", "qwen3_moe", "qwen3_next"):
+        if "thinking" in n:
+            return "thinking"
+        if "instruct" in n or base:
+            return "none"
+        # Qwen3-Next was released only as -Instruct and -Thinking: no hybrid checkpoint
+        return "none" if family == "qwen3_next" else "hybrid"
+    if family == "qwen3_5":
+        return "none" if base else "hybrid"
+    if family == "deepseek_v3":
+        if _R1.search(name):
+            return "thinking"
+        return "hybrid" if _DEEPSEEK_HYBRID.search(name) and not base else "none"
+    if family == "deepseek_v32":
+        return "thinking" if "speciale" in n else ("none" if base else "hybrid")
+    if family == "kimi_k2":
+        return "thinking" if "thinking" in n else "none"
+    if family == "gpt_oss":
+        return "thinking"
+    if family == "glm":
+        return "none" if base else "hybrid"
+    return "none"
 
 
 def _quant_info(cfg: _Config) -> QuantInfo | None:
@@ -723,13 +775,14 @@ def facts_from_config(
             state_bytes_per_request=linear_layers * (conv_state + ssm_state),
         )
 
+    family = _family(model_type, architecture, vocab, id)
     return ModelFacts(
         id=id,
         source=source,
         local_path=local_path,
         architecture=architecture,
         model_type=model_type_top,
-        family=_family(model_type, architecture, vocab, id),
+        family=family,
         known_architecture=known,
         hidden_size=hidden or None,
         num_layers=layers or None,
@@ -760,6 +813,7 @@ def facts_from_config(
         checkpoint_bytes_source=bytes_source,
         mtp_bytes=round(t.nbytes["mtp"]),
         missing=tuple(cfg.missing),
+        thinking=thinking_mode(family, model_name(id)),
     )
 
 
