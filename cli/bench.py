@@ -4,8 +4,10 @@ list, show, compare, import and export — the command-line face of gpuops.core.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 from ..core.config import Inventory
@@ -133,7 +135,10 @@ def _compare(store, args: argparse.Namespace) -> int:
         return 0
     for run in runs:
         print(describe_run(run))
+    print(f"deltas: against #{runs[0].id}'s record of the same concurrency")
     _table(*compare_rows(doc))
+    if doc.get("note"):
+        print(f"note: {doc['note']}")
     return 0
 
 
@@ -206,16 +211,28 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
         raise BenchUsageError(str(exc)) from None
     host = None if args.target is not None else _host_for(inv, args, args.host).name
     live = not args.json and sys.stdout.isatty()
+    quiet = _Heartbeat()  # not a terminal: a line at least every HEARTBEAT_S while it runs
 
     def emit(event) -> None:
         if args.json:
             print(json.dumps(event.to_json(), allow_nan=False), flush=True)
-        else:
+        elif live:
             _print_event(event, live)
+        else:
+            quiet.saw(event)
+            if event.kind != "progress":
+                _print_event(event, live)
+                quiet.printed()
 
     async def use(ops, _yes):
         target = await ops.bench_target(deployment=args.target, url=args.url, host_name=host)
-        return await ops.bench(target, profile, emit=emit)
+        if live or args.json:
+            return await ops.bench(target, profile, emit=emit)
+        beat = asyncio.create_task(quiet.run())
+        try:
+            return await ops.bench(target, profile, emit=emit)
+        finally:
+            beat.cancel()
 
     try:
         run = run_use_case(inv, args, use)
@@ -230,6 +247,37 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
         print("gpuops: benchmark cancelled (stopped on the host)", file=sys.stderr)
         return 130
     return 0 if run.status == "ok" else 1
+
+
+HEARTBEAT_S = 10.0
+
+
+class _Heartbeat:
+    """Output that is not a terminal gets no progress bar: a line of progress instead, whenever
+    HEARTBEAT_S pass without one (a 1000-request run was silent for 97 s)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.started = self.last
+        self.progress: tuple[int, int] | None = None
+
+    def saw(self, event) -> None:
+        if event.kind == "progress":
+            self.progress = (event.data["done"], event.data["total"])
+        elif event.kind == "step":
+            self.progress = None
+
+    def printed(self) -> None:
+        self.last = time.monotonic()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, HEARTBEAT_S / 2))
+            now = time.monotonic()
+            if now - self.last >= HEARTBEAT_S:
+                done = f"{self.progress[0]}/{self.progress[1]} requests" if self.progress else "no request done yet"
+                print(f"  running {now - self.started:.0f} s: {done}", flush=True)
+                self.last = now
 
 
 def _print_event(event, live: bool) -> None:

@@ -131,6 +131,11 @@ class BenchLaunchScreen(GpuopsScreen):
         return [(f"{d.name}  {d.model} on {d.host} · {d.state}", d.name) for d in deployments]
 
     def on_mount(self) -> None:
+        if self.deployment is not None:  # as it is now (the caller's copy may be from its start)
+            try:
+                self.deployment = self.app.ops.deployment(self.deployment.name)  # type: ignore[attr-defined]
+            except Exception:
+                pass  # forgotten meanwhile: the form still shows what it was given
         d = self.deployment
         self.sub_title = "new benchmark" + (f" · {d.name}" if d else "")
         if d is not None:

@@ -187,6 +187,8 @@ class BenchCompareScreen(GpuopsScreen):
                      style="dim")
         for i, run in enumerate(runs):
             about.append(("  base " if i == 0 else "  vs   ") + describe_run(run) + "\n")
+        if doc.get("note"):
+            about.append(f"  {doc['note']}\n", style="yellow")
         self.query_one("#compare-about", TextView).set(about)
         fill_results(self.query_one("#compare-table", DataTable), doc)
         self.query_one(BenchPlots).draw(doc)

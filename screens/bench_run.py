@@ -116,7 +116,7 @@ class BenchRunScreen(GpuopsScreen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel" and not self.running:
-            return None  # shown disabled once the run has ended
+            return False  # gone from the footer once the run has ended (nothing to cancel)
         return super().check_action(action, parameters)
 
     # ------------------------------------------------------------- workers (they only post)

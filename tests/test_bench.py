@@ -277,7 +277,8 @@ def test_compare_matches_concurrencies_and_gives_percent_deltas(tmp_path):
     doc = compare(runs)
     assert doc["schema"] == 1 and [r["id"] for r in doc["runs"]] == [1, 2, 3]
     assert [c["label"] for c in doc["columns"]] == ["#1 c=1", "#1 c=8", "#2 c=8", "#2 c=1", "#3"]
-    assert [c["baseline"] for c in doc["columns"]] == [0, 1, 1, 0, 0]
+    assert [c["baseline"] for c in doc["columns"]] == [0, 1, 1, 0, None]  # the eval has no concurrency pair
+    assert doc["note"] is None
     by_key = {m["key"]: m for m in doc["metrics"]}
     out = by_key["output_throughput"]
     assert out["better"] == "higher" and out["unit"] == "tok/s"
@@ -296,6 +297,29 @@ def test_compare_matches_concurrencies_and_gives_percent_deltas(tmp_path):
     _, rows = compare_rows(doc)
     assert rows[-2:] == [["check tool_calls", "-", "-", "FAIL", "FAIL", "-"], ["check mtp", "-", "-", "skipped",
                                                                              "skipped", "-"]]
+    store.close()
+
+
+def test_compare_never_pairs_different_concurrencies(tmp_path):
+    """c=256 against c=4 gave "-82.1%" under a header that says "against the same concurrency":
+    no delta where the first run has no record of that concurrency, and the note says so."""
+    store = Store(tmp_path / "g.db")
+    rec = {"max_concurrency": 4, "output_throughput": 100.0, "median_ttft_ms": 10.0, "completed": 8}
+    a = store.add_bench_run(profile="smoke", settings={}, status="ok", records=[rec])
+    b = store.add_bench_run(profile="throughput", settings={}, status="ok",
+                            records=[dict(rec, max_concurrency=256, output_throughput=17.9)])
+    doc = compare([a, b])
+    assert [c["label"] for c in doc["columns"]] == [f"#{a.id} c=4", f"#{b.id} c=256"]
+    assert [c["baseline"] for c in doc["columns"]] == [0, None]
+    assert all(d is None for m in doc["metrics"] for d in m["delta_percent"])
+    assert doc["note"] == f"no run shares a concurrency with #{a.id} (4): no deltas"
+    header, rows = compare_rows(doc)
+    assert not any("%" in cell for row in rows for cell in row[1:])
+    c = store.add_bench_run(profile="sweep", settings={}, status="ok",
+                            records=[dict(rec, output_throughput=150.0), dict(rec, max_concurrency=64)])
+    doc = compare([a, c])
+    assert [m["delta_percent"] for m in doc["metrics"] if m["key"] == "output_throughput"] == [[None, 50.0, None]]
+    assert doc["note"] == f"no delta for #{c.id} c=64: #{a.id} has no run at that concurrency"
     store.close()
 
 
@@ -424,3 +448,26 @@ def test_without_the_sglang_venv_the_run_fails_and_says_why(cli, tmp_path):
     assert (run["status"], run["error"], run["url"], run["host"]) == ("failed", events[-1]["error"],
                                                                       "http://127.0.0.1:9", "sim")
     assert run["remote_dir"].startswith(str(tmp_path / "home" / ".local/state/gpuops/bench") + "/")
+
+
+async def test_a_headless_benchmark_says_something_at_least_every_heartbeat(monkeypatch, capsys):
+    """Output that is not a terminal: a progress line whenever HEARTBEAT_S pass without one."""
+    import asyncio
+
+    from gpuops.cli import bench as cli_bench
+    from gpuops.core.bench.runner import BenchEvent
+
+    monkeypatch.setattr(cli_bench, "HEARTBEAT_S", 0.2)
+    beat = cli_bench._Heartbeat()
+    beat.saw(BenchEvent("progress", {"done": 3, "total": 10}))
+    task = asyncio.create_task(beat.run())
+    try:
+        lines: list[str] = []
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            lines += capsys.readouterr().out.splitlines()
+            if len(lines) >= 2:
+                break
+    finally:
+        task.cancel()
+    assert len(lines) >= 2 and all(ln.startswith("  running ") and ln.endswith("3/10 requests") for ln in lines)

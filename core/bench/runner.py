@@ -671,7 +671,8 @@ def _columns(runs: list[BenchRun]) -> list[dict]:
             mc = record.get("max_concurrency")
             label = f"#{run.id}" + (f" c={mc}" if len(records) > 1 else "")
             values = {k: (score if k == "quality_score" else record.get(k)) for k, *_ in METRICS}
-            cols.append({"run": run.id, "label": label, "max_concurrency": mc, "values": values})
+            cols.append({"run": run.id, "label": label, "max_concurrency": mc, "values": values,
+                         "measured": bool(run.records)})
     return cols
 
 
@@ -683,19 +684,34 @@ def _delta(value: Any, base: Any) -> float | None:
 
 def compare(runs: list[BenchRun]) -> dict:
     """Runs side by side: one column per record (a sweep gives one per concurrency), each with its
-    delta in percent against the first run's column of the same concurrency (else its first)."""
+    delta in percent against the first run's column of the same concurrency. A column whose
+    concurrency the first run lacks has no baseline and no deltas (a c=256 run is never compared
+    with a c=4 one); ``note`` says so."""
     cols = _columns(runs)
     first = [c for c in cols if c["run"] == runs[0].id]
+    if len({c["max_concurrency"] for c in cols if c["measured"]}) > 1:  # the reader sees what is paired
+        for c in cols:
+            if c["measured"] and " c=" not in c["label"]:
+                c["label"] += f" c={c['max_concurrency'] or 'unlimited'}"
     for c in cols:
         same = [b for b in first if b["max_concurrency"] == c["max_concurrency"]]
-        c["baseline"] = cols.index(same[0] if same else first[0])
+        c["baseline"] = cols.index(same[0]) if same else None
+    unmatched = [c["label"] for c in cols if c["baseline"] is None and c["measured"]]
+    others = [c for c in cols if c["run"] != runs[0].id and c["measured"]]
+    if others and all(c["baseline"] is None for c in others):
+        note: str | None = (f"no run shares a concurrency with #{runs[0].id} "
+                            f"({', '.join(str(c['max_concurrency'] or 'unlimited') for c in first)}): no deltas")
+    elif unmatched:
+        note = f"no delta for {', '.join(unmatched)}: #{runs[0].id} has no run at that concurrency"
+    else:
+        note = None
     metrics = []
     for key, label, unit, better in METRICS:
         values = [c["values"][key] for c in cols]
         if all(v is None for v in values):
             continue
-        deltas = [None if i == c["baseline"] else _delta(c["values"][key], cols[c["baseline"]]["values"][key])
-                  for i, c in enumerate(cols)]
+        deltas = [None if c["baseline"] is None or i == c["baseline"]
+                  else _delta(c["values"][key], cols[c["baseline"]]["values"][key]) for i, c in enumerate(cols)]
         metrics.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
                         "delta_percent": deltas})
     by_id = {r.id: r for r in runs}
@@ -705,7 +721,7 @@ def compare(runs: list[BenchRun]) -> dict:
     return {"schema": SCHEMA, "runs": [r.to_json(full=False) for r in runs],
             "columns": [{"run": c["run"], "label": c["label"], "max_concurrency": c["max_concurrency"],
                          "baseline": c["baseline"]} for c in cols],
-            "metrics": metrics, "checks": checks}
+            "metrics": metrics, "checks": checks, "note": note}
 
 
 def fmt(value: Any) -> str:
