@@ -1,5 +1,7 @@
-"""Plan review: the fit per GPU, every flag with its reason, the diff against `--like`;
-change TP or features and see the verdict update. Ends in Deploy."""
+"""Plan review: the fit per GPU, every flag with its reason, the diff against `--like`; change
+TP, features, the name, port, GPUs, memory fraction, bind address, flags and env (`e`: one line,
+validated, see gpuops.core.planning.edits) and see the verdict update. Ends in Deploy, which shows
+what will happen (fits?, the download, port, bind, what runs on those GPUs) and asks first."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from textual.widgets import Footer, Header, Input, Static
 from ..core.planning.model_facts import ModelFacts
 from ..core.domain import Plan
 from ..core.planning import PlanError
+from ..core import units
+from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
 from ..core.planning.plan import Target, Wishes, build_plan
 from .base import GpuopsScreen
+from .confirm import ConfirmScreen
 from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
 from ..tui.widgets import TextView
 
@@ -31,14 +36,18 @@ class PlanReviewScreen(GpuopsScreen):
         Binding("minus", "tp(-1)", "TP-", key_display="-"),
         Binding("m", "toggle_mtp", "MTP on/off"),
         Binding("l", "like", "Like…"),
+        Binding("e", "edit", "Edit…"),
         Binding("d", "deploy", "Deploy"),
         Binding("escape", "back", "Back", key_display="esc"),
     ]
 
     class DeployRequested(Message):
-        def __init__(self, plan: Plan) -> None:
+        """Deploy `plan`: the operator saw the summary (and what runs on its GPUs) and said yes."""
+
+        def __init__(self, plan: Plan, confirmed: bool = True) -> None:
             super().__init__()
             self.plan = plan
+            self.confirmed = confirmed
 
     def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes):
         super().__init__(id="plan-review")
@@ -47,6 +56,8 @@ class PlanReviewScreen(GpuopsScreen):
         self.wishes = wishes
         self.plan: Plan | None = None
         self.error: str | None = None
+        self.edits: list[Edit] = []  # the operator's flag/env changes, applied to every rebuild
+        self._input_mode = "like"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -71,7 +82,7 @@ class PlanReviewScreen(GpuopsScreen):
 
     def rebuild(self) -> None:
         try:
-            self.plan = build_plan(self.facts, self.target, self.wishes)
+            self.plan = apply_edits(build_plan(self.facts, self.target, self.wishes), self.edits)
             self.error = None
         except PlanError as exc:
             self.error = str(exc)
@@ -131,17 +142,60 @@ class PlanReviewScreen(GpuopsScreen):
         self.rebuild()
         self.notify("MTP " + ("on" if self.wishes.mtp else "off"))
 
-    def action_like(self) -> None:
+    def _open_input(self, mode: str, placeholder: str) -> None:
         box = self.query_one("#like-input", Input)
+        self._input_mode = mode
+        box.placeholder = placeholder
+        box.border_title = mode
+        box.value = ""
         box.display = True
         box.focus()
 
+    def action_like(self) -> None:
+        self._open_input("like", "--like: a deployment's name, a plan JSON or a systemd unit file (esc cancels)")
+
+    def action_edit(self) -> None:
+        self._open_input("edit", "name N · port N · tp N · gpus 0,1 · mem 0.85 · bind ADDR · flag --X [V] · "
+                         "-flag --X · env K=V · -env K")
+
     @on(Input.Submitted, "#like-input")
-    def _like_given(self, event: Input.Submitted) -> None:
+    def _line_given(self, event: Input.Submitted) -> None:
         box = self.query_one("#like-input", Input)
         box.display = False
+        text = event.value.strip()
+        if not text:
+            return
+        if self._input_mode == "edit":
+            self.apply_edit(text)
+        else:
+            self._like(text)
+
+    def apply_edit(self, text: str) -> bool:
+        """One typed change; on an error a notification, and the plan as it was."""
+        known = self.target.help_flags
         try:
-            previous = load_previous(event.value.strip(), self._stored_plan)
+            kind, value = parse_edit(text, known)
+            wishes, target, edits = self.wishes, self.target, self.edits
+            if kind == "wish":
+                wishes = replace(wishes, **value)
+            elif kind == "bind":
+                target = replace(target, serve_host=value)
+            else:
+                if self.plan is None:
+                    raise PlanError("no plan to change: fix the error above first")
+                edits = with_edit(self.plan, edits, value)
+            plan = apply_edits(build_plan(self.facts, target, wishes), edits)
+        except PlanError as exc:
+            self.notify(str(exc), severity="error", timeout=8)
+            return False
+        self.wishes, self.target, self.edits, self.plan, self.error = wishes, target, edits, plan, None
+        self.show()
+        self.notify(f"changed: {text}")
+        return True
+
+    def _like(self, text: str) -> None:
+        try:
+            previous = load_previous(text, self._stored_plan)
         except PlanError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -161,5 +215,46 @@ class PlanReviewScreen(GpuopsScreen):
         if self.plan is None:
             self.notify("no valid plan to deploy", severity="error")
             return
-        self.post_message(self.DeployRequested(self.plan))
+        plan = self.plan
+        question, detail = deploy_summary(plan, self._gpu_processes(plan))
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.post_message(self.DeployRequested(plan))
+
+        self.app.push_screen(ConfirmScreen(question, detail, yes="Deploy"), answered)
+
+    def _gpu_processes(self, plan: Plan) -> list[str]:
+        """What runs on the plan's GPUs now, from the dashboard's samples of the host."""
+        monitor = getattr(self.app, "monitor", None)
+        state = monitor.states.get(plan.host) if monitor is not None and plan.host else None
+        snap = state.snapshot if state is not None else None
+        if snap is None:
+            return []
+        return [f"GPU{g.index}: pid {p.pid} {p.user or '?'} {(p.command or '?')[:60]} ({units.size(p.used_bytes)})"
+                for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
+
+
+def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
+    """The question and what the operator should see before a deploy: does it fit, where the
+    weights come from and how much downloads, the port and bind, what already runs on the GPUs."""
+    fit = plan.fit
+    fits = fit is None or fit.fits
+    lines = [f"fit: {fit.verdict if fit else 'not checked'}"]
+    size = (plan.model.checkpoint_bytes or 0) / 1e9
+    if plan.reuse_existing or not plan.download_dir:
+        lines.append(f"weights: {plan.model_path} (already there, nothing to download)")
+    else:
+        lines.append(f"weights: download {size:.1f} GB into {plan.model_path}")
+    lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
+                 + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
+    lines.append(f"GPUs {','.join(map(str, plan.gpu_ids))} (TP {plan.tp}) · {plan.launcher} launcher")
+    if busy:
+        lines.append("already on those GPUs (deploying anyway shares them; e then `gpus …` picks others):")
+        lines += [f"  {b}" for b in busy[:6]] + ([f"  … {len(busy) - 6} more"] if len(busy) > 6 else [])
+    warn = [] if fits else ["DOES NOT FIT"]
+    if busy:
+        warn.append("GPUs in use")
+    question = f"Deploy {plan.name} ({plan.model.id}) on {plan.host}?" + (f"  [{', '.join(warn)}]" if warn else "")
+    return question, "\n".join(lines)
 

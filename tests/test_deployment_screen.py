@@ -59,7 +59,10 @@ async def test_deploy_from_plan_review_opens_the_deployment_screen_until_ready(w
             target = await read_target(host)
             await app.push_screen(PlanReviewScreen(facts, target, Wishes(tp=1, name="fromtui")))
             await pilot.pause(0.2)
-            await pilot.press("d")
+            await pilot.press("d")  # the summary first, then yes
+            from gpuops.screens.confirm import ConfirmScreen
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen), timeout=30)
             screen = app.screen
             assert screen.deployment.name == "fromtui"

@@ -58,11 +58,63 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
         ids = [r.id for r in screen.plan.rules]
         assert "mtp" not in ids and "mamba-extra-buffer" not in ids
         assert "--speculative" not in " ".join(screen.plan.argv)
-        await pilot.press("d")
+        await pilot.press("d")  # asks first, with what will happen
+        from gpuops.screens.confirm import ConfirmScreen
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.screen.question.startswith("Deploy qwen3.5-122b-a10b (Qwen/Qwen3.5-122B-A10B)")
+        assert "fit: fits at TP4" in app.screen.detail and "weights:" in app.screen.detail
+        await pilot.press("y")
         await pilot.pause(0.2)
         assert any("deploy" in str(n.message) for n in app._notifications)
         await pilot.press("escape")
         assert not isinstance(app.screen, PlanReviewScreen)
+
+
+async def test_plan_review_edits_without_dead_ends_and_asks_before_deploying():
+    """Name, port, GPUs, memory fraction, bind, flags and env changed on the screen (validated, kept
+    across a TP change, shown as "set by you"); a plan that does not fit says so in the question."""
+    from gpuops.screens.confirm import ConfirmScreen
+
+    app = app_for()
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+        await app.push_screen(screen)
+        await pilot.pause(0.2)
+
+        async def typed(line: str) -> None:
+            await pilot.press("e", *line, "enter")
+            await pilot.pause(0.1)
+
+        await typed("port 31234")
+        await typed("name swapped")
+        await typed("flag --chunked-prefill-size 4096")
+        await typed("env NCCL_DEBUG=INFO")
+        await typed("mem 0.8")
+        p = screen.plan
+        assert (p.port, p.name, p.env["NCCL_DEBUG"]) == (31234, "swapped", "INFO")
+        assert "--chunked-prefill-size 4096" in " ".join(p.argv) and "--mem-fraction-static 0.8" in " ".join(p.argv)
+        you = [r for r in p.rules if r.id == "you"]
+        assert you and you[0].why == "set by you" and "--chunked-prefill-size 4096" in you[0].adds
+        before = screen.plan
+        for bad, says in (("flag --port 1", "--port is the planner's: use `port N`"),
+                          ("-flag --no-such-flag", "the plan has no --no-such-flag"),
+                          ("port 80", "port: a number 1024..65535"), ("env 1X=2", "POSIX name"),
+                          ("gpus 0,0", "distinct GPU indexes"), ("launch", "unknown change 'launch'")):
+            await typed(bad)
+            assert screen.plan is before, bad  # nothing changed
+            assert any(says in str(n.message) for n in app._notifications), (bad, [str(n.message) for n in app._notifications])
+        await typed("bind 0.0.0.0")
+        assert "--host 0.0.0.0" in " ".join(screen.plan.argv) and screen.plan.uses_api_key
+        await typed("-flag --chunked-prefill-size")
+        assert "--chunked-prefill-size" not in screen.plan.argv, [str(n.message) for n in app._notifications][-3:]
+        await pilot.press("minus")  # TP2: the edits stay
+        assert await until(pilot, lambda: screen.plan.tp == 2)
+        assert screen.plan.port == 31234 and screen.plan.env["NCCL_DEBUG"] == "INFO"
+        await pilot.press("d")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "DOES NOT FIT" in app.screen.question and "API key" in app.screen.detail
+        await pilot.press("n")  # no: back on the plan, nothing deployed
+        assert await until(pilot, lambda: app.screen is screen)
 
 
 @pytest.fixture

@@ -172,7 +172,9 @@ class GpuopsApp(App):
             await self.push_screen(DeploymentScreen(deployment))
 
         async def work() -> None:
-            outcome = await self.ops.deploy(plan, plan.host, on_begin=opened, keep_on=True)
+            # the operator confirmed the summary, which listed what runs on the plan's GPUs
+            outcome = await self.ops.deploy(plan, plan.host, on_begin=opened, keep_on=True,
+                                            yes=bool(getattr(event, "confirmed", False)))
             self.notify(f"{plan.name}: {outcome}", severity="information" if outcome == "ready" else "error")
 
         self._run_use_case(work(), "deploy")

@@ -1,0 +1,164 @@
+"""What the operator changes on a plan after the planner made it: one line each, as typed on plan
+review (or given to a script), validated before it changes anything.
+
+    name N · port N · tp N · gpus 0,1 · mem 0.85 · bind 0.0.0.0     the planner's own choices
+    flag --NAME [VALUE…] · -flag --NAME                             add/alter or drop an SGLang flag
+    env NAME=VALUE · -env NAME                                      set or drop an environment variable
+
+The first group goes back through the planner (it re-checks the fit, the port, the GPUs); flags and
+env are applied to the plan it makes, every time it makes one, and the rule list shows them as "set
+by you". The flags the planner owns (``--port``, ``--tp-size``, ``--host``, …) are refused as
+flags: each has its own word above (or is derived). A flag the host's SGLang does not know is
+refused, as is anything a shell, a unit or a screen could not hold (the plan's own validation)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from ipaddress import ip_address
+from typing import Any, Sequence
+
+from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
+from . import PlanError
+from .flag_rules import OWNED_FLAGS
+
+WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "flag", "-flag", "env", "-env")
+_OWNED_HINT = {"--port": "port N", "--tp-size": "tp N", "--tp": "tp N", "--host": "bind ADDRESS",
+               "--mem-fraction-static": "mem FRACTION", "--served-model-name": "name N (or --like)",
+               "--api-key": "bind beyond loopback (gpuops keeps the key)"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
+
+
+class EditError(PlanError):
+    """An edit that cannot be made; one line, nothing changed."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One of the operator's changes to flags or env (the planner's own choices are Wishes)."""
+
+    op: str  # "flag" | "-flag" | "env" | "-env"
+    name: str
+    values: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        if self.op == "env":
+            return f"{self.name}={self.values[0]}"
+        if self.op == "-env":
+            return f"-{self.name}"
+        return ("-" if self.op == "-flag" else "") + " ".join([self.name, *self.values])
+
+
+def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, Any]:
+    """One typed edit: ("wish", {field: value}) for the planner's choices, ("edit", Edit) for a flag
+    or env change; EditError (one line) for anything else."""
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise EditError(f"cannot read {line!r}: {exc}") from None
+    if not words:
+        raise EditError("nothing to change")
+    word, args = words[0].lower(), words[1:]
+    if word not in WORDS:
+        raise EditError(f"unknown change {word!r}: one of {', '.join(WORDS)}")
+    if word in ("name", "port", "tp", "mem", "bind", "gpus") and len(args) != 1:
+        raise EditError(f"{word} takes one value")
+    if word == "name":
+        from ..config import validate_host_name
+
+        try:
+            return "wish", {"name": validate_host_name(args[0])}
+        except ValueError as exc:
+            raise EditError(f"name: {exc}") from None
+    if word == "port":
+        if not args[0].isdigit() or not 1024 <= int(args[0]) <= 65535:
+            raise EditError(f"port: a number 1024..65535, not {args[0]!r}")
+        return "wish", {"port": int(args[0])}
+    if word == "tp":
+        if not args[0].isdigit() or not 1 <= int(args[0]) <= 64:
+            raise EditError(f"tp: a number 1..64, not {args[0]!r}")
+        return "wish", {"tp": int(args[0]), "gpu_ids": None}
+    if word == "gpus":
+        try:
+            ids = tuple(int(x) for x in args[0].split(","))
+        except ValueError:
+            raise EditError(f"gpus: GPU indexes such as 0,1,2,3, not {args[0]!r}") from None
+        if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+            raise EditError(f"gpus: distinct GPU indexes, not {args[0]!r}")
+        return "wish", {"gpu_ids": ids, "tp": len(ids)}
+    if word == "mem":
+        try:
+            frac = float(args[0])
+        except ValueError:
+            frac = -1.0
+        if not 0.3 <= frac <= 0.97:
+            raise EditError(f"mem: the static memory fraction, 0.3..0.97, not {args[0]!r}")
+        return "wish", {"mem_fraction_static": frac}
+    if word == "bind":
+        try:
+            ip_address(args[0])
+        except ValueError:
+            raise EditError(f"bind: an IP address such as 127.0.0.1 or 0.0.0.0, not {args[0]!r}") from None
+        return "bind", args[0]
+    if word in ("env", "-env"):
+        if len(args) != 1:
+            raise EditError(f"{word} takes {'NAME=VALUE' if word == 'env' else 'NAME'}")
+        name, sep, value = args[0].partition("=")
+        if not _ENV_NAME.fullmatch(name) or (word == "env" and not sep) or (word == "-env" and sep):
+            raise EditError(f"{word}: {'NAME=VALUE' if word == 'env' else 'NAME'} with a POSIX name, not {args[0]!r}")
+        return "edit", Edit(word, name, (value,) if word == "env" else ())
+    if not args or not _FLAG.fullmatch(args[0]):
+        raise EditError(f"{word}: an SGLang flag such as --chunked-prefill-size, not {' '.join(args) or 'nothing'}")
+    name = args[0]
+    if name in OWNED_FLAGS or name in _OWNED_HINT:
+        hint = _OWNED_HINT.get(name)
+        raise EditError(f"{name} is the planner's" + (f": use `{hint}`" if hint else " (derived from the model)"))
+    if word == "flag" and known_flags is not None and name not in known_flags:
+        raise EditError(f"{name}: this host's SGLang has no such flag")
+    if word == "-flag" and len(args) > 1:
+        raise EditError("-flag takes only the flag's name")
+    return "edit", Edit(word, name, tuple(args[1:]))
+
+
+def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:
+    """`plan` with the operator's flag and env edits (later ones win), shown as the rule "you"."""
+    if not edits:
+        return plan
+    flags = split_flags(plan.argv)
+    env = dict(plan.env)
+    adds: list[str] = []
+    removes: list[str] = []
+    for e in edits:
+        if e.op == "flag":
+            flags = [f for f in flags if f[0] != e.name] + [(e.name, e.values)]
+            adds.append(" ".join([e.name, *e.values]))
+        elif e.op == "-flag":  # (a rebuild that no longer adds it: nothing to drop)
+            if any(f[0] == e.name for f in flags):
+                flags = [f for f in flags if f[0] != e.name]
+                removes.append(e.name)
+        elif e.op == "env":
+            env[e.name] = e.values[0]
+            adds.append(f"{e.name}={e.values[0]}")
+        elif e.op == "-env" and e.name in env:
+            del env[e.name]
+            removes.append(e.name)
+    rule = RuleFired(id="you", why="set by you", adds=adds, removes=removes)
+    try:
+        return plan.replace(argv=join_flags(flags), env=env, rules=[*plan.rules, rule])
+    except Invalid as exc:
+        raise EditError(str(exc)) from None
+
+
+def with_edit(plan: Plan, edits: Sequence[Edit], new: Edit) -> list[Edit]:
+    """The edit list with `new` replacing any earlier edit of the same flag or variable; dropping
+    what `plan` (the plan as shown) does not have is an EditError."""
+    if new.op == "-flag" and not any(f[0] == new.name for f in split_flags(plan.argv)):
+        raise EditError(f"-flag {new.name}: the plan has no {new.name}")
+    if new.op == "-env" and new.name not in plan.env:
+        raise EditError(f"-env {new.name}: the plan sets no {new.name}")
+    return [e for e in edits if e.name != new.name] + [new]
+
+
+__all__ = ["Edit", "EditError", "WORDS", "apply", "parse", "with_edit"]
