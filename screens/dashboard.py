@@ -45,7 +45,8 @@ def bar(fraction: Any, width: int = BAR_WIDTH) -> Text:
 
 
 def host_status(state: HostState, now: float) -> tuple[str, str]:
-    """(symbol, style) for a host row: fresh, stale, unreachable or not yet known."""
+    """(symbol, style) for a host row: fresh, stale, unreachable, not yet known, or reachable with
+    its GPUs unreadable (NVML failing: a driver/library mismatch, no driver) — never green then."""
     age = state.age(now)
     if state.reachable is False:
         return "✖", "red"
@@ -53,6 +54,9 @@ def host_status(state: HostState, now: float) -> tuple[str, str]:
         return "…", "dim"
     if age > STALE_AFTER:
         return "●", "yellow"
+    snap = state.snapshot
+    if snap is not None and not snap.nvml.ok and not snap.gpus:
+        return "▲", "red bold"
     return "●", "green"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from textual.widgets import DataTable, Input
@@ -155,3 +156,19 @@ async def test_stale_host_panel_says_how_stale(sshd):
             assert str(row[0]) in ("●", "✖")
     finally:
         await proxy.close()
+
+
+async def test_a_host_whose_gpus_cannot_be_read_is_not_green(tmp_path):
+    """A driver/library mismatch: the host answers, NVML does not; its row says so (▲, red) and
+    the detail pane shows the hint."""
+    from gpuops.core.config import parse_inventory
+    from gpuops.screens.dashboard import host_status
+    from gpuops.sim.host import setup_simhost
+
+    sim = setup_simhost(tmp_path / "sim", gpus=2, nvml="mismatch")
+    app = GpuopsApp(parse_inventory(sim.host_block("broken"), "config.toml"), interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        state = app.monitor.states["broken"]
+        assert await until(pilot, lambda: state.snapshot is not None, timeout=20)
+        assert host_status(state, time.monotonic()) == ("▲", "red bold")
+        assert await until(pilot, lambda: "kernel module 580.159.04" in screen_text(app), timeout=10)
