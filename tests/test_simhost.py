@@ -743,3 +743,20 @@ def test_dead_processes_are_dropped_and_their_memory_freed(host, sleeper):
     host.set_gpu(1, memory_used=3 * GIB, processes=[{"pid": zombie.pid, "used": 3 * GIB}])
     assert report(host)["gpus"][1]["memory_used_bytes"] == 0
     zombie.wait()
+
+
+def test_a_simulated_download_has_a_tokenizer_the_real_libraries_load(tmp_path, sglang_venv):
+    """The simulator's `hf download` writes a real (tiny) byte-level tokenizer: transformers loads
+    it, it round-trips text, and it has a vocabulary to draw random prompts from (bench_serving's
+    random dataset failed on the empty one: "high <= 0")."""
+    sim = setup_simhost(tmp_path / "sim", gpus=1)
+    out = tmp_path / "model"
+    res = run([str(sim.bin_dir / "hf"), "download", "Qwen/Qwen3-8B", "--local-dir", str(out)], timeout=60,
+              env=dict(os.environ, HF_HUB_OFFLINE=""))
+    assert res.returncode == 0, res.stderr
+    probe = ("import sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+             "ids = t.encode('the quick brown fox, 42!'); print(t.vocab_size, t.decode(ids) == 'the quick brown fox, 42!')")
+    res = run([str(sglang_venv / "bin" / "python"), "-c", probe, str(out)], timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    size, roundtrip = res.stdout.split()
+    assert int(size) >= 256 and roundtrip == "True"
