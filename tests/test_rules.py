@@ -428,9 +428,15 @@ CASES = [
          "Init START", "incomplete"),
     Case("graph-capture-silent", "cuda-graph-stall", "warning", lambda: upto(D10, "Capturing batches"),
          "Capturing batches (bs=1 avail_mem=15.49 GB): 100%", "incomplete"),
-    Case("crash", "server-crashed", "error",
+    # an exception the weight loader raised is the checkpoint and the model code disagreeing, not an
+    # unknown crash (the generic rule's finding, under the crash rule's id)
+    Case("crash", "weight-load-error", "error",
          lambda: upto(D10, "Loading safetensors") + crash(TP4, WEIGHTS, "KeyError: 'model.layers.0.mlp.experts.w13_weight'"),
          "KeyError: 'model.layers.0.mlp.experts.w13_weight'"),
+    Case("cuda-kernel-error", "cuda-error", "error",
+         lambda: upto(D10, "Capture cuda graph end") + crash(TP4, RUNNER,
+                                                             "torch.AcceleratorError: CUDA error: unspecified launch failure"),
+         "unspecified launch failure", "crashed"),
     Case("crash", "server-crashed", "error",
          lambda: server_args_error("ValueError: --tool-call-parser qwen3_coder is not supported", 1520),
          "Traceback (most recent call last):"),

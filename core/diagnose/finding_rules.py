@@ -64,7 +64,7 @@ from typing import Callable, Iterable
 from ..planning import sglang_versions as sv
 from ..domain import SEVERITIES, Evidence, Finding, Fix, Severity
 from .fixes import apply_patch, describe_patch
-from .phases import Crash, LogLine, PhaseTracker, clean, track_log
+from .phases import Crash, JoinedLine, LogLine, PhaseTracker, clean, track_log
 from ..domain import Plan, split_flags
 from ..planning.flag_rules import MAMBA_FLAGS
 
@@ -76,7 +76,7 @@ CODES: tuple[str, ...] = (
     "kv-cache-oom", "cuda-graph-oom", "cuda-oom", "weight-load-error", "port-in-use", "leftover-gpu-process",
     "shm-too-small", "p2p-unavailable", "download-stalled",
     "server-args-invalid", "kv-cache-small", "watchdog-timeout", "warmup-failed", "cuda-graph-stall",
-    "server-crashed",
+    "server-crashed", "cuda-error",
 )
 
 _EVIDENCE_LINES = 4  # per finding: the first distinct matching lines
@@ -90,7 +90,9 @@ PatchFn = Callable[["Ctx"], "dict | None"]
 class LineRule:
     """A finding that one log line shows. ``phases``: the crash phase (or, for a line outside
     the crash, the phase at that line) the rule applies to; None: any. ``covers``: codes or rule
-    ids whose findings this one makes redundant (they are the symptom of this cause)."""
+    ids whose findings this one makes redundant (they are the symptom of this cause). ``fallback``:
+    only lines from the crash on, and only when no other rule found an error (a generic reading
+    of the crash's exception, better than none)."""
 
     id: str
     code: str
@@ -102,6 +104,7 @@ class LineRule:
     patch: PatchFn | None = None
     phases: tuple[str, ...] | None = None
     covers: tuple[str, ...] = ()
+    fallback: bool = False
 
 
 @dataclass(frozen=True)
@@ -292,7 +295,8 @@ def _context_to_pool(ctx: Ctx) -> dict | None:
 def _next_port(ctx: Ctx) -> dict | None:
     """The server's port was taken: the next one. Another port (NCCL's, dist init's) is not the
     plan's to move."""
-    taken = _int(ctx.groups.get("port") or ctx.groups.get("port2") or ctx.groups.get("port3"))
+    taken = _int(ctx.groups.get("port") or ctx.groups.get("port2") or ctx.groups.get("port3")
+                 or ctx.groups.get("port4"))
     port = ctx.port()
     if port is None or (taken is not None and taken != port) or port >= 65535:
         return None
@@ -352,9 +356,9 @@ _OOM_WHAT = "CUDA ran out of GPU memory{want_text}"
 
 def _rule(id: str, code: str, severity: Severity, needles: tuple[str, ...], pattern: str | re.Pattern[str], summary: str,
           fix: str, patch: PatchFn | None = None, phases: tuple[str, ...] | None = None,
-          covers: tuple[str, ...] = ()) -> LineRule:
+          covers: tuple[str, ...] = (), fallback: bool = False) -> LineRule:
     rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
-    return LineRule(id, code, severity, needles, rx, summary, fix, patch, phases, covers)
+    return LineRule(id, code, severity, needles, rx, summary, fix, patch, phases, covers, fallback)
 
 
 _NCCL_CAUSES = ("nccl-error",)
@@ -416,9 +420,13 @@ LINE_RULES: tuple[LineRule, ...] = (
           _OOM_WHAT + " while capturing CUDA graphs.",
           "Capture smaller graphs (lower the largest CUDA-graph batch size) or leave them more memory",
           _graph_oom, phases=("cuda_graph",)),
-    _rule("kv-not-enough-memory", "kv-cache-oom", "error", ("Not enough memory. Please try to increase",),
+    _rule("kv-not-enough-memory", "kv-cache-oom", "error",
+          ("Not enough memory. Please try to increase", "is larger than the profiled value"),
           r"Not enough memory\. Please try to increase --mem-fraction-static\.(?: Current value: "
-          r"mem_fraction_static=(?P<current>[\d.]+))?",
+          r"mem_fraction_static=(?P<current>[\d.]+))?|"
+          # --max-total-tokens given and the profile came out at or below zero (0.4.x+ model_runner.py,
+          # 0.5.10 model_runner_kv_cache_mixin.py:817): SGLang goes on with the profiled value and fails later
+          r"max_total_tokens=(?P<asked>\d+) is larger than the profiled value (?P<profiled>-\d+|0)\.",
           "No room was left for the KV cache: the weights fill the --mem-fraction-static budget, so the profiled "
           "token budget came out at zero or below.",
           "Raise --mem-fraction-static (or plan a larger TP)", _raise_mem_fraction),
@@ -458,9 +466,11 @@ LINE_RULES: tuple[LineRule, ...] = (
           "Lower --mem-fraction-static to leave more for activations", _lower_mem_fraction),
     # -- drivers --------------------------------------------------------------------------------
     _rule("cuda-driver-too-old", "cuda-driver-too-old", "error",
-          ("driver version is insufficient", "driver on your system is too old", "cudaErrorInsufficientDriver"),
+          ("driver version is insufficient", "driver on your system is too old", "cudaErrorInsufficientDriver",
+           "undefined symbol: cuTensorMap", "undefined symbol: cuGreenCtx"),
           r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver|"
-          r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)",
+          r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)|"
+          r"undefined symbol: (?P<symbol>cuTensorMap\w+|cuGreenCtx\w+)",
           "The NVIDIA driver is older than the CUDA runtime this SGLang was built with.",
           "Upgrade the host's NVIDIA driver, or use an SGLang/torch build for the CUDA the driver supports",
           covers=_NCCL_CAUSES),
@@ -500,10 +510,14 @@ LINE_RULES: tuple[LineRule, ...] = (
           r"[sS]ocketPollConnect: connect (?:to (?P<peer>\S+) )?returned Connection refused, exceeded error retry count",
           "NCCL could not connect to a peer rank: connection refused until it gave up.",
           "See whether every rank started; restart with NCCL_DEBUG=INFO", _nccl_debug, covers=("nccl-error-code",)),
-    _rule("nccl-store-timeout", "nccl-init-stall", "error", ("waiting for clients",),
-          r"Timed out after (?P<secs>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<world>\d+) clients joined",
-          "The distributed rendezvous timed out: {joined} of {world} ranks joined.",
-          "Find the rank that never joined (py-spy, host triage); restart with NCCL_DEBUG=INFO", _nccl_debug,
+    _rule("nccl-store-timeout", "nccl-init-stall", "error", ("waiting for clients", "client socket has timed out after"),
+          r"Timed out after (?P<secs>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<world>\d+) clients joined|"
+          # the other side: a rank's TCPStore client never reached the store at --dist-init-addr
+          r"The client socket has timed out after (?P<ms>\d+)ms while trying to connect to "
+          r"\((?P<host>[^,()]+), (?P<store_port>\d+)\)",
+          "The distributed rendezvous timed out: {rendezvous_text}.",
+          "Find the rank that never joined (py-spy, host triage; check --dist-init-addr, that node 0 started and "
+          "that this host reaches its port); restart with NCCL_DEBUG=INFO", _nccl_debug,
           covers=("nccl-error-code",)),
     _rule("nccl-error-code", "nccl-error", "error",
           ("NCCL error", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError", "ncclInvalidUsage",
@@ -524,6 +538,8 @@ LINE_RULES: tuple[LineRule, ...] = (
     _rule("port-in-use", "port-in-use", "error",
           ("ddress already in use", "Port is already in use", "is not available in", "EADDRINUSE"),
           r"bind on address \((?:'[^']*'|\"[^\"]*\"), (?P<port>\d+)[^)]*\): address already in use|"
+          r"ZMQError: Address already in use \(addr='\w+://[^']*?:(?P<port4>\d+)'\)|"
+          r"ZMQError: Address already in use|\[Errno 98\] Address already in use|"
           r"(?:failed to (?:bind|listen) (?:to|on) \[[^\]]*\]:|port: )(?P<port2>\d+).*?(?:Address already in use|"
           r"EADDRINUSE)|(?P<name>\w+_port) at (?P<port3>\d+) is not available in \d+ seconds|Port is already in use\.",
           "A port the server needs is taken{port_text}.",
@@ -534,14 +550,29 @@ LINE_RULES: tuple[LineRule, ...] = (
           "Some of the server's GPUs have less free memory than others ({low} vs {local} GB): other processes "
           "may hold them.",
           "List the GPUs' processes (gpuops gpus) and end the leftovers"),
-    _rule("watchdog-timeout", "watchdog-timeout", "error", ("watchdog timeout",),
-          r"(?P<name>\w+) watchdog timeout \(self\.watchdog_timeout=(?P<timeout>[\d.]+)",
+    _rule("watchdog-timeout", "watchdog-timeout", "error", ("watchdog timeout", "Watchdog timeout ("),
+          r"(?:(?P<name>\w+) watchdog|^Watchdog) timeout \(self\.watchdog_timeout=(?P<timeout>[\d.]+)",
           "The {name} made no progress for {timeout} s and SGLang's watchdog killed it.",
           "Read the py-spy dump above the line; if the step is merely slow, raise --watchdog-timeout", _watchdog),
     _rule("warmup-failed", "warmup-failed", "error", ("Initialization failed. warmup error",),
           r"Initialization failed\. warmup error",
           "The server started but its warmup request failed.",
           "Read the warmup traceback that follows the line"),
+    # torch/Triton surface a failed kernel as "CUDA error: …" (c10/cuda/CUDAException.cpp), the driver API
+    # as CUDA_ERROR_* (cuGetErrorName), the runtime as cudaError*; a device-side assert also prints the
+    # kernel's own "file.cu:N: …: Assertion `…` failed."
+    _rule("cuda-kernel-error", "cuda-error", "error",
+          ("device-side assert", "unspecified launch failure", "illegal memory access", "CUDA_ERROR_LAUNCH_FAILED",
+           "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_ASSERT", "cudaErrorLaunchFailure", "cudaErrorIllegalAddress",
+           "cudaErrorAssert", "Assertion `"),
+          r"(?:CUDA error|Triton Error \[CUDA\]): (?P<what>device-side assert triggered|unspecified launch failure|"
+          r"an illegal memory access was encountered)|(?P<code>CUDA_ERROR_LAUNCH_FAILED|CUDA_ERROR_ILLEGAL_ADDRESS|"
+          r"CUDA_ERROR_ASSERT|cudaErrorLaunchFailure|cudaErrorIllegalAddress|cudaErrorAssert)|"
+          r"\.cu:\d+: .*Assertion `(?P<assertion>.{0,200})` failed",
+          "A CUDA kernel failed on the GPU{phase}: {what}{code}{assert_text}.",
+          "Rerun with CUDA_LAUNCH_BLOCKING=1 to see the kernel that failed: a device-side assert is usually an input "
+          "out of range (a prompt longer than the context, a bad token id), a launch failure or an illegal access "
+          "a kernel bug or a failing GPU (look for Xid errors in the host's kernel log)", covers=_NCCL_CAUSES),
 )
 
 SILENCE_RULES: tuple[SilenceRule, ...] = (
@@ -571,6 +602,7 @@ _GATE = re.compile("|".join(map(re.escape, (" NCCL INFO ",) + _NEEDLES + (_TB_ST
 # INFO lines, progress bars, and a traceback's frame and source lines.
 _SKIP = ("Decode batch", "Prefill batch", "INFO:     ", "Loading safetensors", "Multi-thread loading", "Capturing ",
          "Load weight", "KV Cache is", '  File "', "    ")
+_LOADER_EXC_RE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b")
 _NCCL_INIT_RE = re.compile(r"ncclCommInit\w* comm (0x[0-9a-f]+) rank (\d+) .*- Init (START|COMPLETE)$")
 
 
@@ -650,6 +682,12 @@ class LogScanner:
                 self._crash_end = self.line_no
             if tracker.last_phase_line is not self._last_phase[0]:
                 self._last_phase = (tracker.last_phase_line, self.line_no, _shown(ln))
+        if type(ln) is JoinedLine:  # log lines tqdm's \r joined before this one
+            for part in ln.extra:
+                self._scan(part, tracker)
+        self._scan(ln, tracker)
+
+    def _scan(self, ln: LogLine, tracker: PhaseTracker | None) -> None:
         t = ln.text
         if t.startswith(_SKIP):
             return
@@ -723,6 +761,8 @@ class LogScanner:
                 phase = crash.phase if crash is not None and crash_at is not None and h.line_no >= crash_at else h.phase
                 if h.line_no in claimed or (rule.phases is not None and phase not in rule.phases):
                     continue
+                if rule.fallback and (crash_at is None or h.line_no < crash_at):
+                    continue
                 if rule.severity == "error" and ready_at is not None and h.line_no < ready_at:
                     continue  # the server got to ready after it: not what stopped it
                 hits.append((h, phase))
@@ -736,7 +776,8 @@ class LogScanner:
                 merged[key] = _Found(rule, hits, self._counts[rule.id] - len(self._hits[rule.id]))
         found = [(f.hits[0][0].line_no, f.finding(self, tracker, plan), f.rule) for f in merged.values()]
         out = [(n, f) for n, f, r in found
-               if not any(f.code in o.covers or r.id in o.covers for _, _, o in found if o is not r)]
+               if not any(f.code in o.covers or r.id in o.covers for _, _, o in found if o is not r)
+               and not (r.fallback and any(o.severity == "error" and not o.fallback for _, _, o in found))]
         if tracker.outcome == "incomplete":
             out.extend(self._silence(tracker, plan, {f.code for _, f in out}))
         if tracker.outcome == "crashed" and crash is not None and crash_at is not None and not any(
@@ -785,6 +826,15 @@ class LogScanner:
         if crash.summary != evidence[0].line:
             end = self._crash_end if self._crash is crash and self._crash_end else self.line_no
             evidence.append(Evidence(f"log:{end}", crash.summary))
+        if crash.phase in ("weights", "draft") and _LOADER_EXC_RE.match(crash.summary) and any(
+                "load_weights" in e or "model_loader" in e or "weight_utils" in e for e in crash.evidence):
+            # an exception the weight loader raised (a checkpoint key it does not know, a shape it
+            # does not expect): the checkpoint and this SGLang's model code disagree
+            return Finding("weight-load-error", "error", f"Loading the weights failed: {crash.summary[:300]}",
+                           tuple(evidence), Fix("The checkpoint does not match what this SGLang's model loader "
+                                                "expects: check --model-path and the quantization flags, or use "
+                                                "an SGLang release that supports this model"),
+                           {"rule": "crash", "phase": crash.phase})
         where = f"in {crash.phase}" if crash.phase else "before any phase"
         return Finding("server-crashed", "error", f"The server crashed {where}: {crash.summary[:300]}",
                        tuple(evidence), Fix("No known signature: read the traceback (gpuops logs NAME)"),
@@ -819,7 +869,12 @@ class _Found:
         vals = _Vals(groups)
         vals["phase"] = f"in {phase}" if phase else ""
         vals["want_text"] = f" (tried to allocate {groups['want']})" if groups.get("want") else ""
-        port = groups.get("port") or groups.get("port2") or groups.get("port3")
+        vals["rendezvous_text"] = (f"{groups['joined']} of {groups['world']} ranks joined" if groups.get("world") else
+                                   f"a rank could not reach the store at {groups.get('host', '?')}:"
+                                   f"{groups.get('store_port', '?')}")
+        vals["assert_text"] = "" if groups.get("what") or groups.get("code") or not groups.get("assertion") else (
+            f"device-side assert `{groups['assertion']}`")
+        port = groups.get("port") or groups.get("port2") or groups.get("port3") or groups.get("port4")
         vals["port_text"] = (f": {port}" + (f" ({groups['name']})" if groups.get("name") else "")) if port else ""
         detail = next((groups[k] for k in ("path", "what", "missing") if groups.get(k)), "")
         vals["detail"] = f": {detail}" if detail else ""

@@ -69,6 +69,7 @@ __all__ = [
     "PHASES",
     "OUTCOMES",
     "LogLine",
+    "JoinedLine",
     "clean",
     "PhaseChange",
     "Progress",
@@ -98,15 +99,25 @@ _DRAFT_REPEATS = frozenset(("dist_init", "weights", "kv_cache"))
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
-    """One log line. ``text`` is the message: ANSI codes, a container prefix (``name  | ``),
-    a journal/RFC 3339 timestamp prefix, tqdm's ``\\r`` history (the last state is kept) and
-    SGLang's ``[2026-07-14 07:49:04 TP3 EP3] `` prefix removed. ``ts`` is SGLang's timestamp as
-    printed; ``ranks`` the rank tags of that prefix (``{"TP": 3, "EP": 3}``)."""
+    """One log line. ``text`` is the message: ANSI codes, what a relaying program put first (a
+    container prefix ``name  | ``, journald's, docker's/kubectl's/GitHub Actions' timestamps, Python
+    logging's or Rust tracing's timestamp and level, srun's ``0: ``, mpirun's and kubectl's tags),
+    tqdm's ``\\r`` history (the last state is kept) and SGLang's ``[2026-07-14 07:49:04 TP3 EP3] ``
+    prefix removed. ``ts`` is SGLang's timestamp as printed; ``ranks`` the rank tags of that prefix
+    (``{"TP": 3, "EP": 3}``). A raw line that holds several log lines is a :class:`JoinedLine`."""
 
     raw: str
     text: str
     ts: str | None = None
     ranks: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedLine(LogLine):
+    """A raw line in which tqdm's ``\\r`` joined log lines to a progress bar: ``extra`` are the log
+    lines before ``text`` (each a LogLine, in order); the tracker and the rules read them first."""
+
+    extra: tuple[LogLine, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,21 +188,136 @@ Change = Union[PhaseChange, Progress, Numbers, Crash]
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 # docker compose: "sglang-1  | " (v2), "sglang_1  | " (v1)
 _COMPOSE_RE = re.compile(r"[A-Za-z0-9][\w.-]*\s+\| ")
-# journalctl -o short / short-iso: "Nov 30 12:00:01 host python3[1234]: "
+# journalctl -o short / short-precise / short-iso: "Nov 30 12:00:01 host python3[1234]: "
 _JOURNAL_RE = re.compile(
-    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
     r" \S+ [^\s:\[]+(?:\[\d+\])?: "
 )
-# docker logs -t / kubectl logs --timestamps: "2026-07-14T07:49:04.123456789Z "
-_RFC3339_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) ")
-# SGLang's configure_logger: "[%(asctime)s{.msecs}{prefix}] " with prefix " DP1 PP0 ATTN_CP0 MOE_DP0 TP1 EP1"
-_SGL_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [A-Za-z_]+\d+)*)[^\]\n]{0,80}\] ?")
+_LEVELS = r"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)"
+# A timestamp a program that relays the server's output puts first: docker logs -t, kubectl logs
+# --timestamps, GitHub Actions ("2026-07-14T07:49:04.123456789Z "), docker's and others' "2026-07-14
+# 07:49:04 ", with what Python logging ("… - name - INFO - ", "… - INFO - ") or Rust tracing
+# ("…Z  INFO target::path: ") writes after it.
+_TS_WRAP_RE = re.compile(
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?"
+    r"(?: - (?:[\w.<>-]+ - )?" + _LEVELS + r" - |\s+" + _LEVELS + r"\s+(?:[\w.:<>-]+: )?|"
+    r" \| " + _LEVELS + r" +\| (?:[\w.<>-]+ \| )?| \[" + _LEVELS + r"\] | )"
+)
+# Python logging's basicConfig default "INFO:root:" (uvicorn's "INFO:     " has spaces: kept)
+_PYLOG_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.<>-]+:")
+_PYLOG_HEADS = ("DEBU", "INFO", "WARN", "ERRO", "CRIT")
+# srun --label "0: ", mpirun --tag-output "[1,0]<stdout>:" (with --timestamp-output a date before it),
+# kubectl logs --prefix "[pod/name/container] ", Ray's "(WorkerDict pid=616, ip=10.0.0.1) "
+_SLURM_RE = re.compile(r" {0,4}\d{1,5}: ")
+_MPI_RE = re.compile(r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?\[\d+,\d+\]<std(?:out|err)>:")
+_KUBECTL_RE = re.compile(r"\[pod/[^\]\s]+\] ")
+# a log collector's "[2025-11-06T02:10:00.702Z] "
+_BRACKET_ISO_RE = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ")
+# 0.1.x ModelRpcServer: "Rank 1: load weight begin."
+_OLD_RANK_RE = re.compile(r"Rank (\d+): ")
+_RAY_RE = re.compile(r"\((?:\w+ )?pid=\d+(?:, ip=[^)\s]*)?\) ")
+# SGLang's configure_logger: "[%(asctime)s{.msecs}{prefix}] " with prefix " DP1 PP0 ATTN_CP0 MOE_DP0 TP1 EP1";
+# 0.3.x printed the time only ("[10:00:00 TP0] "), the diffusion runtime "[12-16 14:27:08] "
+_SGL_RE = re.compile(
+    r"\[((?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [A-Za-z_]+\d+)*)[^\]\n]{0,80}\] ?")
+_SGL_IN_RE = re.compile(r"\[(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d")
 _RANK_RE = re.compile(r"([A-Za-z_]+)(\d+)")
 
 
 # " TP3 EP3" -> {"TP": 3, "EP": 3}: a handful of distinct prefixes per log, parsed once each.
 # The dicts are shared between LogLines: read them, never change them.
 _RANKS: dict[str, dict[str, int]] = {}
+
+
+def _unwrap(s: str) -> str:
+    """Remove what programs that relay the server's output put before each line (a few at most,
+    in any order: docker compose's name, then docker's timestamp, …)."""
+    for _ in range(4):
+        c = s[:1]
+        m = None
+        if c == "[":
+            if s.startswith("[pod/"):
+                m = _KUBECTL_RE.match(s)
+            elif s[1:2].isdigit():
+                if s[11:12] == "T":
+                    m = _BRACKET_ISO_RE.match(s)
+                elif s.find("]<std", 2, 14) > 0:
+                    m = _MPI_RE.match(s)
+        elif c == ">":  # a Markdown quote
+            if s[1:2] in (" ", ""):
+                s = s[2:]
+                continue
+        elif c.isdigit():
+            if s[4:5] == "-" and s[13:14] == ":":
+                if s[10:11] == "T":
+                    m = _JOURNAL_RE.match(s)
+                m = m or _TS_WRAP_RE.match(s)
+            else:
+                m = _SLURM_RE.match(s)
+        elif c == " ":
+            if s[1:5].strip()[:1].isdigit():
+                m = _SLURM_RE.match(s)
+        elif c.isupper():
+            if s[3:4] == " ":
+                if s[9:10] == ":":
+                    m = _JOURNAL_RE.match(s)
+                elif s[7:8] == " " and s.find("]<std", 20, 40) > 0:
+                    m = _MPI_RE.match(s)
+            elif s[:4] in _PYLOG_HEADS and s[s.find(":", 4, 9) + 1:][:1] not in (" ", ""):
+                m = _PYLOG_RE.match(s)
+        elif c == "(":
+            m = _RAY_RE.match(s)
+        if m is None and c != "[" and s.find("| ", 0, 64) > 0:
+            m = _COMPOSE_RE.match(s)
+        if m is None:
+            return s
+        s = s[m.end():]
+    return s
+
+
+def _sgl(s: str, raw: str) -> LogLine:
+    """The LogLine of one message that may carry SGLang's "[ts TPn] " prefix."""
+    if s[:1] == "[":
+        m = _SGL_RE.match(s)
+        if m:
+            tags = m.group(2)
+            ranks: dict[str, int] = {}
+            if tags:
+                cached = _RANKS.get(tags)
+                if cached is None:
+                    cached = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+                    if len(_RANKS) < 1024:
+                        _RANKS[tags] = cached
+                ranks = cached
+            return LogLine(raw, s[m.end():], m.group(1), ranks)
+    elif s[:5] == "Rank " and s[5:6].isdigit():
+        m = _OLD_RANK_RE.match(s)
+        if m:
+            return LogLine(raw, s[m.end():], None, {"TP": int(m.group(1))})
+    return LogLine(raw, s, None, {})
+
+
+def _split_cr(s: str, raw: str) -> LogLine:
+    """A line with tqdm's carriage returns: the bar's states, and log lines the bar's output
+    joined (``…it/s]\\r[2026-07-14 07:49:04 TP0] Load weight end.``). The last part is the line;
+    the earlier log lines (and the bar's state just before each) are its ``extra``."""
+    parts: list[str] = []
+    for p in s.split("\r"):
+        if not p.strip():
+            continue
+        k = _SGL_IN_RE.search(p, 1) if p[:1] != "[" else None
+        if k is not None:  # "…| 4/4 [00:05<00:00][2026-07-14 …] …": the bar, then the log line
+            parts.append(p[:k.start()])
+            p = p[k.start():]
+        parts.append(p)
+    if not parts:
+        return LogLine(raw, "")
+    lines = [_sgl(p, p) for p in parts]
+    extra = tuple(ln for i, ln in enumerate(lines[:-1]) if ln.ts is not None or lines[i + 1].ts is not None)
+    last = lines[-1]
+    if not extra:
+        return LogLine(raw, last.text, last.ts, last.ranks)
+    return JoinedLine(raw, last.text, last.ts, last.ranks, extra)
 
 
 def clean(raw: str) -> LogLine:
@@ -201,31 +327,21 @@ def clean(raw: str) -> LogLine:
         s = s.rstrip("\r\n")
     if "\x1b" in s:
         s = _ANSI_RE.sub("", s)
-    if s and s[0] != "[":
-        c = s[0]
-        if c.isdigit():
-            if s[10:11] == "T":
-                m = _JOURNAL_RE.match(s) or _RFC3339_RE.match(s)
-                if m:
-                    s = s[m.end():]
-        elif s[3:4] == " " and s[9:10] == ":" and c.isupper():
-            m = _JOURNAL_RE.match(s)
-            if m:
-                s = s[m.end():]
-        if s and s[0] != "[" and s.find("| ", 0, 64) > 0:
-            m = _COMPOSE_RE.match(s)
-            if m:
-                s = s[m.end():]
-    if "\r" in s:
-        parts = [p for p in s.split("\r") if p.strip()]
-        s = parts[-1] if parts else ""
-    ts = None
-    ranks: dict[str, int] = {}
     if s[:1] == "[":
+        if s[1:2].isdigit():
+            if s[5:6] != "-" or s[11:12] == "T":  # not SGLang's "[2026-07-14 …": mpirun's, a collector's
+                s = _unwrap(s)
+        elif s[:5] == "[pod/":
+            s = _unwrap(s)
+    elif s:
+        s = _unwrap(s)
+    if "\r" in s:
+        return _split_cr(s, raw)
+    if s[:1] == "[":  # _sgl(), inlined: nearly every line takes this path
         m = _SGL_RE.match(s)
         if m:
-            ts = m.group(1)
             tags = m.group(2)
+            ranks: dict[str, int] = {}
             if tags:
                 cached = _RANKS.get(tags)
                 if cached is None:
@@ -233,8 +349,11 @@ def clean(raw: str) -> LogLine:
                     if len(_RANKS) < 1024:
                         _RANKS[tags] = cached
                 ranks = cached
-            s = s[m.end():]
-    return LogLine(raw, s, ts, ranks)
+            return LogLine(raw, s[m.end():], m.group(1), ranks)
+        return LogLine(raw, s, None, {})
+    if s[:5] == "Rank ":
+        return _sgl(s, raw)
+    return LogLine(raw, s, None, {})
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,6 +386,31 @@ _EXC_RE = re.compile(
 )
 
 _TB_MARK = "Traceback (most recent call last)"
+_TB_ENDS_LOG = "(the log ends inside this traceback)"
+_TB_CUT = "(the traceback stops before its exception line)"
+_TB_NO_EXC = (_TB_ENDS_LOG, _TB_CUT)
+_FRAME_STARTS = ('  File "', 'File "')
+_INLINE_FRAME_SPLIT = re.compile(r"\s+(?=File \")")
+_INLINE_FRAME_RE = re.compile(r'File "[^"]*", line \d+, in [\w<>.]+')
+_INLINE_EXC_RE = re.compile(
+    r"(?:(?<=\s)|^)(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Timeout|Failure|Abort)(?::|$)")
+_PROFILED_RE = re.compile(r"profiled value (-?\d+)")
+_RUNNING = ("Decode batch", "Prefill batch")
+_WARNING_RE = re.compile(r"(?:[A-Za-z_]\w*\.)*\w*Warning:")
+_ORPHAN_REACH = 40  # lines from an orphan exception line to the fatal line it explains
+# Exception messages that say where the server was, when no frame does.
+_EXC_HINTS: tuple[tuple[str, str], ...] = (
+    ("Capture cuda graph failed", "cuda_graph"),
+    ("Not enough memory. Please try to increase --mem-fraction-static", "kv_cache"),
+    ("Cannot find any model weights", "weights"),
+    ("atchdog timeout (", "ready"),  # SGLang's watchdog guards the event loop's batches
+)
+# Lines that say the server (or one of its processes) is gone, without a traceback: SGLang's own
+# (engine.py "Received sigquit from a child process" (0.4.x: "…child proces."), the watchdog
+# (0.4.x "Watchdog timeout (…)", 0.5.x "{name} watchdog timeout (…)"), http_server.py "Initialization
+# failed", multimodal_gen launch_server.py "Rank N scheduler is dead" and "Exit code: N"), the
+# shell's "Killed" (the OOM killer's SIGKILL) and faulthandler's "Fatal Python error".
+_FATAL_STARTS = ("Received sigquit", "Initialization failed", "Watchdog timeout", "Fatal Python error")
 _READY_GRACE = 5  # lines to wait for the ready line after a successful warmup request
 _CHAIN_MARKS = (
     "During handling of the above exception",
@@ -296,6 +440,13 @@ _STARTS = (
     "The server is fired up",
     "Initialization failed",
     "Received sigquit",
+    "Rank ",
+    "Exit code: ",
+    "Killed",
+    "Watchdog timeout",
+    "Fatal Python error",
+    "max_total_tokens=",
+    "load weight ",
     "INFO:",
     "WARNING:",
     "ERROR:",
@@ -312,6 +463,14 @@ _UVICORN_HTTP = (
 # that names a startup step is the step that was running (inner frames such as pynccl or
 # memory_pool are also used by later steps).
 _FRAME_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (
+        # the scheduler's event loop runs batches: the server was serving (0.1.x: ModelRpcServer's
+        # exposed_step, ModelTpServer's forward_step / forward_fill_batch / forward_decode_batch)
+        "ready",
+        ("event_loop_overlap", "event_loop_normal", "event_loop_pp", "exposed_step", "forward_fill_batch", "forward_thread_func",
+         "forward_decode_batch", "process_batch_result", "run_batch"),
+        (),
+    ),
     (
         "cuda_graph",
         ("init_device_graphs", "init_cuda_graphs", "init_all_cuda_graphs", "capture_cuda_graphs",
@@ -352,12 +511,30 @@ def _infer_from_frames(frames: list[tuple[str, str, str, str]]) -> tuple[str | N
                 break
         if found[0] is not None:
             break
+    if found[0] == "ready":  # a draft model's frames inside a serving loop are a serving crash
+        return found
     for fr in frames:
         _, path, func, _ = fr
         base = path.rsplit("/", 1)[-1]
         if any(n in func for n in _DRAFT_FUNCS) or any(n in base for n in _DRAFT_PATHS):
             return "draft", fr
     return found
+
+
+def _hint_phase(text: str) -> str | None:
+    return next((phase for needle, phase in _EXC_HINTS if needle in text), None)
+
+
+def _is_fatal_line(t: str) -> bool:
+    if t.startswith("Killed"):
+        return t.rstrip() == "Killed"
+    if t.startswith(_FATAL_STARTS):
+        return True
+    if t.startswith("Rank ") and " is dead" in t:
+        return True
+    if t.startswith("Exit code: "):
+        return t[11:].strip() not in ("0", "")
+    return "watchdog timeout (" in t
 
 
 def _short(text: str, limit: int = 500) -> str:
@@ -400,7 +577,7 @@ class _Part:
 
 
 class _Tb:
-    __slots__ = ("start", "sglang", "parts", "state", "miss", "cont", "fatal")
+    __slots__ = ("start", "sglang", "parts", "state", "miss", "cont", "fatal", "flat", "headless")
 
     def __init__(self, start: int, sglang: str | None, fatal: bool) -> None:
         self.start = start
@@ -410,6 +587,8 @@ class _Tb:
         self.miss = 0
         self.cont = 0
         self.fatal = fatal
+        self.flat = False  # frames without their indentation (a paste lost it)
+        self.headless = False  # frames without a "Traceback" header (a paste cut it)
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,6 +633,7 @@ class PhaseTracker:
         self._tb: _Tb | None = None
         self._crash_tb: _Tb | None = None
         self._last_fatal: tuple[int, str] | None = None
+        self._orphan_exc: tuple[int, str] | None = None
         self._resumed = -1  # the phase a resumed tracker starts in, for every rank
 
     def resume(self, phase: str) -> None:
@@ -477,22 +657,41 @@ class PhaseTracker:
         """Process one line; return what it changed (phase events, progress, numbers, crash)."""
         self.line_no += 1
         ln = raw if isinstance(raw, LogLine) else clean(raw)
-        t = ln.text
         out: list[Change] = []
+        if type(ln) is JoinedLine:  # log lines tqdm's \r joined before this one
+            for part in ln.extra:
+                self._line(part, out)
+        self._line(ln, out)
+        return out
+
+    def _line(self, ln: LogLine, out: list[Change]) -> None:
+        """One logical line (a raw line's text, or one of its ``extra`` lines)."""
+        t = ln.text
         if self._pi < 0 and t.strip():
             self._enter(ln, "starting", None, out)
         if self._warmup_ok is not None and self.line_no - self._warmup_ok[0] >= _READY_GRACE:
             self._infer_ready(out)
         if self._tb is not None and self._tb_feed(ln, out):
-            return out
+            return
         if t.startswith(_STARTS):
             self._dispatch(ln, t, out)
-        elif "Traceback (most recent" in t or " hit an exception" in t or "watchdog timeout" in t:
+        elif "Traceback (most recent" in t or " hit an exception" in t or "atchdog timeout" in t:
             self._fatal(ln, t, out)
         elif "Cache is allocated" in t or "Cache VA upper bound" in t:
             # labelled pools: "{label} KV Cache is allocated." (0.5.23 memory_pool.py:2087)
             self._kv_line(ln, t, out)
-        return out
+        elif t.startswith(_FRAME_STARTS) and ln.ts is None:
+            self._headless_frame(ln, t, out)
+        elif self.ready_line_no is None and t.startswith(_RUNNING):
+            # The server runs batches: it was up (a log excerpt that starts while it serves). A
+            # Prefill batch is also the warmup request's, so only it alone, with no start seen, says so.
+            if t[0] == "D" or self._pi <= 0:
+                self._ready(ln, out, inferred=True)
+        elif t[:1] == "[" and "[c10d]" in t and ("client socket has timed out" in t or "failed to connect" in t):
+            self._enter(ln, "dist_init", "open", out)  # torch's TCPStore client, at the rendezvous
+        elif ln.ts is None and self._pi < _I_HTTP and _EXC_RE.match(t) and not _WARNING_RE.match(t):
+            # an exception line with no traceback open: a paste that cut the traceback above it
+            self._orphan_exc = (self.line_no, t.strip())
 
     def idle(self) -> list[Change]:
         """The stream has been quiet for a while (a follower's timer, a few seconds): settle a
@@ -508,7 +707,7 @@ class PhaseTracker:
         out: list[Change] = []
         tb = self._tb
         if tb is not None and tb.state == _TB_FRAMES and tb.parts[-1].frames and tb.fatal:
-            tb.parts[-1].exc.append("(the log ends inside this traceback)")
+            tb.parts[-1].exc.append(_TB_ENDS_LOG)
             self._tb_exception(tb, out)
         self._tb = None
         if self._warmup_ok is not None:
@@ -577,6 +776,9 @@ class PhaseTracker:
 
     def _dispatch(self, ln: LogLine, t: str, out: list[Change]) -> None:
         c = t[0]
+        if c == "l":  # 0.1.x "load weight begin." / "load weight end."
+            t = "L" + t[1:]
+            c = "L"
         if c == "I":
             if t.startswith("Init torch distributed begin") or t.startswith("Init parallel begin"):
                 self._enter(ln, "dist_init", "open", out)
@@ -663,7 +865,10 @@ class PhaseTracker:
                 self._numbers(ln, {pre + "dist_init_mem_usage_gb": _f(_MEM_USAGE_RE, t)}, out)
             return
         if c == "K":
-            self._kv_line(ln, t, out)
+            if t.startswith("Killed"):
+                self._fatal(ln, t, out)
+            else:
+                self._kv_line(ln, t, out)
             return
         if c == "C":
             self._capture(ln, t, out)
@@ -689,6 +894,14 @@ class PhaseTracker:
                     self._numbers(ln, vals, out)
             return
         if c == "m":
+            if t.startswith("max_total_tokens="):
+                # "max_total_tokens=N is larger than the profiled value P" (model_runner_kv_cache_mixin.py:817,
+                # 0.4.x model_runner.py): the memory pool is being sized
+                self._enter(ln, "kv_cache", "open", out)
+                m = _PROFILED_RE.search(t)
+                if m:
+                    self._numbers(ln, {"profiled_max_tokens": float(m.group(1))}, out)
+                return
             vals = {}
             for k, v in _KEYVAL_RE.findall(t):
                 if k in ("available_gpu_mem", "available_cpu_mem"):
@@ -700,11 +913,10 @@ class PhaseTracker:
             if t.startswith("The server is fired up"):
                 self._ready(ln, out, inferred=False)
             return
-        if c == "R":
-            self._fatal(ln, t, out)
-            return
         if t.startswith(_UVICORN_LEVELS):
             self._uvicorn(ln, t, out)
+        elif c in "RWFE":
+            self._fatal(ln, t, out)
 
     # -- line kinds --------------------------------------------------------------------------
 
@@ -849,18 +1061,73 @@ class PhaseTracker:
             # failed requests ("Exception in ASGI application") leave the server running.
             fatal = self._pi < _I_HTTP or sglang is not None
             self._tb = _Tb(start, sglang, fatal)
+            rest = t[k + len(_TB_MARK):].lstrip(":").strip()
+            if rest:
+                self._inline_tb(rest, out)
             return
         if " hit an exception" in t:
             # the traceback follows on the next line(s)
             self._last_fatal = (self.line_no, t)
             return
-        if ("watchdog timeout" in t or t.startswith("Received sigquit") or t.startswith("Initialization failed")):
+        if _is_fatal_line(t):
             self._last_fatal = (self.line_no, t)
-            if self.crash is None:
-                phase, src = self._crash_phase(None)
-                self.crash = Crash(phase, self.line_no, t.strip(), (t.strip(),), src)
+            if self._crash_open():
+                orphan = self._orphan_exc
+                if orphan is not None and self.line_no - orphan[0] <= _ORPHAN_REACH:
+                    # "…Error: why" then "Rank 0 scheduler is dead": the exception says why
+                    phase, src = self._crash_phase(_hint_phase(orphan[1]))
+                    self.crash = Crash(phase, orphan[0], orphan[1], (orphan[1], t.strip()), src)
+                else:
+                    phase, src = self._crash_phase(_hint_phase(t))
+                    self.crash = Crash(phase, self.line_no, t.strip(), (t.strip(),), src)
                 self._crash_tb = None
                 out.append(self.crash)
+
+    def _crash_open(self) -> bool:
+        """Whether a crash now is the first one: none yet, or the one before the server got ready
+        (a server that was up and then died crashed, whatever happened before its ready line)."""
+        c = self.crash
+        return c is None or (self.ready_line_no is not None and c.line_no <= self.ready_line_no)
+
+    def _headless_frame(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        """A traceback frame with no traceback open: the paste was cut before the ``Traceback``
+        header. Frames that end in an exception are a traceback like any other."""
+        if not _FRAME_RE.match(t):
+            return
+        start, sglang = self.line_no, None
+        if self._last_fatal is not None and self.line_no - self._last_fatal[0] <= 3:
+            start, sglang = self._last_fatal
+        tb = _Tb(start, sglang, self._pi < _I_HTTP or sglang is not None)
+        tb.headless = True
+        self._tb = tb
+        self._tb_feed(ln, out)
+
+    def _inline_tb(self, rest: str, out: list[Change]) -> None:
+        """A traceback pasted on the line of its header (newlines lost, or escaped as ``\\n``)."""
+        if "\\n" in rest:
+            pieces = rest.split("\\n")
+        else:
+            pieces = []
+            for chunk in _INLINE_FRAME_SPLIT.split(rest):
+                m = _INLINE_FRAME_RE.match(chunk)
+                if not m:
+                    if chunk.strip():
+                        pieces.append(chunk.strip())
+                    continue
+                pieces.append("  " + m.group(0).rstrip())
+                tail = chunk[m.end():].strip()
+                exc = None
+                for exc in _INLINE_EXC_RE.finditer(tail):
+                    pass
+                code, final = (tail[:exc.start()].strip(), tail[exc.start():].strip()) if exc else (tail, "")
+                if code:
+                    pieces.append("    " + code)
+                if final:
+                    pieces.append(final)
+        for piece in pieces:
+            if self._tb is None:
+                return
+            self._tb_feed(LogLine(piece, piece), out)
 
     def _crash_phase(self, frames_phase: str | None) -> tuple[str | None, str]:
         cur = self.phase
@@ -876,28 +1143,36 @@ class PhaseTracker:
         assert tb is not None
         t = ln.text
         if tb.state == _TB_FRAMES:
+            part = tb.parts[-1]
             if t[:1] in (" ", "\t"):
-                part = tb.parts[-1]
                 if t.startswith('  File "'):
                     m = _FRAME_RE.match(t)
                     if m:
                         part.frames.append((t.strip(), m.group(1), m.group(3).strip(), ""))
+                        tb.miss = 0
                 elif part.frames and not part.frames[-1][3]:
-                    code = t.strip()
-                    if code and code.strip("^~ ") and not code.startswith("[Previous line"):
-                        f = part.frames[-1]
-                        part.frames[-1] = (f[0], f[1], f[2], code)
+                    self._tb_code(part, t)
                 return True
             if not t.strip():
                 return True
+            if t.startswith('File "') and ln.ts is None:  # indentation lost in the paste
+                m = _FRAME_RE.match(t)
+                if m:
+                    part.frames.append(("  " + t.strip(), m.group(1), m.group(3).strip(), ""))
+                    tb.flat = True
+                    tb.miss = 0
+                    return True
             if ln.ts is None and _EXC_RE.match(t):
-                tb.parts[-1].exc.append(t.strip())
+                part.exc.append(t.strip())
                 tb.state = _TB_AFTER
                 self._tb_exception(tb, out)
                 return True
+            if tb.flat and part.frames and not part.frames[-1][3] and ln.ts is None and not t.startswith(_TB_MARK):
+                self._tb_code(part, t)  # the frame's source line, unindented
+                return True
             tb.miss += 1
-            if tb.miss > 5:
-                self._tb = None
+            if tb.miss > 5 or t.startswith(_TB_MARK):
+                self._tb_dropped(tb, out)
             return False
         if tb.state == _TB_AFTER:
             if t.startswith(_CHAIN_MARKS):
@@ -922,13 +1197,36 @@ class PhaseTracker:
         self._tb = None
         return False
 
+    @staticmethod
+    def _tb_code(part: _Part, t: str) -> None:
+        code = t.strip()
+        if code and code.strip("^~ ") and not code.startswith("[Previous line"):
+            f = part.frames[-1]
+            part.frames[-1] = (f[0], f[1], f[2], code)
+
+    def _tb_dropped(self, tb: _Tb, out: list[Change]) -> None:
+        """The traceback's frames stopped without an exception line (the paste cut it, other output
+        took over): with a header, what its frames say is the crash; frames alone (a stack
+        printed on purpose) are not."""
+        self._tb = None
+        if tb.fatal and not tb.headless and tb.parts[-1].frames and not tb.parts[-1].exc:
+            tb.parts[-1].exc.append(_TB_CUT)
+            self._tb_exception(tb, out)
+
     def _tb_exception(self, tb: _Tb, out: list[Change]) -> None:
         if not tb.fatal:
             return
-        if not (self.crash is None or self._crash_tb is tb or (self._crash_tb is None and len(self.crash.evidence) <= 1)):
-            return  # the first crash is the cause; later ones (other ranks, the parent) follow from it
+        cur = self.crash
+        if not (self._crash_open() or self._crash_tb is tb or cur is None
+                or (self._crash_tb is None and len(cur.evidence) <= 1)
+                or (cur.summary in _TB_NO_EXC and tb.parts[-1].exc[0] not in _TB_NO_EXC)):
+            # the first crash is the cause; later ones (other ranks, the parent) follow from it; a
+            # traceback cut before its exception line gives way to one that has it
+            return
         frames_outer_first = [f for part in reversed(tb.parts) for f in part.frames]
         fphase, fframe = _infer_from_frames(frames_outer_first)
+        if fphase is None:
+            fphase = _hint_phase(" ".join(e for part in tb.parts for e in part.exc[:1]))
         if self._crash_tb is tb and self.crash is not None:
             phase, src = self.crash.phase, self.crash.inferred_from
             if src == "traceback" and fphase is not None:
