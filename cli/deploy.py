@@ -123,13 +123,15 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
 
     ns = argparse.Namespace(model=ref, host=args.host, tp=None, gpus=None, gpu_memory=None, gpu_ids=None,
                             sglang_version=None, like=None, download_dir=None, no_mtp=False, name=args.name,
-                            port=30000)
+                            explicit_port=None)  # the default port, or the next free one (said below)
     try:
         _facts, plan = run_plan_object(inv, ns)
     except PlanUsageError as exc:
         raise UsageError(str(exc)) from None
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
+    for warning in plan.warnings:  # the plan made here: what it chose on its own (a moved port, say)
+        print(f"gpuops: plan: {warning}", file=sys.stderr)
     return plan
 
 

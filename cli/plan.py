@@ -27,7 +27,9 @@ def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--download-dir", metavar="PATH", help="where the weights go on the host")
     p.add_argument("--no-mtp", action="store_true", help="no speculative decoding even if the model has MTP layers")
     p.add_argument("--name", metavar="N", help="deployment name (default: from the model id)")
-    p.add_argument("--port", type=int, default=30000, help="server port (default 30000)")
+    # its own dest: a namespace made without this parser (deploy MODEL's) names no explicit port
+    p.add_argument("--port", type=int, dest="explicit_port", default=None,
+                   help="server port, never moved (default: 30000, or the next free one when the host uses it)")
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
 
@@ -80,12 +82,33 @@ async def _host_target(cfg: HostConfig):
         await host.close()
 
 
+def _stored_ports() -> list[tuple[str, str, str, int]]:
+    """(name, host, state, port) of each stored deployment: their ports are taken on their hosts
+    even before their servers listen. A store that cannot be read says nothing."""
+    import sqlite3
+
+    from ..core.deploy.store import Store, StoreError, default_path
+
+    if not default_path().is_file():  # nothing deployed from here: planning creates no store
+        return []
+    try:
+        store = Store()
+    except (StoreError, OSError, sqlite3.Error):
+        return []
+    try:
+        return [(d.name, d.host, d.state, d.plan.port) for d in store.deployments()]
+    except (StoreError, OSError, sqlite3.Error):
+        return []
+    finally:
+        store.close()
+
+
 def make_target(inv: Inventory, args: argparse.Namespace):
     from dataclasses import replace
 
     from ..core.planning.hostfacts import offline_target
     from ..core.hosts.host import HostError
-    from ..core.planning.plan import GpuInfo
+    from ..core.planning.plan import GpuInfo, with_deployment_ports
 
     if args.gpus is not None and not 1 <= args.gpus <= 64:
         raise PlanUsageError(f"--gpus must be 1..64, got {args.gpus}")
@@ -100,7 +123,7 @@ def make_target(inv: Inventory, args: argparse.Namespace):
     except KeyError:
         raise PlanUsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
     try:
-        target = asyncio.run(_host_target(cfg))
+        target = with_deployment_ports(asyncio.run(_host_target(cfg)), _stored_ports())
     except HostError as exc:
         if args.gpus is None or args.gpu_memory is None:
             hint = f" ({exc.hint})" if exc.hint else ""
@@ -131,7 +154,7 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
     """(the model's facts, the plan) the `plan` verb's arguments ask for (PlanUsageError on bad input)."""
     from ..core.planning import PlanError
     from ..core.planning.model_facts import ModelError, load_model_facts, validate_model_ref
-    from ..core.planning.plan import Wishes, build_plan
+    from ..core.planning.plan import DEFAULT_PORT, Wishes, build_plan
 
     try:
         ref = validate_model_ref(args.model)
@@ -144,9 +167,12 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
             validate_abs_path(args.download_dir, "--download-dir")
         except ValueError as exc:
             raise PlanUsageError(str(exc)) from None
+    port = getattr(args, "explicit_port", None)
+    if port is None and getattr(args, "port", None) not in (None, DEFAULT_PORT):
+        port = args.port  # a caller's namespace that names a port of its own (the default is no wish)
     wishes = Wishes(
         tp=args.tp, gpu_ids=_gpu_ids(args.gpu_ids), mtp=not args.no_mtp, download_dir=args.download_dir,
-        port=args.port, name=args.name, sglang_version=_version(args.sglang_version),
+        port=port, name=args.name, sglang_version=_version(args.sglang_version),
         like=load_like(args.like) if args.like else None,
     )
     target = make_target(inv, args)

@@ -121,10 +121,12 @@ def w(sshd, sglang_venv, bench_tokenizer, tmp_path_factory):
 
 
 class Watch:
-    """The benchmark processes on the host while a test runs: their argv and environment."""
+    """This test's benchmark processes on the host while it runs: their argv and environment. Only
+    those whose argv holds every marker count (the module and the test's own model folder: another
+    run's benchmarks on a shared machine are not this test's)."""
 
-    def __init__(self, marker: str):
-        self.marker = marker.encode()
+    def __init__(self, *markers: str):
+        self.markers = [m.encode() for m in markers]
         self.seen: dict[tuple[int, bytes], bytes] = {}  # (pid, argv) -> environ: a pid may exec
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -136,7 +138,7 @@ class Watch:
                     continue
                 try:
                     argv = (proc / "cmdline").read_bytes()
-                    if self.marker in argv and (int(proc.name), argv) not in self.seen:
+                    if all(m in argv for m in self.markers) and (int(proc.name), argv) not in self.seen:
                         self.seen[int(proc.name), argv] = (proc / "environ").read_bytes()
                 except OSError:
                     continue
@@ -152,7 +154,7 @@ class Watch:
 
 
 def test_smoke_over_ssh_with_the_api_key_in_the_environment_only(w):
-    with Watch(MODULE) as watch:
+    with Watch(MODULE, w.plan["model_path"]) as watch:  # its --model/--tokenizer: the test's own folder
         out = run_gpuops(w, "bench", NAME, "--json")
     assert out.returncode == 0, out.stderr + out.stdout[-3000:]
     events = events_of(out.stdout)
@@ -278,7 +280,7 @@ def test_cancel_stops_the_benchmark_on_the_host(w):
             events.append(json.loads(line))
             if events[-1]["event"] == "progress" and events[-1]["done"] > 0:
                 break
-        assert processes_matching(f"-m {MODULE}"), "the benchmark runs on the host"
+        assert processes_matching(f"-m {MODULE}", w.plan["model_path"]), "the benchmark runs on the host"
         os.kill(proc.pid, signal.SIGINT)
         rest, err = proc.stdout.read(), proc.stderr.read()
         proc.wait(60)
@@ -289,9 +291,9 @@ def test_cancel_stops_the_benchmark_on_the_host(w):
     events += events_of(rest)
     assert events[-1]["event"] == "state" and events[-1]["state"] == "cancelled"
     deadline = time.monotonic() + 10  # the guard's TERM, then KILL after 2 s
-    while processes_matching(f"-m {MODULE}") and time.monotonic() < deadline:
+    while processes_matching(f"-m {MODULE}", w.plan["model_path"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_matching(f"-m {MODULE}") == []
+    assert processes_matching(f"-m {MODULE}", w.plan["model_path"]) == []
     run_id = events[0]["run"]
     row = sqlite3.connect(w.db).execute("SELECT status, finished_at FROM bench_runs WHERE id = ?",
                                         (run_id,)).fetchone()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuops.core.deploy.store import Store
+from gpuops.core.planning.plan import DEFAULT_PORT
 from gpuops.sim.host import setup_simhost
 from tests.test_cli import GPUOPS
 from tests.test_hosts import processes_matching
@@ -23,6 +25,21 @@ def deploy(cfg: Path, env: dict, *args: str, timeout: float = 120) -> tuple[int,
                           "--yes", *args], capture_output=True, text=True, env=env, timeout=timeout)
     events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return out.returncode, events, out.stderr
+
+
+def served_port(env: dict, name: str) -> int:
+    """The stored deployment's port: the planner's default when the host had it free, else the next
+    free one above it, which its plan says in a warning (another process on this machine may hold it)."""
+    store = Store(Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db")
+    try:
+        plan = store.deployment(name).plan
+    finally:
+        store.close()
+    if plan.port != DEFAULT_PORT:
+        assert plan.port > DEFAULT_PORT and any(
+            w.startswith(f"port {DEFAULT_PORT} is in use on {plan.host}") and w.endswith(f"; using {plan.port}")
+            for w in plan.warnings), (plan.port, plan.warnings)
+    return plan.port
 
 
 def states(events: list[dict]) -> list[str]:
@@ -43,7 +60,8 @@ def test_full_deploy_over_ssh_then_status_logs_and_stop(world):
     shards = [e for e in events if e["event"] == "progress" and e["phase"] == "weights"]
     assert shards and shards[-1]["done"] == shards[-1]["total"]
     ready = events[-1]
-    assert ready["endpoint"] == "http://127.0.0.1:30000" and ready["quick_check"]["content"]
+    port = served_port(env, "qwen8b")  # 30000, or the next free port when something else holds it
+    assert ready["endpoint"] == f"http://127.0.0.1:{port}" and ready["quick_check"]["content"]
     assert any(e["event"] == "log" and "fired up and ready" in e["line"] for e in events)
     assert all(e["ts"].endswith("Z") for e in events)
 
@@ -55,7 +73,7 @@ def test_full_deploy_over_ssh_then_status_logs_and_stop(world):
                          timeout=60)
     assert "The server is fired up and ready to roll!" in out.stdout
     # the server runs on after gpuops has exited; stop asks first
-    assert processes_matching("sglang.launch_server")
+    assert processes_matching("sglang.launch_server", str(sim.directory))  # this test's simulated host's
     out = subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b"], capture_output=True, text=True, env=env,
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 2 and "--yes" in out.stderr

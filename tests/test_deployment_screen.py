@@ -9,7 +9,7 @@ from gpuops.screens.deployment import DeploymentScreen
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.logview import LogView
 from tests.test_cli import GPUOPS
-from tests.test_deploy import deploy
+from tests.test_deploy import deploy, served_port
 from tests.tui_helpers import until
 
 
@@ -31,7 +31,7 @@ async def test_reattach_shows_phases_numbers_and_the_log(world, monkeypatch):
             phases = screen.query_one("#dep-phases").text.plain
             for phase in ("dist_init", "weights", "kv_cache", "cuda_graph", "http"):
                 assert f"✔ {phase}" in phases
-            assert "ready: http://127.0.0.1:30000" in phases
+            assert f"ready: http://127.0.0.1:{served_port(env, 'qwen8b')}" in phases  # 30000 or the next free
             assert "kv_tokens" in screen.query_one("#dep-numbers").text.plain
             log = screen.query_one(LogView)
             assert any("fired up and ready" in line for line in log.plain_lines())

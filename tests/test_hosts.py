@@ -31,9 +31,16 @@ def ssh_config(sshd, user=None, port=None, name="box", **kw) -> HostConfig:
     )
 
 
-def processes_matching(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-ww", "-eo", "pid,user,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+def processes_matching(*markers: str) -> list[str]:
+    """The test's own processes, "PID USER ARGS" each: those whose command line holds every marker.
+    A marker is something the test itself put into what it launched (a path under its own temporary
+    folder, a random duration, its pid): never a program's name alone, which another run's processes on
+    a shared machine have too."""
+    assert markers and all(markers), "processes_matching needs a marker of the test's own"
+    ps = subprocess.Popen(["ps", "-ww", "-eo", "pid=,user=,args="], stdout=subprocess.PIPE, text=True)
+    out, _ = ps.communicate()
+    rows = [line.strip() for line in out.splitlines()]
+    return [row for row in rows if row.split(None, 1)[0] != str(ps.pid) and all(m in row for m in markers)]
 
 
 async def wait_until(predicate, timeout=10.0, step=0.05):
@@ -47,8 +54,8 @@ async def wait_until(predicate, timeout=10.0, step=0.05):
 
 
 def marker_sleep() -> tuple[str, list[str]]:
-    # A unique duration makes the process findable with ps.
-    secs = f"{1000 + uuid.uuid4().int % 8000}.{uuid.uuid4().int % 1000:03d}"
+    # A unique duration (12 random decimals) makes this test's process findable among all others.
+    secs = f"{1000 + uuid.uuid4().int % 8000}.{uuid.uuid4().int % 10**12:012d}"
     return secs, ["sh", "-c", f"echo started; sleep {secs}; echo never"]
 
 

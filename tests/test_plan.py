@@ -15,7 +15,7 @@ from gpuops.core.planning.model_facts import facts_from_config
 from gpuops.core.domain import split_flags, systemd_quote
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.like import Previous, previous_from_unit
-from gpuops.core.planning.plan import GpuInfo, Target, Wishes, build_plan
+from gpuops.core.planning.plan import GpuInfo, Target, Wishes, build_plan, with_deployment_ports
 from tests.test_cli import gpuops
 
 DATA = Path(__file__).parent / "data"
@@ -151,6 +151,33 @@ def test_serving_beyond_loopback_needs_an_api_key_never_shown():
     assert "GPUOPS_API_KEY=<generated at deploy, never shown>" in plan.env_file_text()
     assert "ExecStart=" in plan.unit_text() and "${GPUOPS_API_KEY}" in plan.unit_text()
     assert "EnvironmentFile=/etc/gpuops/qwen3.5-122b-a10b.env" in plan.unit_text()
+
+
+def test_the_default_port_moves_to_the_next_free_one_and_an_explicit_port_never_does():
+    free = build_plan(facts(*QWEN122), host_target(ports_taken={22: ""}), Wishes(tp=4))
+    assert free.port == 30000 and flags_of(free)["--port"] == ("30000",)
+    assert not any("port" in w for w in free.warnings)
+    holder = "pid 4242 (alice: python -m http.server 30000)"
+    taken = host_target(ports_taken={30000: holder, 30001: ""})
+    moved = build_plan(facts(*QWEN122), taken, Wishes(tp=4))
+    assert moved.port == 30002 and flags_of(moved)["--port"] == ("30002",) and moved.endpoint.endswith(":30002")
+    assert f"port 30000 is in use on gpu1 ({holder}); using 30002" in moved.warnings
+    # the ports of the host's other stored deployments are taken too, even before they listen; a
+    # stopped or crashed one, or another host's, holds nothing; a new run of a name takes over its own
+    stored = with_deployment_ports(taken, [("qwen-a", "gpu1", "downloading", 30002), ("old", "gpu1", "stopped", 30003),
+                                           ("gone", "gpu1", "crashed", 30004), ("far", "gpu2", "ready", 30003)])
+    assert build_plan(facts(*QWEN122), stored, Wishes(tp=4)).port == 30003
+    assert build_plan(facts(*QWEN122), stored, Wishes(tp=4, name="qwen-a")).port == 30002
+    alone = with_deployment_ports(host_target(), [("qwen-a", "gpu1", "ready", 30000)])
+    plan = build_plan(facts(*QWEN122), alone, Wishes(tp=4))
+    assert plan.port == 30001 and "port 30000 is in use on gpu1 (deployment qwen-a (ready)); using 30001" in plan.warnings
+    # --port is the operator's: kept as given, with a warning when the host uses it (deploy refuses it)
+    kept = build_plan(facts(*QWEN122), taken, Wishes(tp=4, port=30000))
+    assert kept.port == 30000 and flags_of(kept)["--port"] == ("30000",)
+    assert f"port 30000 is in use on gpu1 ({holder}); choose another --port" in kept.warnings
+    assert build_plan(facts(*QWEN122), taken, Wishes(tp=4, port=31000)).port == 31000
+    with pytest.raises(PlanError, match="every port above it"):
+        build_plan(facts(*QWEN122), host_target(ports_taken=dict.fromkeys(range(30000, 65536), "")), Wishes(tp=4))
 
 
 def test_systemd_quoting():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sshd import free_port
 from tests.test_cli import GPUOPS
 
 HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)  # the SSH user's home on the (loopback) host
@@ -111,7 +112,8 @@ def test_the_unit_is_rendered_from_the_plan_never_taken_from_the_file(world, tmp
     cfg.write_text(sim.host_block("gpu1", ssh="simbox", launcher="systemd")
                    + f'model_dirs = ["{sim.directory / "models"}"]\n')
     name = f"unit{os.getpid()}"
-    out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--gpus", "4", "--gpu-memory", "140", "--name", name, "--json")
+    out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--gpus", "4", "--gpu-memory", "140", "--name", name,
+                 "--port", str(free_port()), "--json")  # offline: no host's ports to avoid, so a free one
     doc = json.loads(out.stdout)
     assert doc["host"] is None and doc["python"] is None  # offline: no host, no python yet
     doc["unit"]["text"] = "[Service]\nExecStart=/bin/sh -c 'touch /tmp/gpuops-pwned'\n"

@@ -22,6 +22,7 @@ from gpuops.core.diagnose.fixes import apply_patch
 from gpuops.core.hosts.host import LocalHost, SshHost
 from gpuops.sim.host import setup_simhost
 from tests.plans import make_plan
+from tests.sshd import free_port
 
 GIB = 1024**3
 RANK_CODE = "import time\ndef rank_loop():\n    while True:\n        time.sleep(1)\nrank_loop()\n"
@@ -66,7 +67,8 @@ def reach(sim, sshd=None):
     return SshHost(cfg, connect_options=sshd.options()) if sshd else LocalHost(cfg)
 
 
-def plan_for(gpu_ids=(0, 1), port=30000, argv=(), env=None, python=None):
+def plan_for(gpu_ids=(0, 1), port=None, argv=(), env=None, python=None):
+    port = port if port is not None else free_port()  # never a fixed port another process may hold
     return make_plan("t", gpu_ids=gpu_ids, port=port, argv=["--port", str(port), *argv], env=dict(env or {}),
                      python=python)
 

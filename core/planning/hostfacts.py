@@ -1,4 +1,4 @@
-"""What the planner asks a host: its GPUs, its SGLang version and flags, free space."""
+"""What the planner asks a host: its GPUs, its SGLang version and flags, free space, ports in use."""
 
 from __future__ import annotations
 
@@ -42,6 +42,68 @@ for d in sys.argv[1:]:
     except OSError:
         pass
 sys.stdout.write(json.dumps(out))
+"""
+
+
+# Prints {"listening": {port: holder}} for every TCP port in LISTEN on the host (IPv4 and IPv6, from
+# /proc/net/tcp and tcp6), the holder as "pid N (user: command)" where /proc/*/fd shows its socket,
+# else ""; exits 3 when neither table can be read (not Linux).
+_LISTENING = r"""
+import json, os, sys
+ports, inodes, read = {}, {}, False
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        with open(table) as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        continue
+    read = True
+    for row in rows:
+        col = row.split()
+        if len(col) < 10 or col[3] != "0A":  # 0A: TCP_LISTEN
+            continue
+        port = int(col[1].rsplit(":", 1)[1], 16)
+        ports.setdefault(port, "")
+        if col[9] != "0":
+            inodes["socket:[%s]" % col[9]] = port
+if not read:
+    sys.exit(3)
+
+
+def holder(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            cmd = " ".join(p.decode("utf-8", "replace") for p in f.read().split(b"\0") if p)
+        uid = os.stat("/proc/%s" % pid).st_uid
+    except OSError:
+        return ""
+    try:
+        import pwd
+        user = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        user = str(uid)
+    return "pid %s (%s: %s)" % (pid, user, cmd[:120])
+
+
+left = set(inodes.values())
+for pid in os.listdir("/proc"):
+    if not left:
+        break
+    if not pid.isdigit():
+        continue
+    try:
+        fds = os.listdir("/proc/%s/fd" % pid)
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            port = inodes.get(os.readlink("/proc/%s/fd/%s" % (pid, fd)))
+        except OSError:
+            continue
+        if port in left:
+            ports[port] = holder(pid)
+            left.discard(port)
+sys.stdout.write(json.dumps({"listening": ports}))
 """
 
 
@@ -93,6 +155,19 @@ async def free_space(host: Host, dirs: tuple[str, ...]) -> dict[str, int]:
     return {k: int(v) for k, v in data.items() if k in dirs}
 
 
+async def listening_ports(host: Host) -> dict[int, str]:
+    """The TCP ports listening on the host: {port: holder} ("pid N (user: command)", "" when gpuops
+    cannot see whose it is); {} when the host cannot say."""
+    try:
+        res = await host.run([host_python(host), "-c", _LISTENING], timeout=30)
+        data = json.loads(res.stdout)["listening"] if res.ok else {}
+        # a command line may hold anything; no string of a plan holds a control character
+        return {int(port): "".join(c if c.isprintable() else "?" for c in str(holder))[:200]
+                for port, holder in data.items() if 0 < int(port) < 65536}
+    except (HostError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 async def read_target(host: Host) -> Target:
     """Everything the planner needs from a host (raises HostError when unreachable)."""
     cfg = host.config
@@ -107,11 +182,12 @@ async def read_target(host: Host) -> Target:
     version = await sglang_version(host)
     flags = await help_flags(host, version) if version else None
     free = await free_space(host, cfg.model_dirs)
+    ports = await listening_ports(host)
     return Target(
         host=cfg.name, gpus=gpus, sglang_version=version, help_flags=flags, python=cfg.python or "python3",
         model_dirs=cfg.model_dirs, forbidden_paths=cfg.forbidden_paths, free_bytes=free,
         existing=await existing_copies(host), serve_host=cfg.serve_host, launcher=cfg.launcher,
-        allowed_gpu_ids=cfg.gpu_ids,
+        allowed_gpu_ids=cfg.gpu_ids, ports_taken=ports,
     )
 
 

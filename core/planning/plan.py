@@ -9,8 +9,8 @@ typed :class:`gpuops.core.domain.Plan`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Sequence
 
 from ..config import validate_abs_path, validate_host_name
 from ..domain import Invalid, Like, LikeChange, ModelSummary, Plan, RuleFired, join_flags
@@ -22,7 +22,7 @@ from .like import Previous, apply_like
 from .model_facts import ModelFacts
 
 GIB = 1024**3
-DEFAULT_PORT = 30000
+DEFAULT_PORT = 30000  # the server port when none is asked for; the next free one when the host uses it
 DEFAULT_MEM_FRACTION = 0.8
 DOWNLOAD_HEADROOM = 1.1
 
@@ -55,6 +55,10 @@ class Target:
     serve_host: str = "127.0.0.1"
     launcher: str = "systemd"
     allowed_gpu_ids: tuple[int, ...] | None = None  # the host policy's gpu_ids
+    # TCP ports listening on the host, each with who holds it ("pid 123 (user: command)"; "" unknown)
+    ports_taken: dict[int, str] = field(default_factory=dict)
+    # (name, port, state) of the host's stored deployments that may serve: their ports are taken too
+    deployment_ports: tuple[tuple[str, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,59 @@ class Wishes:
     gpu_ids: tuple[int, ...] | None = None
     mtp: bool = True
     download_dir: str | None = None
-    port: int = DEFAULT_PORT
+    port: int | None = None  # --port: never moved; None: DEFAULT_PORT, or the next free one on the host
     name: str | None = None
     mem_fraction_static: float = DEFAULT_MEM_FRACTION
     sglang_version: str | None = None  # --sglang-version: overrides what the host says
     like: "Previous | None" = None
+
+
+# a stored deployment in one of these states has no server and will start none: its port is free again
+PORT_RELEASED_STATES = ("stopped", "crashed")
+
+
+def with_deployment_ports(target: Target, deployments: Iterable[tuple[str, str, str, int]]) -> Target:
+    """`target` with the ports of the host's stored deployments: (name, host, state, port) for each
+    deployment; those on `target.host` that may be serving (not stopped or crashed) count, a planned or
+    downloading one too (its server starts on that port soon)."""
+    held = tuple((name, port, state) for name, host, state, port in deployments
+                 if host == target.host and state not in PORT_RELEASED_STATES)
+    return replace(target, deployment_ports=held)
+
+
+def ports_taken(target: Target, name: str) -> dict[int, str]:
+    """{port: who holds it} on the target's host for a deployment named `name`: what listens there
+    and the ports of its other deployments (a new run of `name` takes over its own)."""
+    taken = dict(target.ports_taken)
+    for other, port, state in target.deployment_ports:
+        if other != name:
+            held = f"deployment {other} ({state})"
+            taken[port] = f"{taken[port]}; {held}" if taken.get(port) else held
+    return taken
+
+
+def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str]) -> int:
+    """The server port: --port as given, never moved (a warning when it is taken), else DEFAULT_PORT,
+    or when that is taken the next port above it that is not (said in a warning)."""
+    where = target.host or "the host"
+    taken = ports_taken(target, name)
+    if wishes.port is not None:
+        if not 1 <= wishes.port <= 65535:
+            raise PlanError(f"--port must be 1..65535, got {wishes.port}")
+        if wishes.port in taken:
+            holder = taken[wishes.port]
+            warnings.append(f"port {wishes.port} is in use on {where}" + (f" ({holder})" if holder else "")
+                            + "; choose another --port")
+        return wishes.port
+    if DEFAULT_PORT not in taken:
+        return DEFAULT_PORT
+    port = next((p for p in range(DEFAULT_PORT + 1, 65536) if p not in taken), None)
+    if port is None:
+        raise PlanError(f"port {DEFAULT_PORT} and every port above it are in use on {where}: give --port")
+    holder = taken[DEFAULT_PORT]
+    warnings.append(f"port {DEFAULT_PORT} is in use on {where}" + (f" ({holder})" if holder else "")
+                    + f"; using {port}")
+    return port
 
 
 def default_name(model_id: str) -> str:
@@ -160,8 +212,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
             raise PlanError(f"--name: {exc}") from None
     else:
         name = default_name(facts.id)
-    if not 1 <= wishes.port <= 65535:
-        raise PlanError(f"--port must be 1..65535, got {wishes.port}")
+    wishes = replace(wishes, port=_choose_port(target, wishes, name, warnings))  # the flag rules read wishes.port
     if not 0.1 <= wishes.mem_fraction_static <= 0.98:
         raise PlanError(f"--mem-fraction-static must be 0.1..0.98, got {wishes.mem_fraction_static}")
 
