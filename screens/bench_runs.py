@@ -15,7 +15,8 @@ from ..core.domain import BenchRun
 from .base import GpuopsScreen
 from ..tui.widgets import TextView
 
-COLUMNS = (" ", "Run", "Status", "Profile", "Target", "Model", "SGLang", "GPUs", "Started", "Out tok/s", "Quality")
+# the figures right after the profile: at 80 columns they are what must stay in view
+COLUMNS = (" ", "Run", "Status", "Profile", "Out tok/s", "Quality", "Target", "Model", "SGLang", "GPUs", "Started")
 STATUS_STYLE = {"ok": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan"}
 
 
@@ -28,13 +29,13 @@ def run_row(run: BenchRun, mark: str) -> tuple:
         f"#{run.id}",
         Text(run.status, style=STATUS_STYLE.get(run.status, "")),
         run.profile,
+        Text(fmt(best) if run.records else "-", justify="right"),
+        Text(fmt((run.quality or {}).get("score")), justify="right"),
         run.deployment or run.url or run.settings.get("file") or "-",
         run.model or "-",
         run.sglang_version or "-",
         f"{gpus['count']}x {'/'.join(names) or '?'}" if gpus.get("count") else "-",
         (run.started_at or run.created_at).replace("T", " ").removesuffix("Z"),
-        Text(fmt(best) if run.records else "-", justify="right"),
-        Text(fmt((run.quality or {}).get("score")), justify="right"),
     )
 
 

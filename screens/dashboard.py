@@ -56,6 +56,8 @@ def host_status(state: HostState, now: float) -> tuple[str, str]:
         return "●", "yellow"
     snap = state.snapshot
     if snap is not None and not snap.nvml.ok and not snap.gpus:
+        if snap.nvml.code == "no-driver":  # a machine without NVIDIA GPUs (a laptop's localhost)
+            return "○", "dim"
         return "▲", "red bold"
     return "●", "green"
 

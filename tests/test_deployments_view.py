@@ -107,6 +107,9 @@ async def test_colon_on_the_deployment_screen_never_fires_its_keys(world, monkey
             await pilot.press("colon", *"dep typed", "enter")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
             log = app.screen.query_one(LogView)
+            await pilot.resize_terminal(80, 24)  # usable at 80x24: the log keeps most of the screen
+            assert await until(pilot, lambda: app.screen.has_class("-narrow") and log.size.height >= 8)
+            await pilot.resize_terminal(160, 45)
             before = (log.follow, log.show_timestamps)
             await pilot.press("colon")
             assert await until(pilot, lambda: isinstance(app.screen, CommandScreen))

@@ -64,3 +64,25 @@ def test_dashboard_renders_in_a_real_terminal(tmp_path):
         assert not alive, "gpuops did not quit on q"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_the_dashboard_at_80x24(tmp_path):
+    """80x24, in a real terminal: the hosts above the detail, each GPU row with its memory bar and
+    figures, and the footer down to q Quit."""
+    if not shutil.which("tmux"):
+        pytest.fail("tmux is not installed: run the README's test command (it installs tmux)")
+    sim = setup_simhost(tmp_path / "sim", gpus=2)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(sim.host_block("rack7-gpu3"))
+    session = f"gpuops-{uuid.uuid4().hex[:8]}"
+    env = f"TERM=xterm-256color XDG_STATE_HOME={tmp_path / 'state'} XDG_CONFIG_HOME={tmp_path / 'cfg'}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
+                    f"env {env} {GPUOPS} --config {cfg}"], check=True)
+    try:
+        screen = wait_for_screen(session, "GiB   ")  # a GPU row's memory figures are drawn
+        rows = [ln for ln in screen.splitlines() if "GPU0" in ln or "GPU1" in ln]
+        assert len(rows) == 2 and all("mem " in r and "/140.4 GiB" in r for r in rows), screen
+        assert "q Quit" in screen.splitlines()[-1] or "q Quit" in screen, screen
+        assert "rack7-gpu3" in screen and "Processes holding GPU memory" in screen
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -29,6 +29,8 @@ class GpuopsApp(App):
     TITLE = "gpuops"
     CSS_PATH = CSS_PATH
     COMMANDS = App.COMMANDS | {HostCommands}
+    # below 120 columns every screen has the class -narrow (the stylesheet stacks panes there)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Keys", key_display="?"),
