@@ -82,6 +82,22 @@ async def _host_target(cfg: HostConfig):
         await host.close()
 
 
+async def _host_sglang(cfg: HostConfig) -> tuple[str | None, frozenset[str] | None, bool]:
+    """(SGLang version, its --help flags, asked): what the host's SGLang is when its GPUs could not
+    be read; asked False when the host could not be asked at all."""
+    from ..core.hosts.host import HostError, make_host
+    from ..core.planning.hostfacts import help_flags, sglang_version
+
+    host = make_host(cfg)
+    try:
+        version = await sglang_version(host)
+        return version, (await help_flags(host, version) if version else None), True
+    except HostError:
+        return None, None, False
+    finally:
+        await host.close()
+
+
 def _stored_ports() -> list[tuple[str, str, str, int]]:
     """(name, host, state, port) of each stored deployment: their ports are taken on their hosts
     even before their servers listen. A store that cannot be read says nothing."""
@@ -128,10 +144,14 @@ def make_target(inv: Inventory, args: argparse.Namespace):
         if args.gpus is None or args.gpu_memory is None:
             hint = f" ({exc.hint})" if exc.hint else ""
             raise PlanUsageError(f"{exc.message}{hint}; to plan without it give --gpus N --gpu-memory GIB") from None
+        # its GPUs could not be read, its SGLang may still be there: ask (the plan would otherwise
+        # say "SGLang is not installed" where it is)
+        version, flags, asked = asyncio.run(_host_sglang(cfg))
         target = replace(offline_target(args.gpus, args.gpu_memory, launcher=cfg.launcher), host=cfg.name,
                          python=cfg.python or "python3", model_dirs=cfg.model_dirs,
                          forbidden_paths=cfg.forbidden_paths, serve_host=cfg.serve_host,
-                         allowed_gpu_ids=cfg.gpu_ids)
+                         allowed_gpu_ids=cfg.gpu_ids, sglang_version=version, help_flags=flags,
+                         sglang_asked=asked)
         return target
     if args.gpus is not None or args.gpu_memory is not None:
         count = args.gpus if args.gpus is not None else len(target.gpus)
@@ -217,5 +237,5 @@ def print_plan(facts, plan) -> None:
         console.print(Panel(Syntax(plan.unit_text(), "ini", theme="ansi_dark", word_wrap=True),
                             title=f"{plan.unit_name}", title_align="left"))
         console.print(Panel(plan.env_file_text().rstrip(), title=plan.env_file, title_align="left"))
-    for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+    for w in plan.warnings:  # plain text: a warning may hold brackets ([hosts.NAME]) that are no markup
+        console.print(Text.assemble(("warning: ", "yellow"), w))

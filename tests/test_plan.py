@@ -92,7 +92,8 @@ def test_like_a_previous_fp4_unit_drops_what_no_longer_applies():
     ops = {(c.op, c.text.split()[0]) for c in plan.like.diff}
     assert ("-", "--quantization") in ops and ("+", "--mamba-radix-cache-strategy") in ops
     assert ("~", "--model-path") in ops and ("~", "--host") in ops  # 0.0.0.0 → policy's loopback
-    assert "--mem-fraction-static" in f and f["--mem-fraction-static"] == ("0.8",)
+    # the old server's memory fraction and served name are kept (the diff changed them without a reason)
+    assert f["--mem-fraction-static"] == ("0.85",) and f["--served-model-name"] == ("qwen397",)
 
 
 def test_does_not_fit_names_the_smallest_tp_that_does():
@@ -336,3 +337,30 @@ def test_cli_plan_from_the_hf_cache_offline(env, tmp_path):
     assert doc["argv"][doc["argv"].index("--served-model-name") + 1] == "Qwen/Qwen3.5-122B-A10B"
     out = gpuops("plan", "Qwen/Not-Cached", "--gpus", "4", "--gpu-memory", "140.4", env=env)
     assert out.returncode == 2 and "not in the local HF cache" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_like_keeps_what_the_old_servers_clients_use_or_says_why_not():
+    """--like keeps the port, the served model name, the bind address (where the host allows it)
+    and the memory fraction; every other change says why; a bind the host's serve_host does not
+    allow is a warning that says how to keep it (moving to loopback silently broke clients)."""
+    unit = ("[Service]\nExecStart=/usr/bin/python3 -m sglang.launch_server --model-path /models/old "
+            "--served-model-name prod --host 0.0.0.0 --port 31000 --tp-size 4 --mem-fraction-static 0.85\n")
+    prev = previous_from_unit(unit, "old.service")
+    open_host = build_plan(facts(*QWEN122), host_target(serve_host="0.0.0.0"), Wishes(tp=4, like=prev))
+    flags = dict(split_flags(open_host.argv))
+    assert flags["--port"] == ("31000",) and open_host.port == 31000
+    assert flags["--served-model-name"] == ("prod",) and flags["--host"] == ("0.0.0.0",)
+    assert flags["--mem-fraction-static"] == ("0.85",)
+    kept = next(r for r in open_host.rules if r.id == "like-clients")
+    assert set(kept.adds) >= {"--port 31000", "--served-model-name prod", "--mem-fraction-static 0.85"}
+    for change in open_host.like.diff:
+        if change.op in "~-":
+            assert change.text.endswith(")") and "  (" in change.text, change.text  # each with its reason
+    assert not any(c.text.startswith(("--host", "--port", "--served-model-name", "--mem-fraction"))
+                   for c in open_host.like.diff)
+    loopback = build_plan(facts(*QWEN122), host_target(serve_host="127.0.0.1"), Wishes(tp=4, like=prev))
+    assert dict(split_flags(loopback.argv))["--host"] == ("127.0.0.1",)
+    (warning,) = [w for w in loopback.warnings if "listened on 0.0.0.0" in w]
+    assert 'set serve_host = "0.0.0.0" in [hosts.' in warning and "clients on other machines lose it" in warning
+    mine = build_plan(facts(*QWEN122), host_target(serve_host="0.0.0.0"), Wishes(tp=4, like=prev, port=32000))
+    assert mine.port == 32000  # what the operator gives wins

@@ -150,8 +150,10 @@ def _spec_on(ctx: Ctx) -> bool:
 
 RULES: tuple[Rule, ...] = (
     Rule("model", lambda c: True,
-         lambda c: [("--model-path", (c.model_path,)), ("--served-model-name", (served_name(c.facts),))],
-         lambda c: f"serve {c.facts.id} from {c.model_path}; clients ask for it as {served_name(c.facts)!r}"),
+         lambda c: [("--model-path", (c.model_path,)), ("--served-model-name", (c.wishes.served_name
+                                                                               or served_name(c.facts),))],
+         lambda c: f"serve {c.facts.id} from {c.model_path}; clients ask for it as "
+                   f"{c.wishes.served_name or served_name(c.facts)!r}" + (" (as before)" if c.wishes.served_name else "")),
     Rule("tensor-parallel", lambda c: True,
          lambda c: [("--tp-size", (str(c.tp),))],
          lambda c: f"shard over {c.tp} GPU(s) ({', '.join(map(str, c.gpu_ids))})",

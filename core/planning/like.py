@@ -93,11 +93,17 @@ def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env:
     if kept:
         fired.append(RuleFired("like-keep", f"kept from {prev.source}: still valid for this model and SGLang "
                                f"{ctx.version}", join_flags(kept)))
+    def because(name: str) -> str:
+        """Why this plan sets `name`: the reason of the rule that put it there."""
+        rule = next((r for r in fired if r.id not in ("like-keep", "like-drop", "like-rename")
+                     and any(a == name or a.startswith(name + " ") for a in r.adds)), None)
+        return f"  ({rule.why})" if rule is not None else ""
+
     for name, values in produced:
         if name not in prev_map:
-            diff.append(("+", " ".join([name, *values])))
+            diff.append(("+", " ".join([name, *values]) + because(name)))
         elif prev_map[name] != values:
-            diff.append(("~", f"{name} {' '.join(prev_map[name])} → {' '.join(values)}"))
+            diff.append(("~", f"{name} {' '.join(prev_map[name])} → {' '.join(values)}" + because(name)))
     new_env = dict(prev.env)
     if "SGLANG_ENABLE_SPEC_V2" in new_env:
         gone: str | None = ("speculative decoding is off" if not ctx.spec

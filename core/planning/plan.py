@@ -9,11 +9,12 @@ typed :class:`gpuops.core.domain.Plan`.
 from __future__ import annotations
 
 import re
+from ipaddress import ip_address
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from ..config import validate_abs_path, validate_host_name
-from ..domain import Invalid, Like, LikeChange, ModelSummary, Plan, RuleFired, join_flags
+from ..domain import Invalid, Like, LikeChange, ModelSummary, Plan, RuleFired, flag_value, is_loopback, join_flags
 from . import PlanError
 from . import sglang_versions as sv
 from .fit import compute_fit, tp_choices
@@ -57,6 +58,7 @@ class Target:
     allowed_gpu_ids: tuple[int, ...] | None = None  # the host policy's gpu_ids
     # TCP ports listening on the host, each with who holds it ("pid 123 (user: command)"; "" unknown)
     ports_taken: dict[int, str] = field(default_factory=dict)
+    sglang_asked: bool = True  # False: the host could not be asked which SGLang it has
     # (name, port, state) of the host's stored deployments that may serve: their ports are taken too
     deployment_ports: tuple[tuple[str, int, str], ...] = ()
 
@@ -70,6 +72,7 @@ class Wishes:
     port: int | None = None  # --port: never moved; None: DEFAULT_PORT, or the next free one on the host
     name: str | None = None
     mem_fraction_static: float = DEFAULT_MEM_FRACTION
+    served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
     sglang_version: str | None = None  # --sglang-version: overrides what the host says
     like: "Previous | None" = None
 
@@ -203,8 +206,52 @@ def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[st
     return want, chosen
 
 
+def _keep_from_like(target: Target, wishes: Wishes, warnings: list[str]) -> tuple[Target, Wishes, list[str]]:
+    """What `--like` keeps so that the old deployment's clients keep working: its port (unless
+    --port), its bind address (where the host's serve_host allows it; else a warning that says how
+    to keep it), its static memory fraction (unless given). Returns notes for the rule list."""
+    prev = wishes.like
+    assert prev is not None
+    argv = list(prev.argv)
+    notes: list[str] = []
+    port = flag_value(argv, "--port")
+    if wishes.port is None and port and port.isdigit() and 1 <= int(port) <= 65535:
+        wishes = replace(wishes, port=int(port))
+        notes.append(f"--port {port}")
+    bind = flag_value(argv, "--host")
+    if bind and bind != target.serve_host:
+        try:
+            ip_address(bind)
+        except ValueError:
+            bind = None
+        if bind is not None and (is_loopback(bind) or not is_loopback(target.serve_host)):
+            target = replace(target, serve_host=bind)
+            notes.append(f"--host {bind}")
+        elif bind is not None:
+            warnings.append(f"{prev.source} listened on {bind}; {target.host or 'this host'}'s serve_host is "
+                            f"{target.serve_host}, so this plan binds {target.serve_host} and clients on other "
+                            f"machines lose it: set serve_host = \"{bind}\" in [hosts.{target.host or 'NAME'}] to keep it")
+    served = flag_value(argv, "--served-model-name")
+    if wishes.served_name is None and served and re.fullmatch(r"[A-Za-z0-9._:/@+-]{1,200}", served):
+        wishes = replace(wishes, served_name=served)  # clients ask for it by that name
+        notes.append(f"--served-model-name {served}")
+    mem = flag_value(argv, "--mem-fraction-static")
+    if wishes.mem_fraction_static == DEFAULT_MEM_FRACTION and mem:
+        try:
+            frac = float(mem)
+        except ValueError:
+            frac = -1.0
+        if 0.1 <= frac <= 0.98 and frac != DEFAULT_MEM_FRACTION:
+            wishes = replace(wishes, mem_fraction_static=frac)
+            notes.append(f"--mem-fraction-static {mem}")
+    return target, wishes, notes
+
+
 def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     warnings: list[str] = []
+    like_notes: list[str] = []
+    if wishes.like is not None:
+        target, wishes, like_notes = _keep_from_like(target, wishes, warnings)
     if wishes.name is not None:
         try:
             name = validate_host_name(wishes.name)
@@ -225,7 +272,9 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         version, version_source = target.sglang_version, "host"
     else:
         version, version_source = sv.newest_version(), "newest known"
-    if target.host and not target.sglang_version:
+    if target.host and not target.sglang_version and not target.sglang_asked:
+        warnings.append(f"{target.host} could not be asked which SGLang it has: planned for {version}")
+    elif target.host and not target.sglang_version:
         warnings.append(f"SGLang is not installed on {target.host} (with {target.python or 'python3'}): planned for "
                         f"{version}; deploy will refuse until SGLang is installed there")
     if facts.missing:
@@ -277,6 +326,9 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
     like_diff: list[tuple[str, str]] = []
     if wishes.like is not None:
+        if like_notes:
+            fired.append(RuleFired("like-clients", f"kept from {wishes.like.source} so that its clients keep "
+                                   "working (the same address, port and model name)", like_notes))
         produced, env, like_diff = apply_like(wishes.like, produced, env, ctx, fired)
 
     argv = join_flags(produced)
