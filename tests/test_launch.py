@@ -152,3 +152,38 @@ def test_env_file_text_quotes_values():
     assert "A=plain" in text and "B='it'\"'\"'s $x'" in text
     with pytest.raises(Exception):
         env_file_text({"BAD NAME": "x"}, "h")
+
+
+STUBBORN = """
+import os, signal, sys, time
+if os.fork() == 0:  # a child that outlives its parent's SIGTERM (a rank, a resource tracker)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(0.1)
+print("started", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+async def test_stop_waits_for_the_whole_process_group(home):
+    """Stopped means every process of the server's group is gone: a child that ignores SIGTERM
+    is killed after the grace, and stop says so."""
+    host = make_host("local", None, home)
+    marker = f"gpuops-stubborn-{os.getpid()}"
+    (home / f"{marker.replace('-', '_')}.py").write_text(STUBBORN)
+    launcher = ProcessLauncher(host, marker, [sys.executable, "-m", marker.replace("-", "_"), marker],
+                               {"PYTHONPATH": str(home)}, str(home))
+    launcher.grace_s = 2
+    try:
+        await launcher.install({})
+        await launcher.start()
+        assert await wait_until(lambda: "started" in Path(launcher.log_path).read_text(), timeout=10)
+        assert await wait_until(lambda: len(own_pids(marker)) == 2, timeout=10)
+        stopped = await launcher.stop()
+        assert stopped.detail == "killed", stopped
+        assert own_pids(marker) == []  # no member left when stop returns
+    finally:
+        for pid in own_pids(marker):
+            os.kill(pid, signal.SIGKILL)
+        await host.close()

@@ -85,6 +85,7 @@ class ProcessLauncher(Launcher):
         self.log_path = f"{self.dir}/log"
         self.cmd_path = f"{self.dir}/cmd"
         self.launch_path = f"{self.dir}/launch.py"
+        self.grace_s = STOP_GRACE_S  # SIGTERM to SIGKILL
 
     async def install(self, secrets_env: dict[str, str]) -> None:
         await write_private_file(self.host, self.env_path, env_file_text(
@@ -119,16 +120,27 @@ cat pid
         return LaunchStatus(word == "running", int(pid) if pid.isdigit() else None, word or "unknown")
 
     async def stop(self) -> LaunchStatus:
+        # The server is its own process group (setsid): stopped means every member is gone, not
+        # just the leader (a rank or multiprocessing's resource tracker outlived it, still holding
+        # GPU memory), so the wait and the KILL are for the group.
         script = _ALIVE + r"""
+members() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" '{ sub(/^.*\) /, ""); if ($3 == g && $1 != "Z") n++ } END { print n + 0 }'; }
 p=$(cat "$1" 2>/dev/null) || { echo "not started"; exit 0; }
-alive "$p" || { echo "not running"; exit 0; }
+alive "$p" || [ "$(members "$p")" -gt 0 ] || { echo "not running"; exit 0; }
 kill -TERM -"$p" 2>/dev/null || kill -TERM "$p"
 i=0
-while alive "$p" && [ "$i" -lt "$(( $2 * 10 ))" ]; do sleep 0.1; i=$((i + 1)); done
-if alive "$p"; then kill -KILL -"$p" 2>/dev/null || kill -KILL "$p"; echo killed; else echo stopped; fi
+while { alive "$p" || [ "$(members "$p")" -gt 0 ]; } && [ "$i" -lt "$(( $2 * 5 ))" ]; do sleep 0.2; i=$((i + 1)); done
+if alive "$p" || [ "$(members "$p")" -gt 0 ]; then
+    kill -KILL -"$p" 2>/dev/null || kill -KILL "$p"
+    i=0
+    while [ "$(members "$p")" -gt 0 ] && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    echo killed
+else
+    echo stopped
+fi
 """
-        res = await self.host.run(["sh", "-c", script, "gpuops-stop", self.pid_path, str(STOP_GRACE_S)],
-                                  timeout=STOP_GRACE_S + 30)
+        res = await self.host.run(["sh", "-c", script, "gpuops-stop", self.pid_path, str(self.grace_s)],
+                                  timeout=self.grace_s + 30)
         return LaunchStatus(False, None, res.stdout.strip() or res.stderr.strip())
 
 
