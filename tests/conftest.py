@@ -116,3 +116,60 @@ def models(tmp_path) -> dict[str, Path]:
     root = tmp_path / "models"
     return {"qwen35": model_dir(root, QWEN35, 250_170_000_000, shards=39),
             "qwen3": model_dir(root, QWEN3, 16_381_470_720, shards=5)}
+
+
+@pytest.fixture(scope="session")
+def sglang_server_venv(sglang_venv) -> Path:
+    """The host venv with what the genuine `python -m sglang.launch_server --device cpu` imports and
+    SGLang 0.5.10's code beside it (the serving and 0.5.10 steps of scripts/sglang-host-venv.sh)."""
+    missing = []
+    if not list(sglang_venv.glob(".gpuops-sglang-serve-*")):
+        missing.append("the SGLang server's imports")
+    if not (sglang_venv / "sglang-0.5.10" / ".gpuops-ok").is_file():
+        missing.append("SGLang 0.5.10's code in sglang-0.5.10/")
+    if missing:
+        pytest.fail(f"the SGLang host venv {sglang_venv} lacks {' and '.join(missing)}: top it up with "
+                    f"scripts/sglang-host-venv.sh {sglang_venv}")
+    return sglang_venv
+
+
+@pytest.fixture(scope="session")
+def sglang_0510(sglang_server_venv) -> Path:
+    """SGLang 0.5.10's code (installed --no-deps --target): a folder to put first on PYTHONPATH."""
+    return sglang_server_venv / "sglang-0.5.10"
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(sglang_server_venv, bench_tokenizer) -> Path:
+    """A tiny Qwen3 (random weights, safetensors; tests/data/real_sglang/make_tiny_qwen3.py) with the
+    bench tokenizer in the same folder: a model the genuine SGLang server loads on a CPU. Outside
+    pytest's tmp dir (mode 0700) so that a host user reached over SSH can read it."""
+    root = Path(tempfile.mkdtemp(prefix="gpuops-tiny-"))
+    root.chmod(0o755)
+    out = root / "tiny-qwen3"
+    res = subprocess.run([str(sglang_server_venv / "bin" / "python"),
+                          str(REPO / "tests" / "data" / "real_sglang" / "make_tiny_qwen3.py"), str(out)],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        pytest.fail(f"making the tiny Qwen3 failed: {res.stderr[-2000:]}")
+    for f in bench_tokenizer.iterdir():
+        shutil.copy(f, out / f.name)
+    out.chmod(0o755)
+    for f in out.iterdir():
+        f.chmod(0o644)
+    yield out
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def qwen35_moe_config() -> Path:
+    """A Qwen3.5-MoE model folder holding only its config.json (Qwen3.5-122B-A10B's; no weights): enough
+    for SGLang to check its server arguments against the model."""
+    root = Path(tempfile.mkdtemp(prefix="gpuops-qwen35-"))
+    root.chmod(0o755)
+    out = root / "Qwen3.5-122B-A10B"
+    out.mkdir(mode=0o755)
+    shutil.copy(REPO / "tests" / "data" / "configs" / "qwen3_5__Qwen3.5-122B-A10B.json", out / "config.json")
+    (out / "config.json").chmod(0o644)
+    yield out
+    shutil.rmtree(root, ignore_errors=True)

@@ -219,8 +219,9 @@ def test_sweep_then_compare_export_and_import(w, tmp_path):
     labels = [c["label"] for c in doc["columns"]]
     assert labels == [f"#{sweep_id} c=1", f"#{sweep_id} c=4", f"#{imported['id']} c=1", f"#{imported['id']} c=8"]
     # the first run's columns are the baselines; the imported c=1 is compared with the sweep's c=1,
-    # its c=8 (no match) with the sweep's first column
-    assert [c["baseline"] for c in doc["columns"]] == [0, 1, 0, 0]
+    # its c=8 with nothing (the sweep has no c=8: no delta, and the note says so)
+    assert [c["baseline"] for c in doc["columns"]] == [0, 1, 0, None]
+    assert doc["note"] == f"no delta for #{imported['id']} c=8: #{sweep_id} has no run at that concurrency"
     out_tp = next(m for m in doc["metrics"] if m["key"] == "output_throughput")
     base = run["records"][0]["output_throughput"]
     assert out_tp["values"][0] == base and out_tp["delta_percent"][0] is None
