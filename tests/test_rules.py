@@ -433,6 +433,10 @@ CASES = [
     Case("crash", "weight-load-error", "error",
          lambda: upto(D10, "Loading safetensors") + crash(TP4, WEIGHTS, "KeyError: 'model.layers.0.mlp.experts.w13_weight'"),
          "KeyError: 'model.layers.0.mlp.experts.w13_weight'"),
+    # SGLang 0.5.23 on a CPU, as it ends (tests/test_real_sglang.py runs it): the rotary path imports vllm
+    Case("python-module-missing", "python-module-missing", "error",
+         lambda: upto(D10, "Loading safetensors") + crash(TP4, WEIGHTS, "ModuleNotFoundError: No module named 'vllm'"),
+         "ModuleNotFoundError: No module named 'vllm'"),
     Case("cuda-kernel-error", "cuda-error", "error",
          lambda: upto(D10, "Capture cuda graph end") + crash(TP4, RUNNER,
                                                              "torch.AcceleratorError: CUDA error: unspecified launch failure"),

@@ -76,7 +76,7 @@ CODES: tuple[str, ...] = (
     "kv-cache-oom", "cuda-graph-oom", "cuda-oom", "weight-load-error", "port-in-use", "leftover-gpu-process",
     "shm-too-small", "p2p-unavailable", "download-stalled",
     "server-args-invalid", "kv-cache-small", "watchdog-timeout", "warmup-failed", "cuda-graph-stall",
-    "server-crashed", "cuda-error",
+    "server-crashed", "cuda-error", "python-module-missing",
 )
 
 _EVIDENCE_LINES = 4  # per finding: the first distinct matching lines
@@ -554,6 +554,14 @@ LINE_RULES: tuple[LineRule, ...] = (
           r"(?:(?P<name>\w+) watchdog|^Watchdog) timeout \(self\.watchdog_timeout=(?P<timeout>[\d.]+)",
           "The {name} made no progress for {timeout} s and SGLang's watchdog killed it.",
           "Read the py-spy dump above the line; if the step is merely slow, raise --watchdog-timeout", _watchdog),
+    # an import the server's Python cannot satisfy: a serving dependency not installed, or a module
+    # this hardware's build lacks (SGLang on CPU reaches for vllm's rotary kernels, say)
+    _rule("python-module-missing", "python-module-missing", "error", ("No module named",),
+          r"(?:ModuleNotFoundError|ImportError): No module named '?(?P<module>[\w.]+)'?",
+          "The server's Python has no module {module}: SGLang imported it and stopped.",
+          "Install the package that provides {module} into the server's Python (the host's `python` in "
+          "config.toml), or, for a GPU-only module (vllm, sgl_kernel, flashinfer), run on hardware this SGLang "
+          "build supports"),
     _rule("warmup-failed", "warmup-failed", "error", ("Initialization failed. warmup error",),
           r"Initialization failed\. warmup error",
           "The server started but its warmup request failed.",
