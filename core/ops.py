@@ -26,7 +26,7 @@ from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_aliv
 from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
-from .diagnose.triage import triage_log
+from .diagnose.triage import ranked, triage_log
 from .domain import Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
 from .hosts.host import Host, HostError, make_host
 from .planning.plan import under_any
@@ -410,7 +410,7 @@ class Ops:
         status = await launcher.status()
         results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
         report = triage_log(lines, d.plan)
-        report.findings = [*report.findings, *check_findings(results)]
+        report.findings = ranked([*report.findings, *check_findings(results)])  # errors first, causes first
         report.checks = [r.summary() for r in results]
         report.stacks = stacks(results)
         report.running = status.running

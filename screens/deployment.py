@@ -26,6 +26,7 @@ from textual.widgets import Footer, Header, Input
 
 from ..core.config import PHASES
 from ..core.deploy.view import RunView
+from ..core.diagnose.triage import top_fix
 from ..core.domain import Deployment, Finding, LogEvent
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
@@ -198,11 +199,18 @@ class DeploymentScreen(GpuopsScreen):
             out.append(f"f: {first_fix.fix.summary}", style="green")
             out.append("   x: triage\n")
         elif v.findings:
-            out.append("x: triage (evidence, host checks, fixes)\n")
+            top = v.findings[0]
+            if top.fix is not None:  # the top finding's own advice, not a lesser finding's fix
+                out.append(f"{top.code}: {top.fix.summary}", style="yellow")
+                out.append("   x: triage\n")
+            else:
+                out.append("x: triage (evidence, host checks, fixes)\n")
         return out, kind
 
     def first_fix(self) -> Finding | None:
-        return next((f for f in self.view.findings if f.fix is not None and f.fix.applicable), None)
+        """The top finding (errors first, causes before the stall's generic advice) when gpuops can
+        apply its fix: `f` never applies a lesser finding's fix in its place."""
+        return top_fix(self.view.findings)
 
     # ---------------------------------------------------------------- actions
 
@@ -211,7 +219,10 @@ class DeploymentScreen(GpuopsScreen):
 
         first = self.first_fix()
         if first is None:
-            self.notify("no finding with a fix gpuops can apply (x: triage)", severity="warning")
+            top = self.view.findings[0] if self.view.findings else None
+            self.notify(f"the top finding ({top.code}) has no fix gpuops can apply: "
+                        f"{top.fix.summary if top.fix else 'see x: triage'}" if top is not None
+                        else "no finding with a fix gpuops can apply (x: triage)", severity="warning")
             return
         ask_and_apply(self, self.deployment, first)
 

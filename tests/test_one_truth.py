@@ -223,7 +223,10 @@ async def test_a_tui_deploy_runs_one_log_follower_and_one_triage_per_stall(world
             await app.push_screen(PlanReviewScreen(load_model_facts("Qwen/Qwen3-8B"), target,
                                                    Wishes(tp=1, name="onewatch")))
             await pilot.pause(0.2)
-            await pilot.press("d", "y")  # the deploy summary, confirmed
+            await pilot.press("d")  # the deploy summary, confirmed
+            from gpuops.screens.confirm import ConfirmScreen
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen), timeout=30)
             screen = app.screen
             assert await until(pilot, lambda: screen.view.state == "starting", timeout=60)

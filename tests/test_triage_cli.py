@@ -101,3 +101,21 @@ def test_triage_of_a_deployment_stuck_on_a_driver_mismatch_over_ssh(world, tmp_p
             in out.stdout and f"--- py-spy server (pid {stack['pid']}) ---" in out.stdout
     finally:
         subprocess.run([GPUOPS, "--config", str(cfg), "stop", "seed", "--yes"], capture_output=True, env=env)
+
+
+def test_findings_are_ranked_errors_first_and_causes_before_the_stalls_advice():
+    """A stall's generic advice (nccl-init-stall, a warning with an applicable NCCL_DEBUG fix) never
+    comes before the error that explains it (a host check's driver/library mismatch, whose fix is
+    not gpuops'): `f` then offers no fix rather than the red herring's."""
+    from gpuops.core.diagnose.triage import ranked, top_fix
+    from gpuops.core.domain import Finding, Fix
+
+    stall = Finding("nccl-init-stall", "warning", "dist_init silent 2m10s",
+                    fix=Fix("restart with NCCL_DEBUG=INFO", applicable=True, plan_patch={"set_env": {"NCCL_DEBUG": "INFO"}}))
+    shm = Finding("shm-too-small", "warning", "/dev/shm is 64 MiB", fix=Fix("give the container --shm-size"))
+    driver = Finding("driver-library-mismatch", "error", "kernel module 580.159.04, libnvidia-ml 565.57.01",
+                     fix=Fix("reboot, or reload the nvidia module"))
+    assert [f.code for f in ranked([stall, shm, driver])] == ["driver-library-mismatch", "shm-too-small",
+                                                              "nccl-init-stall"]
+    assert top_fix([stall, shm, driver]) is None  # the top error's fix is not applicable: none in its place
+    assert top_fix([stall]) is stall

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from ..config import PHASES
+from ..diagnose.triage import ranked
 from ..domain import (
     ChecksEvent,
     Event,
@@ -112,8 +113,7 @@ class RunView:
         elif isinstance(event, FindingEvent):
             finding = event.finding()
             # the same finding again (a second triage of the same stall) replaces the first
-            self.findings = [f for f in self.findings if f.code != finding.code] + [finding]
-            self.findings.sort(key=lambda f: ("error", "warning", "info").index(f.severity))
+            self.findings = ranked([f for f in self.findings if f.code != finding.code] + [finding])
         elif isinstance(event, ChecksEvent):
             self.checks = list(event.checks)
         elif isinstance(event, PlanEvent):

@@ -9,7 +9,28 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..domain import Plan, TriageReport
+from ..domain import Finding, Plan, TriageReport
+
+# The stall watcher's generic advice (it names the silence, not its cause): a finding of the same
+# severity that explains the stall (a host check's, say) comes before it.
+STALL_ADVICE = frozenset({"nccl-init-stall", "startup-stall", "cuda-graph-stall", "download-stalled"})
+_SEVERITY = ("error", "warning", "info")
+
+
+def ranked(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings in the order an operator acts on them: errors, then warnings, then info; within
+    one severity, causes before the stall watcher's generic advice; otherwise as they came. The
+    first is the one `f` applies (when its fix is applicable)."""
+    return sorted(findings, key=lambda f: (_SEVERITY.index(f.severity) if f.severity in _SEVERITY else 3,
+                                           f.code in STALL_ADVICE))
+
+
+def top_fix(findings: Iterable[Finding]) -> Finding | None:
+    """The top finding when its fix is one gpuops can apply; None when there is none or the top
+    one's fix is not (a red herring's fix is never offered in its place)."""
+    order = ranked(findings)
+    top = order[0] if order else None
+    return top if top is not None and top.fix is not None and top.fix.applicable else None
 from .finding_rules import LogScanner
 from .phases import track_log
 
