@@ -252,6 +252,7 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     if busy:
         lines.append("already on those GPUs (deploying anyway shares them; e then `gpus …` picks others):")
         lines += [f"  {b}" for b in busy[:6]] + ([f"  … {len(busy) - 6} more"] if len(busy) > 6 else [])
+    lines += [f"warning: {w}" for w in plan.warnings]
     warn = [] if fits else ["DOES NOT FIT"]
     if busy:
         warn.append("GPUs in use")

@@ -364,3 +364,22 @@ def test_like_keeps_what_the_old_servers_clients_use_or_says_why_not():
     assert 'set serve_host = "0.0.0.0" in [hosts.' in warning and "clients on other machines lose it" in warning
     mine = build_plan(facts(*QWEN122), host_target(serve_host="0.0.0.0"), Wishes(tp=4, like=prev, port=32000))
     assert mine.port == 32000  # what the operator gives wins
+
+
+def test_a_local_folder_without_its_weights_is_not_a_complete_copy(tmp_path):
+    """A folder with only config.json was planned as "reuse the complete copy": the plan now says it
+    holds no weights (and a folder short of its index's shards, how much is there)."""
+    from gpuops.core.planning.model_facts import load_model_facts
+
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "configs" / "qwen3__Qwen3-8B.json").read_text())
+    plan = build_plan(load_model_facts(str(folder)), offline_target(1, H200), Wishes())
+    assert any("holds no weights" in w for w in plan.warnings), plan.warnings
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 16_000_000_000}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                                    "b": "model-00002-of-00002.safetensors"}}))
+    with open(folder / "model-00001-of-00002.safetensors", "wb") as f:
+        f.truncate(8_000_000_000)  # sparse: half the index's bytes
+    plan = build_plan(load_model_facts(str(folder)), offline_target(1, H200), Wishes())
+    assert any("holds 8.0 of its index's 16.0 GB" in w and "incomplete" in w for w in plan.warnings), plan.warnings

@@ -165,6 +165,7 @@ class ModelFacts:
     mtp_bytes: int
     missing: tuple[str, ...]
     thinking: str = "none"  # "thinking" | "hybrid" | "none": see thinking_mode()
+    weights_present_bytes: int | None = None  # the *.safetensors bytes in the folder; None: not looked
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache bytes one token needs in the whole model (all ranks together).
@@ -814,6 +815,7 @@ def facts_from_config(
         mtp_bytes=round(t.nbytes["mtp"]),
         missing=tuple(cfg.missing),
         thinking=thinking_mode(family, model_name(id)),
+        weights_present_bytes=safetensors if file_sizes is not None else None,
     )
 
 

@@ -135,6 +135,13 @@ def _choose_download_dir(facts: ModelFacts, target: Target, wishes: Wishes, warn
     """(download_dir, model_path, reuse_existing)."""
     repo_like = "/" in facts.id and not facts.id.startswith("/")
     if facts.source == "local" and not repo_like:
+        present = facts.weights_present_bytes
+        if present == 0:
+            warnings.append(f"{facts.id} holds no weights (no *.safetensors beside its config.json): the server "
+                            "would stop at weights; put the checkpoint there first")
+        elif present is not None and facts.checkpoint_bytes_source == "index" and present < 0.99 * facts.checkpoint_bytes:
+            warnings.append(f"{facts.id} holds {present / 1e9:.1f} of its index's {facts.checkpoint_bytes / 1e9:.1f} GB "
+                            "of weights: the copy is incomplete")
         return None, facts.id, True
     existing = target.existing.get(facts.id)
     if existing and not wishes.download_dir:
