@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -40,6 +41,17 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
                        "the store, with its history (asks first)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--yes", action="store_true", help="don't ask")
+
+    p = sub.add_parser("swap", parents=[common], help="replace a ready deployment by another model as one action: "
+                       "benchmark it, plan the new one like it, stop it, deploy, benchmark, compare, keep or roll back")
+    p.add_argument("old", metavar="OLD", help="the ready deployment to replace")
+    p.add_argument("model", metavar="MODEL", help="the new model (an HF repo id or a folder on the host)")
+    p.add_argument("--name", metavar="N", help="the new deployment's name (default: from the model id)")
+    p.add_argument("--profile", metavar="P", default="smoke", help="the benchmark both run (default: smoke)")
+    p.add_argument("--rollback-on-failure", action="store_true",
+                   help="when the new one crashes or stalls, restart OLD at once (without asking)")
+    p.add_argument("--yes", action="store_true", help="don't ask before starting (and keep the new one)")
+    p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
 
     p = sub.add_parser("triage", parents=[common], help="where a server log got to, and why it stopped there; "
                        "for a deployment also the checks on its host")
@@ -130,8 +142,6 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
-    for warning in plan.warnings:  # the plan made here: what it chose on its own (a moved port, say)
-        print(f"gpuops: plan: {warning}", file=sys.stderr)
     return plan
 
 
@@ -197,6 +207,8 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--name: {exc}") from None
 
+    made_here = not args.model.endswith(".json")
+
     def emit(event: Any) -> None:
         if args.json:
             print(json.dumps(event_json(event)), flush=True)
@@ -204,6 +216,11 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
             line = describe_event(event)
             if line is not None:
                 print(line, flush=True)
+            if made_here and getattr(event, "state", None) == "planned":
+                # what the plan made here chose on its own (a moved port, say), once it is recorded
+                # (a refusal before that stays one line)
+                for warning in plan.warnings:
+                    print(f"          plan: {warning}", flush=True)
 
     async def use(ops: Any, yes: bool) -> str:
         ops.bus.listen(plan.name, emit)
@@ -289,6 +306,97 @@ def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
         return _failed(exc)
     print(f"{args.name}: stopped ({detail})")
     return 0
+
+
+def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
+    """`gpuops swap OLD MODEL`: the afternoon as one action (core/ops.py Ops.swap does it)."""
+    from ..core.bench.runner import BenchInputError, compare_rows, resolve_profile
+    from ..core.deploy.store import Store
+    from .bench import _print_event
+    from .plan import PlanUsageError, run_plan_object
+
+    if getattr(args, "readonly", False):
+        raise UsageError("read-only: a swap stops and starts servers")
+    try:
+        profile = resolve_profile(args.profile, inv.bench_profiles)
+    except BenchInputError as exc:
+        raise UsageError(str(exc)) from None
+    store = Store()
+    try:
+        old = store.deployment(args.old)
+    finally:
+        store.close()
+    if old is None:
+        raise UsageError(f"no deployment named {args.old!r}")
+    # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them)
+    ns = argparse.Namespace(model=args.model, host=old.host, tp=None, gpus=None, gpu_memory=None,
+                            gpu_ids=",".join(map(str, old.plan.gpu_ids)), sglang_version=None, like=old.name,
+                            download_dir=None, no_mtp=False, name=args.name, explicit_port=None)
+    try:
+        _facts, plan = run_plan_object(inv, ns)
+    except PlanUsageError as exc:
+        raise UsageError(str(exc)) from None
+    if plan.fit is not None and not plan.fit.fits:
+        raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
+    held = (f"port {old.plan.port} is in use", "already run processes")  # the old server's own: freed by the stop
+    warnings = [w for w in plan.warnings if not any(h in w for h in held)]
+
+    def emit(step: dict) -> None:
+        if args.json:
+            print(json.dumps({"event": "swap", **step}, allow_nan=False), flush=True)
+            return
+        name = step["step"]
+        if name == "plan":
+            print(f"swap {step['old']} → {step['new']} ({step['model']})")
+            for line in step["diff"]:
+                print(f"  {line}")
+            for w in warnings:
+                print(f"  warning: {w}")
+        elif name == "bench-old" and step.get("reused"):
+            print(f"benchmark of {args.old}: run #{step['run']} ({profile.name}), reused")
+        elif name == "compare":
+            header, rows = compare_rows(step["compare"])
+            widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+            for row in [header, *rows]:
+                print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        elif name in ("stop-old", "deploy-new", "kept", "rollback") or name.startswith(("new-", "old-")):
+            print({"stop-old": f"stopping {step.get('old')}", "deploy-new": f"deploying {step.get('new')}",
+                   "kept": f"kept {step.get('new')}", "rollback": f"rolling back to {step.get('old')}: "
+                   f"{step.get('why')}"}.get(name, f"{name.replace('-', ': ', 1)}"), flush=True)
+
+    def bench_emit(event: Any) -> None:
+        if args.json:
+            print(json.dumps({"event": "bench", **event.to_json()}, allow_nan=False), flush=True)
+        elif event.kind in ("state", "result"):
+            _print_event(event, False)
+
+    async def keep(what: dict) -> bool:
+        if args.yes or not sys.stdin.isatty():
+            return True  # headless: kept (a failure rolls back only with --rollback-on-failure)
+        question = (f"{plan.name} {what['failed']}: keep it (n restarts {args.old})?" if "failed" in what
+                    else f"keep {plan.name} (n restarts {args.old})?")
+        answer = await asyncio.to_thread(input, f"{question} [Y/n] ")
+        return answer.strip().lower() not in ("n", "no")
+
+    async def use(ops: Any, yes: bool) -> dict:
+        ops.bus.listen(plan.name, lambda e: None if args.json else (
+            print(line, flush=True) if (line := describe_event(e)) is not None else None))
+        return await ops.swap(args.old, plan, profile, confirmed=yes, rollback_on_failure=args.rollback_on_failure,
+                              keep=keep, emit=emit, bench_emit=bench_emit)
+
+    try:
+        result = run_use_case(inv, args, use, yes=args.yes)
+    except OperationFailed as exc:
+        return _failed(exc)
+    except KeyboardInterrupt:
+        return 130
+    if args.json:
+        print(json.dumps({"event": "swap-result", **{k: v for k, v in result.items() if k != "compare"}}), flush=True)
+    else:
+        print(f"{result['outcome']}: " + {"swapped": f"{result['new']} serves in {result['old']}'s place",
+                                          "rolled-back": f"{result['old']} is back ({result.get('reason')})",
+                                          }.get(result["outcome"], str(result.get("reason"))))
+    return 0 if result["outcome"] in ("swapped", "rolled-back") else 1
 
 
 def run_forget(inv: Inventory, args: argparse.Namespace) -> int:

@@ -477,6 +477,84 @@ class Ops:
     def bench_run(self, run_id: int) -> Any:
         return self.store.bench_run(run_id)
 
+    # ---------------------------------------------------------------- swap
+
+    async def swap(self, old: str, plan: Plan, profile: Any, *, confirmed: bool = False,
+                   rollback_on_failure: bool = False, keep: Callable[[dict], Awaitable[bool]] | None = None,
+                   emit: Callable[[dict], Any] = lambda step: None,
+                   bench_emit: Callable[[Any], Any] = lambda e: None) -> dict:
+        """Replace ready deployment `old` by `plan` (planned like it: same host, GPUs, port, bind,
+        served name) as one action: benchmark `old` with `profile` (or reuse its latest ok run of
+        that profile), stop it, deploy the new one and watch it, benchmark it the same way, compare,
+        then keep it or roll back (restart `old` with its plan: a new run of its name). A new one
+        that crashes or stalls is rolled back at once when `rollback_on_failure`. Every step is
+        one `emit`ted dict ({"step": …}); both deployments keep their whole history."""
+        from .bench.runner import compare
+
+        self._writable("a swap stops and starts servers")
+        d = self.deployment(old)
+        if d.state != "ready":
+            raise Refused(f"{old} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)")
+        if plan.name == old:
+            raise Refused(f"the new deployment needs its own name (not {old!r}, which a rollback restarts): give --name")
+        if plan.host != d.host:
+            raise Refused(f"{plan.name} is planned for {plan.host}, {old} runs on {d.host}: a swap stays on the host")
+        taken = self.store.refusal(plan.name)
+        if taken:
+            raise Refused(taken)
+        diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
+        if not confirmed:
+            raise NeedsConfirmation(f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: benchmark "
+                                    f"{old} ({profile.name}), stop it, deploy {plan.name} on GPUs "
+                                    f"{','.join(map(str, plan.gpu_ids))}, port {plan.port}, benchmark it, compare?")
+        emit({"step": "plan", "old": old, "new": plan.name, "model": plan.model.id, "diff": diff})
+
+        reused = next((r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
+                       and r.status == "ok"), None)
+        if reused is not None:
+            before = reused
+            emit({"step": "bench-old", "run": before.id, "reused": True})
+        else:
+            emit({"step": "bench-old", "run": None, "reused": False})
+            before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
+            emit({"step": "bench-old", "run": before.id, "status": before.status})
+            if before.status != "ok":
+                return {"outcome": "not-swapped", "reason": f"the benchmark of {old} {before.status}",
+                        "old": old, "new": plan.name}
+
+        emit({"step": "stop-old", "old": old})
+        await self.stop(old, confirmed=True)
+        emit({"step": "deploy-new", "new": plan.name})
+        state = await self.deploy(plan, d.host, yes=True)  # the GPUs were the old one's: freed by the stop
+        emit({"step": "new-" + state, "new": plan.name})
+
+        async def rollback(why: str) -> dict:
+            emit({"step": "rollback", "old": old, "why": why})
+            new = self.store.deployment(plan.name)
+            if new is not None and new.state not in ("stopped", "planned", "downloading"):
+                await self.stop(plan.name, confirmed=True)
+            back = await self.restart(old, confirmed=True,
+                                      why=PlanEvent(code="rollback", summary=f"rolled back from {plan.name}: {why}"))
+            emit({"step": "old-" + back, "old": old})
+            return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
+                    "new": plan.name, "old_state": back, "before": before.id}
+
+        if state != "ready":
+            why = f"{plan.name} {state}"
+            if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
+                return await rollback(why)
+            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name, "before": before.id}
+
+        after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
+        emit({"step": "bench-new", "run": after.id, "status": after.status})
+        doc = compare([before, after])
+        emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
+        if keep is not None and not await keep({"compare": doc, "before": before.id, "after": after.id}):
+            return await rollback("the operator chose the old one")
+        emit({"step": "kept", "new": plan.name})
+        return {"outcome": "swapped", "old": old, "new": plan.name, "before": before.id, "after": after.id,
+                "compare": doc}
+
     async def bench_target(self, *, deployment: str | None = None, url: str | None = None,
                            host_name: str | None = None) -> Any:
         """What a benchmark runs against: a ready deployment, or a URL reached from `host_name`."""

@@ -1,0 +1,145 @@
+"""`gpuops swap OLD MODEL`: the afternoon as one action, end to end on the simulated host over a real
+sshd with SGLang's real benchmark: OLD ready → benchmarked → stopped → NEW ready on OLD's port and
+GPUs → benchmarked → compared → kept; and a NEW whose start crashes, rolled back (OLD ready again on
+its port), both deployments' histories kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from gpuops.core.deploy.store import Store
+from gpuops.sim.host import setup_simhost
+from tests.conftest import PACE
+from tests.test_bench_cli import DATA, PROFILES, run_gpuops
+from tests.test_secrets import free_port
+
+GIB = 1024**3
+NEW = "Qwen/Qwen2.5-7B-Instruct"  # 15 GB: fits the model dir's disk and oldie's GPU
+
+
+@pytest.fixture
+def box(sshd, sglang_venv, tmp_path):
+    """A simulated 4-GPU host with the real SGLang venv over SSH; Qwen3-8B deployed as `oldie`
+    (ready), Qwen3-32B's config in the operator's HF cache for the new plan."""
+    root = Path(tempfile.mkdtemp(prefix="gpuops-swap-"))
+    root.chmod(0o755)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(sshd.client_key, home / ".ssh" / "id_ed25519")
+    os.chmod(home / ".ssh" / "id_ed25519", 0o600)
+    shutil.copy(sshd.known_hosts, home / ".ssh" / "known_hosts")
+    (home / ".ssh" / "config").write_text(f"Host simbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n")
+    hub = tmp_path / "hub"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    for repo, config in (("Qwen--Qwen3-8B", "qwen3__Qwen3-8B.json"), ("Qwen--Qwen3-32B", "qwen3__Qwen3-32B.json"),
+                         ("Qwen--Qwen2.5-7B-Instruct", "qwen2_5__Qwen2.5-7B-Instruct.json")):
+        snap = hub / f"models--{repo}" / "snapshots" / sha
+        snap.mkdir(parents=True)
+        (hub / f"models--{repo}" / "refs").mkdir()
+        (hub / f"models--{repo}" / "refs" / "main").write_text(sha)
+        shutil.copy(DATA / "configs" / config, snap / "config.json")
+    env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
+               HF_HUB_OFFLINE="1")
+    for key in ("GPUOPS_CONFIG", "HF_TOKEN", "OPENAI_API_KEY", "API_KEY"):
+        env.pop(key, None)
+    sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv))
+    sim.set_sim(token_delay_s=0.001)
+    cfg = tmp_path / "gpuops.toml"
+    cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n' + PROFILES)
+    ns = SimpleNamespace(cfg=cfg, env=env, sim=sim, db=tmp_path / "state" / "gpuops" / "gpuops.db")
+    port = free_port()
+    out = run_gpuops(ns, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--port", str(port), "--name", "oldie", "--json")
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "old.json").write_text(out.stdout)
+    try:
+        out = run_gpuops(ns, "deploy", str(tmp_path / "old.json"), "--host", "gpu1", "--yes", "--json")
+        assert out.returncode == 0, out.stderr + out.stdout[-2000:]
+        yield SimpleNamespace(**vars(ns), port=port)
+    finally:
+        for name in ("oldie", "newbie"):
+            run_gpuops(ns, "stop", name, "--yes", timeout=120)
+        sim.shutdown()
+        if ns.db.exists():
+            for (remote_dir,) in sqlite3.connect(ns.db).execute("SELECT remote_dir FROM bench_runs"):
+                if remote_dir:
+                    shutil.rmtree(remote_dir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def swap(box, model: str, *args: str) -> tuple[int, list[dict], str]:
+    out = run_gpuops(box, "swap", "oldie", model, "--name", "newbie", "--json", *args, timeout=600)
+    return out.returncode, [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")], out.stderr
+
+
+def steps(events: list[dict]) -> list[str]:
+    return [e["step"] for e in events if e["event"] == "swap"]
+
+
+def status(box, name: str) -> dict:
+    return json.loads(run_gpuops(box, "status", name, "--json").stdout)["deployment"]
+
+
+def test_swap_benchmarks_replaces_compares_and_keeps(box):
+    out = run_gpuops(box, "swap", "oldie", NEW, "--name", "newbie")  # asks first: no terminal
+    assert out.returncode == 2 and "--yes" in out.stderr and status(box, "oldie")["state"] == "ready"
+    rc, events, err = swap(box, NEW, "--yes")
+    assert rc == 0, err + json.dumps(events[-5:])
+    assert steps(events) == ["plan", "bench-old", "bench-old", "stop-old", "deploy-new", "new-ready", "bench-new",
+                             "compare", "kept"]
+    plan_step = events[0]
+    assert plan_step["model"] == NEW and any("--model-path" in d for d in plan_step["diff"])
+    result = events[-1]
+    assert result["event"] == "swap-result" and result["outcome"] == "swapped"
+    old, new = status(box, "oldie"), status(box, "newbie")
+    assert old["state"] == "stopped" and new["state"] == "ready"
+    # in the old one's place: its port, GPUs and served name (its clients keep working)
+    assert new["port"] == box.port and new["gpu_ids"] == old["gpu_ids"]
+    store = Store(box.db)
+    try:
+        assert store.deployment("newbie").plan.served_name == store.deployment("oldie").plan.served_name
+    finally:
+        store.close()
+    (bench_new,) = [e for e in events if e.get("step") == "bench-new"]
+    assert bench_new["status"] == "ok", "\n".join(str(e.get("line") or e.get("error")) for e in events if e.get("error") or e.get("event") == "log")[-3000:]
+    (cmp,) = [e["compare"] for e in events if e.get("step") == "compare"]
+    assert [r["deployment"] for r in cmp["runs"]] == ["oldie", "newbie"] and cmp["note"] is None
+    cols = cmp["columns"]
+    assert all(c["baseline"] is not None and cols[c["baseline"]]["max_concurrency"] == c["max_concurrency"]
+               and cols[c["baseline"]]["run"] == cmp["runs"][0]["id"] for c in cols), (cols, cmp["runs"])  # paired by concurrency
+    # oldie is stopped now: swapping it again is refused in one line
+    out = run_gpuops(box, "swap", "oldie", "Qwen/Qwen3-8B", "--name", "again", "--yes")
+    assert out.returncode == 2 and "oldie is stopped" in out.stderr
+
+
+def test_a_new_one_that_crashes_is_rolled_back_and_the_old_one_serves_again(box):
+    """The new model's KV cache does not fit next to what GPU0 already reserves (the old, smaller
+    one still does): its start crashes, --rollback-on-failure restarts oldie on its port."""
+    box.sim.set_gpu(0, memory_reserved=100 * GIB)
+    rc, events, err = swap(box, "Qwen/Qwen3-32B", "--yes", "--rollback-on-failure")
+    assert rc == 0, err + json.dumps(events[-5:])
+    assert steps(events)[-3:] == ["new-crashed", "rollback", "old-ready"]
+    assert "bench-new" not in steps(events)
+    result = events[-1]
+    assert result["outcome"] == "rolled-back" and "newbie crashed" in result["reason"]
+    old, new = status(box, "oldie"), status(box, "newbie")
+    assert old["state"] == "ready" and old["run"] == 2 and old["port"] == box.port
+    assert new["state"] in ("crashed", "stopped")
+    # both histories kept: oldie's first run and its rollback run, newbie's crash
+    db = sqlite3.connect(box.db)
+    runs = {r for (r,) in db.execute("SELECT DISTINCT run FROM events WHERE deployment = 'oldie'")}
+    crashed = db.execute("SELECT COUNT(*) FROM events WHERE deployment = 'newbie' AND kind = 'state' "
+                         "AND data_json LIKE '%crashed%'").fetchone()[0]
+    assert runs == {1, 2} and crashed == 1
+    rollback = db.execute("SELECT data_json FROM events WHERE deployment = 'oldie' AND kind = 'plan'").fetchall()
+    assert rollback and "rolled back from newbie" in rollback[-1][0]
+    assert httpx.get(f"http://127.0.0.1:{box.port}/health", timeout=10).status_code == 200  # it answers again
