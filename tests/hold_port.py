@@ -15,6 +15,7 @@ def main() -> int:
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 30000
     host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
     s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAITs of servers that held it before
     s.bind((host, port))
     s.listen(16)
     print(f"listening {host}:{port} pid {os.getpid()}", flush=True)
