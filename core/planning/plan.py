@@ -290,9 +290,13 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         warnings.append(f"unknown architecture {facts.architecture or '?'}: generic rules only (no parsers, "
                         "no quantization flags); check the launch before deploying")
     # a host's --help leaves out the options SGLang hides; they are accepted all the same
-    flags = (target.help_flags | sv.hidden_flags(version)) if target.help_flags else sv.flags_for(version)
+    # the host's own --help only when the plan is for the SGLang it has (--sglang-version X on a host
+    # with Y: X's flags, from its wheel)
+    host_help = target.help_flags if target.help_flags and target.sglang_version and \
+        sv.version_key(target.sglang_version) == sv.version_key(version) else None
+    flags = (host_help | sv.hidden_flags(version)) if host_help else sv.flags_for(version)
     checked_against = (f"{target.host}'s `launch_server --help` (SGLang {target.sglang_version})"
-                       if target.help_flags else f"SGLang {sv.resolve_version(version)}'s flags (from its wheel)")
+                       if host_help else f"SGLang {sv.resolve_version(version)}'s flags (from its wheel)")
 
     # GPUs and TP
     if wishes.tp is not None and wishes.tp < 1:
