@@ -131,18 +131,25 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
             return Plan.from_json(doc, ref)
         except Invalid as exc:
             raise UsageError(str(exc)) from None
-    from .plan import PlanUsageError, run_plan_object
-
-    ns = argparse.Namespace(model=ref, host=args.host, tp=None, gpus=None, gpu_memory=None, gpu_ids=None,
-                            sglang_version=None, like=None, download_dir=None, no_mtp=False, name=args.name,
-                            explicit_port=None)  # the default port, or the next free one (said below)
-    try:
-        _facts, plan = run_plan_object(inv, ns)
-    except PlanUsageError as exc:
-        raise UsageError(str(exc)) from None
+    plan = _plan_here(inv, ref, args.host, args.name)
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
     return plan
+
+
+def _plan_here(inv: Inventory, model: str, host: str, name: str | None, *, gpu_ids: str | None = None,
+               like: str | None = None) -> Any:
+    """`gpuops plan`'s plan of `model` on `host` with its defaults (the default port or the next free
+    one; `like` a stored deployment, `gpu_ids` "0,1"), for the verbs that plan on their own."""
+    from .plan import PlanUsageError, run_plan_object
+
+    ns = argparse.Namespace(model=model, host=host, tp=None, gpus=None, gpu_memory=None, gpu_ids=gpu_ids,
+                            sglang_version=None, like=like, download_dir=None, no_mtp=False, name=name,
+                            explicit_port=None)
+    try:
+        return run_plan_object(inv, ns)[1]
+    except PlanUsageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _hf_token() -> str | None:
@@ -313,7 +320,6 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     from ..core.bench.runner import BenchInputError, compare_rows, resolve_profile
     from ..core.deploy.store import Store
     from .bench import _print_event
-    from .plan import PlanUsageError, run_plan_object
 
     if getattr(args, "readonly", False):
         raise UsageError("read-only: a swap stops and starts servers")
@@ -329,13 +335,8 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     if old is None:
         raise UsageError(f"no deployment named {args.old!r}")
     # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them)
-    ns = argparse.Namespace(model=args.model, host=old.host, tp=None, gpus=None, gpu_memory=None,
-                            gpu_ids=",".join(map(str, old.plan.gpu_ids)), sglang_version=None, like=old.name,
-                            download_dir=None, no_mtp=False, name=args.name, explicit_port=None)
-    try:
-        _facts, plan = run_plan_object(inv, ns)
-    except PlanUsageError as exc:
-        raise UsageError(str(exc)) from None
+    plan = _plan_here(inv, args.model, old.host, args.name, gpu_ids=",".join(map(str, old.plan.gpu_ids)),
+                      like=old.name)
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
     held = (f"port {old.plan.port} is in use", "already run processes")  # the old server's own: freed by the stop

@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from ..core import units
+from ..core.deploy.view import parse_ts
 from ..core.domain import Deployment
 from ..core.telemetry.samples import memory_used
 from ..tui.widgets import TextView
@@ -26,10 +27,8 @@ STATE_STYLE = {"ready": "green", "crashed": "red bold", "stalled": "yellow bold"
 
 def since(stamp: str, now: float | None = None) -> str:
     """How long ago an RFC 3339 time was, shortly ("3m", "2h")."""
-    from datetime import datetime
-
     try:
-        then = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        then = parse_ts(stamp).timestamp()
     except ValueError:
         return "?"
     return units.age(max(0.0, (now or time.time()) - then))

@@ -238,10 +238,10 @@ def _start_time(pid: int) -> float | None:
 
 
 def _ts(stamp: str) -> float:
-    from datetime import datetime
+    from .view import parse_ts
 
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        return parse_ts(stamp).timestamp()
     except (ValueError, TypeError, AttributeError):
         return 0.0
 
