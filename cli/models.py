@@ -136,7 +136,8 @@ def print_models(doc: dict) -> None:
         for m in h["models"]:
             complete = {True: "yes", False: "[red]NO[/]", None: "?"}[m["complete"]]
             modified = (m["modified"] or "-").replace("T", " ")[:16]
-            table.add_row(escape(m["id"]), m["kind"], units.size(m["size_bytes"]), modified, complete,
+            kind = m["kind"] + (" [yellow]forbidden[/]" if m.get("forbidden") else "")  # kept or deleted, never reused
+            table.add_row(escape(m["id"]), kind, units.size(m["size_bytes"]), modified, complete,
                           escape(_used_label(m["used_by"])) or "-")
         console.print(table)
 

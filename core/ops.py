@@ -434,10 +434,10 @@ class Ops:
     # ---------------------------------------------------------------- hosts
 
     def stored_model_users(self, host_name: str) -> dict[str, str]:
-        """Deployments on `host_name` whose server may run (name → model path): a model they
-        use is not deleted."""
+        """Deployments on `host_name` whose server runs or is about to (name → model path): a
+        model they use is not deleted. A stopped or crashed one holds no file of it."""
         return {d.name: d.plan.model_path or d.model for d in self.store.deployments()
-                if d.host == host_name and d.state != "stopped"}
+                if d.host == host_name and d.state not in ("stopped", "crashed")}
 
     async def delete_model(self, host_name: str, model: Any, *, confirmed: bool = False) -> Any:
         """Remove a model copy (from a scan of the host) after asking; the host re-checks the

@@ -44,7 +44,9 @@ def _used_cell(model: ModelCopy) -> str:
 
 def model_row(model: ModelCopy) -> tuple:
     modified = (model.modified or "-").replace("T", " ").removesuffix("Z")
-    return (model.id, model.kind, units.size(model.size_bytes), modified,
+    # on a forbidden path (a retiring volume): listed and deletable, never used for a new plan
+    kind = Text(model.kind) + (Text(" forbidden", style="yellow") if model.forbidden else Text())
+    return (model.id, kind, units.size(model.size_bytes), modified,
             _complete_cell(model.complete), _used_cell(model))
 
 

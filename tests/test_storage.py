@@ -168,10 +168,11 @@ def world():
 
 @pytest.fixture
 def users(world):
-    """Real processes whose command lines name a model folder and an HF repo id."""
+    """Real processes that load a model folder and an HF repo id from the world's hub cache."""
+    hub_env = dict(os.environ, HF_HOME=str(world.root / "hf"))
     procs = [
         subprocess.Popen(["python3", "-c", "import time; time.sleep(120)", "--model-path", str(world.path("tiny"))]),
-        subprocess.Popen(["python3", "-c", "import time; time.sleep(120)", f"--model={BROKEN}"]),
+        subprocess.Popen(["python3", "-c", "import time; time.sleep(120)", f"--model={BROKEN}"], env=hub_env),
     ]
     time.sleep(0.2)
     yield procs
@@ -247,11 +248,45 @@ async def test_listing_sizes_completeness_and_users(world, users, sshd, over):
     assert all(not got[k].used_by for k in got if k not in (str(m / "tiny"), BROKEN))
     # what the host's policy says before anyone asks
     assert got[str(m / "escape")].refusal.rule == "symlink-escapes"
-    assert got[str(m / "retired/old")].refusal.rule == "forbidden-path"
+    # a model on a forbidden path is listed, marked, and may be deleted (nothing new goes there)
+    assert got[str(m / "retired/old")].refusal is None
+    assert got[str(m / "retired/old")].forbidden == str(m / "retired")
+    assert all(got[k].forbidden is None for k in got if k != str(m / "retired/old"))
     assert got[str(m / "qwen122")].refusal is None and got[REPO].refusal is None
     # the mounts holding the model dir and the hub cache
     assert s.mounts and all(x.total_bytes >= x.free_bytes > 0 for x in s.mounts)
     assert {p for x in s.mounts for p in x.paths} == {str(m), str(world.hub)}
+
+
+async def test_used_by_means_really_uses(world):
+    """Only processes that load the copy or hold its files are its users: a server whose served
+    name is the repo id, one that loads the repo from another hub cache, or one that names a
+    sibling folder are not; one that holds a shard open (and names nothing) is."""
+    q122 = world.path("qwen122")
+    shard = q122 / "model-00001-of-00003.safetensors"
+    holder = ("import sys, time; f = open(sys.argv[1], 'rb'); print('held', flush=True); time.sleep(120)")
+    other_hub = dict(os.environ, HF_HOME=str(world.root / "elsewhere"))
+    procs = [
+        subprocess.Popen(["python3", "-c", "import time; time.sleep(120)", "--model-path", str(world.path("cut")),
+                          "--served-model-name", REPO]),
+        subprocess.Popen(["python3", "-c", "import time; time.sleep(120)", "--model-path", REPO], env=other_hub),
+        subprocess.Popen(["python3", "-c", "import time; time.sleep(120)", str(world.path("qwen1220"))]),
+        subprocess.Popen(["python3", "-c", holder, str(shard)], stdout=subprocess.PIPE, text=True),
+    ]
+    try:
+        assert procs[3].stdout.readline().strip() == "held"
+        host = host_from(world.block())
+        try:
+            got = by_id(await scan(host))
+        finally:
+            await host.close()
+        assert [u.pid for u in got[REPO].used_by] == []  # neither the served name nor another cache
+        assert [u.pid for u in got[str(world.path("cut"))].used_by] == [procs[0].pid]
+        assert [u.pid for u in got[str(q122)].used_by] == [procs[3].pid]  # the open shard
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 async def test_deployments_count_as_users(world):
@@ -333,6 +368,38 @@ def test_rm_with_yes_removes_and_the_listing_forgets(world, sshd, ssh_home, cli_
     assert str(q) not in ids and REPO not in ids and str(world.path(f"{OWNER}/Qwen3-8B")) in ids
 
 
+def test_a_retiring_volume_is_listed_deletable_and_never_reused(world, cli_env, tmp_path):
+    """The seed's situation: the models still on a forbidden path (a retiring volume that is a model
+    dir) are listed as such and may be deleted; the planner reuses no copy there."""
+    import asyncio
+
+    from gpuops.core.planning.hostfacts import existing_copies
+
+    retired = world.path("retired")
+    write(retired / "kept" / "config.json", "{}")
+    write(retired / "kept" / "model.safetensors", safetensors(10))
+    cfg = tmp_path / "c.toml"
+    block = world.block("sim", model_dirs=[world.models, retired]).replace(
+        f'forbidden_paths = ["{retired}", "/data"]', f'forbidden_paths = ["{retired}"]')
+    cfg.write_text(block)
+    out = models_cli("--config", str(cfg), "models", "--json", env=cli_env)
+    assert out.returncode == 0, out.stderr
+    rows = {m["id"]: m for m in json.loads(out.stdout)["hosts"][0]["models"]}
+    assert rows[str(retired / "kept")]["forbidden"] == str(retired) and rows[str(retired / "kept")]["complete"] is True
+    assert rows[str(world.path("tiny"))]["forbidden"] is None
+    host = host_from(block)
+    try:
+        copies = asyncio.run(existing_copies(host))
+    finally:
+        asyncio.run(host.close())
+    assert str(world.path("tiny")) in copies.values() and str(retired / "kept") not in copies.values()
+    out = models_cli("--config", str(cfg), "models", env=dict(cli_env, COLUMNS="200"))
+    assert out.returncode == 0 and "forbidden" in out.stdout, out.stdout
+    out = models_cli("--config", str(cfg), "models", "rm", str(retired / "old"), "--host", "sim", "--yes", env=cli_env)
+    assert out.returncode == 0, out.stderr
+    assert not (retired / "old").exists() and (retired / "kept").exists()
+
+
 def _snapshot(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
@@ -350,7 +417,6 @@ def test_each_refusal_leaves_the_files_in_place(world, users, cli_env, tmp_path)
         (rm("models", "rm", "tiny", "--host", "sim", "--yes"), "in-use"),
         (rm("models", "rm", BROKEN, "--host", "sim", "--yes"), "in-use"),
         (rm("models", "rm", "escape", "--host", "sim", "--yes"), "symlink-escapes"),
-        (rm("models", "rm", "retired/old", "--host", "sim", "--yes"), "forbidden-path"),
         (rm("models", "rm", REPO, "--host", "sim", "--yes"), "ambiguous"),
         (rm("models", "rm", "qwen122", "--host", "sim"), "refusing without --yes"),
         (rm("models", "rm", str(world.outside / "stolen"), "--host", "sim", "--yes"), "no model"),
@@ -364,7 +430,7 @@ def test_each_refusal_leaves_the_files_in_place(world, users, cli_env, tmp_path)
         assert out.stdout == ""
     in_use = cases[1][0].stderr
     assert f"pid {users[0].pid}" in in_use
-    ambiguous = cases[5][0].stderr
+    ambiguous = cases[4][0].stderr
     assert str(world.hub / f"models--{OWNER}--Qwen3-8B") in ambiguous and str(world.path(f"{OWNER}/Qwen3-8B")) in ambiguous
     assert _snapshot(world.root) == before
 
@@ -385,7 +451,6 @@ def test_the_host_checks_again_before_removing(world, users):
     before = _snapshot(world.root)
     assert asyncio.run(attempt(world.outside / "stolen")) == "outside-model-dirs"
     assert asyncio.run(attempt(world.path("escape"))) == "symlink-escapes"
-    assert asyncio.run(attempt(world.path("retired/old"))) == "forbidden-path"
     assert asyncio.run(attempt(world.path("tiny"))) == "in-use"  # a process uses it
     assert asyncio.run(attempt(world.hub / f"models--{OWNER}--broken-dl", "hf-cache", BROKEN)) == "in-use"
     assert asyncio.run(attempt(world.path("notes"))) == "not-a-model"

@@ -104,12 +104,13 @@ class ModelCopy:
     used_by: list[UsedBy] = field(default_factory=list)
     realpath: str | None = None
     refusal: Refusal | None = None  # the host policy's answer to "may gpuops delete it?"
+    forbidden: str | None = None  # the forbidden_paths entry it is under: kept or deleted, never used anew
 
     def to_json(self) -> dict:
         return {
             "id": self.id, "path": self.path, "kind": self.kind, "size_bytes": self.size_bytes,
             "disk_bytes": self.disk_bytes, "modified": self.modified, "complete": self.complete,
-            "used_by": [u.to_json() for u in self.used_by],
+            "used_by": [u.to_json() for u in self.used_by], "forbidden": self.forbidden,
         }
 
 
@@ -193,6 +194,7 @@ def _copy_from(row: dict) -> ModelCopy:
         used_by=[UsedBy(pid=_int(u.get("pid")), command=redact(u["command"]) if isinstance(u.get("command"), str) else None)
                  for u in row.get("used_by") or []],
         realpath=row.get("realpath"),
+        forbidden=row.get("forbidden") if isinstance(row.get("forbidden"), str) else None,
         refusal=Refusal(str(refusal["rule"]), str(refusal["message"])) if isinstance(refusal, dict) else None,
     )
 

@@ -204,7 +204,8 @@ def repo_id_for(path: str, model_dirs: tuple[str, ...]) -> str | None:
 
 
 async def existing_copies(host: Host) -> dict[str, str]:
-    """Complete copies already on the host: model id -> what --model-path should say
+    """Complete copies already on the host, but not those on a forbidden path: model id -> what
+    --model-path should say
     (a folder; for the HF cache the repo id, which SGLang resolves from that cache).
     A folder laid out as MODEL_DIR/owner/name also answers for the repo id owner/name."""
     from ..hosts.model_copies import scan_or_error
@@ -212,8 +213,8 @@ async def existing_copies(host: Host) -> dict[str, str]:
     storage = await scan_or_error(host)
     out: dict[str, str] = {}
     for m in storage.models:
-        if not m.complete:
-            continue
+        if not m.complete or m.forbidden:
+            continue  # a copy on a forbidden path is not served from: nothing new uses it
         if m.kind == "hf-cache":
             out.setdefault(m.id, m.id)
             continue

@@ -11,6 +11,7 @@ Modes::
         {"v": 1, "hf_cache": PATH, "mounts": [{"mount", "total_bytes", "free_bytes", "paths"}],
          "models": [{"id", "path", "realpath", "kind": "dir"|"hf-cache", "size_bytes",
                      "disk_bytes", "modified", "complete", "used_by": [{"pid", "command"}],
+                     "forbidden": null|F,
                      "refusal": null|{"rule", "message"}}],
          "skipped": [PATH, ...]}
 
@@ -19,8 +20,8 @@ Modes::
         {"v": 1, "ok": false, "rule", "message", "used_by": [...]}
       Everything is checked again here, on the host, after resolving symlinks with
       realpath: a path is removed only when it is a model under one of the model dirs
-      or a ``models--owner--name`` folder of the HF hub cache, not under a forbidden
-      path, and no process mentions it. The removal itself goes by file descriptor from
+      or a ``models--owner--name`` folder of the HF hub cache and no process uses it (a
+      model under a forbidden path may be removed: forbidden means nothing new goes there). The removal itself goes by file descriptor from
       that model dir (or the hub cache), never following a symlink: a folder swapped for
       a symlink meanwhile stops it (rule ``symlink-escapes`` or ``changed`` when nothing
       was removed yet, ``failed`` after), and nothing outside the root is touched.
@@ -49,15 +50,23 @@ _COMMAND_LIMIT = 500
 
 
 def hf_hub_cache(environ=None):
-    """Where huggingface_hub keeps its cache, with the same variables and defaults."""
+    """Where huggingface_hub keeps its cache, with the same variables and defaults (``~`` is the
+    HOME of ``environ``, this process's when it is not given)."""
     env = os.environ if environ is None else environ
+
+    def expand(p):
+        if p == "~" or p.startswith("~/"):
+            home = env.get("HOME") if environ is not None else None
+            return (home + p[1:]) if home else os.path.expanduser(p)
+        return p
+
     hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     if not hub:
         home = env.get("HF_HOME")
         if not home:
             home = os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-        hub = os.path.join(os.path.expanduser(home), "hub")
-    return os.path.normpath(os.path.expanduser(hub))
+        hub = os.path.join(expand(home), "hub")
+    return os.path.normpath(expand(hub))
 
 
 def _is_under(path, root, strictly=False):
@@ -88,13 +97,17 @@ class Roots:
         self.model_reals = [os.path.realpath(d) for d in self.model_dirs]
         self.hub = hub
         self.hub_real = os.path.realpath(hub)
-        dirs = set(self.model_dirs) | set(self.model_reals)
-        # A forbidden entry that is also a model dir does not forbid its models.
-        self.forbidden = [
-            (os.path.normpath(f), os.path.realpath(f))
-            for f in forbidden
-            if os.path.normpath(f) not in dirs and os.path.realpath(f) not in dirs
-        ]
+        # a forbidden path never receives a model; the models already there (a retiring volume
+        # that is also a model dir) are listed and may be deleted
+        self.forbidden = [(os.path.normpath(f), os.path.realpath(f)) for f in forbidden]
+
+    def forbidden_for(self, path):
+        """The forbidden_paths entry ``path`` is under (None: not under one)."""
+        real = os.path.realpath(path)
+        for literal, resolved in self.forbidden:
+            if _is_under(real, resolved) or _is_under(path, literal):
+                return literal
+        return None
 
     def describe(self):
         dirs = ", ".join(self.model_dirs) or "none"
@@ -129,9 +142,6 @@ def refusal(roots, path, kind):
                 "%s resolves to %s, outside the host's %s" % (path, real, roots.describe()),
             )
         return no("outside-model-dirs", "%s is not under the host's %s" % (path, roots.describe()))
-    for literal, resolved in roots.forbidden:
-        if _is_under(real, resolved) or _is_under(path, literal):
-            return no("forbidden-path", "%s is under forbidden path %s" % (path, literal))
     for managed in roots.model_reals + [roots.hub_real]:
         if _is_under(managed, real):
             return no("holds-managed-root", "%s holds %s, a place gpuops manages" % (path, managed))
@@ -213,10 +223,96 @@ def mentions(cmdline, needle):
         start = i + 1
 
 
-def users(procs, needles):
+# the flags through which a server is given the model it loads (SGLang's, and the common others)
+MODEL_FLAGS = ("--model-path", "--model", "--tokenizer-path", "--tokenizer")
+
+
+def model_args(argv):
+    """The values a command line gives as the model to load (``--model-path X``, ``--model=X``):
+    a ``--served-model-name`` that happens to equal a repo id loads nothing."""
+    out = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag not in MODEL_FLAGS:
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(argv):
+            out.append(argv[i + 1])
+    return out
+
+
+def _under(path, roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots if r)
+
+
+def _files_of(pid):
+    """The files process ``pid`` holds: its open descriptors and its mapped files (None when
+    they cannot be read: another user's process, or it left)."""
+    found = set()
+    readable = False
+    fd_dir = "/proc/%d/fd" % pid
+    try:
+        for fd in os.listdir(fd_dir):
+            try:
+                found.add(os.readlink(os.path.join(fd_dir, fd)))
+            except OSError:
+                pass
+        readable = True
+    except OSError:
+        pass
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    name = parts[5].rstrip("\n")
+                    found.add(name[:-len(" (deleted)")] if name.endswith(" (deleted)") else name)
+        readable = True
+    except OSError:
+        pass
+    return found if readable else None
+
+
+def _hub_of(pid):
+    """The HF hub cache process ``pid`` reads, from its environment (None: unreadable)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    env = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+    if "HOME" not in env and not (env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or env.get("HF_HOME")):
+        return None
+    hub = hf_hub_cache(env)
+    return hub
+
+
+def uses(pid, raw, model):
+    """Whether process ``pid`` (command line ``raw``) really uses ``model``: it holds one of the
+    copy's files open or mapped, or loads it: for a folder, a command-line argument that is the
+    folder or a path inside it; for an HF cache entry, the repo id given as the model to load
+    (``--model-path ID``) to a process whose hub cache is this one (as far as can be read)."""
+    places = [p for p in (model["path"], model.get("realpath")) if p]
+    files = _files_of(pid)
+    if files is not None and any(_under(f, places) for f in files):
+        return True
+    argv = [a for a in raw.split("\0") if a]
+    if model["kind"] == "dir":
+        return any(mentions(raw, p) for p in places)
+    if model["id"] not in model_args(argv):
+        return False
+    hub = _hub_of(pid)
+    if hub is None:
+        return True  # its cache cannot be read: it may be this one
+    entry = os.path.join(hub, os.path.basename(os.path.normpath(model["path"])))
+    return entry in places or os.path.realpath(entry) in places
+
+
+def users(procs, model):
     found = []
     for pid, raw in procs:
-        if any(mentions(raw, n) for n in needles):
+        if uses(pid, raw, model):
             command = " ".join(part for part in raw.split("\0") if part)[:_COMMAND_LIMIT]
             found.append({"pid": pid, "command": command})
     return found
@@ -395,6 +491,7 @@ def dir_model(path, roots):
         "disk_bytes": tally.disk,
         "modified": _rfc3339(tally.newest),
         "complete": complete,
+        "forbidden": roots.forbidden_for(path),
         "refusal": refusal(roots, path, "dir"),
     }
 
@@ -434,15 +531,9 @@ def hf_model(folder, roots):
         "disk_bytes": tally.disk,
         "modified": _rfc3339(tally.newest),
         "complete": complete,
+        "forbidden": roots.forbidden_for(folder),
         "refusal": refusal(roots, folder, "hf-cache"),
     }
-
-
-def _needles(model):
-    needles = [model["path"], model["realpath"]]
-    if model["kind"] == "hf-cache":
-        needles.append(model["id"])
-    return needles
 
 
 def mounts(paths):
@@ -503,7 +594,7 @@ def scan(model_dirs, forbidden):
         models.append(hf_model(folder, roots))
     procs = processes()
     for m in models:
-        m["used_by"] = users(procs, _needles(m))
+        m["used_by"] = users(procs, m)
     return {
         "v": 1,
         "hf_cache": hub,
@@ -739,8 +830,7 @@ def delete(model_dirs, forbidden, kind, path, repo_id):
         return no("changed", "%s changed while being checked (%s); nothing was removed" % (path, exc.strerror or exc))
     if refused:
         return dict(refused, v=1, ok=False, used_by=[])
-    needles = [path, real] + ([repo_id] if kind == "hf-cache" and repo_id else [])
-    in_use = users(processes(), needles)
+    in_use = users(processes(), {"path": path, "realpath": real, "kind": kind, "id": repo_id or ""})
     if in_use:
         pids = ", ".join("%d (%s)" % (u["pid"], u["command"][:80]) for u in in_use)
         return {"v": 1, "ok": False, "rule": "in-use", "used_by": in_use,
