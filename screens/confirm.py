@@ -1,4 +1,5 @@
-"""A yes/no question before anything destructive; `n`, `esc` and Enter on No all decline."""
+"""A yes/no question before anything destructive; `n`, `esc` and Enter on No all decline. It may
+offer one other way forward (`o`: deploy on other GPUs, say), answered as the string "other"."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(ModalScreen["bool | str"]):
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n", "answer(False)", "No"),
+        Binding("o", "other", "Other", show=False),
         Binding("escape", "answer(False)", "Cancel", key_display="esc"),
     ]
 
-    def __init__(self, question: str, detail: str = "", yes: str = "Yes"):
+    def __init__(self, question: str, detail: str = "", yes: str = "Yes", other: str | None = None):
         super().__init__(classes="confirm")
         self.question = question
         self.detail = detail
         self.yes_label = yes
+        self.other_label = other  # the third answer's label (None: a plain yes/no)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
@@ -29,13 +32,19 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Static(self.detail, id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button(f"{self.yes_label} (y)", variant="error", id="yes")
+                if self.other_label:
+                    yield Button(f"{self.other_label} (o)", variant="warning", id="other")
                 yield Button("No (n)", variant="primary", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()  # the safe answer is the default
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
+        self.dismiss("other" if event.button.id == "other" else event.button.id == "yes")
+
+    def action_other(self) -> None:
+        if self.other_label:
+            self.dismiss("other")
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

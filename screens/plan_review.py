@@ -216,23 +216,50 @@ class PlanReviewScreen(GpuopsScreen):
             self.notify("no valid plan to deploy", severity="error")
             return
         plan = self.plan
-        question, detail = deploy_summary(plan, self._gpu_processes(plan))
+        busy = self._gpu_processes(plan)
+        free = self._free_gpus(plan) if busy else []
+        other = None
+        question, detail = deploy_summary(plan, busy)
+        if busy and len(free) >= plan.tp:
+            other = f"Use free GPUs {','.join(map(str, free[:plan.tp]))}"
+        elif busy:
+            detail += (f"\nonly {len(free)} of the GPUs are free for TP {plan.tp}: end what runs there (x on the "
+                       "dashboard's process list), lower TP (-), or deploy beside it")
 
-        def answered(yes: bool | None) -> None:
-            if yes:
+        def answered(answer: bool | str | None) -> None:
+            if answer == "other":
+                self.wishes = replace(self.wishes, gpu_ids=tuple(free[:plan.tp]), tp=plan.tp)
+                self.rebuild()
+                self.notify(f"GPUs {','.join(map(str, free[:plan.tp]))}: d deploys there")
+            elif answer is True:
                 self.post_message(self.DeployRequested(plan))
 
-        self.app.push_screen(ConfirmScreen(question, detail, yes="Deploy"), answered)
+        self.app.push_screen(ConfirmScreen(question, detail, yes="Deploy", other=other), answered)
+
+    def _snapshot(self, plan: Plan):  # type: ignore[no-untyped-def]
+        monitor = getattr(self.app, "monitor", None)
+        state = monitor.states.get(plan.host) if monitor is not None and plan.host else None
+        return state.snapshot if state is not None else None
 
     def _gpu_processes(self, plan: Plan) -> list[str]:
         """What runs on the plan's GPUs now, from the dashboard's samples of the host."""
-        monitor = getattr(self.app, "monitor", None)
-        state = monitor.states.get(plan.host) if monitor is not None and plan.host else None
-        snap = state.snapshot if state is not None else None
+        snap = self._snapshot(plan)
         if snap is None:
             return []
         return [f"GPU{g.index}: pid {p.pid} {p.user or '?'} {(p.command or '?')[:60]} ({units.size(p.used_bytes)})"
                 for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
+
+    def _free_gpus(self, plan: Plan) -> list[int]:
+        """The host's GPUs for gpuops that run nothing now (the dashboard's samples: no process,
+        and under 1 GiB used, so a process of another container that NVML cannot name counts too)."""
+        from ..core.telemetry.samples import is_na
+
+        snap = self._snapshot(plan)
+        allowed = {g.index for g in self.target.gpus}
+        if snap is None:
+            return []
+        return sorted(g.index for g in snap.gpus if g.index in allowed and not g.processes
+                      and (is_na(g.memory_used) or g.memory_used < units.GIB))
 
 
 def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:

@@ -89,6 +89,22 @@ async def test_readonly_disables_stop_restart_forget(world, monkeypatch):
                 await pilot.pause(0.2)
                 assert isinstance(app.screen, DeploymentsScreen), key  # no question: the action is off
             assert status(cfg, env, "ro")["state"] == "ready"
+            # the palette and `:` complete deployment names
+            await pilot.press("escape", "ctrl+p")
+            await pilot.pause(0.2)
+            await pilot.press(*"Deployment: ro")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+            assert app.screen.deployment.name == "ro"
+            await pilot.press("colon", *"dep r")
+            assert await until(pilot, lambda: isinstance(app.screen, CommandScreen))
+            from textual.widgets import Input
+            box = app.screen.query_one(Input)
+            assert await until(pilot, lambda: box._suggestion == "dep ro")
+            await pilot.press("right")  # takes the completion
+            assert box.value == "dep ro"
+            await pilot.press("escape")
     finally:
         subprocess.run([GPUOPS, "--config", str(cfg), "stop", "ro", "--yes"], capture_output=True, env=env)
 

@@ -179,3 +179,47 @@ async def test_plan_review_like_a_previous_unit_shows_the_diff():
         await pilot.pause(0.1)
         assert any("no such file" in str(n.message) for n in app._notifications)
         assert screen.plan.like is not None  # a bad path changes nothing
+
+
+async def test_busy_gpus_are_shown_and_free_ones_offered(sim_with_model):
+    """Deploy on GPUs where something runs: the summary lists it and offers the free GPUs (o),
+    which the plan then takes; with too few free GPUs it says what the ways forward are."""
+    from gpuops.core.planning.hostfacts import read_target
+    from gpuops.screens.confirm import ConfirmScreen
+
+    sim, block, _ = sim_with_model
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        sim.set_gpu(0, processes=[{"pid": other.pid, "used": 40 * 1024**3}], memory_used=40 * 1024**3)
+        app = app_for(block)
+        async with app.run_test(size=(160, 50)) as pilot:
+            state = app.monitor.states["gpu1"]
+            assert await until(pilot, lambda: state.snapshot is not None
+                               and any(p.pid == other.pid for p in state.snapshot.gpus[0].processes), timeout=30)
+            target = await read_target(app.monitor.hosts["gpu1"])
+            screen = PlanReviewScreen(facts(*QWEN122), target, Wishes(gpu_ids=(0, 1), sglang_version="0.5.23"))
+            await app.push_screen(screen)
+            await pilot.pause(0.2)
+            assert screen.plan.gpu_ids == (0, 1)
+            await pilot.press("d")
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            box = app.screen
+            assert "GPUs in use" in box.question and f"GPU0: pid {other.pid}" in box.detail
+            assert box.other_label == "Use free GPUs 1,2"
+            await pilot.press("o")
+            assert await until(pilot, lambda: app.screen is screen and screen.plan.gpu_ids == (1, 2))
+            await pilot.press("d")  # nothing runs there: a plain question
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert app.screen.other_label is None and "GPUs in use" not in app.screen.question
+            await pilot.press("n")
+            # TP4 on a 4-GPU host with one busy: no free set; the summary says what to do instead
+            await pilot.press("plus")  # TP3 does not divide the heads: TP4
+            assert await until(pilot, lambda: screen.plan.tp == 4)
+            await pilot.press("d")
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert app.screen.other_label is None
+            assert "only 3 of the GPUs are free for TP 4" in app.screen.detail
+            await pilot.press("n")
+    finally:
+        other.kill()
+        other.wait()

@@ -18,7 +18,7 @@ from ..core.paths import load_ui_state, save_ui_state
 from ..screens.dashboard import DashboardScreen
 from ..screens.help import HelpScreen
 from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
-from .commands import HostCommands
+from .commands import DeploymentCommands, HostCommands
 
 if TYPE_CHECKING:
     from ..core.ops import Ops
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class GpuopsApp(App):
     TITLE = "gpuops"
     CSS_PATH = CSS_PATH
-    COMMANDS = App.COMMANDS | {HostCommands}
+    COMMANDS = App.COMMANDS | {HostCommands, DeploymentCommands}
     # below 120 columns every screen has the class -narrow (the stylesheet stacks panes there)
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [

@@ -1,4 +1,4 @@
-"""Command palette providers: jump to a host, switch theme."""
+"""Command palette providers: jump to a host, open a deployment."""
 
 from __future__ import annotations
 
@@ -11,15 +11,11 @@ if TYPE_CHECKING:
     from .app import GpuopsApp
 
 
-class HostCommands(Provider):
-    """`Host: NAME` for every host of the inventory."""
+class _Listed(Provider):
+    """A provider of (text, help, callback) commands, discovered and searched alike."""
 
     def _commands(self) -> list[tuple[str, str, object]]:
-        app: GpuopsApp = self.app  # type: ignore[assignment]
-        return [
-            (f"Host: {name}", f"show {name} ({state.kind} {state.address})", partial(app.jump_to_host, name))
-            for name, state in app.monitor.states.items()
-        ]
+        raise NotImplementedError
 
     async def discover(self) -> Hits:
         for text, help_text, callback in self._commands():
@@ -31,3 +27,33 @@ class HostCommands(Provider):
             score = matcher.match(text)
             if score > 0:
                 yield Hit(score, matcher.highlight(text), callback, help=help_text)  # type: ignore[arg-type]
+
+
+class HostCommands(_Listed):
+    """`Host: NAME` for every host of the inventory."""
+
+    def _commands(self) -> list[tuple[str, str, object]]:
+        app: GpuopsApp = self.app  # type: ignore[assignment]
+        return [
+            (f"Host: {name}", f"show {name} ({state.kind} {state.address})", partial(app.jump_to_host, name))
+            for name, state in app.monitor.states.items()
+        ]
+
+
+class DeploymentCommands(_Listed):
+    """`Deployment: NAME` for every stored deployment, and the deployments view."""
+
+    def _commands(self) -> list[tuple[str, str, object]]:
+        app: GpuopsApp = self.app  # type: ignore[assignment]
+        try:
+            stored = app.ops.deployments()
+        except Exception:  # a store that cannot be read: the palette still opens
+            stored = []
+        rows: list[tuple[str, str, object]] = [
+            (f"Deployment: {d.name}", f"open {d.name} ({d.model} on {d.host}, {d.state})",
+             partial(app.open_deployment, d.name))
+            for d in stored
+        ]
+        rows.append(("Deployments", "every stored deployment: stop, restart, logs, triage, bench, forget",
+                     app.open_deployments))
+        return rows
