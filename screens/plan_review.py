@@ -6,6 +6,7 @@ what will happen (fits?, the download, port, bind, what runs on those GPUs) and 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -269,8 +270,10 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     fits = fit is None or fit.fits
     lines = [f"fit: {fit.verdict if fit else 'not checked'}"]
     size = (plan.model.checkpoint_bytes or 0) / 1e9
-    if plan.reuse_existing or not plan.download_dir:
+    if plan.reuse_existing:
         lines.append(f"weights: {plan.model_path} (already there, nothing to download)")
+    elif not plan.download_dir:
+        lines.append(f"weights: download {size:.1f} GB into {plan.host}'s HF cache (no model dir takes it)")
     else:
         lines.append(f"weights: download {size:.1f} GB into {plan.model_path}")
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
@@ -286,3 +289,64 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     question = f"Deploy {plan.name} ({plan.model.id}) on {plan.host}?" + (f"  [{', '.join(warn)}]" if warn else "")
     return question, "\n".join(lines)
 
+
+
+class SwapReviewScreen(PlanReviewScreen):
+    """Plan review of the new deployment of a swap: planned like OLD (its GPUs, port, bind, served
+    name); `d` asks to swap (benchmark OLD, stop it, deploy this, benchmark, compare, keep or roll
+    back) instead of deploying beside it."""
+
+    HELP_TITLE = "swap: plan review"
+    BINDINGS = [Binding("d", "deploy", "Swap")]
+
+    class SwapRequested(Message):
+        def __init__(self, old: str, plan: Plan) -> None:
+            super().__init__()
+            self.old = old
+            self.plan = plan
+
+    def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes, old: Any):
+        super().__init__(facts, target, wishes)
+        self.old = old  # the stored Deployment being replaced
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.sub_title = f"swap {self.old.name} on {self.old.host}: the new deployment's plan"
+
+    def _held_by_old(self, warning: str) -> bool:
+        """A warning about what OLD holds (its port, its GPUs): freed by the swap's stop."""
+        return (f"port {self.old.plan.port} is in use" in warning) or "already run processes" in warning
+
+    def action_deploy(self) -> None:
+        from ..core.bench.runner import BenchInputError, resolve_profile
+
+        if self.plan is None:
+            self.notify("no valid plan to swap in", severity="error")
+            return
+        plan = self.plan
+        if plan.name == self.old.name:
+            self.notify(f"the new deployment needs its own name ({self.old.name} is the one a rollback restarts): "
+                        "e then `name NEW`", severity="error", timeout=10)
+            return
+        if plan.fit is not None and not plan.fit.fits:
+            self.notify(f"{plan.model.id} does not fit on {self.old.name}'s GPUs: {plan.fit.verdict}",
+                        severity="error", timeout=10)
+            return
+        try:
+            profile = resolve_profile("smoke", self.app.inventory.bench_profiles)  # type: ignore[attr-defined]
+        except BenchInputError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        shown = plan.replace(warnings=[w for w in plan.warnings if not self._held_by_old(w)])
+        _, summary = deploy_summary(shown, [])
+        diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
+        detail = "\n".join([f"benchmark {self.old.name} ({profile.name}; its latest ok run of it is reused), stop "
+                            f"it, deploy {plan.name}, benchmark it, compare, then keep it or roll back", summary,
+                            *(["against " + self.old.name + ":"] + [f"  {d}" for d in diff[:10]] if diff else [])])
+        question = f"Swap {self.old.name} ({self.old.model}) for {plan.name} ({plan.model.id}) on {self.old.host}?"
+
+        def answered(yes: bool | str | None) -> None:
+            if yes is True:
+                self.post_message(self.SwapRequested(self.old.name, plan))
+
+        self.app.push_screen(ConfirmScreen(question, detail, yes="Swap"), answered)

@@ -299,3 +299,42 @@ def test_cancel_stops_the_benchmark_on_the_host(w):
     row = sqlite3.connect(w.db).execute("SELECT status, finished_at FROM bench_runs WHERE id = ?",
                                         (run_id,)).fetchone()
     assert row[0] == "cancelled" and row[1]
+
+
+def test_a_model_served_from_the_hosts_hf_cache_is_benchmarked_with_its_snapshots_tokenizer(w, tmp_path):
+    """A host without model_dirs: the plan serves the repo id from the host's HF cache. The
+    benchmark reads the tokenizer from that cache's snapshot folder on the host (given the repo id,
+    bench_serving would ask the Hub, which a host without a way out cannot reach)."""
+    import re
+
+    hf_home = Path(tempfile.mkdtemp(prefix="gpuops-hfcache-"))
+    hf_home.chmod(0o755)
+    block = re.sub(r"^env = \{ PATH = (\"[^\"]*\") \}$", lambda m: f'env = {{ PATH = {m.group(1)}, HF_HOME = "{hf_home}", '
+                   'HF_HUB_OFFLINE = "1" }', w.sim.host_block("gpu1", ssh="simbox"), flags=re.M)
+    assert "HF_HOME" in block
+    cfg = tmp_path / "hf.toml"
+    cfg.write_text(block + PROFILES)
+    ns = SimpleNamespace(**{**vars(w), "cfg": cfg})
+    port = free_port()
+    try:
+        out = run_gpuops(ns, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--port", str(port), "--json", timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["model_path"] == "Qwen/Qwen3-8B"  # no model dir: the host's HF cache
+        (tmp_path / "plan.json").write_text(out.stdout)
+        out = run_gpuops(ns, "deploy", str(tmp_path / "plan.json"), "--host", "gpu1", "--name", "fromcache", "--yes",
+                         "--json")
+        assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+        states = [e["state"] for e in events_of(out.stdout) if e["event"] == "state"]
+        assert states[:2] == ["planned", "downloading"] and states[-1] == "ready"  # into the cache, with progress
+        snaps = list((hf_home / "hub" / "models--Qwen--Qwen3-8B" / "snapshots").iterdir())
+        assert len(snaps) == 1 and (snaps[0] / "tokenizer.json").exists()
+        with Watch(MODULE, str(snaps[0])) as watch:
+            out = run_gpuops(ns, "bench", "fromcache", "--profile", "smoke", "--json")
+        assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+        events = events_of(out.stdout)
+        assert events[-1]["event"] == "state" and events[-1]["state"] == "ok", events[-3:]
+        argvs = [argv.split(b"\0") for (_, argv) in watch.seen]
+        assert any(a[a.index(b"--tokenizer") + 1] == str(snaps[0]).encode() for a in argvs if b"--tokenizer" in a)
+    finally:
+        run_gpuops(ns, "stop", "fromcache", "--yes", timeout=120)
+        shutil.rmtree(hf_home, ignore_errors=True)

@@ -318,7 +318,8 @@ class Target:
     home: str  # the host user's home (run folders live under it)
     deployment: str | None = None
     model: str | None = None  # the model id, for the store
-    model_path: str | None = None  # on the host: bench_serving's --model/--tokenizer
+    model_path: str | None = None  # on the host: bench_serving's --model (and --tokenizer, unless below)
+    tokenizer_path: str | None = None  # on the host: a folder holding the tokenizer (None: model_path)
     served_name: str | None = None
     env_file: str | None = None  # the deployment's 0600 env file holding GPUOPS_API_KEY
     plan: Plan | None = None
@@ -357,8 +358,23 @@ async def deployment_target(host: Host, d: Deployment) -> Target:
     url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan.port}")
     env_file = getattr(launcher_for(host, plan, home), "env_path", None) if plan.uses_api_key else None
     return Target(host=host, url=url, home=home, deployment=d.name, model=d.model,
-                  model_path=plan.model_path, served_name=plan.served_name, env_file=env_file,
-                  plan=plan, gpus=await _gpus(host, list(plan.gpu_ids)))
+                  model_path=plan.model_path, tokenizer_path=await _tokenizer_folder(host, plan.model_path),
+                  served_name=plan.served_name, env_file=env_file, plan=plan,
+                  gpus=await _gpus(host, list(plan.gpu_ids)))
+
+
+async def _tokenizer_folder(host: Host, model_path: str | None) -> str | None:
+    """A folder on the host with the model's tokenizer: the model folder, or for a repo id served
+    from the host's HF cache its snapshot there (bench_serving given a repo id asks the Hub,
+    which a host without a way out cannot reach). None: bench_serving gets the repo id."""
+    if not model_path or model_path.startswith("/"):
+        return model_path
+    from ..hosts.model_copies import snapshot_folder
+
+    try:
+        return await snapshot_folder(host, model_path)
+    except HostError:
+        return None
 
 
 async def _gpus(host: Host, ids: list[int]) -> dict:
@@ -399,8 +415,8 @@ def serving_argv(python: str, module: str, target: Target, profile: Profile, con
         argv += ["--dataset-path", s["dataset_path"]]
     if concurrency is not None:
         argv += ["--max-concurrency", str(concurrency)]
-    if target.model_path:  # the tokenizer is the deployment's model folder (no download)
-        argv += ["--model", target.model_path, "--tokenizer", target.model_path]
+    if target.model_path:  # the tokenizer from the deployment's files on the host (no download)
+        argv += ["--model", target.model_path, "--tokenizer", target.tokenizer_path or target.model_path]
     if target.served_name:
         argv += ["--served-model-name", target.served_name]
     return argv

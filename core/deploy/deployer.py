@@ -110,13 +110,20 @@ class Deployer:
         """The weights on the host (nothing to do for a complete copy); False when it failed or
         stalled (recorded: the finding and the state)."""
         plan = self.plan
-        if plan.reuse_existing or not plan.download_dir:
+        into_cache = not plan.download_dir and bool(plan.model_path) and not plan.model_path.startswith("/")
+        if plan.reuse_existing or not (plan.download_dir or into_cache):
             return True
-        self.record(StateEvent(state="downloading", model=plan.model.id, into=plan.model_path))
+        cache_folder = None
+        if into_cache:  # a repo id served from the host's HF cache: downloaded there first, with progress
+            from ..hosts.model_copies import hf_cache_entry
+
+            cache_folder = (await hf_cache_entry(self.host, plan.model_path))[1]
+        self.record(StateEvent(state="downloading", model=plan.model.id,
+                               into=cache_folder or plan.model_path))
         home = await remote_home(self.host)
-        dl = Download(self.host, plan.model.id, plan.model_path, plan.model.checkpoint_bytes,
+        dl = Download(self.host, plan.model.id, None if into_cache else plan.model_path, plan.model.checkpoint_bytes,
                       token=self.hf_token, token_file=f"{home}/.local/state/gpuops/deployments/{self.name}/hf.env",
-                      stall_after_s=self.download_stall_s)
+                      stall_after_s=self.download_stall_s, cache_folder=cache_folder)
         try:
             async for p in dl.progress():
                 self.beat()

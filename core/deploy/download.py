@@ -70,12 +70,15 @@ async def bytes_on_disk(host: Host, path: str) -> int:
 
 
 class Download:
-    def __init__(self, host: Host, repo_id: str, local_dir: str, expected_bytes: int | None, *,
+    def __init__(self, host: Host, repo_id: str, local_dir: str | None, expected_bytes: int | None, *,
                  token: str | None = None, token_file: str | None = None, stall_after_s: float = 120.0,
-                 poll_s: float = 1.0):
+                 poll_s: float = 1.0, cache_folder: str | None = None):
+        """Into `local_dir`; with `local_dir` None into the host's HF hub cache, whose entry for the
+        repo (`cache_folder`, models--owner--name) is where the bytes are counted."""
         self.host = host
         self.repo_id = repo_id
         self.local_dir = local_dir
+        self.cache_folder = cache_folder
         self.expected = expected_bytes
         self.token = token
         self.token_file = token_file  # where the 0600 env file with the token goes on the host
@@ -83,8 +86,13 @@ class Download:
         self.poll = poll_s
         self.stderr_tail: list[str] = []
 
+    @property
+    def into(self) -> str:
+        return self.local_dir or self.cache_folder or "the HF cache"
+
     def argv(self) -> list[str]:
-        return [*hf_argv(self.host), "download", self.repo_id, "--local-dir", self.local_dir]
+        where = ["--local-dir", self.local_dir] if self.local_dir else []  # none: the host's HF cache
+        return [*hf_argv(self.host), "download", self.repo_id, *where]
 
     async def progress(self) -> AsyncIterator[DownloadProgress]:
         """Run the download, yielding progress about once a second; raises DownloadError
@@ -109,7 +117,8 @@ class Download:
         last_bytes = -1
         try:
             while True:
-                done = await bytes_on_disk(self.host, self.local_dir)
+                counted = self.local_dir or self.cache_folder
+                done = await bytes_on_disk(self.host, counted) if counted else 0
                 now = time.monotonic()
                 if done > last_bytes:
                     last_bytes, last_growth = done, now
@@ -125,7 +134,7 @@ class Download:
                 if stalled >= self.stall_after:
                     raise DownloadError(
                         f"download-stalled: no bytes for {stalled:.0f}s at {done / 1e9:.2f} GB "
-                        f"of {self.repo_id} into {self.local_dir}",
+                        f"of {self.repo_id} into {self.into}",
                         "check the host's network and the Hub; restarting resumes from what is on disk",
                     )
                 try:

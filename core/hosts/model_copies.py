@@ -236,6 +236,20 @@ async def scan(host: Host, deployments: Mapping[str, str] = {}, timeout: float =
     return storage_from_probe(host.name, doc, deployments)
 
 
+async def hf_cache_entry(host: Host, repo_id: str) -> tuple[str | None, str | None]:
+    """Where ``repo_id`` lies in ``host``'s HF hub cache: (its snapshot folder, None while there is
+    none; its models--owner--name folder). Raises HostError."""
+    doc = await _run_probe(host, probe_argv(host, "resolve", "--id", repo_id), SCAN_TIMEOUT_S)
+    snap, folder = doc.get("path"), doc.get("folder")
+    return (snap if isinstance(snap, str) and snap.startswith("/") else None,
+            folder if isinstance(folder, str) and folder.startswith("/") else None)
+
+
+async def snapshot_folder(host: Host, repo_id: str) -> str | None:
+    """The snapshot folder of ``repo_id`` in ``host``'s HF hub cache (None: not there)."""
+    return (await hf_cache_entry(host, repo_id))[0]
+
+
 async def scan_or_error(host: Host, deployments: Mapping[str, str] = {}) -> HostStorage:
     """Like ``scan`` but a host problem becomes the result's ``error``/``hint``."""
     try:

@@ -15,6 +15,10 @@ Modes::
                      "refusal": null|{"rule", "message"}}],
          "skipped": [PATH, ...]}
 
+    resolve --id OWNER/NAME
+        {"v": 1, "id", "path": SNAPSHOT|null, "folder": ENTRY}: where a repo id lies in the HF
+        cache (its snapshot folder, null while there is none; the models--owner--name folder)
+
     delete --model-dir D ... --forbidden F ... --kind dir|hf-cache --path P [--id ID]
         {"v": 1, "ok": true, "path", "freed_bytes"}
         {"v": 1, "ok": false, "rule", "message", "used_by": [...]}
@@ -886,6 +890,14 @@ def delete(model_dirs, forbidden, kind, path, repo_id):
     return {"v": 1, "ok": True, "path": path, "freed_bytes": tally.disk, "size_bytes": tally.size}
 
 
+def resolve(repo_id):
+    """The snapshot folder of ``repo_id`` in this host's HF hub cache (what a server given the repo
+    id loads), so a client reads its tokenizer from the disk instead of asking the Hub."""
+    folder = os.path.join(hf_hub_cache(), "models--" + repo_id.replace("/", "--"))
+    snap = _snapshot(folder) if repo_id.count("/") == 1 and os.path.isdir(folder) else None
+    return {"v": 1, "id": repo_id, "path": snap, "folder": folder}
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -893,8 +905,8 @@ def main(argv):
     args = list(argv)
     if args and args[0] == MARKER:
         args.pop(0)
-    if not args or args[0] not in ("scan", "delete"):
-        sys.stderr.write("storage probe: expected scan or delete\n")
+    if not args or args[0] not in ("scan", "delete", "resolve"):
+        sys.stderr.write("storage probe: expected scan, delete or resolve\n")
         return 2
     mode = args.pop(0)
     model_dirs, forbidden = [], []
@@ -920,6 +932,8 @@ def main(argv):
             return 2
     if mode == "scan":
         doc = scan(model_dirs, forbidden)
+    elif mode == "resolve":
+        doc = resolve(repo_id or "")
     else:
         if kind not in ("dir", "hf-cache") or not path:
             sys.stderr.write("storage probe: delete needs --kind dir|hf-cache and --path\n")
