@@ -8,7 +8,7 @@ from textual.screen import Screen
 
 # Actions that change a host; `--readonly` disables every one of them.
 MUTATING_ACTIONS: frozenset[str] = frozenset({"end_process", "delete_model", "apply_fix", "nccl_debug",
-                                              "stop", "restart", "forget"})
+                                              "stop", "restart", "forget", "swap"})
 
 
 class GpuopsScreen(Screen):

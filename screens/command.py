@@ -12,13 +12,13 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Input
 
-VERBS = ("host", "dep", "deployments", "theme", "bench", "help", "quit")
+VERBS = ("host", "dep", "deployments", "swap", "theme", "bench", "help", "quit")
 
 
 def suggestions(hosts: Iterable[str], deployments: Iterable[str], themes: Iterable[str]) -> list[str]:
     """What the command line completes: every command with every name it takes."""
     hosts, deployments = list(hosts), list(deployments)
-    return ([f"dep {d}" for d in deployments] + [f"host {h}" for h in hosts] + hosts
+    return ([f"dep {d}" for d in deployments] + [f"swap {d}" for d in deployments] + [f"host {h}" for h in hosts] + hosts
             + [f"theme {t}" for t in themes] + list(VERBS))
 
 

@@ -18,11 +18,13 @@ class ConfirmScreen(ModalScreen["bool | str"]):
         Binding("escape", "answer(False)", "Cancel", key_display="esc"),
     ]
 
-    def __init__(self, question: str, detail: str = "", yes: str = "Yes", other: str | None = None):
+    def __init__(self, question: str, detail: str = "", yes: str = "Yes", other: str | None = None,
+                 no: str = "No"):
         super().__init__(classes="confirm")
         self.question = question
         self.detail = detail
         self.yes_label = yes
+        self.no_label = no
         self.other_label = other  # the third answer's label (None: a plain yes/no)
 
     def compose(self) -> ComposeResult:
@@ -34,7 +36,7 @@ class ConfirmScreen(ModalScreen["bool | str"]):
                 yield Button(f"{self.yes_label} (y)", variant="error", id="yes")
                 if self.other_label:
                     yield Button(f"{self.other_label} (o)", variant="warning", id="other")
-                yield Button("No (n)", variant="primary", id="no")
+                yield Button(f"{self.no_label} (n)", variant="primary", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()  # the safe answer is the default

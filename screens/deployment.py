@@ -42,6 +42,7 @@ class DeploymentScreen(GpuopsScreen):
         Binding("b", "bench", "Bench"),
         Binding("f", "apply_fix", "Apply fix"),
         Binding("x", "triage", "Triage"),
+        Binding("n", "swap", "Swap…"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "back", "Back", key_display="esc"),
     ]
@@ -244,6 +245,9 @@ class DeploymentScreen(GpuopsScreen):
         if event.input.id == "dep-filter":
             event.input.display = False
             self.query_one(LogView).focus()
+
+    def action_swap(self) -> None:
+        self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
 
     def action_bench(self) -> None:
         from .bench_launch import open_launcher

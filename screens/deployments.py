@@ -42,6 +42,7 @@ class DeploymentsScreen(GpuopsScreen):
         Binding("r", "restart", "Restart"),
         Binding("x", "triage", "Triage"),
         Binding("b", "bench", "Bench"),
+        Binding("n", "swap", "Swap…"),
         Binding("delete", "forget", "Forget", key_display="del"),
         Binding("escape", "back", "Back", key_display="esc"),
     ]
@@ -114,7 +115,7 @@ class DeploymentsScreen(GpuopsScreen):
         p = d.plan
         detail.set(Text.assemble((d.name, "bold"), f"  {d.model} on {d.host}  ·  {p.launcher}  ·  ",
                                  f"GPUs {','.join(map(str, p.gpu_ids)) or '?'} (TP {p.tp})  ·  {p.endpoint}\n",
-                                 ("enter open · s stop · r restart · x triage · b bench · del forget", "dim")))
+                                 ("enter open · s stop · r restart · x triage · b bench · n swap · del forget", "dim")))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
@@ -186,11 +187,16 @@ class DeploymentsScreen(GpuopsScreen):
         if d is not None:
             self.app.push_screen(BenchLaunchScreen(d))
 
+    def action_swap(self) -> None:
+        d = self._picked()
+        if d is not None:
+            self.app.begin_swap(d.name)  # type: ignore[attr-defined]
+
     def action_back(self) -> None:
         self.app.pop_screen()
 
     def run_screen_command(self, verb: str, arg: str) -> bool:
-        if verb in ("stop", "restart", "forget", "triage", "bench") and (not arg or self.select(arg)):
+        if verb in ("stop", "restart", "forget", "triage", "bench", "swap") and (not arg or self.select(arg)):
             getattr(self, f"action_{verb}")()
             return True
         return False

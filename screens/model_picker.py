@@ -25,9 +25,11 @@ class ModelPickerScreen(GpuopsScreen):
         Binding("escape", "app.pop_screen", "Back", key_display="esc"),
     ]
 
-    def __init__(self, host_name: str):
+    def __init__(self, host_name: str, swap_from: str | None = None):
         super().__init__(id="model-picker")
         self.host_name = host_name
+        self.swap_from = swap_from  # a ready deployment this model replaces (the swap's picker)
+        self._typing = False  # the operator went for the id box (/ or typed): focus stays there
         self.copies: dict[str, tuple[str, str]] = {}  # row key -> (model id, path on the host)
         self.facts: ModelFacts | None = None
 
@@ -46,7 +48,8 @@ class ModelPickerScreen(GpuopsScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"pick a model for {self.host_name}"
+        self.sub_title = (f"pick the model that replaces {self.swap_from} on {self.host_name}" if self.swap_from
+                          else f"pick a model for {self.host_name}")
         self.query_one("#candidates", DataTable).add_columns("model", "kind", "size", "complete")
         self.scan()
 
@@ -73,14 +76,19 @@ class ModelPickerScreen(GpuopsScreen):
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
         note = f" ({storage.error})" if storage.error else ""
         title.update(f"Models on {self.host_name}: {len(storage.models)}{note}")
-        if storage.models:
-            table.focus()
+        if storage.models and not self._typing:
+            table.focus()  # unless the operator went for the id box: the scan never takes the keys from them
 
     def action_rescan(self) -> None:
         self.scan()
 
     def action_focus_input(self) -> None:
+        self._typing = True
         self.query_one("#model-input", Input).focus()
+
+    @on(Input.Changed, "#model-input")
+    def _typed_some(self, event: Input.Changed) -> None:
+        self._typing = True
 
     # ---------------------------------------------------------------- facts
 
@@ -154,4 +162,18 @@ class ModelPickerScreen(GpuopsScreen):
         except HostError as exc:
             self.notify(f"{exc.message}" + (f" — {exc.hint}" if exc.hint else ""), severity="error")
             return
-        self.app.push_screen(PlanReviewScreen(facts, target, Wishes()))
+        if self.swap_from is None:
+            self.app.push_screen(PlanReviewScreen(facts, target, Wishes()))
+            return
+        from ..core.ops import Refused
+        from ..core.planning import PlanError
+        from ..core.planning.like import previous_from_plan
+        from .plan_review import SwapReviewScreen
+
+        try:  # like the old one: its GPUs, port, bind, served name (planning keeps them)
+            old = self.app.ops.deployment(self.swap_from)  # type: ignore[attr-defined]
+            previous = previous_from_plan(old.plan, f"deployment {old.name}")
+        except (Refused, PlanError) as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.app.push_screen(SwapReviewScreen(facts, target, Wishes(gpu_ids=old.plan.gpu_ids, like=previous), old))

@@ -181,6 +181,35 @@ class GpuopsApp(App):
 
         self._run_use_case(work(), "deploy")
 
+    def begin_swap(self, name: str) -> None:
+        """The swap's first step: pick the model that replaces ready deployment `name` (then its
+        plan like `name`, reviewed; then the swap itself on its screen)."""
+        from ..core.ops import Refused
+        from ..screens.model_picker import ModelPickerScreen
+
+        if self.readonly:
+            self.notify("read-only: a swap stops and starts servers", severity="error")
+            return
+        try:
+            d = self.ops.deployment(name)
+        except Refused as exc:
+            self.notify(str(exc), severity="error")
+            return
+        if d.state != "ready":
+            self.notify(f"{name} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)",
+                        severity="error", timeout=8)
+            return
+        if d.host not in self.monitor.hosts:
+            self.notify(f"{name} runs on {d.host}, which the inventory no longer has", severity="error")
+            return
+        self.push_screen(ModelPickerScreen(d.host, swap_from=name))
+
+    def on_swap_review_screen_swap_requested(self, event: Any) -> None:
+        from ..core.bench.runner import resolve_profile
+        from ..screens.swap import SwapScreen
+
+        self.push_screen(SwapScreen(event.old, event.plan, resolve_profile("smoke", self.inventory.bench_profiles)))
+
     def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None) -> None:
         """A fix applied to deployment `name`: its plan patched, the server restarted with it and
         watched on a fresh deployment screen (callers have shown the diff and asked first)."""
@@ -262,7 +291,7 @@ class GpuopsApp(App):
         from ..screens.command import CommandScreen, suggestions
 
         completions = suggestions(self.monitor.states, self._deployment_names(), self.available_themes)
-        placeholder = "host NAME · dep [NAME] · theme NAME · bench · help · quit"
+        placeholder = "host NAME · dep [NAME] · swap NAME · theme NAME · bench · help · quit"
 
         def done(text: str | None) -> None:
             if text:
@@ -287,6 +316,8 @@ class GpuopsApp(App):
                 self.notify(f"no deployment named {arg!r}: :dep lists them", severity="error")
         elif verb in ("deployment", "dep", "d", "deployments", "deps"):
             self.open_deployments()
+        elif verb == "swap" and arg:
+            self.begin_swap(arg)
         elif verb == "theme" and arg:
             if arg not in self.available_themes:
                 self.notify(f"no theme named {arg!r}", severity="error")
@@ -303,7 +334,8 @@ class GpuopsApp(App):
         elif word in self.monitor.states and not arg:  # `:gpu2` is `:host gpu2`
             self.jump_to_host(word)
         else:
-            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], theme NAME, bench, help, quit",
+            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME, theme NAME, bench, help, "
+                        "quit",
                         severity="error")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
