@@ -18,6 +18,8 @@ def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
     p = sub.add_parser("plan", parents=[common], help="a checked, explained SGLang deployment plan for a model")
     p.add_argument("model", metavar="MODEL", help="an HF repo id (owner/name) or a local folder holding config.json")
     p.add_argument("--host", metavar="H", help="plan for this inventory host (its GPUs, disks and SGLang are read)")
+    p.add_argument("--hosts", metavar="H1,H2,..", help="one deployment over several hosts (multi-node TP: node 0 "
+                   "first, --tp split evenly over them)")
     p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest that fits)")
     p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")
     p.add_argument("--gpu-memory", type=float, metavar="GIB", help="memory per GPU when planning offline")
@@ -195,15 +197,47 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
         port=port, name=args.name, sglang_version=_version(args.sglang_version),
         like=load_like(args.like) if args.like else None,
     )
-    target = make_target(inv, args)
+    hosts = getattr(args, "hosts", None)
+    if hosts and args.host:
+        raise PlanUsageError("give --host (one host) or --hosts (several), not both")
+    if hosts and (args.gpus is not None or args.gpu_memory is not None):
+        raise PlanUsageError("--hosts reads every node's GPUs: --gpus/--gpu-memory plan one host offline")
+    nodes = _nodes(inv, hosts) if hosts else None
+    target = make_target(inv, args) if nodes is None else None
     try:
         facts = load_model_facts(ref)
     except ModelError as exc:
         raise PlanUsageError(str(exc)) from None
     try:
+        if nodes is not None:
+            from ..core.planning.plan import build_multinode_plan
+
+            return facts, build_multinode_plan(facts, nodes, wishes)
         return facts, build_plan(facts, target, wishes)
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None
+
+
+def _nodes(inv: Inventory, hosts: str) -> list:
+    """The nodes of a multi-node plan: each host of `--hosts H1,H2` read as `--host` reads one."""
+    from ..core.config import validate_host_name
+    from ..core.planning.plan import Node
+
+    names = [h.strip() for h in hosts.split(",") if h.strip()]
+    if len(names) < 2:
+        raise PlanUsageError("--hosts: name two or more hosts, comma-separated (one host: --host)")
+    nodes = []
+    for name in names:
+        try:
+            validate_host_name(name)
+            cfg = inv.host(name)
+        except ValueError as exc:
+            raise PlanUsageError(f"--hosts: {exc}") from None
+        except KeyError:
+            raise PlanUsageError(f"--hosts: unknown host {name!r} (known: {', '.join(inv.names())})") from None
+        one = argparse.Namespace(host=name, gpus=None, gpu_memory=None)
+        nodes.append(Node(make_target(inv, one), cfg.reachable_addr, cfg.nccl_interface))
+    return nodes
 
 
 def print_plan(facts, plan) -> None:
@@ -226,6 +260,15 @@ def print_plan(facts, plan) -> None:
     console.print(Panel(launch_text(plan), title=f"launch (SGLang {plan.sglang_version}, {plan.sglang_version_source}; "
                                                  f"flags checked against {plan.flags_checked_against})",
                         title_align="left"))
+    if plan.members:
+        nodes = Text()
+        for m in plan.members:
+            own = " ".join(f"{k}={v}" for k, v in sorted(m.env.items()))
+            nodes.append(f"node {m.node_rank}: ", style="bold")
+            nodes.append(f"{m.host}, GPUs {','.join(map(str, m.gpu_ids))}, {m.launcher} launcher"
+                         + (f", {own}" if own else "") + (" · rendezvous " + str(plan.dist_init_addr)
+                                                         if m.node_rank == 0 else "") + "\n")
+        console.print(Panel(nodes, title=f"{plan.nnodes} nodes: one server each, --node-rank R", title_align="left"))
     rules = rules_table(plan)
     console.print(Panel(rules, title="why each flag", title_align="left"))
     if plan.like is not None and plan.like.diff:

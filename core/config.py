@@ -62,6 +62,8 @@ _HOST_KEYS = (
     "launcher",
     "journal_dir",
     "env",
+    "node_addr",
+    "nccl_interface",
 )
 
 KeyPath = tuple[str, ...]
@@ -208,6 +210,8 @@ class SshTarget:
 
 
 _PATH_SUFFIXES = (":$PATH", ":${PATH}")
+_DNS_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+_IFACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,14}")
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,19 @@ class HostConfig:
     launcher: str = "systemd"
     journal_dir: str | None = None
     env: tuple[tuple[str, str], ...] = ()  # ordered (name, value) pairs, exactly as configured
+    node_addr: str | None = None  # where the other nodes of a multi-node deployment reach this host
+    nccl_interface: str | None = None  # the network interface NCCL and gloo use there (NCCL_SOCKET_IFNAME)
+
+    @property
+    def reachable_addr(self) -> str:
+        """The address other hosts reach this one at, for a multi-node rendezvous: ``node_addr``,
+        else the ssh target's host (an ssh_config alias may not resolve elsewhere: set node_addr),
+        else loopback for a local host."""
+        if self.node_addr:
+            return self.node_addr
+        if self.ssh is not None and not self.local:
+            return self.ssh.host
+        return "127.0.0.1"
 
     @property
     def address(self) -> str:
@@ -506,6 +523,9 @@ class _Checker:
             launcher=launcher,
             journal_dir=self.optional_path(t, (*path, "journal_dir")),
             env=self.env(t.get("env", {}), (*path, "env")),
+            node_addr=self.node_addr(t["node_addr"], (*path, "node_addr")) if "node_addr" in t else None,
+            nccl_interface=(self.interface(t["nccl_interface"], (*path, "nccl_interface"))
+                            if "nccl_interface" in t else None),
         )
 
     def gpu_ids(self, value: object, path: KeyPath) -> tuple[int, ...]:
@@ -524,6 +544,23 @@ class _Checker:
                 self.fail(path, f"GPU index {index} is listed twice")
             seen.add(index)
         return tuple(value)
+
+    def node_addr(self, value: object, path: KeyPath) -> str:
+        """An IP address or a DNS name (it goes into --dist-init-addr HOST:PORT)."""
+        text = value if isinstance(value, str) else None
+        if text is not None:
+            try:
+                return str(ipaddress.ip_address(text))
+            except ValueError:
+                if _DNS_NAME_RE.fullmatch(text) and len(text) <= 253:
+                    return text
+        self.fail(path, f'expected an IP address or a host name such as "10.0.0.5", got {_show(value)}')
+
+    def interface(self, value: object, path: KeyPath) -> str:
+        """A network interface name (Linux: at most 15 characters, no '/' or whitespace)."""
+        if isinstance(value, str) and _IFACE_RE.fullmatch(value):
+            return value
+        self.fail(path, f'expected a network interface name such as "eth0" or "ib0", got {_show(value)}')
 
     def serve_host(self, value: object, path: KeyPath) -> str:
         try:

@@ -46,6 +46,7 @@ __all__ = [
     "ModelSummary",
     "NumbersEvent",
     "PhaseEvent",
+    "Member",
     "Plan",
     "PlanEvent",
     "ProgressEvent",
@@ -292,8 +293,21 @@ class Like(Struct, frozen=True):
     diff: tuple[LikeChange, ...] = ()
 
 
+class Member(Struct, frozen=True, kw_only=True):
+    """One node of a multi-node deployment: where it runs, its node rank, its GPUs (node 0 is the
+    plan's own host; its rendezvous is the plan's ``dist_init_addr``)."""
+
+    host: str
+    node_rank: int
+    gpu_ids: tuple[int, ...]
+    python: str | None = None
+    launcher: Literal["systemd", "process"] = "systemd"
+    env: dict[str, str] = {}  # this node's own additions (its NCCL interface)
+
+
 class Plan(Struct, kw_only=True):
-    """A checked, explained SGLang launch on a host (the ``plan`` JSON contract, schema 1)."""
+    """A checked, explained SGLang launch on a host (the ``plan`` JSON contract, schema 1); with
+    ``members``, one launch per node of a multi-node deployment (``member_plan(rank)``)."""
 
     name: str
     host: str | None = None
@@ -316,6 +330,8 @@ class Plan(Struct, kw_only=True):
     flags_checked_against: str = ""
     unknown_flags: list[str] = []
     like: Like | None = None
+    members: list[Member] = []  # a multi-node deployment's nodes, node 0 first; [] on one host
+    dist_init_addr: str | None = None  # HOST:PORT of node 0's rendezvous (SGLang's --dist-init-addr)
 
     def __post_init__(self) -> None:
         self.check()
@@ -347,6 +363,53 @@ class Plan(Struct, kw_only=True):
             raise Invalid(f"download_dir: must be an absolute path, not {_show(self.download_dir)}")
         if any(not a for a in self.argv):
             raise Invalid("argv: an empty argument")
+        if self.members:
+            self._check_members()
+
+    def _check_members(self) -> None:
+        n = len(self.members)
+        if n < 2:
+            raise Invalid("members: a multi-node plan has at least two nodes")
+        if [m.node_rank for m in self.members] != list(range(n)):
+            raise Invalid(f"members: node ranks must be 0..{n - 1} in order")
+        if self.members[0].host != self.host or tuple(self.members[0].gpu_ids) != tuple(self.gpu_ids):
+            raise Invalid("members: node 0 is the plan's own host and GPUs")
+        if len({m.host for m in self.members}) != n:
+            raise Invalid("members: each node on its own host")
+        if self.tp % n or any(len(m.gpu_ids) != self.tp // n for m in self.members):
+            raise Invalid(f"members: TP {self.tp} over {n} nodes is {self.tp // n if not self.tp % n else '?'} "
+                          "GPU(s) on each")
+        for m in self.members:
+            try:
+                validate_host_name(m.host)
+            except ValueError as exc:
+                raise Invalid(f"members: {exc}") from None
+            if any(g < 0 for g in m.gpu_ids) or len(set(m.gpu_ids)) != len(m.gpu_ids):
+                raise Invalid(f"members: GPU indexes are distinct and not negative, not {m.gpu_ids}")
+            if m.python is not None and not (m.python.startswith("/") or _COMMAND.fullmatch(m.python)):
+                raise Invalid(f"members: python: an absolute path or a command name, not {_show(m.python)}")
+            for key in m.env:
+                if not _ENV_NAME.fullmatch(key):
+                    raise Invalid(f"members: env: {key!r} is not an environment variable name")
+        if not self.dist_init_addr or flag_value(self.argv, "--dist-init-addr") != self.dist_init_addr:
+            raise Invalid("dist_init_addr: a multi-node plan names node 0's rendezvous, as its --dist-init-addr")
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.members) or 1
+
+    def member_plan(self, rank: int) -> "Plan":
+        """Node `rank`'s own launch: its host, GPUs, python and launcher, `--node-rank RANK`, and a
+        name of its own beyond node 0 (NAME-nR: two nodes may share a machine, their units must not)."""
+        m = self.members[rank]
+        shared = {k: v for k, v in self.env.items() if k not in self.members[0].env}  # node 0's own ones out
+        argv = list(self.argv)
+        i = argv.index("--node-rank")
+        argv[i + 1] = str(rank)
+        return msgspec.structs.replace(
+            self, name=self.name if rank == 0 else f"{self.name}-n{rank}", host=m.host, gpu_ids=tuple(m.gpu_ids),
+            python=m.python, launcher=m.launcher, env={**shared, **m.env}, argv=argv, members=[],
+            dist_init_addr=None)
 
     # -------------------------------------------------------------- derived facts
 

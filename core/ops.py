@@ -192,6 +192,9 @@ class Ops:
         the launch, and its watch until one of `until`: the state returned. `keep_on`: the watch goes
         on after that (the TUI's), else it ends there (the CLI's)."""
         self._writable("deploy changes a host")
+        if plan.members:  # planned and checked (`gpuops plan --hosts`); starting the nodes comes next
+            raise Refused(f"{plan.name} is a {plan.nnodes}-node plan: this gpuops plans multi-node deployments but "
+                          "does not start them yet; nothing was changed")
         cfg = self.host_config(host_name)
         plan = bind_plan(plan, cfg)
         host = self.host(cfg.name)

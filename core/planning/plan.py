@@ -14,7 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from ..config import validate_abs_path, validate_host_name
-from ..domain import Invalid, Like, LikeChange, ModelSummary, Plan, RuleFired, flag_value, is_loopback, join_flags
+import msgspec
+
+from ..domain import (Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value, is_loopback,
+                      join_flags)
 from . import PlanError
 from . import sglang_versions as sv
 from .fit import compute_fit, tp_choices
@@ -361,3 +364,138 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         )
     except Invalid as exc:  # a value from the host, a model folder or --like that no plan may hold
         raise PlanError(str(exc)) from None
+
+
+# ------------------------------------------------------------------ several nodes
+
+DIST_INIT_PORT = 5000  # node 0's rendezvous port when it is free there (SGLang's docs use 5000); else the next
+
+
+@dataclass(frozen=True)
+class Node:
+    """One host of a multi-node plan: what the planner read there, and its inventory's network facts."""
+
+    target: Target
+    addr: str  # where the other nodes reach it (HostConfig.reachable_addr)
+    nccl_interface: str | None = None
+
+
+def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> Plan:
+    """One SGLang deployment over several hosts: TP split evenly (TP/N GPUs on each node), fit per
+    node (the smallest GPU of any node counts), the same model path on every node, SGLang's own
+    `--nnodes N --node-rank R --dist-init-addr HOST0:PORT` with node 0 holding the rendezvous, the
+    NCCL interface where the inventory names one. Deploy starts one server per node."""
+    n = len(nodes)
+    if n < 2:
+        raise PlanError("--hosts: name two or more hosts for a multi-node plan (one host: --host)")
+    hosts = [node.target.host for node in nodes]
+    if any(h is None for h in hosts) or len(set(hosts)) != n:
+        raise PlanError(f"--hosts: each node is a distinct inventory host, not {','.join(map(str, hosts))}")
+    if wishes.gpu_ids is not None:
+        raise PlanError("--gpu-ids names one host's GPUs: with --hosts each node's are chosen (its policy's gpu_ids)")
+    per_node = [len(_allowed(node.target)) for node in nodes]
+    if wishes.tp is not None:
+        if wishes.tp % n:
+            raise PlanError(f"--tp {wishes.tp} does not split evenly over {n} nodes (SGLang needs TP divisible by "
+                            f"--nnodes: try {', '.join(str(n * k) for k in range(1, max(per_node) + 1))})")
+        tp = wishes.tp
+    else:
+        tp = n * min(per_node)
+        heads = facts.num_attention_heads
+        while heads and tp > n and heads % tp:
+            tp -= n
+    g = tp // n
+    short = [f"{h} has {c}" for h, c, in zip(hosts, per_node) if c < g]
+    if short:
+        raise PlanError(f"TP{tp} over {n} nodes needs {g} GPU(s) on each: {', '.join(short)} for gpuops")
+
+    warnings: list[str] = []
+    picked: list[tuple[int, ...]] = []
+    for node in nodes:
+        own: list[str] = []
+        _, ids = _pick_gpus(node.target, replace(wishes, tp=g, gpu_ids=None), g, own)
+        picked.append(ids)
+        warnings += [f"{node.target.host}: {w}" for w in own]
+    # node 0's plan, with the whole TP over a stand-in of the nodes' GPUs (the smallest of any node):
+    # the rules, the fit and the flags read the deployment as SGLang sees it
+    t0 = nodes[0].target
+    smallest = min(gpu.memory_total for node, ids in zip(nodes, picked) for gpu in node.target.gpus if gpu.index in ids)
+    stand_in = replace(t0, gpus=tuple(GpuInfo(i, smallest) for i in range(tp)), allowed_gpu_ids=None)
+    plan = build_plan(facts, stand_in, replace(wishes, tp=tp, gpu_ids=tuple(range(tp))))
+
+    versions = {node.target.host: node.target.sglang_version for node in nodes}
+    if len({v for v in versions.values()}) > 1:
+        listed = ", ".join(f"{h} {v or 'none'}" for h, v in versions.items())
+        warnings.append(f"the nodes have different SGLang versions ({listed}): every node must run the same")
+    for node in nodes[1:]:
+        t = node.target
+        if plan.model_path.startswith("/") and plan.reuse_existing and plan.model_path not in t.existing.values():
+            warnings.append(f"{t.host} has no complete copy at {plan.model_path}: deploy downloads it there too "
+                            "(or put the models on a shared mount)")
+        bad = under_any(plan.model_path, t.forbidden_paths) if plan.model_path.startswith("/") else None
+        if bad:
+            raise PlanError(f"{plan.model_path} is under {bad} on {t.host}, which forbids it (forbidden_paths): give "
+                            "--download-dir a path every node allows")
+    dist_port = _dist_init_port(t0, plan.port)
+    dist = f"{'[' + nodes[0].addr + ']' if ':' in nodes[0].addr else nodes[0].addr}:{dist_port}"
+    if is_loopback(nodes[0].addr) and any(not is_loopback(node.addr) for node in nodes[1:]):
+        warnings.append(f"{t0.host} is reached at {nodes[0].addr}, a loopback address the other nodes cannot reach: "
+                        f"set node_addr in [hosts.{t0.host}]")
+    adds = ["--nnodes", str(n), "--node-rank", "0", "--dist-init-addr", dist]
+    members = []
+    for rank, (node, ids) in enumerate(zip(nodes, picked)):
+        env = ({"NCCL_SOCKET_IFNAME": node.nccl_interface, "GLOO_SOCKET_IFNAME": node.nccl_interface}
+               if node.nccl_interface else {})
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+        members.append(Member(host=str(node.target.host), node_rank=rank, gpu_ids=ids, python=node.target.python,
+                              launcher=node.target.launcher, env=env))  # type: ignore[arg-type]
+    why = (f"TP{tp} over {n} nodes, {g} GPU(s) each ({', '.join(f'{h}: {_ids(i)}' for h, i in zip(hosts, picked))}); "
+           f"node 0 ({t0.host}) holds the rendezvous at {dist}; each node's own --node-rank")
+    per_node_rules = [RuleFired("tensor-parallel", f"shard over {tp} GPUs: {g} on each of {n} nodes (each node's "
+                                "CUDA_VISIBLE_DEVICES: its own GPUs)", ["--tp-size", str(tp)])
+                      if r.id == "tensor-parallel" else r for r in plan.rules]
+    fired = [*per_node_rules, RuleFired("multi-node", why, join_flags([("--nnodes", (str(n),)), ("--node-rank", ("R",)),
+                                                                     ("--dist-init-addr", (dist,))]))]
+    if any(node.nccl_interface for node in nodes):
+        fired.append(RuleFired("nccl-interface", "the inventory names the nodes' network interface (nccl_interface): "
+                               "NCCL and gloo use it, not the first one they find",
+                               [f"{node.target.host}: NCCL_SOCKET_IFNAME={node.nccl_interface}" for node in nodes
+                                if node.nccl_interface]))
+    unknown = [f for f in ("--nnodes", "--node-rank", "--dist-init-addr") if f not in _flags_of(plan, t0)]
+    if unknown:
+        warnings.append(f"flags unknown to SGLang {plan.sglang_version}: {', '.join(unknown)}")
+    fit = plan.fit
+    if fit is not None:
+        fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" ({g} GPU(s) on each of {n} nodes)")
+    try:
+        return plan.replace(gpu_ids=picked[0], argv=[*plan.argv, *adds], members=members, dist_init_addr=dist,
+                            env={**plan.env, **members[0].env},
+                            rules=fired, warnings=[w for w in plan.warnings if not w.startswith("no --tp")] + warnings,
+                            fit=fit)
+    except Invalid as exc:
+        raise PlanError(str(exc)) from None
+
+
+def _allowed(target: Target) -> list[int]:
+    ids = [g.index for g in target.gpus]
+    return [i for i in ids if target.allowed_gpu_ids is None or i in target.allowed_gpu_ids]
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return "GPUs " + ",".join(map(str, ids))
+
+
+def _flags_of(plan: Plan, target: Target) -> frozenset[str]:
+    host_help = target.help_flags if target.help_flags and target.sglang_version and \
+        sv.version_key(target.sglang_version) == sv.version_key(plan.sglang_version) else None
+    return frozenset((host_help | sv.hidden_flags(plan.sglang_version)) if host_help else sv.flags_for(plan.sglang_version))
+
+
+def _dist_init_port(target: Target, http_port: int) -> int:
+    """Node 0's rendezvous port: DIST_INIT_PORT or the next free one there (not the server's port,
+    nor the few after it that SGLang takes for itself)."""
+    taken = set(target.ports_taken) | {p for _, p, _ in target.deployment_ports}
+    port = DIST_INIT_PORT
+    while port in taken or http_port <= port <= http_port + 10:
+        port += 1
+    return port

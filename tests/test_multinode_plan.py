@@ -1,0 +1,171 @@
+"""Multi-node plans (`gpuops plan MODEL --hosts H1,H2 --tp N`): TP split evenly over the nodes, the fit
+per node, SGLang's own --nnodes/--node-rank/--dist-init-addr with node 0 holding the rendezvous, the
+inventory's node address and NCCL interface, one launch per node; and the plan JSON that carries it,
+validated when read back. Two simulated 4-GPU hosts for the command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuops.core.config import parse_inventory
+from gpuops.core.domain import Invalid, Plan
+from gpuops.core.planning import PlanError
+from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan
+from gpuops.sim.host import setup_simhost
+from tests.test_cli import env, gpuops  # noqa: F401  (env: the fixture)
+from tests.test_plan import GIB, H200, QWEN122, facts
+
+
+def target(host: str, n: int = 4, mem: float = H200, **kw) -> Target:
+    base = dict(host=host, gpus=tuple(GpuInfo(i, int(mem * GIB)) for i in range(n)), sglang_version="0.5.23",
+                python="/opt/sgl/bin/python", launcher="process")
+    base.update(kw)
+    return Target(**base)  # type: ignore[arg-type]
+
+
+def two(**kw) -> list[Node]:
+    return [Node(target("gpu1", **kw), "10.0.0.1", "ib0"), Node(target("gpu2", **kw), "10.0.0.2")]
+
+
+def test_tp8_over_two_4_gpu_nodes():
+    plan = build_multinode_plan(facts(*QWEN122), two(), Wishes(tp=8))
+    argv = " ".join(plan.argv)
+    assert plan.tp == 8 and "--tp-size 8" in argv
+    assert "--nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:5000" in argv and plan.dist_init_addr == "10.0.0.1:5000"
+    assert [(m.host, m.node_rank, m.gpu_ids) for m in plan.members] == [("gpu1", 0, (0, 1, 2, 3)),
+                                                                          ("gpu2", 1, (0, 1, 2, 3))]
+    assert plan.fit.fits and "4 GPU(s) on each of 2 nodes" in plan.fit.verdict
+    ids = [r.id for r in plan.rules]
+    assert "multi-node" in ids and "nccl-interface" in ids and "mtp" in ids
+    # each node's own launch: its host, GPUs and node rank; node 0's NCCL interface stays node 0's
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "ib0" and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    node1 = plan.member_plan(1)
+    assert (node1.name, node1.host, node1.gpu_ids) == (f"{plan.name}-n1", "gpu2", (0, 1, 2, 3))
+    assert node1.argv[node1.argv.index("--node-rank") + 1] == "1"
+    assert "NCCL_SOCKET_IFNAME" not in node1.env and node1.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert node1.unit_name != plan.unit_name and not node1.members
+    assert plan.member_plan(0).argv == plan.argv and plan.member_plan(0).name == plan.name
+    # the plan JSON carries the nodes and reads back the same
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+
+
+def test_without_tp_every_gpu_of_the_smallest_node():
+    nodes = [Node(target("gpu1", n=8), "10.0.0.1"), Node(target("gpu2", n=4), "10.0.0.2")]
+    plan = build_multinode_plan(facts(*QWEN122), nodes, Wishes())
+    assert plan.tp == 8 and [len(m.gpu_ids) for m in plan.members] == [4, 4]
+
+
+def test_busy_gpus_are_avoided_on_each_node():
+    busy = target("gpu2", n=8, gpus=tuple(GpuInfo(i, int(H200 * GIB), processes=int(i < 4)) for i in range(8)))
+    nodes = [Node(target("gpu1", n=8), "10.0.0.1"), Node(busy, "10.0.0.2")]
+    plan = build_multinode_plan(facts(*QWEN122), nodes, Wishes(tp=8))
+    assert plan.members[1].gpu_ids == (4, 5, 6, 7) and plan.members[0].gpu_ids == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("nodes, wishes, says", [
+    (lambda: [*two(), Node(target("gpu3"), "10.0.0.3")], Wishes(tp=8), "does not split evenly over 3 nodes"),
+    (lambda: two(), Wishes(tp=16), r"needs 8 GPU\(s\) on each: gpu1 has 4, gpu2 has 4"),
+    (lambda: two()[:1], Wishes(tp=4), "two or more hosts"),
+    (lambda: [two()[0], two()[0]], Wishes(tp=8), "distinct inventory host"),
+    (lambda: two(), Wishes(tp=8, gpu_ids=(0, 1, 2, 3)), "--gpu-ids names one host's GPUs"),
+])
+def test_what_cannot_be_split_is_refused_in_one_line(nodes, wishes, says):
+    with pytest.raises(PlanError, match=says):
+        build_multinode_plan(facts(*QWEN122), nodes(), wishes)
+
+
+def test_what_the_nodes_disagree_on_is_said():
+    nodes = [Node(target("gpu1"), "127.0.0.1"), Node(target("gpu2", sglang_version="0.5.10"), "10.0.0.2")]
+    plan = build_multinode_plan(facts(*QWEN122), nodes, Wishes(tp=8, sglang_version="0.5.23"))
+    text = " ".join(plan.warnings)
+    assert "different SGLang versions (gpu1 0.5.23, gpu2 0.5.10)" in text
+    assert "loopback address the other nodes cannot reach: set node_addr in [hosts.gpu1]" in text
+    forbidden = [Node(target("gpu1", model_dirs=("/m",)), "10.0.0.1"),
+                 Node(target("gpu2", forbidden_paths=("/m",)), "10.0.0.2")]
+    with pytest.raises(PlanError, match="under /m on gpu2"):
+        build_multinode_plan(facts(*QWEN122), forbidden, Wishes(tp=8))
+
+
+def test_the_rendezvous_port_moves_off_a_taken_one():
+    nodes = two()
+    nodes[0] = replace(nodes[0], target=replace(nodes[0].target, ports_taken={5000: "pid 1 (x)", 5001: ""}))
+    plan = build_multinode_plan(facts(*QWEN122), nodes, Wishes(tp=8))
+    assert plan.dist_init_addr == "10.0.0.1:5002"
+
+
+@pytest.mark.parametrize("tamper, says", [
+    (lambda d: d["members"].reverse(), "node ranks must be 0..1 in order"),
+    (lambda d: d.update(dist_init_addr="10.9.9.9:1"), "dist_init_addr"),
+    (lambda d: d["members"][1].update(host=d["members"][0]["host"]), "each node on its own host"),
+    (lambda d: d["members"][1].update(gpu_ids=[0, 1]), r"GPU\(s\) on each"),
+    (lambda d: d["members"][1]["env"].update({"1BAD": "x"}), "not an environment variable name"),
+    (lambda d: d["members"][1].update(host="a b"), "members"),
+])
+def test_a_tampered_multi_node_plan_is_refused(tamper, says):
+    doc = build_multinode_plan(facts(*QWEN122), two(), Wishes(tp=8)).to_json()
+    tamper(doc)
+    with pytest.raises(Invalid, match=says):
+        Plan.from_json(json.loads(json.dumps(doc)))
+
+
+def test_the_inventory_names_node_addresses_and_interfaces():
+    inv = parse_inventory('[hosts.a]\nssh = "root@10.0.0.5:2222"\nnccl_interface = "ib0"\n'
+                          '[hosts.b]\nssh = "alias-b"\nnode_addr = "10.0.0.6"\n[hosts.c]\nlocal = true\n', source="t.toml")
+    assert (inv.host("a").reachable_addr, inv.host("a").nccl_interface) == ("10.0.0.5", "ib0")
+    assert inv.host("b").reachable_addr == "10.0.0.6" and inv.host("c").reachable_addr == "127.0.0.1"
+    for bad, says in (('node_addr = "a b"', "hosts.c.node_addr: expected an IP address or a host name"),
+                      ('nccl_interface = "eth0; rm"', "hosts.c.nccl_interface: expected a network interface name")):
+        with pytest.raises(Exception, match=says):
+            parse_inventory(f"[hosts.c]\nlocal = true\n{bad}\n", source="t.toml")
+
+
+@pytest.fixture
+def two_sims():
+    root = Path(tempfile.mkdtemp(prefix="gpuops-mn-"))
+    root.chmod(0o755)
+    sims = [setup_simhost(root / name, gpus=4, sglang_version="0.5.23") for name in ("a", "b")]
+    yield root, sims
+    for sim in sims:
+        sim.shutdown()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_plan_hosts_on_the_command_line(two_sims, env, tmp_path):  # noqa: F811
+    root, sims = two_sims
+    hub = tmp_path / "hub"  # the operator's HF cache holds the model's config.json (no Hub here)
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    snap = hub / "models--Qwen--Qwen3-8B" / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (hub / "models--Qwen--Qwen3-8B" / "refs").mkdir()
+    (hub / "models--Qwen--Qwen3-8B" / "refs" / "main").write_text(sha)
+    shutil.copy(Path(__file__).parent / "data" / "configs" / "qwen3__Qwen3-8B.json", snap / "config.json")
+    env = dict(env, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(sims[0].host_block("gpu1") + 'node_addr = "127.0.0.1"\nnccl_interface = "lo"\n'
+                   + sims[1].host_block("gpu2") + 'node_addr = "127.0.0.1"\n')
+    out = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--hosts", "gpu1,gpu2", "--tp", "8", "--json",
+                 env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [m["host"] for m in doc["members"]] == ["gpu1", "gpu2"] and doc["dist_init_addr"] == "127.0.0.1:5000"
+    assert doc["members"][0]["env"]["NCCL_SOCKET_IFNAME"] == "lo"
+    assert "--nnodes" in doc["argv"] and doc["members"][1]["python"] == str(sims[1].python)
+    human = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--hosts", "gpu1,gpu2", "--tp", "8",
+                   env=dict(env, COLUMNS="200"), timeout=120)
+    assert human.returncode == 0 and "2 nodes: one server each" in human.stdout and "node 1: gpu2" in human.stdout
+    for args, says in ((("--hosts", "gpu1"), "two or more hosts"), (("--hosts", "gpu1,nope"), "unknown host 'nope'"),
+                       (("--hosts", "gpu1,gpu2", "--host", "gpu1"), "not both"),
+                       (("--hosts", "gpu1,gpu2", "--tp", "3"), "does not split evenly")):
+        bad = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", *args, env=env, timeout=120)
+        assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    # deploying it is refused for now in one line, with nothing changed
+    (tmp_path / "mn.json").write_text(out.stdout)
+    dep = gpuops("--config", str(cfg), "deploy", str(tmp_path / "mn.json"), "--host", "gpu1", "--yes", env=env)
+    assert dep.returncode == 2 and "2-node plan" in dep.stderr and "nothing was changed" in dep.stderr
+    assert gpuops("--config", str(cfg), "status", "--json", env=env).stdout.count(doc["name"]) == 0
