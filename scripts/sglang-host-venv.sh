@@ -11,6 +11,8 @@
 #   .gpuops-sglang-VER            the base: torch, transformers, the benchmark's and eval's imports, sglang VER
 #   .gpuops-sglang-serve-N        the server's imports (uvicorn, fastapi, xgrammar, ...), pinned, --no-deps
 #                                 (bump SERVE_REV when SERVE_PINS change: a venv is then topped up again)
+#   .gpuops-sglang-router-VER     sglang-router (`python -m sglang_router.launch_router`, the replicas'
+#                                 load balancer), --no-deps: its imports are the serving pins above
 #   sglang-0.5.10/.gpuops-ok      SGLang 0.5.10's code (--no-deps --target), put first on PYTHONPATH by
 #                                 the test of the Qwen3.5 MTP crash (its ValueError exists in 0.5.10-0.5.13)
 # Idempotent: a step whose marker is there is left as it is.
@@ -20,6 +22,7 @@ VER=${2:-0.5.23}
 PY=${PYTHON:-python3}
 OLD_VER=0.5.10   # the MTP-crash test's version
 SERVE_REV=1
+ROUTER_VER=0.3.2  # the last sglang-router on PyPI (its successor, smg, has no sglang_router module)
 # What `python -m sglang.launch_server --device cpu` imports beyond the base, at versions that worked
 # with 0.5.23 (fastapi/starlette pinned: the newest fastapi imports opentelemetry, the newest
 # starlette dropped on_startup). --no-deps: the rest of their requirements are in the base already.
@@ -33,9 +36,10 @@ SERVE_PINS=(uvicorn==0.54.0 fastapi==0.118.0 starlette==0.48.0 uvloop==0.23.0 se
 BASE="$DIR/.gpuops-sglang-$VER"
 SERVE="$DIR/.gpuops-sglang-serve-$SERVE_REV"
 OLD="$DIR/sglang-$OLD_VER"
+ROUTER="$DIR/.gpuops-sglang-router-$ROUTER_VER"
 CHECK='import sglang.bench_serving, sglang.test.run_eval'  # the benchmark and the quality eval
 SERVE_CHECK='import sglang.launch_server, sglang.srt.entrypoints.http_server, uvicorn, fastapi, xgrammar'
-if [ -f "$BASE" ] && [ -f "$SERVE" ] && [ -f "$OLD/.gpuops-ok" ] \
+if [ -f "$BASE" ] && [ -f "$SERVE" ] && [ -f "$OLD/.gpuops-ok" ] && [ -f "$ROUTER" ] \
         && "$DIR/bin/python" -c 'import sglang, httpx, openai, uvicorn, fastapi' 2>/dev/null; then
     echo "== SGLang host venv $DIR ($VER, serving rev $SERVE_REV, $OLD_VER beside) is ready"
     exit 0
@@ -74,6 +78,15 @@ if [ ! -f "$SERVE" ]; then
         exit 1
     }
     touch "$SERVE"
+fi
+
+if [ ! -f "$ROUTER" ]; then
+    echo "== adding sglang-router $ROUTER_VER to $DIR (the replicas' router; ~30 MB)"
+    rm -f "$DIR"/.gpuops-sglang-router-*
+    "${PIP[@]}" --no-deps "sglang-router==$ROUTER_VER" >>"$LOG" 2>&1
+    "$DIR/bin/python" -c 'import sglang_router.launch_router, sglang_router.sglang_router_rs' >>"$LOG" 2>&1 || {
+        echo "sglang-router $ROUTER_VER does not import in $DIR" >&2; exit 1; }
+    touch "$ROUTER"
 fi
 
 if [ ! -f "$OLD/.gpuops-ok" ]; then

@@ -44,7 +44,7 @@ from tests.sshd import free_port
 ROUTER_VERSION = "0.3.2"  # the newest sglang-router on PyPI (2026-01); its successor is PyPI's `smg`
 ROUTER_MODULE = "sglang_router.launch_router"
 MARKER = f".gpuops-sglang-router-{ROUTER_VERSION}"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the router colours its log even into a pipe
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the router colours its log even into a pipe (NO_COLOR ignored)
 # What the router logs, colours stripped ("2026-12-01 17:30:13  WARN smg::core::worker: /home/.../worker.rs:948: ...")
 LOG_LINE = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) +(?P<level>TRACE|DEBUG|INFO|WARN|ERROR) (?P<rest>.*)$")
 _CHECK = ("import importlib.metadata as m, sglang_router.sglang_router_rs as rs; "
@@ -95,7 +95,9 @@ def install_router(venv: Path | None = None, timeout: float = 300) -> Path:
                 shutil.rmtree(venv, ignore_errors=True)
                 tail = "\n".join(line for line in (res.stderr or res.stdout).splitlines()
                                  if "is ignored" not in line)[-1500:]
-                raise RouterUnavailable(f"{' '.join(argv[-3:])} failed (exit {res.returncode}): {tail}")
+                what = "pip install" if "pip" in argv else "python -m venv"
+                raise RouterUnavailable(f"{what} sglang-router=={ROUTER_VERSION} into {venv} failed "
+                                        f"(exit {res.returncode}): {tail}")
         got = router_version(python)
         if got != ROUTER_VERSION:
             raise RouterUnavailable(f"sglang-router installed in {venv} does not import (got {got!r})")
@@ -150,7 +152,7 @@ class Router:
         self.started = time.time()
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      errors="replace", start_new_session=True,
-                                     env=dict(os.environ, NO_COLOR="1", **(env or {})))
+                                     env=dict(os.environ, **(env or {})))
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 

@@ -30,7 +30,10 @@ def router_py() -> Path:
     try:
         return router_python()
     except RouterUnavailable as e:
-        pytest.skip(f"sglang-router {ROUTER_VERSION} is not available: {e}")
+        why = f"sglang-router {ROUTER_VERSION} is not available: {e}"
+        if os.environ.get("CI", "").lower() == "true":  # scripts/sglang-host-venv.sh installs it there
+            pytest.fail(why)
+        pytest.skip(why)
 
 
 def start_sims(root: Path, model: Path, n: int = 2) -> list[Server]:
@@ -98,11 +101,19 @@ def test_router_routes_reports_health_and_sees_a_killed_worker_lost(two_sims, ro
             assert r.status_code == 200 and r.json()["meta_info"]["completion_tokens"] == 4
         assert settle(sims, before, 6) == [3, 3]
 
-        # one replica killed: marked unhealthy by the health checker (every 1 s, 2 misses), still listed
+        # one replica killed. Before the health checker notices, round robin still picks it: the router
+        # logs the failed send and retries on the other (--retry-max-retries 5), so the client sees a 200
         lost, alive = sims[1], sims[0]
         t_kill = time.time()
         os.kill(lost.proc.pid, signal.SIGKILL)
         lost.wait(10)
+        for _ in range(2):
+            assert httpx.post(router.url + "/generate", json=GENERATE, timeout=30).status_code == 200
+        router.wait_for(r" ERROR .*smg::routers::http::router: .*Failed to send typed request worker_url=%s "
+                        r"route=/generate error=error sending request" % re.escape(lost.url))
+        assert re.search(r'^smg_worker_retries_total\{worker_type="regular",endpoint="generate"\} [1-9]',
+                         router.metrics(), re.M)
+        # then marked unhealthy by the health checker (every 1 s, 2 misses), and still listed
         waited = router.wait_worker(lost.url, healthy=False, timeout=20)
         assert waited < 10, waited
         assert router.readiness() == (200, {"status": "ready", "healthy_workers": 1, "total_workers": 2})
@@ -153,7 +164,12 @@ def test_bench_serving_through_the_router(tmp_path, router_py, sglang_venv, benc
                                  env=dict(os.environ, HF_HUB_OFFLINE="1"))
             assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
             record = json.loads(out.read_text().splitlines()[-1])
-            assert record["completed"] == 8 and record["total_output_tokens"] == 8 * 16, record
+            # (random-ids with --random-range-ratio 0 draws each output length in [0, 16]: not 8 x 16)
+            assert record["completed"] == 8 and record["total_output_tokens"] > 0, record
+            assert record["backend"] == "sglang" and record["max_concurrency"] == 4
+            # bench_serving reads GET /server_info, which 0.3.2 does not serve (only /get_server_info):
+            # through the router the record has no server_info (nor MTP's accept length)
+            assert router.get("/server_info").status_code == 404 and record["server_info"] is None
             got = settle(sims, before, 9)  # 8 prompts and the warmup request
             assert sum(got) == 9 and min(got) >= 1, got
     finally:

@@ -21,7 +21,23 @@ What it does, like SGLang where gpuops looks:
   /model_info, /server_info, /v1/models, /v1/completions, /v1/chat/completions (streaming,
   usage, tool_calls, reasoning_content), /generate, /metrics, /flush_cache;
 - scenarios (``DIR/state/sim.json``): ok, ok-with-mtp, hang-at-dist-init, spec-config-crash,
-  kv-cache-oom, slow-download (the last one only slows the fake ``hf``).
+  kv-cache-oom, slow-download (the last one only slows the fake ``hf``); one process can be given
+  another with the environment variable ``GPUOPS_SIM_SCENARIO``, which also knows the multi-node
+  ones (``NODE_SCENARIOS``): node-starts-late, node-hangs-before-join;
+- multi-node starts (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``), as SGLang runs them:
+  ``check_server_args``' assertions; each node runs only its share of the ranks (TP ``R*tp/N`` ...
+  on its local GPUs); a real TCP rendezvous on the dist-init address stands in for torch's
+  TCPStore (``Rendezvous``): node 0 serves it, every node registers, and each waits silently after
+  ``Init torch distributed begin.`` / ``Init parallel begin.`` until all N have joined (node 0 gives
+  up after the store's timeout with torch's ``DistStoreError``; a node that cannot reach the port
+  retries and then fails with torch's ``DistNetworkError``); the connections stay open, so a node
+  that dies takes the others down with gloo's ``Connection closed by peer`` (or, before all joined,
+  the store's ``Failed to recv``). Node 0 alone serves the API and logs the ready line; a node R>0
+  runs its schedulers, starts SGLang's dummy health-check server (/health, /health_generate, /ping)
+  and waits for node 0's shutdown broadcast (SIGTERM is only logged there from 0.5.21).
+  Timeouts: ``GPUOPS_SIM_DIST_TIMEOUT_S`` (wall seconds; default ``--dist-timeout``, else torch's
+  600 s); node-starts-late's delay: ``GPUOPS_SIM_NODE_DELAY_S`` (wall seconds; default 120 s of
+  a real start at the host's pace).
 
 Logged lines go to stdout (line by line, flushed); Python warnings, tqdm bars and uncaught
 tracebacks go to stderr, as they do from SGLang.
@@ -31,8 +47,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import hashlib
+import ipaddress
 import json
 import math
 import os
@@ -84,6 +102,16 @@ FIELD_RENAMES = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "p
                  "attention_context_parallel_size": "attn_cp_size", "moe_data_parallel_size": "moe_dp_size"}
 
 SCENARIOS = ("ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom", "slow-download")
+# Scenarios of one process of a multi-node start (GPUOPS_SIM_SCENARIO=..., usually on node 1): it starts
+# late (GPUOPS_SIM_NODE_DELAY_S), or it hangs after its server_args line and never reaches the rendezvous.
+NODE_SCENARIOS = ("node-starts-late", "node-hangs-before-join")
+SCENARIO_ENV = "GPUOPS_SIM_SCENARIO"
+DIST_TIMEOUT_ENV = "GPUOPS_SIM_DIST_TIMEOUT_S"
+NODE_DELAY_ENV = "GPUOPS_SIM_NODE_DELAY_S"
+# torch's default timeout of an NCCL process group, which also bounds its TCPStore rendezvous
+# (torch/distributed/constants.py default_pg_nccl_timeout: 10 minutes)
+TORCH_DIST_TIMEOUT_S = 600
+TORCH_DIR_NAME = "torch"  # where the host's torch lives, beside sglang (tracebacks name its files)
 
 # config.json architectures -> the class the MTP draft worker loads (srt/configs/model_config.py
 # _config_draft_model, 0.5.10); others keep their architecture.
@@ -161,13 +189,17 @@ class Out:
     """Line output shared by the startup thread, the HTTP threads and the scheduler thread."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant: a signal handler may log while the main thread writes
 
     def write(self, text, stream=None):
         stream = stream or sys.stdout
         with self.lock:
             try:
-                stream.write(text)
+                try:
+                    stream.write(text)
+                except UnicodeEncodeError:  # a stream that is not UTF-8 (gloo's message has an emoji)
+                    stream.write(text.encode(getattr(stream, "encoding", None) or "ascii", "replace").decode(
+                        getattr(stream, "encoding", None) or "ascii"))
                 stream.flush()
             except (OSError, ValueError):
                 pass
@@ -402,6 +434,346 @@ class Model:
         return self.model_type.startswith("qwen3_5") or "coder" in self.path.lower()
 
 
+# ----------------------------------------------------------------------------------- multi-node
+
+
+def env_seconds(name):
+    """A positive number of seconds from the environment variable NAME (None: unset or not one)."""
+    try:
+        v = float(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return v if v > 0 and not math.isinf(v) else None
+
+
+def traceback_text(frames):
+    """Python's 'Traceback (most recent call last):' block: FRAMES are (file, line, function,
+    source line or None[, the part of it Python 3.11+ underlines])."""
+    text = "Traceback (most recent call last):\n"
+    for frame in frames:
+        f, line, fn, src = frame[:4]
+        text += '  File "%s", line %d, in %s\n' % (f, line, fn)
+        if src:
+            text += "    %s\n" % src
+            under = frame[4] if len(frame) > 4 else None
+            if under and under in src:
+                text += " " * (4 + src.index(under)) + "^" * len(under) + "\n"
+    return text
+
+
+def c10_line(level, where, msg):
+    """A line of torch's C++ logging (c10): ``[W1201 17:38:25.865510781 TCPStore.cpp:138] MSG``."""
+    now = time.time()
+    return "[%s%s.%09d %s] %s\n" % (level, time.strftime("%m%d %H:%M:%S", time.localtime(now)),
+                                    int((now % 1) * 1e9), where, msg)
+
+
+class AddressError(Exception):
+    """NetworkAddress.parse's ValueError: its message, which raise it is (ADDRESS_RAISE_LINES)."""
+
+    def __init__(self, message, where, value=None):
+        Exception.__init__(self, message)
+        self.message, self.where, self.value = message, where, value
+
+
+# srt/utils/network.py: the line and source of each of NetworkAddress.parse's raises (0.5.23, 0.5.10)
+ADDRESS_RAISE_LINES = {
+    "new": {"bracket": (622, 'raise ValueError(f"Missing closing bracket in IPv6 address: {addr!r}")'),
+            "inside": (625, 'raise ValueError(f"Invalid IPv6 address inside brackets: {host!r}")'),
+            "after": (628, "raise ValueError("),
+            "missing_port": (635, 'raise ValueError(f"Missing port in address (expected host:port): {addr!r}")'),
+            "empty_host": (638, 'raise ValueError(f"Empty host in address: {addr!r}")'),
+            "bare_ipv6": (641, "raise ValueError("),
+            "port": (535, 'raise ValueError(f"Invalid port number: {s!r}")'),
+            "bracket_port": (535, 'raise ValueError(f"Invalid port number: {s!r}")'),
+            "range": (537, 'raise ValueError(f"Port out of range (0-65535): {port}")'),
+            "bracket_range": (537, 'raise ValueError(f"Port out of range (0-65535): {port}")'),
+            "int": (533, "port = int(s)"),
+            "return": (645, "return NetworkAddress(host, _parse_port(port_str))"),
+            "return_bracket": (631, "return NetworkAddress(host, _parse_port(rest[1:]))")},
+    "old": {"bracket": (496, 'raise ValueError(f"Missing closing bracket in IPv6 address: {addr!r}")'),
+            "inside": (499, 'raise ValueError(f"Invalid IPv6 address inside brackets: {host!r}")'),
+            "after": (502, "raise ValueError("),
+            "missing_port": (509, 'raise ValueError(f"Missing port in address (expected host:port): {addr!r}")'),
+            "empty_host": (512, 'raise ValueError(f"Empty host in address: {addr!r}")'),
+            "bare_ipv6": (515, "raise ValueError("),
+            "port": (409, 'raise ValueError(f"Invalid port number: {s!r}")'),
+            "bracket_port": (409, 'raise ValueError(f"Invalid port number: {s!r}")'),
+            "range": (411, 'raise ValueError(f"Port out of range (0-65535): {port}")'),
+            "bracket_range": (411, 'raise ValueError(f"Port out of range (0-65535): {port}")'),
+            "int": (407, "port = int(s)"),
+            "return": (519, "return NetworkAddress(host, _parse_port(port_str))"),
+            "return_bracket": (505, "return NetworkAddress(host, _parse_port(rest[1:]))")},
+}
+
+
+def _is_ipv6(host):
+    try:
+        ipaddress.IPv6Address(host)
+        return True
+    except ValueError:
+        return False
+
+
+def _parse_port(s, bracket=False):
+    try:
+        port = int(s)
+    except ValueError:
+        raise AddressError("Invalid port number: %r" % s, "bracket_port" if bracket else "port", s) from None
+    if not 0 <= port <= 65535:
+        raise AddressError("Port out of range (0-65535): %d" % port, "bracket_range" if bracket else "range")
+    return port
+
+
+def parse_address(addr):
+    """srt/utils/network.py NetworkAddress.parse: (host, port) of ``host:port`` / ``[v6]:port``, or
+    AddressError with SGLang's words."""
+    if addr.startswith("["):
+        close = addr.find("]")
+        if close == -1:
+            raise AddressError("Missing closing bracket in IPv6 address: %r" % addr, "bracket")
+        host = addr[1:close]
+        if not _is_ipv6(host):
+            raise AddressError("Invalid IPv6 address inside brackets: %r" % host, "inside")
+        rest = addr[close + 1:]
+        if not rest.startswith(":") or len(rest) < 2:
+            raise AddressError("Expected ':port' after closing bracket, got: %r" % rest, "after")
+        return host, _parse_port(rest[1:], bracket=True)
+    if ":" not in addr:
+        raise AddressError("Missing port in address (expected host:port): %r" % addr, "missing_port")
+    host, port_str = addr.rsplit(":", 1)
+    if not host:
+        raise AddressError("Empty host in address: %r" % addr, "empty_host")
+    if ":" in host and _is_ipv6(host):
+        raise AddressError("Bare IPv6 address without brackets is ambiguous: %r. Use [%s]:%s instead."
+                           % (addr, host, port_str), "bare_ipv6")
+    return host, _parse_port(port_str)
+
+
+def _v6(addr):
+    """An address as torch's SocketImpl prints it: [::ffff:127.0.0.1]:port for IPv4."""
+    host, port = addr[0], addr[1]
+    return "[%s]:%d" % (host if ":" in host else "::ffff:" + host, port)
+
+
+class Rendezvous:
+    """The stand-in for torch's TCPStore at the dist-init address: a real TCP rendezvous.
+
+    Node 0 serves it on the port, on every local address (as TCPStore's server listens); every node,
+    node 0 included, connects as a client (retrying until the timeout, as TCPStore's client does) and
+    registers its ranks; the nodes wait until all ``nnodes`` have; the connections then stay open for
+    the life of the server, so a node that dies (its socket closes) is seen at once by the others, as
+    their gloo and NCCL peers see it. The protocol, one ASCII line each:
+
+        client -> node 0    JOIN <node_rank> <ranks on that node> <pid>
+        node 0 -> clients   WAIT <ranks joined> <world size>      after each registration
+        node 0 -> clients   GO <nnodes>                           once every node has joined
+        node 0 -> clients   SHUTDOWN                              node 0 shuts down (SGLang's ShutdownReq)
+
+    Anything else is ignored; a connection that never sends JOIN (a port probe) is never counted;
+    a node rank outside 0..nnodes-1 or one already there is not counted either. A node that leaves
+    before all have joined is no longer counted; after that its loss ends the others."""
+
+    def __init__(self, server, host, port, timeout):
+        self.server = server
+        self.host, self.port, self.timeout = host, port, timeout
+        self.lock = threading.Lock()
+        self.members = {}  # node rank -> (connection, ranks, peer address)   (node 0: the server's side)
+        self.all_joined = threading.Event()
+        self.go = threading.Event()
+        self.listener = None
+        self.sock = None  # this node's client connection
+
+    # ---------------------------------------------------------------- node 0: the server
+
+    def serve(self):
+        """Listen on the port, every local address (IPv6 and IPv4, else IPv4 only); None, or the
+        OSError that stopped it (EADDRINUSE: the port is taken)."""
+        last = None
+        for family, addr in ((socket.AF_INET6, ("::", self.port)), (socket.AF_INET, ("0.0.0.0", self.port))):
+            try:
+                ls = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as e:
+                last = e
+                continue
+            try:
+                if family == socket.AF_INET6:
+                    ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                ls.bind(addr)
+                ls.listen(128)
+            except OSError as e:
+                ls.close()
+                last = e
+                if e.errno == errno.EADDRINUSE:
+                    return e
+                continue
+            self.listener = ls
+            threading.Thread(target=self._accept, daemon=True).start()
+            return None
+        return last
+
+    def _accept(self):
+        while True:
+            try:
+                conn, addr = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._member, args=(conn, addr), daemon=True).start()
+
+    def _send_all(self, line):
+        for conn, _, _ in list(self.members.values()):
+            with contextlib.suppress(OSError):
+                conn.sendall(line.encode())
+
+    def joined_ranks(self):
+        with self.lock:
+            return sum(n for _, n, _ in self.members.values())
+
+    def _member(self, conn, addr):
+        node = None
+        f = conn.makefile("rb")
+        try:
+            for raw in f:
+                parts = raw.decode("ascii", "replace").split()
+                if node is not None or len(parts) != 4 or parts[0] != "JOIN":
+                    continue
+                try:
+                    rank, nranks = int(parts[1]), int(parts[2])
+                except ValueError:
+                    continue
+                with self.lock:
+                    if not 0 <= rank < self.server.nnodes or rank in self.members or self.go.is_set():
+                        continue
+                    node = rank
+                    self.members[rank] = (conn, nranks, addr)
+                    joined = sum(n for _, n, _ in self.members.values())
+                    self._send_all("WAIT %d %d\n" % (joined, self.server.world))
+                    if len(self.members) == self.server.nnodes:
+                        self.all_joined.set()
+                        self.go.set()
+                        self._send_all("GO %d\n" % self.server.nnodes)
+        except OSError:
+            pass
+        if node is None:
+            conn.close()
+            return
+        with self.lock:
+            gone = self.members.get(node, (None,))[0] is conn
+            if gone and not self.go.is_set():
+                del self.members[node]
+        if gone and self.go.is_set() and node != 0:
+            host = addr[0][7:] if addr[0].startswith("::ffff:") else addr[0]
+            self.server.peer_lost((host, addr[1]))
+
+    def wait_all(self, timeout):
+        """Node 0: wait (silently) until every node has joined; False at the timeout."""
+        deadline = time.monotonic() + timeout
+        while not self.all_joined.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.server.wait_wall(min(0.2, left))
+        return True
+
+    def shutdown(self):
+        """Node 0 shuts down: tell the other nodes (their schedulers then exit), close the store."""
+        with self.lock:
+            self._send_all("SHUTDOWN\n")
+        for s in (self.listener, self.sock):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    def server_addr(self):
+        try:
+            return self.sock.getpeername()[:2]
+        except (OSError, AttributeError):
+            return (self.host, self.port)
+
+    # ---------------------------------------------------------------- every node: the client
+
+    def join(self):
+        """Connect to the store (torch's client: tries until the timeout, one retry after a delay,
+        then DistNetworkError) and register this node's ranks."""
+        srv = self.server
+        ms = int(self.timeout * 1000)
+        what = "The client socket has timed out after %dms while trying to connect to (%s, %d)." % (
+            ms, self.host, self.port)
+        sock = self._connect(self.timeout)
+        if sock is None:
+            delay = int(ms * random.uniform(0.6, 0.85))
+            for r in range(srv.nranks):
+                srv.out.write(c10_line("E", "socket.cpp:1028", "[c10d] " + what)
+                              + c10_line("W", "TCPStore.cpp:340", "[c10d] TCP client failed to connect/validate to "
+                                         "host %s:%d - retrying (try=0, timeout=%dms, delay=%dms): %s"
+                                         % (self.host, self.port, ms, delay, what))
+                              + "Exception raised from throwTimeoutError at /__w/pytorch/pytorch/torch/csrc/"
+                                "distributed/c10d/socket.cpp:1030 (most recent call first):\n\n", sys.stderr)
+            srv.wait_wall(delay / 1000.0)
+            sock = self._connect(self.timeout * 0.8)
+        if sock is None:
+            for r in range(srv.nranks):
+                srv.out.write(c10_line("E", "socket.cpp:1028", "[c10d] " + what)
+                              + c10_line("E", "TCPStore.cpp:328", "[c10d] TCP client failed to connect/validate to "
+                                         "host %s:%d - timed out (try=1, timeout=%dms): %s"
+                                         % (self.host, self.port, ms, what))
+                              + "Exception raised from throwTimeoutError at /__w/pytorch/pytorch/torch/csrc/"
+                                "distributed/c10d/socket.cpp:1030 (most recent call first):\n\n", sys.stderr)
+            srv.connect_timed_out(self.host, self.port, self.timeout)
+        self.sock = sock
+        try:
+            sock.sendall(("JOIN %d %d %d\n" % (srv.node_rank, srv.nranks, os.getpid())).encode())
+        except OSError:
+            pass
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _connect(self, budget):
+        deadline = time.monotonic() + budget
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                s = socket.create_connection((self.host, self.port), timeout=min(1.0, left))
+                s.settimeout(None)
+                return s
+            except OSError:  # refused, unreachable, not resolvable: TCPStore's client retries
+                self.server.wait_wall(min(0.25, max(0.0, deadline - time.monotonic())))
+
+    def _read(self):
+        srv = self.server
+        try:
+            desc = "SocketImpl(fd=%d, addr=%s, remote=%s)" % (self.sock.fileno(), _v6(self.sock.getsockname()),
+                                                              _v6(self.sock.getpeername()))
+        except OSError:
+            desc = "SocketImpl(fd=3, addr=?, remote=%s)" % _v6((self.host, self.port))
+        # the peer gloo names: node 0's address, its pair's own (ephemeral) port
+        addr = (self.server_addr()[0], random.Random(self.port).randint(32768, 60999))
+        f = self.sock.makefile("rb")
+        try:
+            for raw in f:
+                word = raw.split()[:1]
+                if word == [b"GO"]:
+                    self.go.set()
+                elif word == [b"SHUTDOWN"]:
+                    srv.node_shutdown()
+                    return
+        except OSError:
+            pass
+        if srv.node_rank == 0 or srv.closing:
+            return
+        if not self.go.is_set():
+            srv.store_lost(desc)
+        else:
+            srv.peer_lost(addr)
+
+    def wait_go(self):
+        """A node R>0: wait (silently, no timeout of its own: node 0's store times out) for every node."""
+        while not self.go.is_set():
+            self.server.wait_wall(0.2)
+
+
 # ----------------------------------------------------------------------------------- the command line
 
 
@@ -420,7 +792,7 @@ def build_parser(spec):
             "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--max-running-requests",
             "--chunked-prefill-size", "--cuda-graph-max-bs", "--pp-size", "--dp-size", "--ep-size",
             "--base-gpu-id", "--gpu-id-step", "--decode-log-interval", "--max-total-tokens",
-            "--max-prefill-tokens"}
+            "--max-prefill-tokens", "--nnodes", "--node-rank", "--dist-timeout", "--nccl-port"}
     floats = {"--mem-fraction-static", "--watchdog-timeout"}
     for arg in spec["args"]:
         opts = arg["opts"]
@@ -509,6 +881,13 @@ class Server:
             raise Exit(1)
         self.sim = read_json(SIM_FILE, {}) or {}
         self.scenario = self.sim.get("scenario") or "ok"
+        chosen = os.environ.get(SCENARIO_ENV)
+        if chosen:  # this process's own scenario (a node of a multi-node start)
+            if chosen not in SCENARIOS + NODE_SCENARIOS:
+                sys.stderr.write("gpuops simulated host: %s=%r is not a scenario (one of %s)\n"
+                                 % (SCENARIO_ENV, chosen, ", ".join(SCENARIOS + NODE_SCENARIOS)))
+                raise Exit(2)
+            self.scenario = chosen
         self.pace = float(self.sim.get("pace") or 1.0)
         self.token_delay = float(self.sim.get("token_delay_s", 0.01))
         self.version = self.spec["version"]
@@ -520,6 +899,12 @@ class Server:
         self.stop_event = threading.Event()
         self.term = False
         self.ready = False
+        self.following = False  # a node R>0 whose schedulers are up (waiting for node 0's shutdown)
+        self.node_exit = None  # why a following node ends: "shutdown" (node 0's broadcast)
+        self.rendezvous = None
+        self.closing = False  # a graceful shutdown is under way: lost peers are expected
+        self.crash_lock = threading.Lock()
+        self.httpd = None
         self.t0 = time.time()
         self.lock = threading.Lock()
         self._setup()
@@ -541,6 +926,13 @@ class Server:
         self.dp = max(1, int(a("--dp-size", default=1)))
         self.ep = max(1, int(a("--ep-size", default=1)))
         self.host = a("--host", default="127.0.0.1")
+        self.nnodes = int(a("--nnodes", default=1))
+        self.node_rank = int(a("--node-rank", default=0))
+        self.dist_init_addr = a("--dist-init-addr", "--nccl-init-addr")
+        self.dist_timeout_arg = a("--dist-timeout")
+        self.nccl_port_arg = a("--nccl-port")
+        self.enable_dp_attention = bool(a("--enable-dp-attention", default=False))
+        self.overlap = not bool(a("--disable-overlap-schedule", default=False))
         self.port = int(a("--port", default=30000))
         self.api_key = a("--api-key")
         self.enable_metrics = bool(a("--enable-metrics", default=False))
@@ -584,13 +976,17 @@ class Server:
                     order.extend(i for i, g in enumerate(gpus) if g.get("uuid") == item)
         else:
             order = list(range(len(gpus)))
-        self.nranks = self.tp * self.pp * self.dp
+        self.world = self.tp * self.pp * self.dp  # ranks of the whole server, every node
         base = int(a("--base-gpu-id", default=0) or 0)
         step = int(a("--gpu-id-step", default=1) or 1)
+        self.rank_ids, locals_ = self._local_ranks(base, step)  # (dp, pp, tp) and local GPU id per rank here
+        self.local_gpu = locals_
+        self.nranks = len(self.rank_ids)  # ranks (scheduler processes) of this node
+        self.holds_rank0 = self.rank_ids[:1] == [(0, 0, 0)]
         self.bad_device = None
         indices = []
         for r in range(self.nranks):
-            local = base + r * step
+            local = locals_[r]
             if local < len(order) and order[local] < len(gpus):
                 indices.append(order[local])
             else:
@@ -651,6 +1047,32 @@ class Server:
         self.startup_time = 0.0
         self.load_time = 0.0
 
+    def _local_ranks(self, base, step):
+        """This node's ranks as (dp, pp, tp) ranks and their local GPU ids. One node: every rank,
+        on GPU base + r * step. Several (entrypoints/engine.py _calculate_rank_ranges, 0.5.23): node R
+        runs pp ranks [pp_per_node * (R // nnodes_per_pp_rank), +pp_per_node) and tp ranks
+        [tp_per_node * (R % nnodes_per_pp_rank), +tp_per_node), on GPU base + (pp % pp_per_node) *
+        tp_per_node + (tp % tp_per_node) * step (the scheduler launch loop)."""
+        if self.nnodes <= 1:
+            ids = [(r // (self.tp * self.pp), (r // self.tp) % self.pp, r % self.tp) for r in range(self.world)]
+            return ids, [base + r * step for r in range(self.world)]
+        pp_per_node = max(self.pp // self.nnodes, 1)
+        nodes_per_pp = max(self.nnodes // self.pp, 1)
+        tp_per_node = max(self.tp // nodes_per_pp, 1)
+        pp_lo = pp_per_node * (self.node_rank // nodes_per_pp)
+        tp_lo = tp_per_node * (self.node_rank % nodes_per_pp)
+        ids, gpu_ids = [], []
+        for pp_rank in range(pp_lo, pp_lo + pp_per_node):
+            for tp_rank in range(tp_lo, tp_lo + tp_per_node):
+                ids.append((0, pp_rank, tp_rank))
+                gpu_ids.append(base + (pp_rank % pp_per_node) * tp_per_node + (tp_rank % tp_per_node) * step)
+        return ids, gpu_ids
+
+    def global_rank(self, rank):
+        """The torch.distributed rank of local RANK (tp_size * pp_rank + tp_rank)."""
+        dp_rank, pp_rank, tp_rank = self.rank_ids[rank]
+        return (dp_rank * self.pp + pp_rank) * self.tp + tp_rank
+
     def _capture_bs(self):
         m = self.cuda_graph_max_bs
         if self.spec_on:
@@ -688,9 +1110,7 @@ class Server:
     # ------------------------------------------------------------ helpers
 
     def prefix(self, rank):
-        tp_rank = rank % self.tp
-        pp_rank = (rank // self.tp) % self.pp
-        dp_rank = rank // (self.tp * self.pp)
+        dp_rank, pp_rank, tp_rank = self.rank_ids[rank]
         p = ""
         if self.dp > 1:
             p += " DP%d" % dp_rank
@@ -704,6 +1124,11 @@ class Server:
 
     def log(self, msg, rank=None):
         self.out.log(msg, "" if rank is None else self.prefix(rank))
+
+    def log_tp0(self, msg):
+        """A line SGLang logs on TP rank 0 only: not on the other nodes of a multi-node start."""
+        if self.holds_rank0:
+            self.log(msg, 0 if self.world > 1 else None)
 
     def each(self, fn):
         for r in range(self.nranks):
@@ -719,6 +1144,13 @@ class Server:
         if self.term:
             raise Exit(-getattr(self, "term_signal", signal.SIGTERM))
         return True
+
+    def wait_wall(self, seconds):
+        """Wait SECONDS of wall-clock time (not paced); raises Exit when told to stop."""
+        if seconds > 0:
+            self.stop_event.wait(seconds)
+        if self.term:
+            raise Exit(-getattr(self, "term_signal", signal.SIGTERM))
 
     def avail(self, rank):
         return self.gpus.avail(rank)
@@ -741,6 +1173,12 @@ class Server:
             self.gpus.release()
 
     def _on_signal(self, signum, frame):
+        if self.following and signum == signal.SIGTERM and self.V >= (0, 5, 21):
+            # entrypoints/engine.py (0.5.23): a node R>0 cannot drain on its own; rank 0's ShutdownReq
+            # broadcast stops its schedulers (and the orchestrator's kill is the backstop)
+            self.log("SIGTERM received on node_rank %d; waiting for the rank-0 ShutdownReq broadcast to stop "
+                     "the schedulers." % self.node_rank)
+            return
         self.term = True
         self.term_signal = signum
         self.stop_event.set()
@@ -748,11 +1186,17 @@ class Server:
             self.cond.notify_all()
 
     def _run(self):
+        if self.scenario == "node-starts-late":  # started late: nothing at all until then
+            self.wait_wall(self._node_delay())
         self._python_warning()
         self._early_warnings()
         self._server_args_check()
+        self._multinode_check()
         self.log("server_args=" + self._server_args_repr())
         self.sleep(25)
+        if self.scenario == "node-hangs-before-join":  # alive, silent, never reaches the rendezvous
+            while True:
+                self.wait_wall(3600)
         t_dist = time.time()
         self._dist_init()
         self.startup_begin = t_dist
@@ -770,12 +1214,14 @@ class Server:
                 self._draft_old_order()
             else:
                 self._draft_graphs()
-        self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+        self.log_tp0("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
                  "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
                  % (self.max_total_tokens, self.chunked_prefill, self.max_prefill_tokens, self.max_running,
-                    self.context, self.avail(0)), 0 if self.nranks > 1 else None)
+                    self.context, self.avail(0)))
         self.startup_time = time.time() - self.t0
         self.sleep(5)
+        if self.nnodes > 1 and self.node_rank > 0:
+            return self._follow()
         return self._serve()
 
     # ------------------------------------------------------------ before the log starts
@@ -889,6 +1335,354 @@ class Server:
             return repr(dict((k, values[k]) for k in order))
         return "ServerArgs(%s)" % ", ".join("%s=%r" % (k, values[k]) for k in order)
 
+    # ------------------------------------------------------------ multi-node
+
+    def _node_delay(self):
+        """node-starts-late's delay in wall seconds: GPUOPS_SIM_NODE_DELAY_S, else 2 real minutes at the pace."""
+        v = env_seconds(NODE_DELAY_ENV)
+        return v if v is not None else 120.0 * self.pace / PACE_DIVISOR
+
+    def _dist_timeout(self):
+        """The rendezvous' timeout in wall seconds (not paced): GPUOPS_SIM_DIST_TIMEOUT_S, else
+        --dist-timeout, else torch's default for an NCCL process group (600 s)."""
+        v = env_seconds(DIST_TIMEOUT_ENV)
+        if v is not None:
+            return v
+        if self.dist_timeout_arg is not None and float(self.dist_timeout_arg) > 0:
+            return float(self.dist_timeout_arg)
+        return float(TORCH_DIST_TIMEOUT_S)
+
+    def _multinode_check(self):
+        """check_server_args' multi-node assertions, in the main process before server_args is
+        logged (0.5.10: srt/server_args.py ServerArgs.check_server_args; 0.5.23:
+        srt/arg_groups/validation_hook.py check_server_args): an uncaught AssertionError, exit 1."""
+        new = self.V >= (0, 5, 21)
+        nn = self.nnodes
+        if nn == 0:
+            return self._main_crash("tp", "ZeroDivisionError: integer modulo by zero", carets=False)
+        if (self.tp * self.pp) % nn != 0:
+            return self._main_crash("tp", "AssertionError: tp_size must be divisible by number of nodes")
+        if new and self.dp > 1 and nn != 1:
+            return self._main_crash("dp", "AssertionError: multi-node data-parallel replicas are not supported; "
+                                    "use attention DP (--attn-dp-size) across nodes")
+        if not new and self.dp > 1 and nn != 1 and not self.enable_dp_attention:
+            return self._main_crash("dp", "AssertionError: multi-node data parallel is not supported unless dp "
+                                    "attention!")
+
+    def _main_crash(self, which, exc_line, carets=True):
+        """The main process's uncaught exception from check_server_args (0.5.23's launch_server.py
+        kills the process tree in a finally first, and logs that)."""
+        pid = os.getpid()
+        if self.V >= (0, 5, 23):
+            self.log("kill_process_tree called: parent_pid=%d, include_parent=False, pid=%d" % (pid, pid))
+        sg = lambda rel: os.path.join(SGLANG_DIR, rel)  # noqa: E731
+        if self.V >= (0, 5, 21):  # the 0.5.23 wheel's files and lines
+            check = {"tp": (179, "assert (cfg.tp_size * cfg.pp_size) % cfg.nnodes == 0, (",
+                            "(cfg.tp_size * cfg.pp_size) % cfg.nnodes == 0"),
+                     "dp": (199, "assert not (cfg.dp_size > 1 and cfg.nnodes != 1), (",
+                            "not (cfg.dp_size > 1 and cfg.nnodes != 1)")}[which]
+            frames = [
+                ("<frozen runpy>", 198, "_run_module_as_main", None),
+                ("<frozen runpy>", 88, "_run_code", None),
+                (sg("launch_server.py"), 84, "<module>", "run_server(server_args)"),
+                (sg("launch_server.py"), 67, "run_server", "launch_server(server_args)"),
+                (sg("srt/entrypoints/http_server.py"), 3156, "launch_server", ") = Engine._launch_subprocesses(",
+                 "Engine._launch_subprocesses("),
+                (sg("srt/entrypoints/engine.py"), 1165, "_launch_subprocesses", "server_args.check_server_args()"),
+                (sg("srt/server_args.py"), 511, "check_server_args", "check_server_args(self)"),
+                (sg("srt/arg_groups/validation_hook.py"), check[0], "check_server_args", check[1],
+                 check[2] if carets else None),
+            ]
+        else:  # 0.5.10's
+            check = {"tp": (6065, "assert ("), "dp": (6076, "assert not (")}[which]
+            frames = [
+                ("<frozen runpy>", 198, "_run_module_as_main", None),
+                ("<frozen runpy>", 88, "_run_code", None),
+                (sg("launch_server.py"), 62, "<module>", "run_server(server_args)"),
+                (sg("launch_server.py"), 47, "run_server", "launch_server(server_args)"),
+                (sg("srt/entrypoints/http_server.py"), 2165, "launch_server", ") = Engine._launch_subprocesses(",
+                 "Engine._launch_subprocesses("),
+                (sg("srt/entrypoints/engine.py"), 642, "_launch_subprocesses", "server_args.check_server_args()"),
+                (sg("srt/server_args.py"), check[0], "check_server_args", check[1]),
+            ]
+        self.out.write(traceback_text(frames) + exc_line + "\n", sys.stderr)
+        raise Exit(1)
+
+    def _store_addr(self):
+        """Where the ranks rendezvous (bootstrap.py _resolve_dist_init_method, 0.5.23; model_runner.py
+        init_torch_distributed, 0.5.10): --dist-init-addr, else this node's own --host (or 127.0.0.1)
+        and its NCCL port (--nccl-port, else a free one): nodes then never meet unless they share both."""
+        if self.dist_init_addr:
+            return parse_address(self.dist_init_addr)
+        if self.nccl_port_arg is not None:
+            return self.host or "127.0.0.1", int(self.nccl_port_arg)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return self.host or "127.0.0.1", s.getsockname()[1]
+
+    def _rendezvous(self):
+        """torch.distributed.init_process_group's TCPStore rendezvous and the gloo group after it:
+        node 0 serves the store; every node (0 too) registers its ranks; all wait, silently, until
+        every node has. Failures end the node as torch and SGLang end it."""
+        try:
+            host, port = self._store_addr()
+        except AddressError as e:
+            err = e
+            self._ranks_crash(range(self.nranks), lambda r: self._tb_addr(err))
+        timeout = self._dist_timeout()
+        rdv = self.rendezvous = Rendezvous(self, host, port, timeout)
+        if self.node_rank == 0:
+            err = rdv.serve()
+            if err is not None:  # TCPStore's server socket (libuv): the port is taken, most likely
+                code = err.errno or errno.EADDRINUSE
+                msg = ("The server socket has failed to listen on any local network address. port: %d, useIpv6: "
+                       "false, code: %d, name: %s, message: %s"
+                       % (port, -code, errno.errorcode.get(code, "UNKNOWN"), os.strerror(code).lower()))
+                self._ranks_crash([0], lambda r: self._tb_sched(r, "store") + "torch.distributed.DistNetworkError: "
+                                  + msg + "\n")
+        rdv.join()  # every node's client, node 0's included; returns once connected or crashes
+        if self.node_rank == 0:
+            if not rdv.wait_all(timeout):  # TCPStore's waitForWorkers on rank 0
+                joined = rdv.joined_ranks()
+                msg = ("Timed out after %d seconds waiting for clients. %d/%d clients joined."
+                       % (int(timeout) + 1, joined, self.world))
+                self._ranks_crash([0], lambda r: self._tb_sched(r, "store") + "torch.distributed.DistStoreError: "
+                                  + msg + "\n")
+        else:
+            rdv.wait_go()  # the gloo group of WORLD: every rank's address through the store
+
+    # tracebacks of the multi-node failures (the sglang 0.5.23 and 0.5.10 wheels, torch 2.14.1)
+
+    def _tb_sched(self, rank, where):
+        """A scheduler's traceback down to WHERE: "store" (TCPStore in init_process_group), "gloo"
+        (the gloo group of WORLD, waiting for the other ranks), "memory" (a collective of the start:
+        the pre-load memory all_reduce), "loop" (the event loop's request broadcast)."""
+        sg = lambda rel: os.path.join(SGLANG_DIR, "srt", rel)  # noqa: E731
+        th = lambda rel: os.path.join(LIB, TORCH_DIR_NAME, "distributed", rel)  # noqa: E731
+        new = self.V >= (0, 5, 21)
+        if new:
+            init = [(sg("managers/scheduler.py"), 6362, "run_scheduler_process",
+                     "scheduler = Scheduler(server_args, port_args)"),
+                    (sg("managers/scheduler.py"), 536, "__init__", "bootstrap.init_parallel_runtime("),
+                    (sg("distributed/bootstrap.py"), 152, "init_parallel_runtime", "_init_parallel_groups("),
+                    (sg("distributed/bootstrap.py"), 322, "_init_parallel_groups", "init_distributed_environment(")]
+            store_at = (sg("distributed/parallel_state.py"), 2517, "init_distributed_environment",
+                        "torch.distributed.init_process_group(")
+            world_at = [(sg("distributed/parallel_state.py"), 2551, "init_distributed_environment",
+                         "_WORLD = init_world_group("),
+                        (sg("distributed/parallel_state.py"), 2144, "init_world_group", "return GroupCoordinator("),
+                        (sg("distributed/parallel_state.py"), 404, "__init__", "cpu_group = torch.distributed.new_group(")]
+        else:
+            init = [(sg("managers/scheduler.py"), 3600, "run_scheduler_process", "scheduler = Scheduler("),
+                    (sg("managers/scheduler.py"), 385, "__init__", "self.init_model_worker()"),
+                    (sg("managers/scheduler.py"), 632, "init_model_worker", "self.init_tp_model_worker()"),
+                    (sg("managers/scheduler.py"), 600, "init_tp_model_worker",
+                     "self.tp_worker = TpModelWorker(**worker_kwargs)"),
+                    (sg("managers/tp_worker.py"), 261, "__init__", "self._init_model_runner()"),
+                    (sg("managers/tp_worker.py"), 344, "_init_model_runner", "self._model_runner = ModelRunner("),
+                    (sg("model_executor/model_runner.py"), 403, "__init__",
+                     "pre_model_load_memory = self.init_torch_distributed()"),
+                    (sg("model_executor/model_runner.py"), 955, "init_torch_distributed", "init_distributed_environment(")]
+            store_at = (sg("distributed/parallel_state.py"), 1676, "init_distributed_environment",
+                        "torch.distributed.init_process_group(")
+            world_at = [(sg("distributed/parallel_state.py"), 1702, "init_distributed_environment",
+                         "_WORLD = init_world_group(ranks, local_rank, backend)"),
+                        (sg("distributed/parallel_state.py"), 1379, "init_world_group", "return GroupCoordinator("),
+                        (sg("distributed/parallel_state.py"), 301, "__init__", "cpu_group = torch.distributed.new_group(")]
+        logger83 = (th("c10d_logger.py"), 83, "wrapper", "return func(*args, **kwargs)")
+        logger97 = (th("c10d_logger.py"), 97, "wrapper", "func_return = func(*args, **kwargs)")
+        if where == "store":
+            frames = init + [store_at, logger83, logger97,
+                             (th("distributed_c10d.py"), 2546, "init_process_group",
+                              "store, rank, world_size = next(rendezvous_iterator)"),
+                             (th("rendezvous.py"), 248, "_tcp_rendezvous_handler", "store = _create_c10d_store("),
+                             (th("rendezvous.py"), 215, "_create_c10d_store", "return TCPStore(")]
+        elif where == "gloo":
+            frames = init + world_at + [
+                logger97, (th("distributed_c10d.py"), 6902, "new_group", "return _new_group_with_tag("),
+                (th("distributed_c10d.py"), 7035, "_new_group_with_tag",
+                 "pg_or_nonmember, pg_store = _new_process_group_helper("),
+                (th("distributed_c10d.py"), 2874, "_new_process_group_helper",
+                 "backend_result = creator_fn(dist_backend_opts, backend_options)"),
+                (th("distributed_c10d.py"), 669, "_create_gloo_process_group", "backend_class = ProcessGroupGloo(")]
+        elif where == "memory" and new:
+            frames = [
+                (sg("managers/scheduler.py"), 6362, "run_scheduler_process", "scheduler = Scheduler(server_args, port_args)"),
+                (sg("managers/scheduler.py"), 568, "__init__", "self.init_model_worker()"),
+                (sg("managers/scheduler.py"), 1130, "init_model_worker", "self.init_tp_model_worker()"),
+                (sg("managers/scheduler.py"), 1033, "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)"),
+                (sg("managers/tp_worker.py"), 319, "__init__", "self._init_model_runner()"),
+                (sg("managers/tp_worker.py"), 487, "_init_model_runner", "self._model_runner = ModelRunner("),
+                (sg("model_executor/model_runner.py"), 499, "__init__", "self.initialize()"),
+                (sg("model_executor/model_runner.py"), 466, "initialize", "self.init_torch_distributed()"),
+                (sg("model_executor/model_runner.py"), 1262, "init_torch_distributed",
+                 "self.pre_model_load_memory = bootstrap.measure_pre_model_load_memory("),
+                (sg("distributed/bootstrap.py"), 207, "measure_pre_model_load_memory",
+                 "pre_model_load_memory = get_available_gpu_memory("),
+                (sg("utils/common.py"), 571, "get_available_gpu_memory", "torch.distributed.all_reduce("),
+                logger83, (th("distributed_c10d.py"), 3913, "all_reduce", "work.wait()")]
+        elif where == "memory":
+            frames = init[:7] + [
+                (sg("model_executor/model_runner.py"), 999, "init_torch_distributed",
+                 "pre_model_load_memory = get_available_gpu_memory("),
+                (sg("utils/common.py"), 596, "get_available_gpu_memory", "torch.distributed.all_reduce("),
+                logger83, (th("distributed_c10d.py"), 3913, "all_reduce", "work.wait()")]
+        else:  # "loop": the request broadcast from TP0 that every iteration of the event loop does
+            src = self.rank_ids[rank][2] == 0
+            ctx = (os.path.join(LIB, TORCH_DIR_NAME, "utils", "_contextlib.py"), 124, "decorate_context",
+                   "return func(*args, **kwargs)")
+            loop = "event_loop_overlap" if self.overlap else "event_loop_normal"
+            if new:
+                frames = [
+                    (sg("managers/scheduler.py"), 6368, "run_scheduler_process", "scheduler.run_event_loop()"),
+                    (sg("managers/scheduler.py"), 2010, "run_event_loop", "dispatch_event_loop(self)"),
+                    (sg("managers/scheduler.py"), 6215, "dispatch_event_loop", "return _dispatch_event_loop_once(scheduler)"),
+                    (sg("managers/scheduler.py"), 6231 if self.overlap else 6233, "_dispatch_event_loop_once",
+                     "scheduler.%s()" % loop), ctx,
+                    (sg("managers/scheduler.py"), 2078 if self.overlap else 2033, loop, "self.ingest_requests()"),
+                    (sg("managers/scheduler.py"), 2205, "ingest_requests",
+                     "self.request_receiver.recv_requests(local_reqs=local_reqs)"),
+                    (sg("managers/scheduler_components/request_receiver.py"), 101, "recv_requests",
+                     "recv_reqs = self._broadcast_reqs_across_ranks(recv_reqs, local_reqs)"),
+                    (sg("managers/scheduler_components/request_receiver.py"), 206, "_broadcast_reqs_across_ranks",
+                     "recv_reqs = broadcast_pyobj("),
+                    (sg("utils/common.py"), 2715 if src else 2730, "broadcast_pyobj",
+                     "dist.broadcast(tensor_size, src=src, group=dist_group)")]
+            else:
+                frames = [
+                    (sg("managers/scheduler.py"), 3616, "run_scheduler_process", "scheduler.run_event_loop()"),
+                    (sg("managers/scheduler.py"), 1300, "run_event_loop", "dispatch_event_loop(self)"),
+                    (sg("managers/scheduler.py"), 3497 if self.overlap else 3499, "dispatch_event_loop",
+                     "scheduler.%s()" % loop), ctx,
+                    (sg("managers/scheduler.py"), 1344 if self.overlap else 1307, loop,
+                     "recv_reqs = self.recv_requests()"),
+                    (sg("managers/scheduler.py"), 1506, "recv_requests", "recv_reqs = broadcast_pyobj("),
+                    (sg("utils/common.py"), 1203 if src else 1218, "broadcast_pyobj",
+                     "dist.broadcast(tensor_size, src=src, group=dist_group)")]
+            frames += [logger83, (th("distributed_c10d.py"), 3787, "broadcast", "work.wait()")]
+        return traceback_text(frames)
+
+    def _tb_addr(self, err):
+        """NetworkAddress.parse's ValueError for a malformed --dist-init-addr, in the scheduler."""
+        sg = lambda rel: os.path.join(SGLANG_DIR, "srt", rel)  # noqa: E731
+        new = self.V >= (0, 5, 21)
+        lines = ADDRESS_RAISE_LINES["new" if new else "old"]
+        if new:
+            frames = [(sg("managers/scheduler.py"), 6362, "run_scheduler_process",
+                       "scheduler = Scheduler(server_args, port_args)"),
+                      (sg("managers/scheduler.py"), 536, "__init__", "bootstrap.init_parallel_runtime("),
+                      (sg("distributed/bootstrap.py"), 127, "init_parallel_runtime",
+                       "dist_init_method = _resolve_dist_init_method(dist_port=dist_port)"),
+                      (sg("distributed/bootstrap.py"), 242, "_resolve_dist_init_method",
+                       "na = NetworkAddress.parse(get_parallel().dist_init_addr)")]
+        else:
+            frames = [(sg("managers/scheduler.py"), 3600, "run_scheduler_process", "scheduler = Scheduler("),
+                      (sg("managers/scheduler.py"), 385, "__init__", "self.init_model_worker()"),
+                      (sg("managers/scheduler.py"), 632, "init_model_worker", "self.init_tp_model_worker()"),
+                      (sg("managers/scheduler.py"), 600, "init_tp_model_worker",
+                       "self.tp_worker = TpModelWorker(**worker_kwargs)"),
+                      (sg("managers/tp_worker.py"), 261, "__init__", "self._init_model_runner()"),
+                      (sg("managers/tp_worker.py"), 344, "_init_model_runner", "self._model_runner = ModelRunner("),
+                      (sg("model_executor/model_runner.py"), 403, "__init__",
+                       "pre_model_load_memory = self.init_torch_distributed()"),
+                      (sg("model_executor/model_runner.py"), 925, "init_torch_distributed",
+                       "na = NetworkAddress.parse(self.server_args.dist_init_addr)")]
+        net = sg("utils/network.py")
+        line, src = lines[err.where]
+        if err.where in ("port", "range", "bracket_port", "bracket_range"):
+            ret, ret_src = lines["return_bracket" if err.where.startswith("bracket") else "return"]
+            frames.append((net, ret, "parse", ret_src))
+            frames.append((net, line, "_parse_port", src))
+        else:
+            frames.append((net, line, "parse", src))
+        text = traceback_text(frames) + "ValueError: %s\n" % err.message
+        if err.where in ("port", "bracket_port"):  # raised while handling int()'s own ValueError
+            first = traceback_text([(net, lines["int"][0], "_parse_port", lines["int"][1], "int(s)")])
+            text = (first + "ValueError: invalid literal for int() with base 10: %r\n\nDuring handling of the above "
+                    "exception, another exception occurred:\n\n" % err.value) + text
+        return text
+
+    def _ranks_crash(self, ranks, text_of, cxx_of=None):
+        """Each of this node's RANKS logs 'Scheduler hit an exception: ' + TEXT_OF(rank), after torch's
+        C++ log lines CXX_OF(rank) on stderr; then the main process's sigquit line, and the process tree
+        is killed (SIGKILL). From any thread; only the first caller gets through."""
+        if not self.crash_lock.acquire(False):
+            while True:
+                time.sleep(3600)
+        for r in ranks:
+            if cxx_of is not None:
+                self.out.write(cxx_of(r), sys.stderr)
+            self.log("Scheduler hit an exception: " + text_of(r), r)
+        time.sleep(min(1.0, self.pace / PACE_DIVISOR))
+        self.log("Received sigquit from a child process. It usually means the child failed.")
+        if self.V >= (0, 5, 23):  # launch_phase_sigquit_handler: kill_process_tree(os.getpid())
+            pid = os.getpid()
+            self.log("kill_process_tree called: parent_pid=%d, include_parent=True, pid=%d" % (pid, pid))
+        self.gpus.release()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(5)
+
+    def connect_timed_out(self, host, port, timeout):
+        """A rank's TCPStore client gave up on HOST:PORT: torch's C++ lines were printed as it went."""
+        msg = ("The client socket has timed out after %dms while trying to connect to (%s, %d)."
+               % (int(timeout * 1000), host, port))
+        self._ranks_crash(range(self.nranks), lambda r: self._tb_sched(r, "store")
+                          + "torch.distributed.DistNetworkError: " + msg + "\n")
+
+    def store_lost(self, sock_desc):
+        """The store's server went away while this node waited for the others (before all joined)."""
+        msg = "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"
+        cxx = (c10_line("W", "TCPStore.cpp:138", "[c10d] recvValueWithTimeout failed on %s: %s" % (sock_desc, msg))
+               + "Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/Utils.hpp:790 "
+               "(most recent call first):\n\n")
+        self._ranks_crash(range(self.nranks), lambda r: self._tb_sched(r, "gloo")
+                          + "torch.distributed.DistNetworkError: " + msg + "\n", lambda r: cxx)
+
+    def peer_lost(self, addr):
+        """A node of this server died after all had joined: gloo's next collective fails on every rank
+        here (the request broadcast once serving, a collective of the start before)."""
+        if self.closing:
+            return
+        where = "loop" if (self.ready or self.following) else "memory"
+        msg = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection "
+               "closed by peer [%s]:%d. This is typically caused by a remote worker crashing. Check the logs of the "
+               "remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f\n" % addr)
+        self._ranks_crash(range(self.nranks), lambda r: self._tb_sched(r, where) + msg)
+
+    def node_shutdown(self):
+        """Node 0's ShutdownReq broadcast reached this node: its schedulers leave their loops."""
+        if not self.following:
+            return self.peer_lost((self.rendezvous.server_addr()[0], random.Random(self.port).randint(32768, 60999)))
+        self.node_exit = "shutdown"
+        self.stop_event.set()
+
+    def _follow(self):
+        """A node R>0 once its schedulers are up (entrypoints/engine.py, node_rank >= 1): no tokenizer
+        and no API; SGLang's dummy health-check server on --host/--port; then it blocks until its
+        schedulers exit (node 0's shutdown broadcast), or dies with them."""
+        self.following = True
+        shown = "[%s]" % self.host if ":" in self.host else self.host
+        self.log("Dummy health check server started in background thread at %s:%d" % (shown, self.port))
+        try:
+            self.httpd = _make_http_server(self.host, self.port, health_handler(self))
+        except OSError as e:  # uvicorn's error, then the thread's finally
+            self.log("[Errno %d] error while attempting to bind on address (%r, %d): %s"
+                     % (e.errno or 98, self.host, self.port, (e.strerror or str(e)).lower()))
+            self.log("Dummy health check server stopped at %s:%d" % (shown, self.port))
+            self.httpd = None
+        else:
+            threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        while not self.term and self.node_exit is None:
+            self.stop_event.wait(1.0)
+        if self.term:  # SIGINT, or SIGTERM before 0.5.21: no handler, the process dies of it
+            raise Exit(-getattr(self, "term_signal", signal.SIGTERM))
+        for r in range(self.nranks):  # block_until_scheduler_exits / wait_for_completion
+            self.log("Scheduler or DataParallelController %d terminated with 0" % (os.getpid() + 1 + r))
+        self.gpus.release()
+        return 0
+
     # ------------------------------------------------------------ phases
 
     def _nccl_info(self, text, rank):
@@ -907,19 +1701,25 @@ class Server:
                                   "be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
                                   "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
                                   "dist")
+        if self.nnodes > 1:  # torch's TCPStore rendezvous: waits here, silently, for every node
+            self._rendezvous()
         if self.tp > 1 or hang:
-            if self.tp > 1:
+            if self.tp > 1 and self.holds_rank0:
                 self.log("sglang is using nccl==%s" % NCCL_VERSION, 0)
             if hang or os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
-                self._nccl_info("NCCL version %s+cuda12.9" % NCCL_VERSION, 0)
+                if self.holds_rank0:
+                    self._nccl_info("NCCL version %s+cuda12.9" % NCCL_VERSION, 0)
                 comm = int(hashlib.sha1(str(os.getpid()).encode()).hexdigest()[:16], 16)
                 state = self.gpus.read().get("gpus") or []
-                for r in range(self.tp):
-                    idx = self.gpus.indices[r]
+                one = self.nnodes <= 1
+                for local in range(self.tp) if one else range(self.nranks):
+                    r = local if one else self.rank_ids[local][2]  # the TP rank
+                    dev = local if one else self.local_gpu[local]  # the CUDA device here
+                    idx = self.gpus.indices[local]
                     bus = state[idx].get("pci_bus_id", "00000000:00:00.0") if idx < len(state) else "0:0:0.0"
                     bus_int = int(bus.split(":")[-2], 16) << 12 if bus.count(":") >= 2 else 0
                     self._nccl_info("ncclCommInitRank comm 0x%x rank %d nranks %d cudaDev %d nvmlDev %d busId %x "
-                                    "commId 0x%016x - Init START" % (0x55d4c0a00000 + 0x1000 * r, r, self.tp, r, idx,
+                                    "commId 0x%016x - Init START" % (0x55d4c0a00000 + 0x1000 * r, r, self.tp, dev, idx,
                                                                      bus_int, comm), r)
         if hang:
             while True:  # NCCL's rendezvous never completes: no watchdog guards startup
@@ -1210,7 +2010,7 @@ class Server:
         if era == "old":
             self.each(lambda r: "Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB"
                       % avail0[r])
-            self.log("Capture cuda graph bs %s" % bs, 0 if self.nranks > 1 else None)
+            self.log_tp0("Capture cuda graph bs %s" % bs)
         elif era == "v15":
             self.each(lambda r: "Capture %s CUDA graph begin. backend=full, num_tokens_per_bs=%d, bs=%s, "
                       "avail mem=%.2f GB" % (name, per_req, bs, avail0[r]))
@@ -1268,8 +2068,8 @@ class Server:
             else:
                 what = "decode " if not kind else kind
                 key = "num_tokens_per_bs" if era == "v15" else "num_tokens_per_req"
-                self.log("Capture draft %sCUDA graph begin. backend=full, %s=%d, bs=%s, avail mem=%.2f GB"
-                         % (what, key, per_req, bs, avail0[0]), 0 if self.nranks > 1 else None)
+                self.log_tp0("Capture draft %sCUDA graph begin. backend=full, %s=%d, bs=%s, avail mem=%.2f GB"
+                             % (what, key, per_req, bs, avail0[0]))
             self.sleep(real)
             base = [self.gpus.used.get(self.gpus.indices[r], 0) for r in range(self.nranks)]
             self.gpus.set([b + 0.35 * GiB for b in base])
@@ -1279,8 +2079,8 @@ class Server:
                           "avail mem=%.2f GB." % (kind, el, avail0[r] - self.avail(r), self.avail(r)))
             else:
                 what = "decode " if not kind else kind
-                self.log("Capture draft %sCUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB."
-                         % (what, el, avail0[0] - self.avail(0), self.avail(0)), 0 if self.nranks > 1 else None)
+                self.log_tp0("Capture draft %sCUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB."
+                             % (what, el, avail0[0] - self.avail(0), self.avail(0)))
 
     # ------------------------------------------------------------ serving
 
@@ -1334,6 +2134,9 @@ class Server:
                                    timeout=60).read()
 
     def _shutdown(self):
+        self.closing = True
+        if self.rendezvous is not None:  # tokenizer_manager's ShutdownReq reaches every node's schedulers
+            self.rendezvous.shutdown()
         self.out.bare("INFO:     Shutting down")
         with contextlib.suppress(Exception):
             self.httpd.shutdown()
@@ -1366,7 +2169,7 @@ class Server:
                 self.log("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, %s#running-req: %d, "
                          "#queue-req: 0, %scuda graph: False, input throughput (token/s): %.2f"
                          % (len(new), tokens, usage_msg, max(0, running - len(new)), pending, tokens / gap),
-                         0 if self.nranks > 1 else None)
+                         0 if self.world > 1 else None)
             util = min(97, 35 + running * 6) if running else 0
             if util != last_util:
                 last_util = util
@@ -1400,7 +2203,7 @@ class Server:
             spec = "accept len: %.2f, accept rate: %.2f, " % (self.accept_len,
                                                                (self.accept_len - 1) / max(1, self.spec_draft_tokens - 1))
         self.log("Decode batch, #running-req: %d, %s%scuda graph: True, gen throughput (token/s): %.2f, #queue-req: 0"
-                 % (running, usage_msg, spec, self.last_gen_throughput), 0 if self.nranks > 1 else None)
+                 % (running, usage_msg, spec, self.last_gen_throughput), 0 if self.world > 1 else None)
 
     # ------------------------------------------------------------ documents
 
@@ -1623,6 +2426,59 @@ class Generation:
         return [" " + pool[(i + k) % len(pool)] for k in range(n)]
 
 
+def _make_http_server(host, port, handler):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    class HTTPServer(ThreadingHTTPServer):
+        address_family = family
+        daemon_threads = True
+        allow_reuse_address = True
+        request_queue_size = 1024
+
+    return HTTPServer((host, port), handler)
+
+
+def health_handler(server):
+    """A node R>0's dummy health-check server (srt/utils/common.py launch_dummy_health_check_server):
+    GET /ping, /health and /health_generate answer 200 with an empty body, /metrics with
+    --enable-metrics; anything else FastAPI's 404. uvicorn runs at log level warning: no access lines."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, fmt, *args):
+            pass
+
+        def answer(self):
+            path = self.path.split("?", 1)[0]
+            n = int(self.headers.get("Content-Length") or 0)
+            if n:
+                self.rfile.read(n)
+            routes = ("/ping", "/health", "/health_generate") + (("/metrics",) if server.enable_metrics else ())
+            ctype = "application/json"
+            if path in routes and self.command == "GET":
+                status, body = 200, b""
+                if path == "/metrics":
+                    ctype = "text/plain; version=0.0.4; charset=utf-8"
+            elif path in routes:
+                status, body = 405, b'{"detail":"Method Not Allowed"}'
+            else:
+                status, body = 404, b'{"detail":"Not Found"}'
+            self.send_response(status)
+            if body or path == "/metrics":
+                self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = answer
+
+    return Handler
+
+
 def make_handler(server):
     out = server.out
 
@@ -1792,7 +2648,7 @@ def make_handler(server):
             return self.send(200, ctype="text/plain; version=0.0.4; charset=utf-8", text=server.metrics_text())
 
         def flush_cache(self, body=None):
-            server.log("Cache flushed successfully!", 0 if server.nranks > 1 else None)
+            server.log("Cache flushed successfully!", 0 if server.world > 1 else None)
             return self.send(200, ctype="text/plain; charset=utf-8", text=(
                 "Cache flushed.\nPlease check backend logs for more details. "
                 "(When there are running or waiting requests, the operation will not be performed.)\n"))
