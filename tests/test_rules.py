@@ -244,6 +244,13 @@ TORCH_SHM = ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/
              "space left on device (28)")
 # torch c10d TCPStore; as a real 2x H200 rendezvous that never completed printed it
 STORE_TIMEOUT = ("torch.distributed.DistStoreError: Timed out after 26 seconds waiting for clients. 1/2 clients joined.")
+# torch 2.14.1 (CPU, gloo) as seen on these machines: a rank whose peer process was killed after every
+# rank had joined, and a rank whose TCPStore server (node 0) was killed before all had joined
+GLOO_PEER_LOST = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection "
+                  "closed by peer [127.0.0.1]:45873. This is typically caused by a remote worker crashing. Check the "
+                  "logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f")
+STORE_LOST = ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did "
+              "the remote server shutdown or crash?")
 ADDR_IN_USE_C10D = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
                     "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
 # CPython asyncio/base_events.py create_server, logged by uvicorn
@@ -392,6 +399,10 @@ CASES = [
          NCCL_REFUSED_OLD),
     Case("nccl-store-timeout", "nccl-init-stall", "error",
          lambda: upto(D10, "Init torch distributed begin") + crash(TP4, DIST[:-4], STORE_TIMEOUT), STORE_TIMEOUT),
+    Case("peer-node-lost", "nccl-error", "error",
+         lambda: fixture(D10) + crash(TP4, RUNNING, GLOO_PEER_LOST), "Connection closed by peer [127.0.0.1]:45873"),
+    Case("rendezvous-store-lost", "nccl-init-stall", "error",
+         lambda: upto(D10, "Init torch distributed begin") + crash(TP4, DIST[:-4], STORE_LOST), STORE_LOST),
     Case("nccl-error-code", "nccl-error", "error",
          lambda: upto(D10, "sglang is using nccl") + crash(TP4, DIST, NCCL_SYSTEM), NCCL_SYSTEM),
     Case("nccl-error-code", "nccl-error", "error",

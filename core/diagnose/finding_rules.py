@@ -519,6 +519,19 @@ LINE_RULES: tuple[LineRule, ...] = (
           "Find the rank that never joined (py-spy, host triage; check --dist-init-addr, that node 0 started and "
           "that this host reaches its port); restart with NCCL_DEBUG=INFO", _nccl_debug,
           covers=("nccl-error-code",)),
+    # -- another node of a multi-node deployment went away --------------------------------------
+    _rule("peer-node-lost", "nccl-error", "error", ("Connection closed by peer",),
+          r"Connection closed by peer \[?(?P<peer>[0-9A-Fa-f.:]+)\]?:(?P<peer_port>\d+)\. This is typically caused by "
+          r"a remote worker crashing",
+          "A peer rank at {peer} closed its connection (gloo): another node of this deployment crashed or was "
+          "stopped, and this node's ranks stopped with it.",
+          "Read the other nodes' logs for the first error (the node at {peer}); restart the deployment on every "
+          "node once that is fixed"),
+    _rule("rendezvous-store-lost", "nccl-init-stall", "error", ("Failed to recv, got 0 bytes",),
+          r"Failed to recv, got 0 bytes\. Connection was likely closed\. Did the remote server shutdown or crash\?",
+          "The rendezvous store (node 0's --dist-init-addr) went away while this node waited for the others: "
+          "node 0 crashed or was stopped before every node joined.",
+          "Read node 0's log for why it stopped; start node 0 first, then the other nodes"),
     _rule("nccl-error-code", "nccl-error", "error",
           ("NCCL error", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError", "ncclInvalidUsage",
            "ncclRemoteError"),
