@@ -300,6 +300,7 @@ class Member(Struct, frozen=True, kw_only=True):
     host: str
     node_rank: int
     gpu_ids: tuple[int, ...]
+    port: int = 0  # its --port (node R > 0 serves only SGLang's health check there); 0: the plan's
     python: str | None = None
     launcher: Literal["systemd", "process"] = "systemd"
     env: dict[str, str] = {}  # this node's own additions (its NCCL interface)
@@ -332,6 +333,8 @@ class Plan(Struct, kw_only=True):
     like: Like | None = None
     members: list[Member] = []  # a multi-node deployment's nodes, node 0 first; [] on one host
     dist_init_addr: str | None = None  # HOST:PORT of node 0's rendezvous (SGLang's --dist-init-addr)
+    member_of: str | None = None  # a node R > 0's own plan: the multi-node deployment it belongs to
+    node_rank: int = 0
 
     def __post_init__(self) -> None:
         self.check()
@@ -365,6 +368,11 @@ class Plan(Struct, kw_only=True):
             raise Invalid("argv: an empty argument")
         if self.members:
             self._check_members()
+        if self.member_of is not None:
+            try:
+                validate_host_name(self.member_of)
+            except ValueError as exc:
+                raise Invalid(f"member_of: {exc}") from None
 
     def _check_members(self) -> None:
         n = len(self.members)
@@ -391,6 +399,8 @@ class Plan(Struct, kw_only=True):
             for key in m.env:
                 if not _ENV_NAME.fullmatch(key):
                     raise Invalid(f"members: env: {key!r} is not an environment variable name")
+        if any(not (0 <= m.port <= 65535) for m in self.members):
+            raise Invalid("members: port: must be 1..65535 (0: the plan's)")
         if not self.dist_init_addr or flag_value(self.argv, "--dist-init-addr") != self.dist_init_addr:
             raise Invalid("dist_init_addr: a multi-node plan names node 0's rendezvous, as its --dist-init-addr")
 
@@ -401,15 +411,24 @@ class Plan(Struct, kw_only=True):
     def member_plan(self, rank: int) -> "Plan":
         """Node `rank`'s own launch: its host, GPUs, python and launcher, `--node-rank RANK`, and a
         name of its own beyond node 0 (NAME-nR: two nodes may share a machine, their units must not)."""
+        if rank == 0:
+            return self
         m = self.members[rank]
         shared = {k: v for k, v in self.env.items() if k not in self.members[0].env}  # node 0's own ones out
         argv = list(self.argv)
-        i = argv.index("--node-rank")
-        argv[i + 1] = str(rank)
+        argv[argv.index("--node-rank") + 1] = str(rank)
+        port = m.port or self.port
+        if "--port" in argv:
+            argv[argv.index("--port") + 1] = str(port)
         return msgspec.structs.replace(
-            self, name=self.name if rank == 0 else f"{self.name}-n{rank}", host=m.host, gpu_ids=tuple(m.gpu_ids),
+            self, name=member_name(self.name, rank), host=m.host, gpu_ids=tuple(m.gpu_ids), port=port,
             python=m.python, launcher=m.launcher, env={**shared, **m.env}, argv=argv, members=[],
-            dist_init_addr=None)
+            dist_init_addr=None, member_of=self.name, node_rank=rank)
+
+    @property
+    def member_names(self) -> list[str]:
+        """The stored deployments of nodes 1.. of a multi-node deployment (node 0 is this one)."""
+        return [member_name(self.name, m.node_rank) for m in self.members[1:]]
 
     # -------------------------------------------------------------- derived facts
 
@@ -519,6 +538,11 @@ class Plan(Struct, kw_only=True):
         new = msgspec.structs.replace(self, **changes)
         new.check()
         return new
+
+
+def member_name(name: str, rank: int) -> str:
+    """The stored deployment of node `rank` of multi-node deployment `name` (node 0: `name`)."""
+    return name if rank == 0 else f"{name}-n{rank}"
 
 
 def convert(data: Any, type_: Any, source: str) -> Any:

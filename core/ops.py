@@ -122,6 +122,13 @@ class Ops:
     def bus(self) -> Bus:
         return self.watches.bus
 
+    def set_inventory(self, inventory: Inventory, hosts: Mapping[str, Host] | None = None) -> None:
+        """Use `inventory` from now on (config.toml changed); `hosts`: the Monitor's, kept open."""
+        self.inventory = inventory
+        self.pool.inventory = inventory
+        self.pool.given = dict(hosts or {})
+        self.watches.stall = dict(inventory.stall)
+
     async def close(self) -> None:
         await self.watches.close()
         if self._own_monitor is not None:
@@ -192,9 +199,11 @@ class Ops:
         the launch, and its watch until one of `until`: the state returned. `keep_on`: the watch goes
         on after that (the TUI's), else it ends there (the CLI's)."""
         self._writable("deploy changes a host")
-        if plan.members:  # planned and checked (`gpuops plan --hosts`); starting the nodes comes next
-            raise Refused(f"{plan.name} is a {plan.nnodes}-node plan: this gpuops plans multi-node deployments but "
-                          "does not start them yet; nothing was changed")
+        if plan.members:
+            if host_name != plan.host:
+                raise Refused(f"{plan.name} is a {plan.nnodes}-node plan whose node 0 is {plan.host}, not {host_name}")
+            return await self._deploy_nodes(plan, yes=yes, ask=ask, hf_token=hf_token, until=until,
+                                            on_begin=on_begin, keep_on=keep_on)
         cfg = self.host_config(host_name)
         plan = bind_plan(plan, cfg)
         host = self.host(cfg.name)
@@ -233,6 +242,109 @@ class Ops:
         except StoreError as exc:
             raise StoreError(f"{exc}; the server of {plan.name} on {host.name} was left as it is: `gpuops status "
                              f"{plan.name}` records what happened once the store can be written") from None
+
+    async def _deploy_nodes(self, plan: Plan, *, yes: bool, ask: Callable[[str], bool] | None,
+                            hf_token: str | None, until: tuple[str, ...],
+                            on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool) -> str:
+        """A multi-node deployment: every node checked before anything changes; each node recorded as
+        a deployment of its own (node 0 under the plan's name, node R as NAME-nR, member_of NAME);
+        the weights on every node; node 0 started first, then the others; every node watched. The
+        state returned is node 0's; a stall in the rendezvous names the nodes that never joined."""
+        plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
+        deployers: list[Deployer] = []
+        for p in plans:
+            cfg = self.host_config(p.host or "")
+            bound = bind_plan(p, cfg)
+            host = self.host(cfg.name)
+            assert host is not None
+            refusal = self.store.refusal(bound.name)
+            if refusal:
+                raise Refused(refusal)
+            deployers.append(Deployer(host, bound, self.store, self.bus, yes=yes, ask=ask,
+                                      stall=dict(self.inventory.stall), hf_token=hf_token, journal_dir=cfg.journal_dir))
+        begun: list[Deployer] = []
+        try:
+            for dep in deployers:
+                try:
+                    await dep.preflight()
+                except DeployError as exc:
+                    raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
+            for dep in deployers:
+                dep.begin()
+                begun.append(dep)
+        except (DeployError, StoreError) as exc:
+            for dep in begun:  # recorded already: marked as never started, their leases go
+                self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=f"not started: {exc}"))
+                self._release(dep.name)
+            raise Refused(str(exc)) from None
+        names = [dep.name for dep in deployers]
+        self.deploying.update(names)
+        try:
+            if on_begin is not None:
+                await on_begin(self.deployment(plan.name))
+            try:
+                # node 0 first: on a shared mount the others then find the files there (two
+                # downloads into one folder at once trip over each other)
+                fetched = [await deployers[0].download()]
+                if fetched[0]:
+                    fetched += await asyncio.gather(*(dep.download() for dep in deployers[1:]))
+                else:
+                    fetched += [True] * (len(deployers) - 1)
+                if not all(fetched):
+                    failed = [dep for dep, ok in zip(deployers, fetched) if not ok]
+                    for dep, ok in zip(deployers, fetched):
+                        self.store.release_watch(dep.name, os.getpid())
+                        if ok:
+                            self.bus.publish(dep.name, self.store.set_state(
+                                dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s "
+                                "download failed"))
+                    return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
+                for dep in deployers:  # node 0 first: it holds the rendezvous the others join
+                    await dep.launch()
+            except HostError as exc:
+                for dep in deployers:
+                    self.store.release_watch(dep.name, os.getpid())
+                return self._host_error(plan.name, exc)
+            finally:
+                for name in names:
+                    self._release(name)
+        finally:
+            self.deploying.difference_update(names)
+        for dep in deployers[1:]:  # the other nodes' watches go on beside node 0's
+            self._ensure_readings(dep.host)
+            await self.watches.stop(dep.name)
+            self.watches.watch(dep.name, until=(), keep_on=True)
+        state = await self._watch(plan.name, deployers[0].host, until, keep_on)
+        if state == "stalled":
+            self._name_missing_nodes(plan)
+        return state
+
+    def _name_missing_nodes(self, plan: Plan) -> None:
+        """Node 0 of `plan` stalled: a node that never reached the rendezvous (its own log shows no
+        dist_init, or its server is gone) is named in a finding of node 0."""
+        from .domain import PHASES, Evidence, Finding, FindingEvent, Fix
+
+        dist = PHASES.index("dist_init")
+        for rank, name in enumerate(plan.member_names, start=1):
+            m = self.store.deployment(name)
+            if m is None:
+                continue
+            phase = m.state if m.state in PHASES else None
+            if phase is not None and PHASES.index(phase) >= dist:
+                continue
+            where = plan.members[rank]
+            finding = Finding(
+                "nccl-init-stall", "error",
+                f"node {rank} ({where.host}, deployment {name}) never reached the rendezvous at {plan.dist_init_addr}: "
+                f"it is {m.state}",
+                evidence=(Evidence(source=f"deployment:{name}", reading=f"state {m.state} since {m.updated_at}"),),
+                fix=Fix(f"open {name} (gpuops logs {name}, :dep {name}): start it, or find why it cannot reach "
+                        f"{plan.dist_init_addr} from {where.host}"),
+                data={"node_rank": rank, "member": name, "host": where.host, "state": m.state})
+            try:
+                self.bus.publish(plan.name, self.store.record(plan.name, FindingEvent.of(finding)))
+            except StoreError:
+                return
 
     def _release(self, name: str) -> None:
         """This process's deploy of `name` is over (started, or failed before): its lease goes."""
@@ -285,6 +397,9 @@ class Ops:
         status = await (await open_launcher(host, d.plan)).stop()
         event = self.store.set_state(name, "stopped", detail=status.detail)
         self.bus.publish(name, event)
+        for member in d.plan.member_names:  # node 0 first (its shutdown reaches the others), then each node
+            if self.store.deployment(member) is not None:
+                await self.stop(member, confirmed=True)
         return status.detail
 
     async def forget(self, name: str, *, confirmed: bool = False) -> None:
@@ -302,6 +417,9 @@ class Ops:
             raise Refused(taken)
         if not confirmed:
             raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}) and its history?")
+        for member in d.plan.member_names:  # a multi-node deployment's other nodes go with it
+            if self.store.deployment(member) is not None:
+                await self.forget(member, confirmed=True)
         await self.watches.stop(name)
         self.store.remove(name)
 
@@ -316,6 +434,10 @@ class Ops:
             raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}?")
         host = self._host_of(d)
         new_plan = plan or d.plan
+        if new_plan.members:  # every node: stopped, then started again as a new run of each
+            await self.stop(name, confirmed=True)
+            return await self._deploy_nodes(new_plan, yes=True, ask=None, hf_token=None, until=until,
+                                            on_begin=None, keep_on=keep_on)
         cfg = self.host_config(d.host)
         await self.watches.stop(name)
         self.deploying.add(name)

@@ -276,8 +276,15 @@ class SimHost:
         lines.append("python = %s" % _toml_string(str(self.python)))
         lines.append("launcher = %s" % _toml_string(launcher))
         lines.append("journal_dir = %s" % _toml_string(str(self.journal_dir)))
-        lines.append("env = { PATH = %s }" % _toml_string("%s:$PATH" % self.bin_dir))
+        # the host's own HF cache (the fake hf and the servers' repo ids use it), not the ssh user's
+        lines.append("env = { PATH = %s, HF_HOME = %s }" % (_toml_string("%s:$PATH" % self.bin_dir),
+                                                          _toml_string(str(self.hf_home))))
         return "\n".join(lines) + "\n"
+
+    @property
+    def hf_home(self) -> Path:
+        """The simulated host's HF_HOME (its hub cache is HF_HOME/hub)."""
+        return self.directory / "hf-home"
 
     def read_sim(self) -> dict:
         try:

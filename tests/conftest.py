@@ -104,8 +104,25 @@ def world(tmp_path, sshd, ssh_home):
         return cfg, sim
 
     yield make, env
-    subprocess.run(["pkill", "-f", str(root)])
+    kill_marked(str(root))
     subprocess.run(["rm", "-rf", str(root)])
+
+
+def kill_marked(marker: str) -> None:
+    """End the processes this test started on its simulated host: those whose command line or
+    environment names `marker` (its folder; a server the sim's python exec'd into gpuops' venv
+    keeps the sim's PATH in its environment), never another test's."""
+    import signal
+
+    needle = marker.encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc / "cmdline").read_bytes() or needle in (proc / "environ").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 @pytest.fixture

@@ -309,9 +309,10 @@ def test_a_model_served_from_the_hosts_hf_cache_is_benchmarked_with_its_snapshot
 
     hf_home = Path(tempfile.mkdtemp(prefix="gpuops-hfcache-"))
     hf_home.chmod(0o755)
-    block = re.sub(r"^env = \{ PATH = (\"[^\"]*\") \}$", lambda m: f'env = {{ PATH = {m.group(1)}, HF_HOME = "{hf_home}", '
-                   'HF_HUB_OFFLINE = "1" }', w.sim.host_block("gpu1", ssh="simbox"), flags=re.M)
-    assert "HF_HOME" in block
+    block = re.sub(r"^env = \{ PATH = (\"[^\"]*\"), HF_HOME = \"[^\"]*\" \}$",
+                   lambda m: f'env = {{ PATH = {m.group(1)}, HF_HOME = "{hf_home}", HF_HUB_OFFLINE = "1" }}',
+                   w.sim.host_block("gpu1", ssh="simbox"), flags=re.M)
+    assert f'HF_HOME = "{hf_home}"' in block
     cfg = tmp_path / "hf.toml"
     cfg.write_text(block + PROFILES)
     ns = SimpleNamespace(**{**vars(w), "cfg": cfg})

@@ -1,7 +1,8 @@
-"""Multi-node plans (`gpuops plan MODEL --hosts H1,H2 --tp N`): TP split evenly over the nodes, the fit
-per node, SGLang's own --nnodes/--node-rank/--dist-init-addr with node 0 holding the rendezvous, the
-inventory's node address and NCCL interface, one launch per node; and the plan JSON that carries it,
-validated when read back. Two simulated 4-GPU hosts for the command line."""
+"""Multi-node deployments (`gpuops plan MODEL --hosts H1,H2 --tp N`, then `deploy`): TP split evenly over
+the nodes, the fit per node, SGLang's own --nnodes/--node-rank/--dist-init-addr with node 0 holding the
+rendezvous, the inventory's node address and NCCL interface, one launch per node; the plan JSON that
+carries it, validated when read back; and the deploy over real SSH to two simulated hosts (node 0
+first, every node watched, ready; stop on every node; the node that never joins named)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan
 from gpuops.sim.host import setup_simhost
-from tests.test_cli import env, gpuops  # noqa: F401  (env: the fixture)
+from tests.test_cli import gpuops
 from tests.test_plan import GIB, H200, QWEN122, facts
 
 
@@ -136,7 +137,21 @@ def two_sims():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def test_plan_hosts_on_the_command_line(two_sims, env, tmp_path):  # noqa: F811
+@pytest.fixture
+def op_env(tmp_path) -> dict:
+    """A clean operator environment: no config, empty state, a HOME of its own."""
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    e = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_STATE_HOME=str(tmp_path / "state"), HOME=str(home))
+    e.pop("GPUOPS_CONFIG", None)
+    e.pop("SSH_AUTH_SOCK", None)
+    return e
+
+
+def test_plan_hosts_on_the_command_line(two_sims, op_env, tmp_path):
+    env = op_env
     root, sims = two_sims
     hub = tmp_path / "hub"  # the operator's HF cache holds the model's config.json (no Hub here)
     sha = "0123456789abcdef0123456789abcdef01234567"
@@ -164,8 +179,130 @@ def test_plan_hosts_on_the_command_line(two_sims, env, tmp_path):  # noqa: F811
                        (("--hosts", "gpu1,gpu2", "--tp", "3"), "does not split evenly")):
         bad = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", *args, env=env, timeout=120)
         assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-    # deploying it is refused for now in one line, with nothing changed
+    # deployed from its node 0 only: another host is refused in one line, nothing recorded
     (tmp_path / "mn.json").write_text(out.stdout)
-    dep = gpuops("--config", str(cfg), "deploy", str(tmp_path / "mn.json"), "--host", "gpu1", "--yes", env=env)
-    assert dep.returncode == 2 and "2-node plan" in dep.stderr and "nothing was changed" in dep.stderr
+    dep = gpuops("--config", str(cfg), "deploy", str(tmp_path / "mn.json"), "--host", "gpu2", "--yes", env=env)
+    assert dep.returncode == 2 and "2-node plan whose node 0 is gpu1, not gpu2" in dep.stderr, dep.stderr
     assert gpuops("--config", str(cfg), "status", "--json", env=env).stdout.count(doc["name"]) == 0
+
+
+# ------------------------------------------------------------------ deploying over real SSH
+
+
+@pytest.fixture
+def mn(sshd, tmp_path):
+    """Two simulated 4-GPU hosts reached over the real sshd on 127.0.0.1 (two "nodes" of one machine),
+    the operator's HF cache with Qwen3-8B's config, and a short dist_init stall threshold."""
+    import os
+
+    from tests.conftest import PACE
+
+    root = Path(tempfile.mkdtemp(prefix="gpuops-mnd-"))
+    root.chmod(0o755)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(sshd.client_key, home / ".ssh" / "id_ed25519")
+    os.chmod(home / ".ssh" / "id_ed25519", 0o600)
+    shutil.copy(sshd.known_hosts, home / ".ssh" / "known_hosts")
+    (home / ".ssh" / "config").write_text(f"Host simbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n")
+    hub = tmp_path / "hub"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    snap = hub / "models--Qwen--Qwen3-8B" / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (hub / "models--Qwen--Qwen3-8B" / "refs").mkdir()
+    (hub / "models--Qwen--Qwen3-8B" / "refs" / "main").write_text(sha)
+    shutil.copy(Path(__file__).parent / "data" / "configs" / "qwen3__Qwen3-8B.json", snap / "config.json")
+    env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
+    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
+        env.pop(key, None)
+    sims = [setup_simhost(root / n, gpus=4, sglang_version="0.5.23", pace=PACE) for n in ("a", "b")]
+    cfg = tmp_path / "gpuops.toml"
+    cfg.write_text(sims[0].host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n'
+                   'node_addr = "127.0.0.1"\n' + sims[1].host_block("gpu2", ssh="simbox")
+                   + f'model_dirs = ["{root / "models"}"]\nnode_addr = "127.0.0.1"\n' + "[stall]\ndist_init = 4\n")
+    yield cfg, env, sims
+    for name in ("duo", "halt"):
+        gpuops("--config", str(cfg), "stop", name, "--yes", env=env, timeout=120)
+    for sim in sims:
+        sim.shutdown()
+    from tests.conftest import kill_marked
+
+    kill_marked(str(root))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _plan(cfg, env, tmp_path, name: str, **member1_env: str) -> Path:
+    out = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--hosts", "gpu1,gpu2", "--tp", "8", "--name", name,
+                 "--json", env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    doc["members"][1]["env"].update(member1_env)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _status(cfg, env, name: str) -> dict | None:
+    out = gpuops("--config", str(cfg), "status", name, "--json", env=env)
+    return json.loads(out.stdout)["deployment"] if out.returncode == 0 else None
+
+
+def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn, tmp_path):
+    cfg, env, sims = mn
+    plan = _plan(cfg, env, tmp_path, "duo")
+    out = gpuops("--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--yes", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+    assert "[node 1]" in out.stdout  # node 1's events, labelled, beside node 0's
+    node0, node1 = _status(cfg, env, "duo"), _status(cfg, env, "duo-n1")
+    assert node0["state"] == "ready" and node0["host"] == "gpu1"
+    assert node1["state"] == "ready" and node1["host"] == "gpu2"  # its health-check server: as ready as a node gets
+    import httpx
+
+    port = json.loads(plan.read_text())["port"]
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 200  # node 0 serves
+    # stop acts on every node
+    stop = gpuops("--config", str(cfg), "stop", "duo", "--yes", env=env, timeout=180)
+    assert stop.returncode == 0, stop.stderr
+    assert _status(cfg, env, "duo")["state"] == "stopped" and _status(cfg, env, "duo-n1")["state"] == "stopped"
+    # restart starts every node again (a new run of each); forget takes the nodes with it
+    import subprocess
+    import sys
+
+    restart = ("import asyncio, sys\n"
+               "from gpuops.core.config import load_inventory\n"
+               "from gpuops.core.ops import Ops\n"
+               "async def main():\n"
+               "    ops = Ops(load_inventory(sys.argv[1]))\n"
+               "    try:\n"
+               "        print(await ops.restart('duo', confirmed=True))\n"
+               "    finally:\n"
+               "        await ops.close()\n"
+               "asyncio.run(main())\n")  # the deployments view's r (no CLI verb restarts)
+    again = subprocess.run([sys.executable, "-c", restart, str(cfg)], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert again.returncode == 0 and again.stdout.strip() == "ready", again.stderr[-3000:]
+    node0, node1 = _status(cfg, env, "duo"), _status(cfg, env, "duo-n1")
+    assert (node0["state"], node0["run"], node1["state"], node1["run"]) == ("ready", 2, "ready", 2)
+    assert gpuops("--config", str(cfg), "stop", "duo", "--yes", env=env, timeout=180).returncode == 0
+    gone = gpuops("--config", str(cfg), "forget", "duo", "--yes", env=env, timeout=120)
+    assert gone.returncode == 0, gone.stderr
+    assert _status(cfg, env, "duo") is None and _status(cfg, env, "duo-n1") is None
+
+
+def test_the_node_that_never_joins_is_named(mn, tmp_path):
+    """Node 1 starts but hangs before it reaches the rendezvous: node 0 sits in dist_init, the stall
+    is flagged, and the finding names node 1, its host and its deployment."""
+    cfg, env, sims = mn
+    plan = _plan(cfg, env, tmp_path, "halt", GPUOPS_SIM_SCENARIO="node-hangs-before-join")
+    out = gpuops("--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--yes", "--json", env=env, timeout=300)
+    assert out.returncode == 1, out.stderr + out.stdout[-3000:]
+    events = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    mine = [e for e in events if e.get("deployment") == "halt"]
+    assert [e["state"] for e in mine if e["event"] == "state"][-1] == "stalled"
+    named = [e for e in mine if e["event"] == "finding" and e["data"].get("member") == "halt-n1"]
+    assert named, [e for e in mine if e["event"] == "finding"]
+    f = named[0]
+    assert f["code"] == "nccl-init-stall" and f["severity"] == "error"
+    assert f["summary"].startswith("node 1 (gpu2, deployment halt-n1) never reached the rendezvous at 127.0.0.1:")
+    assert _status(cfg, env, "halt-n1")["state"] in ("starting", "stalled")

@@ -117,7 +117,8 @@ def test_host_block_is_valid_config(host):
     local = host.host_block("sim1")
     doc = tomllib.loads(local)["hosts"]["sim1"]
     assert doc == {"local": True, "python": str(host.python), "launcher": "process",
-                   "journal_dir": str(host.directory / "journal"), "env": {"PATH": f"{host.bin_dir}:$PATH"}}
+                   "journal_dir": str(host.directory / "journal"),
+                   "env": {"PATH": f"{host.bin_dir}:$PATH", "HF_HOME": str(host.directory / "hf-home")}}
     remote = tomllib.loads(host.host_block("gpu.lab-2", ssh='root@10.0.0.5:22'))
     assert remote["hosts"]["gpu.lab-2"]["ssh"] == "root@10.0.0.5:22"
     assert "local" not in remote["hosts"]["gpu.lab-2"]

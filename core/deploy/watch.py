@@ -525,8 +525,9 @@ class Watch:
         return self.view.state
 
     async def _ready(self, check: bool = True) -> None:
+        # a node beyond node 0 serves no API (only SGLang's health check): nothing to ask it
         answer, why = (await quick_check(self.host, self.plan, self.launcher)  # type: ignore[arg-type]
-                       if check and self.want_quick_check else (None, None))
+                       if check and self.want_quick_check and not self.plan.node_rank else (None, None))
         if why is not None:
             self.finding(Finding("quick-check-failed", "warning", why))
         self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name, quick_check=answer)

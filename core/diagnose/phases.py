@@ -43,6 +43,7 @@ prefill} CUDA graph begin./end.``          (prefill), :758/:787 (decode/verify)
 ``max_total_num_tokens=…, context_len=…``  srt/managers/scheduler.py:690 | scheduler.py:1268
 uvicorn ``Uvicorn running on …``           uvicorn's own logger (``INFO:     `` level prefix)
 ``The server is fired up and ready …``     srt/entrypoints/http_server.py:1929 | http_server.py:2600
+``Dummy health check server started …``   (node_rank > 0) srt/utils/common.py:3683 | the same
 ``{X} hit an exception: {traceback}``      srt/managers/scheduler.py:3620 (+ tokenizer/detokenizer/DP) | :6372
 ``Initialization failed. …``               http_server.py:1778/1904, engine.py:1211 | http_server.py:2384/2533, engine.py:2031
 ``Received sigquit from a child process``  engine.py:1152 | engine.py:1977
@@ -267,8 +268,11 @@ def _unwrap(s: str) -> str:
                 m = _PYLOG_RE.match(s)
         elif c == "(":
             m = _RAY_RE.match(s)
-        if m is None and c != "[" and s.find("| ", 0, 64) > 0:
-            m = _COMPOSE_RE.match(s)
+        if m is None and c != "[":
+            bar = s.find("| ", 0, 64)
+            # "name  | ": one word before the bar (a progress bar's "…: 50% Completed | 1/2" has several)
+            if bar > 0 and " " not in s[:bar].rstrip():
+                m = _COMPOSE_RE.match(s)
         if m is None:
             return s
         s = s[m.end():]
@@ -438,6 +442,7 @@ _STARTS = (
     "Capturing",
     "max_total_num_tokens=",
     "The server is fired up",
+    "Dummy health check server started",
     "Initialization failed",
     "Received sigquit",
     "Rank ",
@@ -762,10 +767,12 @@ class PhaseTracker:
             out.append(Numbers(changed))
 
     def _progress(self, key: str, done: int, total: int | None, what: str, out: list[Change]) -> None:
+        old = self.progress.get(key)
+        if old is not None and old.done == done and old.total == total and old.what == what:
+            return  # the bar redrawn at the same count (no Progress made for it)
         p = Progress(key, done, total, what)
-        if self.progress.get(key) != p:
-            self.progress[key] = p
-            out.append(p)
+        self.progress[key] = p
+        out.append(p)
 
     def _complete_progress(self, key: str, out: list[Change]) -> None:
         p = self.progress.get(key)
@@ -912,6 +919,11 @@ class PhaseTracker:
         if c == "T":
             if t.startswith("The server is fired up"):
                 self._ready(ln, out, inferred=False)
+            return
+        if c == "D" and t.startswith("Dummy health check server started"):
+            # a node beyond node 0 of a multi-node server (engine.py: its schedulers run, it serves
+            # only /health): as ready as that node gets
+            self._ready(ln, out, inferred=False)
             return
         if t.startswith(_UVICORN_LEVELS):
             self._uvicorn(ln, t, out)

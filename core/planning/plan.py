@@ -448,7 +448,8 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
                if node.nccl_interface else {})
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
         members.append(Member(host=str(node.target.host), node_rank=rank, gpu_ids=ids, python=node.target.python,
-                              launcher=node.target.launcher, env=env))  # type: ignore[arg-type]
+                              launcher=node.target.launcher, env=env,  # type: ignore[arg-type]
+                              port=plan.port if rank == 0 else _member_port(node.target, plan.port + rank, dist_port)))
     why = (f"TP{tp} over {n} nodes, {g} GPU(s) each ({', '.join(f'{h}: {_ids(i)}' for h, i in zip(hosts, picked))}); "
            f"node 0 ({t0.host}) holds the rendezvous at {dist}; each node's own --node-rank")
     per_node_rules = [RuleFired("tensor-parallel", f"shard over {tp} GPUs: {g} on each of {n} nodes (each node's "
@@ -489,6 +490,16 @@ def _flags_of(plan: Plan, target: Target) -> frozenset[str]:
     host_help = target.help_flags if target.help_flags and target.sglang_version and \
         sv.version_key(target.sglang_version) == sv.version_key(plan.sglang_version) else None
     return frozenset((host_help | sv.hidden_flags(plan.sglang_version)) if host_help else sv.flags_for(plan.sglang_version))
+
+
+def _member_port(target: Target, start: int, dist_port: int) -> int:
+    """Node R's --port (SGLang serves its health check there): the plan's + R, or the next one free
+    on its host (two nodes may share a machine)."""
+    taken = set(target.ports_taken) | {p for _, p, _ in target.deployment_ports} | {dist_port}
+    port = start
+    while port in taken:
+        port += 1
+    return port
 
 
 def _dist_init_port(target: Target, http_port: int) -> int:
