@@ -229,10 +229,12 @@ def cmd_gpus(inv: Inventory, args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ sim / demo / dashboard
 
 
-def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False) -> int:
+def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False, config: str | None = None) -> int:
+    from ..core.config import resolve_config_path
     from ..tui.app import GpuopsApp
 
-    GpuopsApp(inv, readonly=readonly, simulated=simulated).run()
+    path, _ = resolve_config_path(config)  # followed: a change, or a file made later, is picked up
+    GpuopsApp(inv, readonly=readonly, simulated=simulated, config_path=str(path) if path else None).run()
     return 0
 
 
@@ -358,7 +360,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             return run_plan(inv, args)
         if args.verb is not None:  # pragma: no cover - every verb is dispatched above
             raise UsageError(f"unknown verb {args.verb!r}")
-        return run_dashboard(inv, readonly=getattr(args, "readonly", False))
+        return run_dashboard(inv, readonly=getattr(args, "readonly", False), config=getattr(args, "config", None))
     except (ConfigError, UsageError, PlanUsageError, BenchUsageError) as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 2

@@ -208,6 +208,8 @@ class DashboardScreen(GpuopsScreen):
         now = time.monotonic()
         states = self.gapp.monitor.states
         hosts = self.query_one("#hosts", DataTable)
+        if len(hosts.rows) != len(states) or any(name not in hosts.rows for name in states):
+            self._follow_inventory(hosts, states)
         for name, state in states.items():
             cells = host_row(state, now)
             old = self._host_cells.get(name)
@@ -351,6 +353,19 @@ class DashboardScreen(GpuopsScreen):
                 self.gapp.end_process(host, proc.pid, proc.command)
 
         self.app.push_screen(ConfirmScreen(question, detail, yes="End it"), answered)
+
+    def _follow_inventory(self, hosts: DataTable, states: dict[str, HostState]) -> None:
+        """The inventory changed (config.toml reloaded): rows for the hosts that came, none for those
+        that went; the selection moves to the first host when its host went."""
+        for name in [str(k.value) for k in hosts.rows if k.value not in states]:
+            hosts.remove_row(name)
+            self._host_cells.pop(name, None)
+        for name in states:
+            if name not in hosts.rows:
+                hosts.add_row(*[""] * len(HOST_COLUMNS), key=name)
+        if self.selected not in states:
+            self.selected = next(iter(states), None)
+            self._procs_key = None
 
     # ------------------------------------------------------------- selection
 

@@ -556,3 +556,46 @@ def test_phases_vocabulary() -> None:
 def test_config_error_format() -> None:
     assert str(ConfigError("/f.toml", 7, "boom")) == "/f.toml:7: boom"
     assert str(ConfigError("/f.toml", None, "cannot read: x")) == "/f.toml: cannot read: x"
+
+
+async def test_the_dashboard_follows_config_toml_without_a_restart(tmp_path: Path) -> None:
+    """Hosts added to config.toml appear, removed ones go, a changed entry starts over; a file with
+    an error changes nothing and says where, in one notification."""
+    import shutil
+    import tempfile
+
+    from textual.widgets import DataTable
+
+    from gpuops.core.config import load_inventory
+    from gpuops.sim.host import setup_simhost
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    root = Path(tempfile.mkdtemp(prefix="gpuops-reload-"))
+    try:
+        a, b = (setup_simhost(root / n, gpus=2) for n in ("a", "b"))
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(a.host_block("alpha"))
+        app = GpuopsApp(load_inventory(str(cfg)), interval=0.5, config_path=str(cfg))
+        async with app.run_test(size=(160, 45)) as pilot:
+            table = app.screen.query_one("#hosts", DataTable)
+
+            def rows() -> set:
+                return {str(k.value) for k in table.rows}
+
+            assert await until(pilot, lambda: app.monitor.states["alpha"].updates >= 1, timeout=30)
+            cfg.write_text(a.host_block("alpha") + b.host_block("beta"))
+            assert await until(pilot, lambda: "beta" in app.monitor.states and rows() == {"alpha", "beta"}, timeout=20)
+            assert await until(pilot, lambda: app.monitor.states["beta"].updates >= 1, timeout=30)
+            assert any("hosts +beta" in str(n.message) for n in app._notifications)
+            cfg.write_text(a.host_block("alpha") + "[hosts.beta]\nsssh = 1\n")  # an error: nothing changes
+            assert await until(pilot, lambda: any("config not reloaded" in str(n.message) and "sssh" in str(n.message)
+                                                  for n in app._notifications), timeout=20)
+            assert set(app.monitor.states) == {"alpha", "beta"}
+            cfg.write_text(b.host_block("beta"))
+            assert await until(pilot, lambda: set(app.monitor.states) == {"beta"} and rows() == {"beta"}, timeout=20)
+            assert app.inventory.names() == ["beta"] and app.ops.host("alpha") is None
+    finally:
+        for sim in (a, b):
+            sim.shutdown()
+        shutil.rmtree(root, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -45,9 +46,14 @@ class GpuopsApp(App):
         simulated: bool = False,
         interval: float = 1.0,
         hosts: Iterable[Host] | None = None,
+        config_path: str | None = None,
     ):
+        """`config_path`: the config.toml to follow (a change is picked up without a restart; a file
+        that appears there later too); None: the inventory's own file, if it has one."""
         super().__init__()
         self.inventory = inventory
+        self.config_path = config_path or inventory.source
+        self._config_seen = _file_stamp(self.config_path)
         self.readonly = readonly
         self.simulated = simulated
         self.interval = interval
@@ -74,6 +80,35 @@ class GpuopsApp(App):
     def _start_watching(self) -> None:
         self.monitor.start()
         self.set_interval(self.interval, self._tick)
+        if self.config_path:
+            self.set_interval(CONFIG_CHECK_S, self._check_config)
+
+    # ---------------------------------------------------------------- config.toml, followed
+
+    def _check_config(self) -> None:
+        stamp = _file_stamp(self.config_path)
+        if stamp != self._config_seen:
+            self._config_seen = stamp
+            self.run_worker(self.reload_config(), group="config", exclusive=True)
+
+    async def reload_config(self) -> None:
+        """Read config.toml again: hosts added, removed or changed are followed at once; a file
+        with an error changes nothing (the one line says where)."""
+        from ..core.config import ConfigError, default_inventory, load_inventory
+
+        path = self.config_path
+        try:
+            inventory = load_inventory(path) if path and os.path.exists(path) else default_inventory()
+        except ConfigError as exc:
+            self.notify(f"config not reloaded: {exc} (the hosts stay as they were)", severity="error", timeout=15)
+            return
+        added, removed, changed = await self.monitor.set_inventory(inventory)
+        self.inventory = inventory
+        if "ops" in self.__dict__:
+            self.ops.set_inventory(inventory, self.monitor.hosts)
+        parts = ([f"+{n}" for n in added] + [f"-{n}" for n in removed] + [f"~{n}" for n in changed])
+        self.notify(f"{path or 'config'} reloaded" + (f": hosts {' '.join(parts)}" if parts else ""))
+        self._tick()
 
     def _tick(self) -> None:
         refresh = getattr(self.screen, "refresh_data", None)
@@ -342,6 +377,17 @@ class GpuopsApp(App):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Toggle dark/light theme", "switch between gpuops-dark and gpuops-light",
                             self.action_toggle_theme)
+
+
+CONFIG_CHECK_S = 2.0  # how often config.toml is looked at (its mtime and size; nothing is read unless they change)
+
+
+def _file_stamp(path: str | None) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size) if st is not None else None
 
 
 def _own_binding(node: Any, binding: Binding) -> bool:

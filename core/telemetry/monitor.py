@@ -89,8 +89,10 @@ class Monitor:
         self.stale_after = stale_after if stale_after is not None else 3 * interval + 5
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
+        self._started = False
 
     def start(self) -> None:
+        self._started = True
         for name in self.hosts:
             if name not in self._tasks:
                 self._tasks[name] = asyncio.create_task(self._watch(name), name=f"watch:{name}")
@@ -154,6 +156,36 @@ class Monitor:
                 self._notify(host.name)
         finally:
             await asyncio.shield(_aclose(samples))
+
+    async def set_inventory(self, inventory: Inventory) -> tuple[list[str], list[str], list[str]]:
+        """Follow `inventory` from now on (config.toml changed): hosts that left are no longer
+        watched (their connection closed), new ones are, and one whose entry changed starts over
+        with its new settings. Returns (added, removed, changed) host names."""
+        old = {name: host.config for name, host in self.hosts.items()}
+        new = {cfg.name: cfg for cfg in inventory.hosts}
+        removed = [n for n in old if n not in new]
+        changed = [n for n in old if n in new and new[n] != old[n]]
+        added = [n for n in new if n not in old]
+        for name in removed + changed:
+            task = self._tasks.pop(name, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            host = self.hosts.pop(name)
+            self.states.pop(name, None)
+            await asyncio.gather(host.close(), return_exceptions=True)
+        history = max(1, int(HISTORY_SECONDS / self.interval))
+        for name in changed + added:
+            host = self.hosts[name] = make_host(new[name])
+            self.states[name] = HostState(name, host.kind, host.address, history_len=history,
+                                          cpu_history=deque(maxlen=history))
+        # the inventory's order (the dashboard lists hosts as the file does)
+        self.hosts = {n: self.hosts[n] for n in new}
+        self.states = {n: self.states[n] for n in new}
+        if self._started and not self._closing:  # else start() watches them with the others
+            for name in changed + added:
+                self._tasks[name] = asyncio.create_task(self._watch(name), name=f"watch:{name}")
+        return added, removed, changed
 
     async def close(self) -> None:
         # Python 3.11's wait_for can swallow a cancellation that lands as a sample
