@@ -34,9 +34,13 @@ async def _to_swap_screen(app, pilot, model: str) -> SwapScreen:
     await pilot.press("slash", *model)
     box_ = picker.query_one("#model-input", Input)
     assert box_.value == model, (box_.value, app.focused)
+    said: list[str] = []  # every notification (they expire from the app's list while the host is read)
+    notify = app.notify
+    app.notify = lambda message, **kw: (said.append(str(message)), notify(message, **kw))[1]  # type: ignore[method-assign]
     await pilot.press("enter")
-    assert await until(pilot, lambda: isinstance(app.screen, SwapReviewScreen), timeout=60), \
-        [str(n.message) for n in app._notifications]
+    # reading the host (its GPUs, disks, SGLang's --help) takes a while on a loaded machine
+    assert await until(pilot, lambda: isinstance(app.screen, SwapReviewScreen), timeout=240), said
+    app.notify = notify  # type: ignore[method-assign]
     review = app.screen
     assert await until(pilot, lambda: review.plan is not None)
     old = app.ops.deployment("oldie")
