@@ -78,18 +78,25 @@ def bench_tokenizer(sglang_venv, tmp_path_factory) -> Path:
 PACE = 0.05  # the simulated server's pace in deploy tests
 
 
+def operator_hub(hub: Path, *repos: tuple[str, str]) -> Path:
+    """An operator's HF hub cache holding only each repo's config.json (REPO, the file in
+    tests/data/configs), laid out as huggingface_hub does: what planning reads with no Hub."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    for repo, config in repos or (("Qwen/Qwen3-8B", "qwen3__Qwen3-8B.json"),):
+        folder = hub / f"models--{repo.replace('/', '--')}"
+        (folder / "snapshots" / sha).mkdir(parents=True)
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text(sha)
+        shutil.copy(Path(__file__).parent / "data" / "configs" / config, folder / "snapshots" / sha / "config.json")
+    return hub
+
+
 @pytest.fixture
 def world(tmp_path, sshd, ssh_home):
     """A simulated 4-GPU host reached over SSH, an operator HF cache holding Qwen3-8B's config."""
     root = Path(tempfile.mkdtemp(prefix="gpuops-deploy-"))
     root.chmod(0o755)
-    hub = tmp_path / "hub"
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    repo = hub / "models--Qwen--Qwen3-8B"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(sha)
-    (repo / "snapshots" / sha).mkdir(parents=True)
-    (repo / "snapshots" / sha / "config.json").write_text((Path(__file__).parent / "data" / "configs" / "qwen3__Qwen3-8B.json").read_text())
+    hub = operator_hub(tmp_path / "hub")
     env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
                XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"),
                HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")

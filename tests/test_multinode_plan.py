@@ -19,6 +19,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan
 from gpuops.sim.host import setup_simhost
+from tests.conftest import operator_hub
 from tests.test_cli import gpuops
 from tests.test_plan import GIB, H200, QWEN122, facts
 
@@ -153,13 +154,7 @@ def op_env(tmp_path) -> dict:
 def test_plan_hosts_on_the_command_line(two_sims, op_env, tmp_path):
     env = op_env
     root, sims = two_sims
-    hub = tmp_path / "hub"  # the operator's HF cache holds the model's config.json (no Hub here)
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    snap = hub / "models--Qwen--Qwen3-8B" / "snapshots" / sha
-    snap.mkdir(parents=True)
-    (hub / "models--Qwen--Qwen3-8B" / "refs").mkdir()
-    (hub / "models--Qwen--Qwen3-8B" / "refs" / "main").write_text(sha)
-    shutil.copy(Path(__file__).parent / "data" / "configs" / "qwen3__Qwen3-8B.json", snap / "config.json")
+    hub = operator_hub(tmp_path / "hub")  # the model's config.json in the operator's HF cache (no Hub here)
     env = dict(env, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
     cfg = tmp_path / "c.toml"
     cfg.write_text(sims[0].host_block("gpu1") + 'node_addr = "127.0.0.1"\nnccl_interface = "lo"\n'
@@ -190,7 +185,7 @@ def test_plan_hosts_on_the_command_line(two_sims, op_env, tmp_path):
 
 
 @pytest.fixture
-def mn(sshd, tmp_path):
+def mn(ssh_home, tmp_path):
     """Two simulated 4-GPU hosts reached over the real sshd on 127.0.0.1 (two "nodes" of one machine),
     the operator's HF cache with Qwen3-8B's config, and a short dist_init stall threshold."""
     import os
@@ -199,20 +194,8 @@ def mn(sshd, tmp_path):
 
     root = Path(tempfile.mkdtemp(prefix="gpuops-mnd-"))
     root.chmod(0o755)
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    shutil.copy(sshd.client_key, home / ".ssh" / "id_ed25519")
-    os.chmod(home / ".ssh" / "id_ed25519", 0o600)
-    shutil.copy(sshd.known_hosts, home / ".ssh" / "known_hosts")
-    (home / ".ssh" / "config").write_text(f"Host simbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n")
-    hub = tmp_path / "hub"
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    snap = hub / "models--Qwen--Qwen3-8B" / "snapshots" / sha
-    snap.mkdir(parents=True)
-    (hub / "models--Qwen--Qwen3-8B" / "refs").mkdir()
-    (hub / "models--Qwen--Qwen3-8B" / "refs" / "main").write_text(sha)
-    shutil.copy(Path(__file__).parent / "data" / "configs" / "qwen3__Qwen3-8B.json", snap / "config.json")
-    env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+    hub = operator_hub(tmp_path / "hub")
+    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
                XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
     for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
         env.pop(key, None)

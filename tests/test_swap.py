@@ -18,8 +18,8 @@ import pytest
 
 from gpuops.core.deploy.store import Store
 from gpuops.sim.host import setup_simhost
-from tests.conftest import PACE
-from tests.test_bench_cli import DATA, PROFILES, run_gpuops
+from tests.conftest import PACE, operator_hub
+from tests.test_bench_cli import PROFILES, run_gpuops
 from tests.test_secrets import free_port
 
 GIB = 1024**3
@@ -38,15 +38,9 @@ def box(sshd, sglang_venv, tmp_path):
     os.chmod(home / ".ssh" / "id_ed25519", 0o600)
     shutil.copy(sshd.known_hosts, home / ".ssh" / "known_hosts")
     (home / ".ssh" / "config").write_text(f"Host simbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n")
-    hub = tmp_path / "hub"
-    sha = "0123456789abcdef0123456789abcdef01234567"
-    for repo, config in (("Qwen--Qwen3-8B", "qwen3__Qwen3-8B.json"), ("Qwen--Qwen3-32B", "qwen3__Qwen3-32B.json"),
-                         ("Qwen--Qwen2.5-7B-Instruct", "qwen2_5__Qwen2.5-7B-Instruct.json")):
-        snap = hub / f"models--{repo}" / "snapshots" / sha
-        snap.mkdir(parents=True)
-        (hub / f"models--{repo}" / "refs").mkdir()
-        (hub / f"models--{repo}" / "refs" / "main").write_text(sha)
-        shutil.copy(DATA / "configs" / config, snap / "config.json")
+    hub = operator_hub(tmp_path / "hub", ("Qwen/Qwen3-8B", "qwen3__Qwen3-8B.json"),
+                       ("Qwen/Qwen3-32B", "qwen3__Qwen3-32B.json"),
+                       ("Qwen/Qwen2.5-7B-Instruct", "qwen2_5__Qwen2.5-7B-Instruct.json"))
     env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(tmp_path / "state"),
                XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
                HF_HUB_OFFLINE="1")
