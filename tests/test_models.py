@@ -337,7 +337,8 @@ def test_local_folder_errors(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the Hub, for real
 #
 # huggingface_hub reads HF_HUB_OFFLINE, HF_HUB_CACHE and HF_ENDPOINT when it is imported, so each
-# Hub test runs load_model_facts in a fresh interpreter with exactly the environment it needs.
+# Hub test runs load_model_facts in a fresh interpreter with exactly the environment it needs
+# (but one, which checks that gpuops itself reads the cache and offline mode at call time).
 
 LOAD = """
 import json, sys
@@ -467,3 +468,21 @@ def test_modelopt_mixed_precision_with_nvfp4_layers() -> None:
                              "model.layers.0.self_attn.o_proj": {"quant_algo": "FP8"}}}}
     quant = facts_from_config(config, id="x").quant
     assert quant is not None and (quant.method, quant.sglang_quantization) == ("nvfp4", "modelopt_fp4")
+
+
+def test_the_cache_and_offline_mode_are_read_when_asked_not_when_huggingface_hub_was_imported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # in-process on purpose: huggingface_hub's constants are loaded here before the environment
+    # names the cache (the dashboard's process, whose tests set it per test, met exactly this)
+    from huggingface_hub import constants
+
+    cache = tmp_path / "late-cache"
+    make_cache(cache, "Qwen/Qwen3-32B", {"config.json": (CONFIGS / "qwen3__Qwen3-32B.json").read_text()})
+    assert constants.HF_HUB_CACHE != str(cache)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    facts = load_model_facts("Qwen/Qwen3-32B")
+    assert facts.source == "hub" and facts.local_path is not None and facts.local_path.startswith(str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(ModelError, match="not in the local HF cache"):  # offline: no minutes of retries
+        load_model_facts("Qwen/Qwen3-32B")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -854,9 +855,24 @@ def _load_local(path: str) -> ModelFacts:
     )
 
 
+def _hub_settings() -> tuple[str, bool]:
+    """The HF hub cache folder and whether the Hub is off limits, read from the environment now
+    with huggingface_hub's own precedence. huggingface_hub reads them once, at its import, so a
+    process whose environment changed since (the dashboard's tests, a config reload) would use
+    stale ones."""
+    env = os.environ
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not cache:
+        home = env.get("HF_HOME") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+        cache = os.path.join(home, "hub")
+    offline = any(env.get(k, "").upper() in {"1", "ON", "YES", "TRUE"} for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return os.path.expandvars(os.path.expanduser(cache)), offline
+
+
 def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
     import httpx2
-    from huggingface_hub import HfApi, constants, hf_hub_download
+    from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -867,11 +883,12 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
         RepositoryNotFoundError,
     )
 
+    cache_dir, offline_now = _hub_settings()
     if offline is None:
-        offline = constants.is_offline_mode()
+        offline = offline_now
     unreachable = f"{repo} is not in the local HF cache and the Hub can't be reached (offline)"
     try:
-        config_file = hf_hub_download(repo, CONFIG_FILE, local_files_only=offline)
+        config_file = hf_hub_download(repo, CONFIG_FILE, local_files_only=offline, cache_dir=cache_dir)
     except GatedRepoError:
         raise ModelError(
             f"{repo} is a gated repo: accept its terms on the Hub, then log in (hf auth login) "
@@ -891,7 +908,7 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
 
     try:
         index: dict[str, Any] | None = _read_json(
-            Path(hf_hub_download(repo, INDEX_FILE, local_files_only=offline)), repo
+            Path(hf_hub_download(repo, INDEX_FILE, local_files_only=offline, cache_dir=cache_dir)), repo
         )
     except (EntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx2.TransportError):
         index = None
