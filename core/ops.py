@@ -249,7 +249,8 @@ class Ops:
         """A multi-node deployment: every node checked before anything changes; each node recorded as
         a deployment of its own (node 0 under the plan's name, node R as NAME-nR, member_of NAME);
         the weights on every node; node 0 started first, then the others; every node watched. The
-        state returned is node 0's; a stall in the rendezvous names the nodes that never joined."""
+        state returned is node 0's, and "ready" only once every node is (else the first other node's
+        state); a stall in the rendezvous names the nodes that never joined."""
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
         deployers: list[Deployer] = []
         for p in plans:
@@ -313,10 +314,18 @@ class Ops:
         for dep in deployers[1:]:  # the other nodes' watches go on beside node 0's
             self._ensure_readings(dep.host)
             await self.watches.stop(dep.name)
-            self.watches.watch(dep.name, until=(), keep_on=True)
+            self.watches.watch(dep.name, until=until, keep_on=True)
         state = await self._watch(plan.name, deployers[0].host, until, keep_on)
         if state == "stalled":
             self._name_missing_nodes(plan)
+        elif state == "ready":  # the deployment is ready when every node is (each goes on being watched)
+            for dep in deployers[1:]:
+                try:
+                    member = await self.watches.outcome(dep.name)
+                except HostError as exc:
+                    member = self._host_error(dep.name, exc)
+                if member != "ready":
+                    return member
         return state
 
     def _name_missing_nodes(self, plan: Plan) -> None:
