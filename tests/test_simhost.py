@@ -316,6 +316,28 @@ def test_running_reporter_sees_set_gpu(host, sleeper):
         proc.wait(5)
 
 
+def test_reporters_started_apart_sample_on_the_same_wall_clock_beat(host):
+    """Each sample after the first comes at a multiple of the interval on the wall clock, so a
+    fleet's reporters send together and the dashboard wakes once per interval, not once per host."""
+    interval = 0.5
+    procs = []
+    try:
+        for _ in range(2):
+            procs.append(subprocess.Popen([str(host.python), "-c", REPORTER_SOURCE, "--interval", str(interval)],
+                                          stdout=subprocess.PIPE, text=True))
+            time.sleep(0.23)  # started apart: a plain every-interval loop would stay 0.23 s apart
+        for proc in procs:
+            proc.stdout.readline()  # the first sample comes when it is ready
+            ts = [json.loads(proc.stdout.readline())["t"] for _ in range(6)]
+            late = sorted(t % interval for t in ts)  # how far past its beat each sample came
+            assert late[len(late) // 2] < 0.1, ts  # (scheduling delays on a loaded machine: the median)
+            assert all(b - a > interval * 0.5 for a, b in zip(ts, ts[1:])), ts  # never two samples at once
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(5)
+
+
 def test_nvml_absent_reporter_reports_no_pynvml(tmp_path):
     host = setup_simhost(tmp_path / "sim", gpus=1, nvml="absent")
     # the real interpreter has nvidia-ml-py installed; the wrapper must hide it

@@ -391,7 +391,6 @@ def main(argv):
     collector = Collector(paths)
     collector.host.cpu_percent()  # prime the CPU delta
     time.sleep(0.2 if once else min(interval, 0.2))
-    next_at = time.monotonic()
     while True:
         line = json.dumps(collector.sample(), separators=(",", ":"))
         try:
@@ -401,11 +400,13 @@ def main(argv):
             return 0
         if once:
             return 0
-        next_at += interval
-        delay = next_at - time.monotonic()
-        if delay < 0:
-            next_at = time.monotonic()
-            delay = 0
+        # The next sample at the next multiple of the interval on the wall clock: the reporters of
+        # a fleet (clocks kept by NTP) send at about the same moment, so the one process reading
+        # them all wakes once per interval, not once per host. (Never two samples within a tenth
+        # of the interval: a slow sample skips to the multiple after.)
+        delay = interval - time.time() % interval
+        if delay < interval / 10:
+            delay += interval
         time.sleep(delay)
 
 
