@@ -2,6 +2,12 @@
 
 Thin on purpose: it reads ``app.monitor.states`` (core) once a tick and redraws only
 what changed; it never talks SSH or parses anything.
+
+Fleet-sized: a tick recomputes the row of a host only when it has a new sample (or its staleness
+changed), touches only the cells whose text changed, and never makes the table re-measure a whole
+column (a column is re-measured only when its widest text changes). The host list can be narrowed
+to the hosts whose name holds some text (`f`) and sorted (`o`: inventory order, most free GPU
+memory, busiest GPUs, stalest), both applied at once, not at the next tick.
 """
 
 from __future__ import annotations
@@ -14,14 +20,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Header, Input, Sparkline, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from ..core import units
 from ..core.telemetry.monitor import HostState
 from ..core.telemetry.samples import GpuSample, is_na
 from .base import GpuopsScreen
-from .confirm import ConfirmScreen
-from ..tui.widgets import TextView
+from ..tui.widgets import FleetTable, GpuopsFooter, TextView
 
 if TYPE_CHECKING:
     from ..tui.app import GpuopsApp
@@ -32,6 +37,14 @@ BAR_WIDTH = 16
 # The host list shows what changes slowly; per-second figures (CPU, age) live in the
 # detail pane, so a quiet fleet repaints nothing here. Age shows only once it is stale.
 HOST_COLUMNS = (" ", "Host", "GPUs", "GPU mem", "Util", "RAM", "Stale")
+# The host list's orders, `o` cycles through them: (name, what the list's subtitle says)
+SORTS: tuple[tuple[str, str], ...] = (
+    ("inventory", ""),
+    ("free", "sorted: most free GPU memory first"),
+    ("util", "sorted: busiest GPUs first"),
+    ("stale", "sorted: stalest first"),
+)
+_UNKNOWN = float("inf")  # sort keys: hosts without the figure come last
 
 
 def bar(fraction: Any, width: int = BAR_WIDTH) -> Text:
@@ -63,22 +76,55 @@ def host_status(state: HostState, now: float) -> tuple[str, str]:
 
 
 def host_row(state: HostState, now: float) -> tuple:
+    return host_figures(state, now)[0]
+
+
+def host_figures(state: HostState, now: float) -> tuple[tuple, tuple[float, float, float]]:
+    """(the host list's cells, the sort keys): keys are ascending, inventory order breaks ties, and
+    they use the figures as shown (whole GiB free, whole per cent), so a list sorted by them does
+    not reshuffle on every sample."""
     symbol, style = host_status(state, now)
     snap = state.snapshot
     gpus = snap.gpus if snap else []
-    used = [g.memory_used for g in gpus if not is_na(g.memory_used)]
-    total = [g.memory_total for g in gpus if not is_na(g.memory_total)]
-    utils = [g.util for g in gpus if not is_na(g.util)]
+    used = total = util = 0  # one pass over the GPUs (a fleet's row is made for every sample)
+    n_used = n_total = n_util = 0
+    for g in gpus:
+        if not is_na(g.memory_used):
+            used += g.memory_used
+            n_used += 1
+        if not is_na(g.memory_total):
+            total += g.memory_total
+            n_total += 1
+        if not is_na(g.util):
+            util += g.util
+            n_util += 1
     host = snap.host if snap else None
-    return (
+    age = state.age(now)
+    mean_util = util / n_util if n_util else None
+    cells = (
         Text(symbol, style=style),
         state.name,
         str(len(gpus)) if snap else "",
-        f"{units.gib(sum(used), 0)}/{units.gib(sum(total), 0)}G" if total else "",
-        f"{sum(utils) / len(utils):.0f}%" if utils else "",
+        f"{units.gib(used, 0)}/{units.gib(total, 0)}G" if n_total else "",
+        f"{mean_util:.0f}%" if mean_util is not None else "",
         f"{units.gib(host.mem_used, 0)}/{units.gib(host.mem_total, 0)}G" if host else "",
-        "down" if state.reachable is False else _stale_for(state.age(now)),
+        "down" if state.reachable is False else _stale_for(age),
     )
+    free = -round((total - used) / units.GIB) if n_total and n_used == n_total else _UNKNOWN
+    busy = -round(mean_util) if mean_util is not None else _UNKNOWN
+    stale = -_UNKNOWN if state.reachable is False else -int(age) if age is not None and age > STALE_AFTER else 0
+    return cells, (free, busy, stale)
+
+
+def _age_bucket(age: float | None) -> int | None:
+    """What of a host's age its row shows: nothing, fresh (-1) or stale for whole seconds."""
+    if age is None:
+        return None
+    return -1 if age <= STALE_AFTER else int(age)
+
+
+def _cell_width(value: Any) -> int:
+    return value.cell_len if isinstance(value, Text) else len(str(value))
 
 
 def _stale_for(age: float | None) -> str:
@@ -102,6 +148,8 @@ class GpuRow(Horizontal):
         self._last: tuple | None = None
         self._history_drawn = -HISTORY_REDRAW_S
         self._text = TextView(classes="gpu-text")
+        from textual.widgets import Sparkline  # (its module is made on the first GPU row, not at start-up)
+
         self._mem = Sparkline([0.0], summary_function=max, classes="mem-spark")
         self._util = Sparkline([0.0], summary_function=max, classes="util-spark")
 
@@ -162,14 +210,26 @@ class DashboardScreen(GpuopsScreen):
         Binding("p", "plan", "Plan"),
         Binding("s", "storage", "Storage"),
         Binding("b", "bench", "Bench"),
+        Binding("f", "find_host", "Find"),  # the host list: hosts whose name holds what is typed
+        Binding("o", "sort_hosts", "Sort"),  # the host list: inventory, free GPU memory, util, stale
     ]
 
     def __init__(self) -> None:
         super().__init__(id="dashboard")
         self.selected: str | None = None
         self.filter_text = ""
+        self.host_filter = ""  # `f`: the host list shows the hosts whose name holds it (any case)
+        self.sort_by = SORTS[0][0]  # `o`: one of SORTS
         self._procs_key: tuple | None = None
-        self._host_cells: dict[str, tuple] = {}
+        self._host_cells: dict[str, tuple] = {}  # what the table shows, per shown host
+        self._rows: dict[str, tuple] = {}  # the latest cells per host, shown or not
+        self._keys: dict[str, tuple[float, float, float]] = {}  # sort keys per host
+        self._seen: dict[str, tuple] = {}  # per host: (updates, reachable, age bucket) its row was made from
+        self._index: dict[str, int] = {}  # inventory order
+        self._order: list[str] = []  # the shown hosts, top to bottom
+        self._widths: list[dict[str, int]] = [{} for _ in HOST_COLUMNS]  # text width per column, per shown host
+        self._widest: list[int] = [0] * len(HOST_COLUMNS)
+        self._gpus_title: tuple | None = None
 
     @property
     def gapp(self) -> "GpuopsApp":
@@ -178,7 +238,7 @@ class DashboardScreen(GpuopsScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="main"):
-            yield DataTable(id="hosts", cursor_type="row", zebra_stripes=False)
+            yield FleetTable(id="hosts", cursor_type="row", zebra_stripes=False)
             with Vertical(id="detail"):
                 yield TextView(id="host-title")
                 yield TextView(id="host-stats")
@@ -186,14 +246,12 @@ class DashboardScreen(GpuopsScreen):
                 yield VerticalScroll(id="gpus")
                 yield Static("Processes holding GPU memory", id="procs-title")
                 yield DataTable(id="procs", cursor_type="row")
-        yield Footer(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
+        yield GpuopsFooter(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
 
     def on_mount(self) -> None:
         hosts = self.query_one("#hosts", DataTable)
         for label in HOST_COLUMNS:
             hosts.add_column(label, key=label)
-        for name in self.gapp.monitor.states:
-            hosts.add_row(*[""] * len(HOST_COLUMNS), key=name)
         procs = self.query_one("#procs", DataTable)
         for label in ("GPU", "PID", "User", "Memory", "Command"):
             procs.add_column(label, key=label)
@@ -202,25 +260,109 @@ class DashboardScreen(GpuopsScreen):
         self.refresh_data()
         hosts.focus()
 
+    def on_resize(self, event: Any) -> None:
+        # below 120 columns the footer packs its keys tighter: q Quit stays in view at 80
+        for footer in self.query(Footer):
+            footer.compact = event.size.width < 120
+
     # ------------------------------------------------------------- data → view
 
     def refresh_data(self) -> None:
         now = time.monotonic()
         states = self.gapp.monitor.states
-        hosts = self.query_one("#hosts", DataTable)
-        if len(hosts.rows) != len(states) or any(name not in hosts.rows for name in states):
-            self._follow_inventory(hosts, states)
-        for name, state in states.items():
-            cells = host_row(state, now)
-            old = self._host_cells.get(name)
-            if old == cells:
-                continue
-            for column, value in zip(HOST_COLUMNS, cells):
-                if old is None or old[HOST_COLUMNS.index(column)] != value:
-                    hosts.update_cell(name, column, value, update_width=True)
-            self._host_cells[name] = cells
+        self._refresh_hosts(states, now)
         if self.selected in states:
             self._show_host(states[self.selected], now)
+
+    def _refresh_hosts(self, states: dict[str, HostState], now: float) -> None:
+        """The host list: rows of the hosts with news, in the chosen order, only what changed."""
+        if states.keys() != self._index.keys():  # the inventory changed (config.toml reloaded)
+            self._index = {name: i for i, name in enumerate(states)}
+            for gone in [name for name in self._rows if name not in states]:
+                for cache in (self._rows, self._keys, self._seen):
+                    cache.pop(gone, None)
+        for name, state in states.items():
+            seen = (state.updates, state.reachable, _age_bucket(state.age(now)))
+            if self._seen.get(name) == seen:
+                continue
+            self._seen[name] = seen
+            self._rows[name], self._keys[name] = host_figures(state, now)
+        order = self._host_order(states)
+        hosts = self.query_one("#hosts", DataTable)
+        if order == self._order:
+            self._update_cells(hosts, order)
+            self._show_list_title(len(states))
+            return
+        if set(order) == set(self._order):  # the same hosts in another order
+            self._update_cells(hosts, order)
+            rank = {name: i for i, name in enumerate(order)}
+            hosts.sort("Host", key=rank.__getitem__)
+        else:  # the filter changed what is shown: the rows again (columns keep their widths)
+            hosts.clear()
+            self._host_cells = {}
+            self._widths = [{} for _ in HOST_COLUMNS]
+            for name in order:
+                cells = self._rows[name]
+                hosts.add_row(*cells, key=name)
+                self._host_cells[name] = cells
+                for i, value in enumerate(cells):
+                    self._widths[i][name] = _cell_width(value)
+            self._widest = [max(w.values(), default=0) for w in self._widths]
+        self._order = order
+        self._show_list_title(len(states))
+        if self.selected in order:
+            hosts.move_cursor(row=order.index(self.selected))
+        elif order:  # the filter hid the selected host: the first one shown is selected
+            self.selected = order[0]
+            self._procs_key = None
+            hosts.move_cursor(row=0)
+            if self.selected in states:
+                self._show_host(states[self.selected], now)
+
+    def _update_cells(self, hosts: DataTable, order: list[str]) -> None:
+        """The cells whose text changed, and only those (the table repaints their rows alone)."""
+        for name in order:
+            cells = self._rows[name]
+            old = self._host_cells[name]
+            if old == cells:
+                continue
+            for i, (column, value) in enumerate(zip(HOST_COLUMNS, cells)):
+                if old[i] != value:
+                    hosts.update_cell(name, column, value, update_width=self._width_changed(i, name, value))
+            self._host_cells[name] = cells
+
+    def _width_changed(self, column: int, name: str, value: Any) -> bool:
+        """Whether the column's widest text changes with this cell (then the table re-measures it;
+        otherwise a changed cell costs no measuring at all)."""
+        widths = self._widths[column]
+        width = _cell_width(value)
+        old = widths.get(name, 0)
+        widths[name] = width
+        if width == old:
+            return False
+        widest = width if width > self._widest[column] else max(widths.values(), default=0)
+        if widest == self._widest[column]:
+            return False
+        self._widest[column] = widest
+        return True
+
+    def _host_order(self, states: dict[str, HostState]) -> list[str]:
+        needle = self.host_filter.lower()
+        names = [name for name in states if needle in name.lower()] if needle else list(states)
+        which = [key for key, _ in SORTS].index(self.sort_by) - 1
+        if which >= 0:
+            keys, index = self._keys, self._index
+            names.sort(key=lambda name: (keys[name][which], index.get(name, 0)))
+        return names
+
+    def _show_list_title(self, total: int) -> None:
+        hosts = self.query_one("#hosts", DataTable)
+        shown = len(self._order)
+        title = f"Hosts ({shown} of {total}: {self.host_filter!r})" if self.host_filter else ""
+        subtitle = dict(SORTS)[self.sort_by]
+        if (title, subtitle) != (hosts.border_title or "", hosts.border_subtitle or ""):
+            hosts.border_title = title or None
+            hosts.border_subtitle = subtitle or None
 
     def _show_host(self, state: HostState, now: float) -> None:
         snap = state.snapshot
@@ -266,8 +408,11 @@ class DashboardScreen(GpuopsScreen):
     def _show_gpus(self, state: HostState) -> None:
         container = self.query_one("#gpus", VerticalScroll)
         gpus = state.snapshot.gpus if state.snapshot else []
-        container.border_title = f"GPUs ({len(gpus)})" if gpus else "no GPUs reported"
-        container.set_class(not gpus, "empty")
+        title = (f"GPUs ({len(gpus)})" if gpus else "no GPUs reported", not gpus)
+        if title != self._gpus_title:  # setting a border title repaints the whole pane: only on change
+            self._gpus_title = title
+            container.border_title = title[0]
+            container.set_class(title[1], "empty")
         rows = {row.index: row for row in container.query(GpuRow)}
         wanted = [g.index for g in gpus]
         if sorted(rows) != wanted:
@@ -352,20 +497,9 @@ class DashboardScreen(GpuopsScreen):
             if yes:
                 self.gapp.end_process(host, proc.pid, proc.command)
 
-        self.app.push_screen(ConfirmScreen(question, detail, yes="End it"), answered)
+        from .confirm import ConfirmScreen
 
-    def _follow_inventory(self, hosts: DataTable, states: dict[str, HostState]) -> None:
-        """The inventory changed (config.toml reloaded): rows for the hosts that came, none for those
-        that went; the selection moves to the first host when its host went."""
-        for name in [str(k.value) for k in hosts.rows if k.value not in states]:
-            hosts.remove_row(name)
-            self._host_cells.pop(name, None)
-        for name in states:
-            if name not in hosts.rows:
-                hosts.add_row(*[""] * len(HOST_COLUMNS), key=name)
-        if self.selected not in states:
-            self.selected = next(iter(states), None)
-            self._procs_key = None
+        self.app.push_screen(ConfirmScreen(question, detail, yes="End it"), answered)
 
     # ------------------------------------------------------------- selection
 
@@ -373,6 +507,9 @@ class DashboardScreen(GpuopsScreen):
         states = self.gapp.monitor.states
         if name not in states:
             return False
+        if name not in self._order:  # hidden by the host filter: show every host again
+            self.host_filter = ""
+            self._refresh_hosts(states, time.monotonic())
         self.selected = name
         hosts = self.query_one("#hosts", DataTable)
         hosts.move_cursor(row=hosts.get_row_index(name))
@@ -383,7 +520,10 @@ class DashboardScreen(GpuopsScreen):
     @on(DataTable.RowHighlighted, "#hosts")
     def _host_highlighted(self, event: DataTable.RowHighlighted) -> None:
         name = event.row_key.value if event.row_key else None
-        if name and name != self.selected:
+        table = event.data_table
+        if name is None or name not in self._host_cells or table.get_row_index(name) != table.cursor_row:
+            return  # the cursor moved on since (a re-sorted or re-filtered list, keys held down)
+        if name != self.selected:
             self.selected = name
             self._procs_key = None
             self.refresh_data()
@@ -408,11 +548,16 @@ class DashboardScreen(GpuopsScreen):
         line.focus()
 
     def action_back(self) -> None:
-        if self.query("#filterline") and self._cmdline().display:
+        if self.query("#hostfilter") and self._hostline().display:
+            self._set_host_filter(self._hosts_before)
+            self._close_hostline()
+        elif self.query("#filterline") and self._cmdline().display:
             self._set_filter(self._filter_before)
             self._close_cmdline()
         elif self.filter_text:
             self._set_filter("")
+        elif self.host_filter:
+            self._set_host_filter("")
 
     def _close_cmdline(self) -> None:
         self._cmdline().display = False
@@ -432,6 +577,49 @@ class DashboardScreen(GpuopsScreen):
     @on(Input.Submitted, "#filterline")
     def _filter_submitted(self, event: Input.Submitted) -> None:
         self._close_cmdline()
+
+    # the host list: `f` finds hosts by name, `o` sorts them
+
+    def _hostline(self) -> Input:
+        """The `f` line, made on first use."""
+        found = self.query("#hostfilter")
+        if found:
+            return found.first(Input)
+        line = Input(id="hostfilter", placeholder="hosts whose name holds… (enter keeps, esc restores)")
+        line.border_title = "f"
+        self.mount(line, before=self.query_one(Footer))
+        return line
+
+    def action_find_host(self) -> None:
+        self._hosts_before = self.host_filter
+        line = self._hostline()
+        line.value = self.host_filter
+        line.display = True
+        line.focus()
+
+    def _close_hostline(self) -> None:
+        self._hostline().display = False
+        self.query_one("#hosts", DataTable).focus()
+
+    def _set_host_filter(self, text: str) -> None:
+        if text != self.host_filter:
+            self.host_filter = text
+            self._refresh_hosts(self.gapp.monitor.states, time.monotonic())
+
+    _hosts_before = ""
+
+    @on(Input.Changed, "#hostfilter")
+    def _host_filter_changed(self, event: Input.Changed) -> None:
+        self._set_host_filter(event.value.strip())
+
+    @on(Input.Submitted, "#hostfilter")
+    def _host_filter_submitted(self, event: Input.Submitted) -> None:
+        self._close_hostline()
+
+    def action_sort_hosts(self) -> None:
+        names = [key for key, _ in SORTS]
+        self.sort_by = names[(names.index(self.sort_by) + 1) % len(names)]
+        self._refresh_hosts(self.gapp.monitor.states, time.monotonic())
 
     def action_deployments(self) -> None:
         self.gapp.open_deployments()

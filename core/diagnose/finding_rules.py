@@ -618,13 +618,22 @@ SILENCE_RULES: tuple[SilenceRule, ...] = (
 
 _NEEDLES = tuple(dict.fromkeys(n for r in LINE_RULES for n in r.needles))
 _TB_START = "Traceback (most recent call last)"
-_GATE = re.compile("|".join(map(re.escape, (" NCCL INFO ",) + _NEEDLES + (_TB_START,))))
+# What _scan looks for, NCCL's INFO chatter first: a substring test each is twice as fast as one
+# regex of them all (which tries every alternative at every position) and gives every one present.
+_LOOKED_FOR = tuple(dict.fromkeys((" NCCL INFO ",) + _NEEDLES + (_TB_START,)))
 # Lines no rule is about, skipped before the gate: the running server's batch lines, uvicorn's
 # INFO lines, progress bars, and a traceback's frame and source lines.
 _SKIP = ("Decode batch", "Prefill batch", "INFO:     ", "Loading safetensors", "Multi-thread loading", "Capturing ",
          "Load weight", "KV Cache is", '  File "', "    ")
 _LOADER_EXC_RE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)\b")
 _NCCL_INIT_RE = re.compile(r"ncclCommInit\w* comm (0x[0-9a-f]+) rank (\d+) .*- Init (START|COMPLETE)$")
+
+
+def _first(t: str, found: list[str]) -> bool:
+    """Whether found[0] comes first in `t`: no other of them starts before it (one that starts at the
+    same place is a longer needle, and NCCL's chatter still wins)."""
+    at = t.find(found[0])
+    return all(t.find(n) >= at for n in found[1:])
 
 
 def _shown(ln: LogLine) -> str:
@@ -716,10 +725,10 @@ class LogScanner:
             self.server_args = t
             self._server_args_cache.clear()
             return
-        m = _GATE.search(t)
-        if m is None:
+        looked = [n for n in _LOOKED_FOR if n in t]
+        if not looked:
             return
-        if m.group() == " NCCL INFO ":  # NCCL_DEBUG=INFO's chatter: only its communicator init matters
+        if looked[0] == " NCCL INFO " and _first(t, looked):  # NCCL_DEBUG=INFO's chatter: only its communicator init matters
             self.nccl_info = True
             if t.endswith(("Init START", "Init COMPLETE")):
                 init = _NCCL_INIT_RE.search(t)
@@ -735,7 +744,7 @@ class LogScanner:
             if len(self._tb_starts) > 16:
                 del self._tb_starts[min(self._tb_starts)]
         phase = tracker.phase if tracker is not None else None
-        present = {n for n in _NEEDLES if n in t}
+        present = set(looked)
         for rule in LINE_RULES:
             if present.isdisjoint(rule.needles):
                 continue

@@ -63,8 +63,9 @@ regex runs; the 20 KB ``server_args=`` line is never scanned by a regex.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Union
+
+import msgspec
 
 __all__ = [
     "PHASES",
@@ -96,10 +97,13 @@ _DRAFT_REPEATS = frozenset(("dist_init", "weights", "kv_cache"))
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
+# Immutable records, made for every line (a log line, a progress bar's step): msgspec Structs,
+# cheap to make and never looked at by the garbage collector (they hold text, numbers, tuples of
+# them and the rank dicts, never a reference back: no cycles), so a long log does not make the
+# collector's rounds longer.
 
 
-@dataclass(frozen=True, slots=True)
-class LogLine:
+class LogLine(msgspec.Struct, frozen=True, gc=False):
     """One log line. ``text`` is the message: ANSI codes, what a relaying program put first (a
     container prefix ``name  | ``, journald's, docker's/kubectl's/GitHub Actions' timestamps, Python
     logging's or Rust tracing's timestamp and level, srun's ``0: ``, mpirun's and kubectl's tags),
@@ -110,19 +114,17 @@ class LogLine:
     raw: str
     text: str
     ts: str | None = None
-    ranks: dict[str, int] = field(default_factory=dict)
+    ranks: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class JoinedLine(LogLine):
+class JoinedLine(LogLine, frozen=True, gc=False):
     """A raw line in which tqdm's ``\\r`` joined log lines to a progress bar: ``extra`` are the log
     lines before ``text`` (each a LogLine, in order); the tracker and the rules read them first."""
 
     extra: tuple[LogLine, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseChange:
+class PhaseChange(msgspec.Struct, frozen=True, gc=False):
     """The tracker entered ``phase`` at line ``line_no`` (1-based count of fed lines)."""
 
     phase: str
@@ -131,8 +133,7 @@ class PhaseChange:
     ts: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(msgspec.Struct, frozen=True, gc=False):
     """Progress inside a phase: weight shards (``what="shards"``), CUDA-graph batch sizes
     (``"batch sizes"``), piecewise/prefill graph shapes. ``total`` is None when unknown."""
 
@@ -142,8 +143,7 @@ class Progress:
     what: str
 
 
-@dataclass(frozen=True, slots=True)
-class Numbers:
+class Numbers(msgspec.Struct, frozen=True, gc=False):
     """Numbers a line reported (only the keys this line set or changed). Keys (GB are SGLang's
     GiB-based "GB"; ``draft_`` prefixes the same keys for the draft model):
 
@@ -163,8 +163,7 @@ class Numbers:
     values: dict[str, float]
 
 
-@dataclass(frozen=True, slots=True)
-class Crash:
+class Crash(msgspec.Struct, frozen=True, gc=False):
     """Why the server died. ``phase``: where (None when nothing says); ``line_no``: the first
     line of the crash (the SGLang error line or ``Traceback``); ``summary``: the final exception
     line (or the fatal line itself); ``evidence``: the few lines that matter (SGLang's error line,

@@ -20,6 +20,7 @@ from .samples import Sampler, Snapshot
 
 HISTORY_SECONDS = 600.0
 FIRST_SAMPLE_GRACE_S = 15.0
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 
 @dataclass
@@ -139,21 +140,33 @@ class Monitor:
         # and the reporter's start-up; after that, silence means the host went away.
         wait = self.stale_after + FIRST_SAMPLE_GRACE_S
         try:
-            while not self._closing:
-                try:
-                    snap = await asyncio.wait_for(samples.__anext__(), wait)
-                    wait = self.stale_after
-                except StopAsyncIteration:
-                    return
-                except asyncio.TimeoutError:
-                    if isinstance(host, SshHost):
-                        host._connection_lost()  # a black hole: start over on a new connection
-                    raise HostUnreachable(
-                        f"{host.name}: no data for {wait:.0f}s (host not answering)",
-                        "the host or network may be down; gpuops keeps retrying",
-                    )
-                state.record(snap, time.monotonic())
-                self._notify(host.name)
+            if _timeout is None:  # Python 3.10: a wait_for per sample
+                while not self._closing:
+                    try:
+                        snap = await asyncio.wait_for(samples.__anext__(), wait)
+                        wait = self.stale_after
+                    except StopAsyncIteration:
+                        return
+                    except asyncio.TimeoutError:
+                        raise self._silent(host, wait) from None
+                    state.record(snap, time.monotonic())
+                    self._notify(host.name)
+                return
+            # One deadline moved on by each sample: no task or future per sample (a fleet sends
+            # a hundred a second), and a sample never races a timeout.
+            loop = asyncio.get_running_loop()
+            deadline = _timeout(wait)
+            try:
+                async with deadline:
+                    async for snap in samples:
+                        wait = self.stale_after
+                        deadline.reschedule(loop.time() + wait)
+                        state.record(snap, time.monotonic())
+                        self._notify(host.name)
+                        if self._closing:
+                            return
+            except TimeoutError:  # (as wait_for's did, a timeout inside the source counts too)
+                raise self._silent(host, wait) from None
         finally:
             await asyncio.shield(_aclose(samples))
 
@@ -186,6 +199,15 @@ class Monitor:
             for name in changed + added:
                 self._tasks[name] = asyncio.create_task(self._watch(name), name=f"watch:{name}")
         return added, removed, changed
+
+    @staticmethod
+    def _silent(host: Host, wait: float) -> HostUnreachable:
+        if isinstance(host, SshHost):
+            host._connection_lost()  # a black hole: start over on a new connection
+        return HostUnreachable(
+            f"{host.name}: no data for {wait:.0f}s (host not answering)",
+            "the host or network may be down; gpuops keeps retrying",
+        )
 
     async def close(self) -> None:
         # Python 3.11's wait_for can swallow a cancellation that lands as a sample

@@ -15,7 +15,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Container, Iterable
+from typing import Any, AsyncIterator, Container, Iterable, Optional
 
 from ..hosts.programs import reporter
 from ..redact import redact
@@ -214,10 +214,87 @@ def snapshot_from_report(data: dict) -> Snapshot:
     return Snapshot(float(data.get("t") or time.time()), host, status, gpus, "nvml" if status.ok else "none")
 
 
+@functools.lru_cache(maxsize=None)
+def _wire() -> tuple[Any, Any]:
+    """(the decoder of a reporter line into typed fields, msgspec.UNSET), made on first use: msgspec
+    is not imported before the first sample (nothing at start-up pays for it).
+
+    A fleet sends one line per host per second: this is the hot path. A line these types do not
+    fit goes the general way (json + dicts), which says the same of every line, malformed ones
+    included."""
+    import msgspec
+
+    def struct(name: str, required: tuple[str, ...], optional: tuple[str, ...], **typed: Any) -> Any:
+        fields: list[Any] = [(f, Any) for f in required]
+        fields += [(f, typed.get(f, Any), None) for f in optional]
+        if "error" in typed:  # a GPU NVML could not read: the row is left out
+            fields.append(("error", Any, msgspec.UNSET))
+        return msgspec.defstruct(name, fields)
+
+    def list_of(t: Any) -> Any:
+        return Optional[list[t]]  # type: ignore[valid-type]
+
+    process = struct("WireProcess", ("pid",), ("user", "command", "used_bytes"))
+    gpu = struct("WireGpu", ("index",), ("uuid", "name", "memory_total_bytes", "memory_used_bytes",
+                                         "memory_reserved_bytes", "util_percent", "power_w", "temp_c",
+                                         "sm_clock_mhz", "processes"),
+                 processes=list_of(process), error=True)
+    disk = struct("WireDisk", ("mount", "total_bytes", "free_bytes"), ())
+    host = struct("WireHost", (), ("hostname", "cpu_percent", "mem_total_bytes", "mem_used_bytes", "disks"),
+                  disks=list_of(disk))
+    nvml = struct("WireNvml", (), ("ok", "code", "error", "hint", "driver_version", "nvml_version",
+                                   "cuda_driver_version"))
+    report = struct("WireReport", (), ("v", "t", "host", "nvml", "gpus"), host=Optional[host],
+                    nvml=Optional[nvml], gpus=list_of(gpu))
+    return msgspec.json.Decoder(report), msgspec.UNSET
+
+
+def _snapshot_from_wire(r: Any, unset: Any) -> Snapshot:
+    h = r.host
+    if h is None:
+        host = HostSample(None, NA, NA, NA, [])
+    else:
+        host = HostSample(
+            hostname=h.hostname,
+            cpu_percent=NA if h.cpu_percent is None else h.cpu_percent,
+            mem_total=NA if h.mem_total_bytes is None else h.mem_total_bytes,
+            mem_used=NA if h.mem_used_bytes is None else h.mem_used_bytes,
+            disks=[Disk(d.mount, int(d.total_bytes), int(d.free_bytes)) for d in h.disks or ()],
+        )
+    n = r.nvml
+    status = (NvmlStatus(ok=False) if n is None else
+              NvmlStatus(bool(n.ok), n.code, n.error, n.hint, n.driver_version, n.nvml_version, n.cuda_driver_version))
+    gpus = []
+    command = _command
+    for g in r.gpus or ():
+        if g.error is not unset:
+            continue
+        gpus.append(GpuSample(
+            int(g.index), g.uuid, g.name,
+            NA if g.memory_total_bytes is None else g.memory_total_bytes,
+            NA if g.memory_used_bytes is None else g.memory_used_bytes,
+            NA if g.memory_reserved_bytes is None else g.memory_reserved_bytes,
+            NA if g.util_percent is None else g.util_percent,
+            NA if g.power_w is None else g.power_w,
+            NA if g.temp_c is None else g.temp_c,
+            NA if g.sm_clock_mhz is None else g.sm_clock_mhz,
+            [GpuProcess(int(p.pid), p.user, command(p.command), NA if p.used_bytes is None else p.used_bytes)
+             for p in g.processes or ()],
+        ))
+    return Snapshot(float(r.t or time.time()), host, status, gpus, "nvml" if status.ok else "none")
+
+
 def parse_report_line(line: str) -> Snapshot | None:
     line = line.strip()
     if not line.startswith("{"):
         return None
+    decoder, unset = _wire()
+    try:
+        wire = decoder.decode(line)
+    except ValueError:  # msgspec.DecodeError: not JSON msgspec reads, or not of the reporter's shape
+        pass
+    else:
+        return _snapshot_from_wire(wire, unset) if wire.v == 1 else None
     try:
         data = json.loads(line)
     except ValueError:
@@ -402,13 +479,9 @@ class Sampler:
         self.host = host
         self.interval = interval
 
-    async def samples(self) -> AsyncIterator[Snapshot]:
-        if in_process(self.host):
-            async for snap in self._local():
-                yield snap
-            return
-        async for snap in self._remote():
-            yield snap
+    def samples(self) -> AsyncIterator[Snapshot]:
+        """The snapshots, as they come (an async generator: close it to stop the source)."""
+        return self._local() if in_process(self.host) else self._remote()
 
     async def _local(self) -> AsyncIterator[Snapshot]:
         collector = await asyncio.to_thread(reporter.Collector, self.host.config.model_dirs)

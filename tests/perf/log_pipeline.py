@@ -4,7 +4,8 @@
 1. rate: gpuops' pipeline (journalctl JSON line → Record → the watch's log event → phase tracker + finding
    rules → ring buffer) over the
    lines of a real journal, against `journalctl -o json` writing the same journal to /dev/null.
-   Ratio >= 1.0 means gpuops is never the bottleneck.
+   Ratio >= 1.0 means gpuops is never the bottleneck; the fleet figure's goal (issue 14) is >= 2.0, so
+   that one gpuops follows several servers' logs at once (printed as met or MISSED).
 2. key press → repaint in the log view while 20,000 lines/s flow into it (p50/p99), against
    the same app with no lines flowing.
 3. memory after 1,000,000 lines: Python heap (tracemalloc) after 100k and after 1M lines fed
@@ -76,15 +77,21 @@ def rate(entries: int) -> None:
         for i in range(0, entries, 50_000):
             w.append(messages[i:i + 50_000])
         argv = ["journalctl", f"--directory={tmp}", "-o", "json", "--all", "--no-pager"]
-        t0 = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
-        t_journal = time.perf_counter() - t0
+        t_journal = float("inf")
+        for _ in range(2):  # the better of two runs, for both sides alike
+            t0 = time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+            t_journal = min(t_journal, time.perf_counter() - t0)
         json_lines = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
     t_gpuops, tracker, ring = pipeline(json_lines)
+    t_gpuops = min(t_gpuops, pipeline(json_lines)[0])  # the better of two passes, as for journalctl
     n = len(json_lines)
+    ratio = t_journal / t_gpuops
     print(f"1. {n:,} journal entries: journalctl -o json > /dev/null {n / t_journal:,.0f} lines/s; "
-          f"gpuops parse+phase+findings+buffer {n / t_gpuops:,.0f} lines/s; ratio {t_journal / t_gpuops:.2f} "
+          f"gpuops parse+phase+findings+buffer {n / t_gpuops:,.0f} lines/s; ratio {ratio:.2f} "
           f"(>= 1.0: gpuops keeps up)")
+    print(f"   fleet figure: the log pipeline at {ratio:.2f}x journalctl -o json's rate on the same journal (same run); "
+          f"goal >= 2.0x: {'met' if ratio >= 2.0 else 'MISSED'}")
 
 
 def repaint() -> None:

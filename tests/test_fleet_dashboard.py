@@ -1,0 +1,258 @@
+"""The dashboard's host list at fleet size: `f` finds hosts by name, `o` sorts them (free GPU
+memory, util, stale), both at once; and the host table that repaints only the rows that changed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Input
+
+from gpuops.core.config import parse_inventory
+from gpuops.screens.dashboard import DashboardScreen
+from gpuops.screens.help import HelpScreen
+from gpuops.sim.host import setup_simhost
+from gpuops.tui.app import GpuopsApp
+from gpuops.tui.widgets import FleetTable
+from tests.tui_helpers import screen_text, until
+
+GIB = 1024**3
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """Three simulated hosts (2 GPUs of 140 GiB each) with different loads, and one that is down.
+
+    free GPU memory: bravo 261 GiB > alpha 181 > charlie 81; util: bravo 90% > charlie 50% > alpha 10%."""
+    loads = {"alpha": (50, 10), "bravo": (10, 90), "charlie": (100, 50)}  # GiB used per GPU, util %
+    blocks = []
+    for name, (used, util) in loads.items():
+        sim = setup_simhost(tmp_path / name, gpus=2)
+        for i in range(2):
+            sim.set_gpu(i, memory_used=used * GIB, util=util)
+        blocks.append(sim.host_block(name))
+    blocks.append('[hosts.deadbox]\nssh = "root@127.0.0.1:1"\n')
+    return parse_inventory("\n".join(blocks), source="fleet.toml")
+
+
+def shown(app) -> list[str]:
+    table = app.screen.query_one("#hosts", DataTable)
+    return [table.get_row_at(i)[1] for i in range(table.row_count)]
+
+
+async def all_reported(app, pilot) -> None:
+    """Until the host list shows every host's figures (deadbox: down)."""
+    table = app.screen.query_one("#hosts", DataTable)
+
+    def shown_all() -> bool:
+        rows = {table.get_row_at(i)[1]: table.get_row_at(i) for i in range(table.row_count)}
+        return len(rows) == 4 and all(rows[n][3] for n in ("alpha", "bravo", "charlie")) and rows["deadbox"][6] == "down"
+
+    assert await until(pilot, shown_all, timeout=30)
+
+
+async def test_o_cycles_the_sort_and_the_selection_stays_on_its_host(fleet):
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await all_reported(app, pilot)
+        screen = app.screen
+        hosts = screen.query_one("#hosts", DataTable)
+        assert shown(app) == ["alpha", "bravo", "charlie", "deadbox"]  # inventory order first
+        assert not hosts.border_subtitle
+        await pilot.press("down", "down")  # charlie
+        assert screen.selected == "charlie"
+
+        await pilot.press("o")
+        assert shown(app) == ["bravo", "alpha", "charlie", "deadbox"]  # most free first, unknown last
+        assert hosts.border_subtitle == "sorted: most free GPU memory first"
+        assert screen.selected == "charlie" and hosts.cursor_row == 2
+
+        await pilot.press("o")
+        assert shown(app) == ["bravo", "charlie", "alpha", "deadbox"]  # busiest first
+        assert hosts.border_subtitle == "sorted: busiest GPUs first"
+        assert screen.selected == "charlie" and hosts.cursor_row == 1
+
+        # stale: a host that stopped answering a while ago comes before the fresh ones, a host that
+        # is down before both (the monitor is stopped so that nothing freshens them meanwhile)
+        await app.monitor.close()
+        app.monitor.states["charlie"].last_update = time.monotonic() - 30
+        await pilot.press("o")
+        assert shown(app) == ["deadbox", "charlie", "alpha", "bravo"]
+        assert hosts.border_subtitle == "sorted: stalest first"
+        assert screen.selected == "charlie" and hosts.cursor_row == 1
+
+        await pilot.press("o")  # and back to the inventory's order
+        assert shown(app) == ["alpha", "bravo", "charlie", "deadbox"]
+        assert not hosts.border_subtitle
+        assert screen.selected == "charlie" and hosts.cursor_row == 2
+
+
+async def test_f_finds_hosts_by_name_at_once(fleet):
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await all_reported(app, pilot)
+        screen = app.screen
+        hosts = screen.query_one("#hosts", DataTable)
+        assert screen.selected == "alpha"
+
+        await pilot.press("f")
+        line = screen.query_one("#hostfilter", Input)
+        assert line.display and line.has_focus
+        await pilot.press(*"RAV")  # any case; the list narrows as it is typed, not at the next tick
+        assert shown(app) == ["bravo"]
+        assert screen.selected == "bravo"  # the selected host was hidden: the first one shown is selected
+        assert hosts.border_title == "Hosts (1 of 4: 'RAV')"
+        assert await until(pilot, lambda: "bravo" in str(screen.query_one("#host-title").text))
+
+        await pilot.press("escape")  # esc while typing: the filter as it was before `f`
+        assert not line.display and hosts.has_focus
+        assert shown(app) == ["alpha", "bravo", "charlie", "deadbox"]
+        assert not hosts.border_title
+
+        await pilot.press("f", *"ha", "enter")  # enter keeps it
+        assert not line.display and hosts.has_focus
+        assert shown(app) == ["alpha", "charlie"]
+        assert screen.host_filter == "ha"
+
+        await pilot.press("o", "o")  # filter and sort together: busiest first
+        assert shown(app) == ["charlie", "alpha"]
+
+        await pilot.press("colon", *"host deadbox", "enter")  # a hidden host asked for: shown again
+        assert screen.selected == "deadbox" and screen.host_filter == ""
+        assert "deadbox" in shown(app) and hosts.cursor_row == shown(app).index("deadbox")
+
+        await pilot.press("f", *"zzz", "enter")  # nothing matches: an empty list, the selection stays
+        assert shown(app) == [] and screen.selected == "deadbox"
+        await pilot.press("escape")  # esc with the line closed clears the host filter
+        assert screen.host_filter == "" and len(shown(app)) == 4
+
+
+async def test_the_process_filter_and_the_host_filter_are_apart(fleet):
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await all_reported(app, pilot)
+        screen = app.screen
+        await pilot.press("f", *"ha", "enter")  # alpha, charlie
+        await pilot.press("slash", *"1234", "enter")  # the processes
+        assert screen.filter_text == "1234" and screen.host_filter == "ha"
+        assert shown(app) == ["alpha", "charlie"]
+        await pilot.press("escape")  # esc clears the process filter first
+        assert screen.filter_text == "" and screen.host_filter == "ha"
+        await pilot.press("escape")  # then the host filter
+        assert screen.host_filter == "" and len(shown(app)) == 4
+
+
+async def test_find_and_sort_are_in_the_footer_and_on_help(fleet):
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        from textual.widgets._footer import FooterKey
+
+        def footer() -> list[tuple[str, str]]:
+            return [(k.key_display, k.description) for k in app.screen.query(FooterKey)]
+
+        tail = [("f", "Find"), ("o", "Sort"), ("q", "Quit"), ("?", "Keys")]
+        assert await until(pilot, lambda: footer()[-4:] == tail), footer()
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        keys = dict(app.screen.keys)
+        assert keys["f"] == "Find" and keys["o"] == "Sort"
+        assert keys["/"] == "Filter" and keys["q"] == "Quit"
+        await pilot.press("escape")
+        assert isinstance(app.screen, DashboardScreen)
+
+
+async def test_80_columns_keep_q_quit_in_the_footer(fleet):
+    from textual.widgets._footer import FooterKey
+
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(80, 24)) as pilot:
+        def in_view() -> bool:
+            keys = {k.key_display: k.region for k in app.screen.query(FooterKey)}
+            return all(k in keys and 0 < keys[k].right <= 80 for k in ("f", "o", "q"))
+
+        assert await until(pilot, in_view)
+
+
+async def test_a_changed_host_row_shows_its_new_figures(tmp_path):
+    sim = setup_simhost(tmp_path / "box", gpus=2)
+    app = GpuopsApp(parse_inventory(sim.host_block("box"), "t.toml"), interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        assert await until(pilot, lambda: "0/281G" in screen_text(app), timeout=30)
+        sim.set_gpu(0, memory_used=70 * GIB, util=40)
+        assert await until(pilot, lambda: "70/281G" in screen_text(app) and "20%" in screen_text(app), timeout=15)
+        row = app.screen.query_one("#hosts", DataTable).get_row("box")
+        assert row[3] == "70/281G" and row[4] == "20%"
+
+
+# ---------------------------------------------------------------- FleetTable renders as DataTable does
+
+
+class Pair(App):
+    """A FleetTable beside a plain DataTable, fed the same changes."""
+
+    CSS = "DataTable { width: 50; height: 12; }"
+    AUTO_FOCUS = None  # both unfocused: the same look
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield FleetTable(id="fleet", cursor_type="row")
+            yield DataTable(id="plain", cursor_type="row")
+
+    def tables(self) -> tuple[DataTable, DataTable]:
+        return self.query_one("#fleet", DataTable), self.query_one("#plain", DataTable)
+
+
+def lines(table: DataTable) -> list[list[tuple[str, object]]]:
+    return [[(seg.text, seg.style) for seg in table.render_line(y)] for y in range(table.size.height)]
+
+
+async def test_fleet_table_draws_what_a_data_table_draws():
+    app = Pair()
+    async with app.run_test(size=(110, 14)) as pilot:
+        for table in app.tables():
+            table.add_column("Host", key="Host")
+            table.add_column("Util", key="Util")
+            for i in range(30):
+                table.add_row(f"h{i:02d}", f"{i}%", key=f"h{i:02d}")
+        await pilot.pause()
+
+        async def same(what: str) -> None:
+            await pilot.pause()
+            fleet, plain = app.tables()
+            assert lines(fleet) == lines(plain), what
+
+        await same("first paint")
+        steps = [
+            ("cells changed", lambda t: [t.update_cell(f"h{i:02d}", "Util", f"{90 - i}%") for i in (0, 3, 7)]),
+            ("a wider cell", lambda t: t.update_cell("h01", "Host", "h01-a-much-longer-name", update_width=True)),
+            ("cursor moved", lambda t: t.move_cursor(row=5)),
+            ("sorted", lambda t: t.sort("Util", key=lambda v: int(v.rstrip("%")))),
+            ("scrolled", lambda t: t.scroll_to(y=10, animate=False)),
+            ("changed while scrolled", lambda t: [t.update_cell(f"h{i:02d}", "Util", "!") for i in (12, 29)]),
+            ("a row removed", lambda t: t.remove_row("h12")),
+            ("cleared and refilled", lambda t: (t.clear(), [t.add_row(f"x{i}", "1%", key=f"x{i}") for i in range(5)])),
+            ("changed after refill", lambda t: t.update_cell("x2", "Util", "99%")),
+        ]
+        for what, step in steps:
+            for table in app.tables():
+                step(table)
+            await same(what)
+        app.tables()[0].focus()
+        app.tables()[1].focus()  # each focused in turn: the focused look is drawn alike
+        await pilot.pause()
+        fleet, plain = app.tables()
+        fleet.focus()
+        await pilot.pause()
+        focused_fleet = lines(fleet)
+        plain.focus()
+        await pilot.pause()
+        assert focused_fleet == lines(plain)
