@@ -43,3 +43,21 @@ def test_a_journald_relayed_start_reaches_its_phases():
                                  "mem usage=16.10 GB.")])]
     tracker = track_log(lines)
     assert tracker.phase == "weights" and tracker.outcome == "incomplete"
+
+
+def test_a_paste_nested_in_an_indented_block_is_read_as_if_it_were_not():
+    # real case 057: a Markdown tab's code block shifts every line of the paste by four spaces
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data/logs/real/057-tke-faq-heads-not-divisible-indented.log"
+    lines = log.read_text().splitlines()
+    assert all(ln.startswith("    ") for ln in lines)
+    from gpuops.core.diagnose.triage import triage_log
+
+    nested, flat = triage_log(lines), triage_log([ln[4:] for ln in lines])
+    assert (nested.outcome, nested.phase) == (flat.outcome, flat.phase) == ("crashed", "weights")
+
+
+def test_an_indented_first_line_that_is_not_the_servers_own_is_left_alone():
+    tracker = track_log(["    some banner", "[2026-12-01 10:00:03 TP0] Load weight begin. avail mem=139.10 GB"])
+    assert tracker.phase == "weights"

@@ -1272,6 +1272,16 @@ class PhaseTracker:
 # --------------------------------------------------------------------------------------------
 
 
+def _paste_indent(first: str) -> str:
+    """The whitespace a paste nested in an indented block (a Markdown list item or tab) put before
+    every line, read off the log's first line: only when that line is SGLang's own ``[2025-… TP0]``
+    line or a traceback's start, which a server never indents itself."""
+    n = len(first) - len(first.lstrip(" \t"))
+    if n and (_SGL_IN_RE.match(first, n) or first.startswith("Traceback (most recent call last)", n)):
+        return first[:n]
+    return ""
+
+
 def track_log(lines: Iterable[str], observer: Callable[[LogLine, PhaseTracker], object] | None = None) -> PhaseTracker:
     """Run a tracker over a finished log and return it. When the log holds several server
     starts (a journal across restarts), the tracker of the last start is returned: a new
@@ -1279,7 +1289,12 @@ def track_log(lines: Iterable[str], observer: Callable[[LogLine, PhaseTracker], 
     ``observer(line, tracker)`` sees every cleaned line after the tracker did (a new run shows
     as a new tracker): the finding rules' scanner reads the same pass."""
     tr = PhaseTracker()
+    indent: str | None = None  # a paste nested in an indented Markdown block: every line shifted
     for raw in lines:
+        if indent is None and raw.strip():
+            indent = _paste_indent(raw)
+        if indent and raw.startswith(indent):
+            raw = raw[len(indent):]
         ln = clean(raw)
         if ln.text.startswith("server_args=") and (tr._pi > 0 or tr.crash is not None):
             tr.finish()
