@@ -229,19 +229,22 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
                 for warning in plan.warnings:
                     print(f"          plan: {warning}", flush=True)
 
-    def emit_node(rank: int) -> Any:
-        """A multi-node deployment's node `rank`: its events too, each human line with its node."""
+    def emit_part(label: str) -> Any:
+        """A multi-node deployment's node, a replicated one's replica: its events too, each human
+        line labelled with it."""
         def out(event: Any) -> None:
             if args.json:
                 print(json.dumps(event_json(event)), flush=True)
             elif (line := describe_event(event)) is not None:
-                print(f"[node {rank}] {line}", flush=True)
+                print(f"[{label}] {line}", flush=True)
         return out
 
     async def use(ops: Any, yes: bool) -> str:
         ops.bus.listen(plan.name, emit)
         for rank, member in enumerate(plan.member_names, start=1):
-            ops.bus.listen(member, emit_node(rank))
+            ops.bus.listen(member, emit_part(f"node {rank}"))
+        for index, replica in enumerate(plan.replica_names, start=1):
+            ops.bus.listen(replica, emit_part(f"replica {index}"))
         return await ops.deploy(plan, args.host, yes=args.yes,
                                 ask=lambda q: sys.stdin.isatty() and input(f"{q}\ncontinue? [y/N] ").strip().lower()
                                 in ("y", "yes"), hf_token=_hf_token())

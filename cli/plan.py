@@ -20,6 +20,8 @@ def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--host", metavar="H", help="plan for this inventory host (its GPUs, disks and SGLang are read)")
     p.add_argument("--hosts", metavar="H1,H2,..", help="one deployment over several hosts (multi-node TP: node 0 "
                    "first, --tp split evenly over them)")
+    p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on GPUs of their own (on --host, "
+                   "or spread over --hosts), behind sglang-router on the first host")
     p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest that fits)")
     p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")
     p.add_argument("--gpu-memory", type=float, metavar="GIB", help="memory per GPU when planning offline")
@@ -202,13 +204,25 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
         raise PlanUsageError("give --host (one host) or --hosts (several), not both")
     if hosts and (args.gpus is not None or args.gpu_memory is not None):
         raise PlanUsageError("--hosts reads every node's GPUs: --gpus/--gpu-memory plan one host offline")
-    nodes = _nodes(inv, hosts) if hosts else None
+    replicas = getattr(args, "replicas", None)
+    if replicas is not None:
+        if args.gpus is not None or args.gpu_memory is not None:
+            raise PlanUsageError("--replicas reads the hosts' GPUs: --gpus/--gpu-memory plan one server offline")
+        if not hosts and not args.host:
+            raise PlanUsageError("--replicas: name the host (--host) or hosts (--hosts) they run on")
+    nodes = _nodes(inv, hosts or args.host, least=1 if replicas is not None else 2) \
+        if hosts or replicas is not None else None
     target = make_target(inv, args) if nodes is None else None
     try:
         facts = load_model_facts(ref)
     except ModelError as exc:
         raise PlanUsageError(str(exc)) from None
     try:
+        if replicas is not None:
+            from ..core.planning.plan import build_replicated_plan
+
+            assert nodes is not None
+            return facts, build_replicated_plan(facts, nodes, wishes, replicas)
         if nodes is not None:
             from ..core.planning.plan import build_multinode_plan
 
@@ -218,14 +232,17 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
         raise PlanUsageError(str(exc)) from None
 
 
-def _nodes(inv: Inventory, hosts: str) -> list:
-    """The nodes of a multi-node plan: each host of `--hosts H1,H2` read as `--host` reads one."""
+def _nodes(inv: Inventory, hosts: str, least: int = 2) -> list:
+    """The hosts of a multi-node or replicated plan: each host of `--hosts H1,H2` read as `--host`
+    reads one."""
     from ..core.config import validate_host_name
     from ..core.planning.plan import Node
 
     names = [h.strip() for h in hosts.split(",") if h.strip()]
-    if len(names) < 2:
+    if len(names) < least:
         raise PlanUsageError("--hosts: name two or more hosts, comma-separated (one host: --host)")
+    if len(set(names)) != len(names):
+        raise PlanUsageError(f"--hosts: each host once, not {hosts}")
     nodes = []
     for name in names:
         try:
@@ -269,6 +286,14 @@ def print_plan(facts, plan) -> None:
                          + (f", {own}" if own else "") + (" · rendezvous " + str(plan.dist_init_addr)
                                                          if m.node_rank == 0 else "") + "\n")
         console.print(Panel(nodes, title=f"{plan.nnodes} nodes: one server each, --node-rank R", title_align="left"))
+    if plan.replicas:
+        table = Text()
+        for r, url in zip(plan.replicas, plan.worker_urls):
+            table.append(f"{r.name}: ", style="bold")
+            table.append(f"{r.host}, TP{r.tp} on GPUs {','.join(map(str, r.gpu_ids))}, port {r.port} ({url}), "
+                         f"{r.launcher} launcher\n")
+        console.print(Panel(table, title=f"{len(plan.replicas)} replicas behind sglang-router at "
+                                         f"{plan.host}:{plan.port}", title_align="left"))
     rules = rules_table(plan)
     console.print(Panel(rules, title="why each flag", title_align="left"))
     if plan.like is not None and plan.like.diff:

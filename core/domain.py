@@ -17,6 +17,7 @@ This module is the bottom layer of core: it imports nothing of gpuops but the va
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from typing import Any, ClassVar, Literal, Sequence, Union
@@ -335,6 +336,10 @@ class Plan(Struct, kw_only=True):
     dist_init_addr: str | None = None  # HOST:PORT of node 0's rendezvous (SGLang's --dist-init-addr)
     member_of: str | None = None  # a node R > 0's own plan: the multi-node deployment it belongs to
     node_rank: int = 0
+    # a replicated deployment: this plan is its router's (sglang-router in front of the replicas;
+    # argv are the router's flags, it holds no GPUs); each replica is a one-host plan of its own
+    replicas: list["Plan"] = []
+    replica_of: str | None = None  # a replica's own plan: the replicated deployment it belongs to
 
     def __post_init__(self) -> None:
         self.check()
@@ -368,6 +373,13 @@ class Plan(Struct, kw_only=True):
             raise Invalid("argv: an empty argument")
         if self.members:
             self._check_members()
+        if self.replicas:
+            self._check_replicas()
+        if self.replica_of is not None:
+            try:
+                validate_host_name(self.replica_of)
+            except ValueError as exc:
+                raise Invalid(f"replica_of: {exc}") from None
         if self.member_of is not None:
             try:
                 validate_host_name(self.member_of)
@@ -403,6 +415,45 @@ class Plan(Struct, kw_only=True):
             raise Invalid("members: port: must be 1..65535 (0: the plan's)")
         if not self.dist_init_addr or flag_value(self.argv, "--dist-init-addr") != self.dist_init_addr:
             raise Invalid("dist_init_addr: a multi-node plan names node 0's rendezvous, as its --dist-init-addr")
+
+    def _check_replicas(self) -> None:
+        if len(self.replicas) < 2:
+            raise Invalid("replicas: a replicated deployment has at least two")
+        if self.members or self.gpu_ids:
+            raise Invalid("replicas: the router's plan holds no GPUs and no nodes (each replica has its own)")
+        names = [r.name for r in self.replicas]
+        if names != [replica_name(self.name, i) for i in range(1, len(names) + 1)]:
+            raise Invalid(f"replicas: named {self.name}-r1..{self.name}-r{len(names)} in order, not {', '.join(names)}")
+        for r in self.replicas:
+            if r.replica_of != self.name or r.replicas or r.members:
+                raise Invalid(f"replicas: {r.name} is a one-host replica of {self.name}")
+            if r.host is None:
+                raise Invalid(f"replicas: {r.name} names its host")
+        places = [(r.host, r.port) for r in self.replicas] + [(self.host, self.port)]
+        if len(set(places)) != len(places):
+            raise Invalid("replicas: every replica (and the router) has a port of its own on its host")
+        urls = self.worker_urls
+        if len(urls) != len(self.replicas) or not all(_WORKER_URL.fullmatch(u) for u in urls):
+            raise Invalid("argv: the router's --worker-urls lists every replica, each http://HOST:PORT")
+
+    @property
+    def worker_urls(self) -> list[str]:
+        """A router plan's --worker-urls, in replica order."""
+        if "--worker-urls" not in self.argv:
+            return []
+        rest = self.argv[self.argv.index("--worker-urls") + 1:]
+        return list(itertools.takewhile(lambda a: not a.startswith("--"), rest))
+
+    @property
+    def replica_names(self) -> list[str]:
+        """The stored deployments of a replicated deployment's replicas (this one is its router)."""
+        return [r.name for r in self.replicas]
+
+    @property
+    def part_names(self) -> list[str]:
+        """The other stored deployments this one starts, stops and forgets with it: a multi-node
+        deployment's nodes 1.., a replicated one's replicas."""
+        return self.member_names + self.replica_names
 
     @property
     def nnodes(self) -> int:
@@ -450,6 +501,8 @@ class Plan(Struct, kw_only=True):
     @property
     def served_name(self) -> str:
         """The model name clients ask for."""
+        if self.replicas:  # the router passes the replicas' own name through
+            return self.replicas[0].served_name
         return flag_value(self.argv, "--served-model-name") or self.model.id or "default"
 
     @property
@@ -463,7 +516,7 @@ class Plan(Struct, kw_only=True):
         head = [self.python or "python3"]
         if self.uses_api_key:
             head.append(launch_script or self.launch_script)
-        return [*head, "-m", "sglang.launch_server", *self.argv]
+        return [*head, "-m", "sglang_router.launch_router" if self.replicas else "sglang.launch_server", *self.argv]
 
     @property
     def launch_script(self) -> str:
@@ -538,6 +591,14 @@ class Plan(Struct, kw_only=True):
         new = msgspec.structs.replace(self, **changes)
         new.check()
         return new
+
+
+_WORKER_URL = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}")
+
+
+def replica_name(name: str, index: int) -> str:
+    """The stored deployment of replica `index` (1..K) of replicated deployment `name`."""
+    return f"{name}-r{index}"
 
 
 def member_name(name: str, rank: int) -> str:

@@ -22,6 +22,7 @@ from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
 from .deploy.launch import open_launcher
 from .deploy.store import Store, StoreError
+from .deploy.router import watch_class
 from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_alive
 from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
@@ -204,6 +205,18 @@ class Ops:
                 raise Refused(f"{plan.name} is a {plan.nnodes}-node plan whose node 0 is {plan.host}, not {host_name}")
             return await self._deploy_nodes(plan, yes=yes, ask=ask, hf_token=hf_token, until=until,
                                             on_begin=on_begin, keep_on=keep_on)
+        if plan.replicas:
+            if host_name != plan.host:
+                raise Refused(f"{plan.name} is a router in front of {len(plan.replicas)} replicas on {plan.host}, "
+                              f"not {host_name}")
+            return await self._deploy_replicas(plan, yes=yes, ask=ask, hf_token=hf_token, until=until,
+                                               on_begin=on_begin, keep_on=keep_on)
+        return await self._deploy_one(plan, host_name, yes=yes, ask=ask, hf_token=hf_token, until=until,
+                                      on_begin=on_begin, keep_on=keep_on)
+
+    async def _deploy_one(self, plan: Plan, host_name: str, *, yes: bool, ask: Callable[[str], bool] | None,
+                          hf_token: str | None, until: tuple[str, ...],
+                          on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool) -> str:
         cfg = self.host_config(host_name)
         plan = bind_plan(plan, cfg)
         host = self.host(cfg.name)
@@ -328,6 +341,56 @@ class Ops:
                     return member
         return state
 
+    async def _deploy_replicas(self, plan: Plan, *, yes: bool, ask: Callable[[str], bool] | None,
+                               hf_token: str | None, until: tuple[str, ...],
+                               on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool) -> str:
+        """A replicated deployment: every replica and the router checked before anything changes;
+        the router recorded (under the plan's name); each replica deployed as NAME-rI (replica_of
+        NAME) and watched until ready, one after the other (replicas on one host share its
+        download); then the router started, ready once it counts every replica healthy. A replica
+        that does not get ready leaves the router unstarted (its state says why)."""
+        deployers: list[Deployer] = []
+        for p in [*plan.replicas, plan]:
+            cfg = self.host_config(p.host or "")
+            bound = bind_plan(p, cfg)
+            host = self.host(cfg.name)
+            assert host is not None
+            refusal = self.store.refusal(bound.name)
+            if refusal:
+                raise Refused(refusal)
+            deployers.append(Deployer(host, bound, self.store, self.bus, yes=yes, ask=ask,
+                                      stall=dict(self.inventory.stall), hf_token=hf_token, journal_dir=cfg.journal_dir))
+        try:
+            for deployer in deployers:
+                await deployer.preflight()
+            router = deployers[-1]
+            router.begin()
+        except (DeployError, StoreError) as exc:
+            raise Refused(str(exc)) from None
+        self.deploying.add(plan.name)
+        try:
+            if on_begin is not None:
+                await on_begin(self.deployment(plan.name))
+            for deployer in deployers[:-1]:
+                replica = deployer.plan
+                state = await self._deploy_one(replica, replica.host or "", yes=True, ask=None, hf_token=hf_token,
+                                               until=("ready", "crashed", "stalled"), on_begin=None, keep_on=True)
+                if state != "ready":
+                    why = f"replica {replica.name} is {state}: the router was not started"
+                    self.bus.publish(plan.name, self.store.record(plan.name, StateEvent(state="crashed", reason=why)))
+                    self.store.release_watch(plan.name, os.getpid())
+                    return state
+            try:
+                await router.launch()
+            except HostError as exc:
+                self.store.release_watch(plan.name, os.getpid())
+                return self._host_error(plan.name, exc)
+            finally:
+                self._release(plan.name)
+        finally:
+            self.deploying.discard(plan.name)
+        return await self._watch(plan.name, router.host, until, keep_on)
+
     def _name_missing_nodes(self, plan: Plan) -> None:
         """Node 0 of `plan` stalled: a node that never reached the rendezvous (its own log shows no
         dist_init, or its server is gone) is named in a finding of node 0."""
@@ -406,8 +469,8 @@ class Ops:
         status = await (await open_launcher(host, d.plan)).stop()
         event = self.store.set_state(name, "stopped", detail=status.detail)
         self.bus.publish(name, event)
-        for member in d.plan.member_names:  # node 0 first (its shutdown reaches the others), then each node
-            if self.store.deployment(member) is not None:
+        for member in d.plan.part_names:  # node 0 first (its shutdown reaches the others), then each node;
+            if self.store.deployment(member) is not None:  # a router first, then its replicas
                 await self.stop(member, confirmed=True)
         return status.detail
 
@@ -426,7 +489,7 @@ class Ops:
             raise Refused(taken)
         if not confirmed:
             raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}) and its history?")
-        for member in d.plan.member_names:  # a multi-node deployment's other nodes go with it
+        for member in d.plan.part_names:  # a multi-node deployment's other nodes go with it, a router's replicas
             if self.store.deployment(member) is not None:
                 await self.forget(member, confirmed=True)
         await self.watches.stop(name)
@@ -447,6 +510,10 @@ class Ops:
             await self.stop(name, confirmed=True)
             return await self._deploy_nodes(new_plan, yes=True, ask=None, hf_token=None, until=until,
                                             on_begin=None, keep_on=keep_on)
+        if new_plan.replicas:  # every replica and the router: stopped, then started again
+            await self.stop(name, confirmed=True)
+            return await self._deploy_replicas(new_plan, yes=True, ask=None, hf_token=None, until=until,
+                                               on_begin=None, keep_on=keep_on)
         cfg = self.host_config(d.host)
         await self.watches.stop(name)
         self.deploying.add(name)
@@ -508,7 +575,7 @@ class Ops:
         host = self.host(d.host)
         if host is None:
             return d
-        watch = Watch(host, d, self.store, self.bus, readings=None, stall=dict(self.inventory.stall),
+        watch = watch_class(d.plan)(host, d, self.store, self.bus, readings=None, stall=dict(self.inventory.stall),
                       journal_dir=self.host_config(d.host).journal_dir, follow=False, quick_check=False,
                       triage=False, until=())
         await watch.run()

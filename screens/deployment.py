@@ -165,7 +165,9 @@ class DeploymentScreen(GpuopsScreen):
             nums.append(f"  {key}: {value:g}\n")
         self.query_one("#dep-numbers", TextView).set(nums)
 
-        gpus = Text("GPUs (sampler)\n", style="bold")
+        gpus = self._parts() or Text()
+        if self.deployment.plan.gpu_ids:
+            gpus.append("GPUs (sampler)\n", style="bold")
         state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
         wanted = set(self.deployment.plan.gpu_ids)
         if state is not None and state.snapshot is not None:
@@ -180,6 +182,31 @@ class DeploymentScreen(GpuopsScreen):
         box.set(text)
         box.set_class(kind == "stalled", "stalled")
         box.set_class(kind == "crashed", "crashed")
+
+    def _parts(self) -> Text | None:
+        """A router's replicas (each one's state, and whether the router counts it healthy) or a
+        multi-node deployment's nodes (each one's state); None for a one-host server."""
+        plan = self.deployment.plan
+        if not (plan.replicas or plan.members):
+            return None
+        store = self.ops.store
+        if plan.replicas:
+            out = Text(f"Replicas ({len(plan.replicas) - len(self.view.replicas_lost)} of {len(plan.replicas)} "
+                       "healthy by the router)\n", style="bold")
+            rows = [(r.name, f"{r.host}:{r.port}", r.name in self.view.replicas_lost) for r in plan.replicas]
+        else:
+            out = Text(f"Nodes ({plan.nnodes}, rendezvous {plan.dist_init_addr})\n", style="bold")
+            rows = [(plan.name if m.node_rank == 0 else f"{plan.name}-n{m.node_rank}",
+                     f"node {m.node_rank} {m.host}", False) for m in plan.members]
+        for name, where, lost in rows:
+            d = store.deployment(name) if name != plan.name else None
+            state = self.view.state if name == plan.name else d.state if d is not None else "forgotten"
+            out.append(f"  {name:<18} {where:<22} ")
+            out.append(state, style="green" if state == "ready" else "red" if state in ("crashed", "stalled") else "")
+            if lost:
+                out.append("  lost (router)", style="bold red")
+            out.append("\n")
+        return out
 
     def banner(self) -> tuple[Text, str]:
         v = self.view

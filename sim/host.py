@@ -465,9 +465,10 @@ if [ "${{1:-}}" = "-c" ]; then _calls=$(shift 2; printf '%s ' "$@"); else _calls
 printf '%s -- %s\n' "$$" "$_calls" | cut -c1-2000 >> "$SIM_DIR/state/calls.log" 2>/dev/null || :
 case "$1 $2" in
     "-m sglang.launch_server") ;;
-    "-m sglang."*)
+    "-m sglang."*|"-m sglang_router."*)
         # SGLang's benchmark and eval modules (bench_serving, benchmark.serving, test.run_eval, ...)
-        # run for real from the SGLang virtualenv given to setup, without the stand-ins on PYTHONPATH.
+        # and sglang-router (the real Rust router, in front of simulated servers) run for real from
+        # the SGLang virtualenv given to setup, without the stand-ins on PYTHONPATH.
         # (With no SGLang they fall through to the real python below: No module named 'sglang'.)
         if [ -n "$SGLANG_VERSION" ]; then
             if [ -z "$SGLANG_VENV" ]; then

@@ -282,7 +282,8 @@ def test_the_node_that_never_joins_is_named(mn, tmp_path):
     assert out.returncode == 1, out.stderr + out.stdout[-3000:]
     events = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
     mine = [e for e in events if e.get("deployment") == "halt"]
-    assert [e["state"] for e in mine if e["event"] == "state"][-1] == "stalled"
+    said = [(e["state"], e.get("reason")) for e in mine if e["event"] == "state"]
+    assert said[-1][0] == "stalled", (said, [e for e in mine if e["event"] == "finding"])
     named = [e for e in mine if e["event"] == "finding" and e["data"].get("member") == "halt-n1"]
     assert named, [e for e in mine if e["event"] == "finding"]
     f = named[0]

@@ -360,7 +360,8 @@ async def deployment_target(host: Host, d: Deployment) -> Target:
     return Target(host=host, url=url, home=home, deployment=d.name, model=d.model,
                   model_path=plan.model_path, tokenizer_path=await _tokenizer_folder(host, plan.model_path),
                   served_name=plan.served_name, env_file=env_file, plan=plan,
-                  gpus=await _gpus(host, list(plan.gpu_ids)))
+                  gpus=await _gpus(host, list(plan.gpu_ids) or  # a router's: its replicas' on its host
+                                   [g for r in plan.replicas if r.host == plan.host for g in r.gpu_ids]))
 
 
 async def _tokenizer_folder(host: Host, model_path: str | None) -> str | None:

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Callable
 
-from ..domain import Finding, FindingEvent, Plan, ProgressEvent, StateEvent
+from ..domain import Finding, FindingEvent, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
 from ..hosts.host import Host, host_python
 from ..planning.hostfacts import free_space, sglang_version
@@ -70,12 +70,18 @@ class Deployer:
 
     async def preflight(self) -> None:
         plan, host = self.plan, self.host
-        version = await sglang_version(host)
-        if version is None:
+        if plan.replicas:  # a router: sglang-router where it runs, its ports free
+            res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
+            if not res.ok:
+                raise DeployError(f"sglang-router is not installed on {host.name} (python {plan.python}): "
+                                  "pip install sglang-router there first")
+        elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
-        res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(plan.port)], timeout=30)
-        if not res.ok:
-            raise DeployError(f"port {plan.port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
+        ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
+        for port in ports:
+            res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
+            if not res.ok:
+                raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
         snap = await snapshot(host)
         busy = [(g.index, p) for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
         if busy:

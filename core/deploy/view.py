@@ -63,6 +63,7 @@ class RunView:
     ready: StateEvent | None = None
     crash: StateEvent | None = None
     plan_change: PlanEvent | None = None  # the fix this run started with
+    replicas_lost: set[str] = field(default_factory=set)  # a router's: the replicas it counts unhealthy now
     last_progress: str | None = None  # when the run last moved (a phase, progress or state event)
     events: int = 0
 
@@ -114,6 +115,11 @@ class RunView:
             finding = event.finding()
             # the same finding again (a second triage of the same stall) replaces the first
             self.findings = ranked([f for f in self.findings if f.code != finding.code] + [finding])
+            replica = finding.data.get("replica") if finding.code in ("replica-lost", "replica-back") else None
+            if isinstance(replica, str):
+                (self.replicas_lost.add if finding.code == "replica-lost" else self.replicas_lost.discard)(replica)
+                if not self.replicas_lost:  # every replica is back: no lost one to speak of
+                    self.findings = [f for f in self.findings if f.code != "replica-lost"]
         elif isinstance(event, ChecksEvent):
             self.checks = list(event.checks)
         elif isinstance(event, PlanEvent):

@@ -649,7 +649,9 @@ class Watches:
         if d is None or host is None:
             return None
         readings = (lambda: self.readings(d.host)) if self.readings is not None else None  # type: ignore[misc]
-        w = Watch(host, d, self.store, self.bus, readings=readings, stall=self.stall,
+        from .router import watch_class
+
+        w = watch_class(d.plan)(host, d, self.store, self.bus, readings=readings, stall=self.stall,
                   journal_dir=host.config.journal_dir, poll_s=self.poll_s, **options)
         w.reached = asyncio.get_running_loop().create_future()
         self.watches[name] = w

@@ -16,8 +16,8 @@ from typing import Iterable, Sequence
 from ..config import validate_abs_path, validate_host_name
 import msgspec
 
-from ..domain import (Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value, is_loopback,
-                      join_flags)
+from ..domain import (Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
+                      is_loopback, join_flags, replica_name)
 from . import PlanError
 from . import sglang_versions as sv
 from .fit import compute_fit, tp_choices
@@ -473,6 +473,91 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
                             env={**plan.env, **members[0].env},
                             rules=fired, warnings=[w for w in plan.warnings if not w.startswith("no --tp")] + warnings,
                             fit=fit)
+    except Invalid as exc:
+        raise PlanError(str(exc)) from None
+
+
+ROUTER_PROMETHEUS_PORT = 29000  # sglang-router's own default for its metrics
+# How often the router asks each replica's /health and after how many failures it counts it lost:
+# sglang-router's defaults (60 s, 3) notice a lost replica after three minutes
+ROUTER_HEALTH = ("--health-check-interval-secs", "5", "--health-failure-threshold", "2")
+
+
+def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes, replicas: int) -> Plan:
+    """K servers of the model, each a one-host plan of its own on its own GPUs and port (replica i on
+    nodes[i % len(nodes)], the GPUs the replicas before it took left out), and sglang-router in front
+    of them on the first host: the router's plan holds the replicas' plans. Deploy starts the
+    replicas, then the router (python -m sglang_router.launch_router --worker-urls ...)."""
+    if replicas < 2:
+        raise PlanError("--replicas: two or more (one server: leave --replicas out)")
+    if wishes.gpu_ids is not None:
+        raise PlanError("--gpu-ids names one server's GPUs: with --replicas each replica's are chosen")
+    if wishes.like is not None:
+        raise PlanError("--like with --replicas: plan one server like the old one first (not supported yet)")
+    if not nodes:
+        raise PlanError("--replicas: name the host (--host) or hosts (--hosts)")
+    try:
+        name = validate_host_name(wishes.name) if wishes.name is not None else default_name(facts.id)
+    except ValueError as exc:
+        raise PlanError(f"--name: {exc}") from None
+    head = nodes[0].target
+    warnings: list[str] = []
+    router_port = _choose_port(head, wishes, name, warnings)
+    ours: dict[str | None, dict[int, str]] = {head.host: {router_port: f"the router of {name}"}}
+    used: dict[str | None, set[int]] = {}
+    plans: list[Plan] = []
+    urls: list[str] = []
+    for i in range(1, replicas + 1):
+        node = nodes[(i - 1) % len(nodes)]
+        t = node.target
+        free = tuple(g for g in _allowed(t) if g not in used.get(t.host, set()))
+        if not free:
+            raise PlanError(f"--replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
+                            f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or more hosts")
+        taken = {**t.ports_taken, **ours.get(t.host, {})}
+        one = replace(t, allowed_gpu_ids=free, ports_taken=taken)
+        p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
+        if not p.fit or not p.fit.fits:
+            raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
+        used.setdefault(t.host, set()).update(p.gpu_ids)
+        ours.setdefault(t.host, {})[p.port] = f"replica {i} of {name}"
+        same = t.host == head.host
+        addr = p.client_host if same else node.addr
+        if not same and is_loopback(p.bind_host):
+            warnings.append(f"replica {i} on {t.host} binds {p.bind_host}, which the router on {head.host} cannot "
+                            f"reach: set serve_host in [hosts.{t.host}]")
+        if not same and is_loopback(node.addr):
+            warnings.append(f"{t.host} is reached at {node.addr}, a loopback address the router on {head.host} "
+                            f"cannot reach: set node_addr in [hosts.{t.host}]")
+        urls.append(f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}")
+        plans.append(p.replace(replica_of=name,
+                               warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]))
+    taken = {**ports_taken(head, name), **ours.get(head.host, {})}
+    metrics = next((q for q in range(ROUTER_PROMETHEUS_PORT, 65536) if q not in taken), None)
+    if metrics is None:
+        raise PlanError(f"no free port for the router's metrics on {head.host}")
+    bind = head.serve_host
+    argv = ["--worker-urls", *urls, "--host", bind, "--port", str(router_port), "--prometheus-port", str(metrics),
+            *ROUTER_HEALTH]
+    where = "; ".join(f"{r.name}: {r.host} {_ids(r.gpu_ids)} port {r.port}" for r in plans)
+    fired = [
+        RuleFired("replicas", f"{replicas} servers of the model, each on GPUs of its own ({where})", []),
+        RuleFired("router", f"sglang-router on {head.host} spreads the requests over them at port {router_port} "
+                            f"(metrics at {metrics})", join_flags([("--worker-urls", tuple(urls))])),
+        RuleFired("router-health", "the router asks each replica's /health every 5 s and counts it lost after 2 "
+                                   "failures (its defaults notice a lost replica after 3 minutes)", list(ROUTER_HEALTH)),
+    ]
+    first = plans[0]
+    fit = first.fit
+    if fit is not None:
+        fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" (each of {replicas} replicas)")
+    try:
+        return Plan(name=name, host=head.host, model=first.model, tp=first.tp, gpu_ids=(), port=router_port,
+                    launcher=head.launcher, sglang_version=first.sglang_version, env={}, argv=argv,  # type: ignore[arg-type]
+                    download_dir=None, fit=fit, rules=fired, warnings=warnings + list(dict.fromkeys(w for p in plans for w in p.warnings)),
+                    model_path=first.model_path, reuse_existing=True, python=head.python,
+                    sglang_version_source=first.sglang_version_source, flags_checked_against="sglang-router",
+                    replicas=plans)
     except Invalid as exc:
         raise PlanError(str(exc)) from None
 

@@ -1,0 +1,232 @@
+"""A replicated deployment's router (sglang-router in front of K SGLang servers): its own view of
+the replicas, read on its host, and the watch that turns it into the deployment's state.
+
+sglang-router (0.3.x) answers on its --port: ``GET /readiness`` 200 ``{"status": "ready",
+"healthy_workers": N, "total_workers": M}`` (503 with ``"not ready"`` while none is healthy) and
+``GET /workers`` ``{"workers": [{"url", "is_healthy", "load", ...}], ...}``. It asks each replica's
+/health every --health-check-interval-secs and counts it unhealthy after --health-failure-threshold
+failures; it never drops a worker from its list, so a replica that comes back is healthy again.
+
+The router has no start-up phases of its own: it is ``ready`` once it counts every replica healthy.
+A replica it counts unhealthy afterwards is a ``replica-lost`` finding (the router serves on with
+the others), and ``replica-back`` when it recovers; the router's process gone is a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import msgspec
+
+from ..domain import Evidence, Finding, FindingEvent, Fix, Plan
+from ..hosts.host import Host, HostError, host_python
+from .watch import Watch
+
+# Runs on the router's host with its python (standard library only), no proxies: one JSON line.
+_PROBE = r"""
+import json, sys, urllib.error, urllib.request
+base = "http://%s:%s" % (sys.argv[1], sys.argv[2])
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+out = {}
+for path in ("/readiness", "/workers"):
+    try:
+        with opener.open(base + path, timeout=5) as r:
+            out[path] = [r.status, json.loads(r.read() or b"null")]
+    except urllib.error.HTTPError as e:
+        try:
+            body = json.loads(e.read() or b"null")
+        except ValueError:
+            body = None
+        out[path] = [e.code, body]
+    except Exception as e:
+        out[path] = [None, str(e)[:300]]
+print(json.dumps(out))
+"""
+
+READY_WITHIN_S = 120.0  # a router that counts its (ready) replicas healthy within this is fine
+
+
+class RouterWorker(msgspec.Struct, frozen=True):
+    url: str
+    is_healthy: bool = False
+    load: int | None = None
+
+
+class RouterView(msgspec.Struct, frozen=True):
+    """What the router says: whether it answers, how many replicas it counts healthy, per replica."""
+
+    answering: bool
+    ready: bool = False
+    healthy: int = 0
+    total: int = 0
+    workers: tuple[RouterWorker, ...] = ()
+    error: str | None = None
+
+    def healthy_urls(self) -> set[str]:
+        return {w.url for w in self.workers if w.is_healthy}
+
+
+def parse_view(text: str) -> RouterView:
+    """The probe's line as a RouterView (a router answering something else: not answering, why)."""
+    try:
+        doc = json.loads(text)
+        ready_status, ready = doc["/readiness"]
+        workers_status, workers = doc["/workers"]
+    except (ValueError, KeyError, TypeError):
+        return RouterView(answering=False, error="the router probe printed no JSON")
+    if ready_status is None:
+        return RouterView(answering=False, error=str(ready)[:300])
+    try:
+        listed = msgspec.convert((workers or {}).get("workers", []), tuple[RouterWorker, ...]) \
+            if workers_status == 200 and isinstance(workers, dict) else ()
+        healthy = int((ready or {}).get("healthy_workers", 0)) if isinstance(ready, dict) else 0
+        total = int((ready or {}).get("total_workers", len(listed))) if isinstance(ready, dict) else len(listed)
+    except (msgspec.ValidationError, ValueError, TypeError, AttributeError):
+        return RouterView(answering=True, error="the router answered in a shape gpuops does not know")
+    return RouterView(answering=True, ready=ready_status == 200, healthy=healthy, total=total, workers=listed)
+
+
+async def router_view(host: Host, plan: Plan) -> RouterView:
+    """The router's view of its replicas, asked on its host."""
+    try:
+        res = await host.run([host_python(host), "-c", _PROBE, plan.client_host, str(plan.port)], timeout=30)
+    except HostError as exc:
+        return RouterView(answering=False, error=exc.message)
+    if not res.ok:
+        return RouterView(answering=False, error=(res.stderr.strip().splitlines() or ["the probe failed"])[-1][:300])
+    return parse_view(res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "")
+
+
+def replica_findings(plan: Plan, view: RouterView, lost: set[str], states: dict[str, str]) -> tuple[list[Finding], set[str]]:
+    """The replicas the router counts lost now that it did not before (replica-lost), and those it
+    counts healthy again (replica-back); with the set lost now. `states`: each replica's stored state."""
+    healthy = view.healthy_urls()
+    listed = {w.url for w in view.workers}
+    out: list[Finding] = []
+    now: set[str] = set()
+    for replica, url in zip(plan.replicas, plan.worker_urls):
+        if url in listed and url not in healthy:
+            now.add(url)
+        where = f"{replica.name} on {replica.host} ({url})"
+        state = states.get(replica.name, "unknown")
+        if url in now and url not in lost:
+            out.append(Finding(
+                "replica-lost", "error",
+                f"the router counts {where} unhealthy: its /health failed; {view.healthy} of {view.total} "
+                f"replicas serve (gpuops last recorded {replica.name} as {state})",
+                evidence=(Evidence(source=f"router:{plan.name}", reading=f"/workers: {url} is_healthy false"),
+                          Evidence(source=f"deployment:{replica.name}", reading=f"state {state}")),
+                fix=Fix(f"open {replica.name} (:dep {replica.name}, gpuops logs {replica.name}) and restart it: the "
+                        "router sends it requests again once its /health answers"),
+                data={"replica": replica.name, "url": url, "healthy": False}))
+        elif url in lost and url not in now and url in listed:
+            out.append(Finding(
+                "replica-back", "info", f"the router counts {where} healthy again ({view.healthy} of {view.total})",
+                evidence=(Evidence(source=f"router:{plan.name}", reading=f"/workers: {url} is_healthy true"),),
+                data={"replica": replica.name, "url": url, "healthy": True}))
+    return out, now
+
+
+class RouterWatch(Watch):
+    """The watch of a router deployment: its log for display (as a server's), its state from what
+    the router says of its replicas, its process from its launcher."""
+
+    async def _active(self) -> str:
+        view = self.view
+        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+
+        async def read() -> None:
+            async for item in self._records(follow=self.follow):
+                await queue.put(item)
+
+        reader = asyncio.create_task(read())
+        started = self.clock()
+        next_poll = started
+        poll = min(self.poll_s, 2.0)
+        last_lines: list[str] = []
+        lost: set[str] = self._lost_so_far()
+        try:
+            while not self.stopping:
+                try:
+                    rec, _live = await asyncio.wait_for(queue.get(), min(1.0, poll))
+                except asyncio.TimeoutError:
+                    rec = None
+                if rec is not None:
+                    if rec.notice:
+                        self._log(f"gpuops: log {rec.notice}: {rec.text}")
+                    else:
+                        self._log(rec.text, rec.ts)
+                        if rec.text.strip():
+                            last_lines = (last_lines + [rec.text])[-5:]
+                log_read = reader.done() and queue.empty()
+                if self.clock() < next_poll and not (log_read and not self.follow):
+                    continue
+                next_poll = self.clock() + poll
+                self._remember()
+                d = self.store.deployment(self.name)
+                if d is None or d.run != self.run_no or d.state == "stopped":
+                    if d is not None and d.run == self.run_no:  # stopped by another gpuops: relay it
+                        for event in list(self.store.events(self.name, run=self.run_no))[view.events:]:
+                            view.apply(event)
+                            self.bus.publish(self.name, event)
+                    return view.state
+                assert self.launcher is not None
+                status = await self.launcher.status()
+                if not status.running:
+                    after = " after it was ready" if view.state == "ready" else ""
+                    self.finding(Finding(
+                        "router-exited", "error", f"the router exited{after} ({status.detail})",
+                        evidence=tuple(Evidence(source="log", reading=t[:300]) for t in last_lines),
+                        fix=Fix(f"read its log (gpuops logs {self.name}); restart it from the deployments view")))
+                    self.set_state("crashed", phase=view.phase or "starting", reason=f"the router exited ({status.detail})")
+                    return "crashed"
+                rv = await router_view(self.host, self.plan)
+                if view.state != "ready":
+                    if rv.answering and rv.total == len(self.plan.replicas) and rv.healthy == rv.total:
+                        self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name,
+                                       detail=f"{rv.healthy} of {rv.total} replicas healthy")
+                        if self._ended("ready"):
+                            return "ready"
+                    elif self.clock() - started > self.stall_thresholds.get("router", READY_WITHIN_S) \
+                            and view.state != "stalled":
+                        said = (f"it counts {rv.healthy} of {rv.total} replicas healthy" if rv.answering
+                                else f"it does not answer ({rv.error})")
+                        self.finding(Finding(
+                            "router-not-ready", "error",
+                            f"the router is not ready after {self.clock() - started:.0f} s: {said}",
+                            evidence=(Evidence(source=f"router:{self.name}", reading=said),),
+                            fix=Fix(f"check each replica ({', '.join(self.plan.replica_names)}) is ready and "
+                                    f"reachable from {self.plan.host} at its URL")))
+                        self.set_state("stalled", phase="starting", summary=said)
+                        if self._ended("stalled"):
+                            return "stalled"
+                if rv.answering and view.state in ("ready", "stalled"):
+                    states = {n: (r.state if (r := self.store.deployment(n)) is not None else "forgotten")
+                              for n in self.plan.replica_names}
+                    found, lost = replica_findings(self.plan, rv, lost, states)
+                    for finding in found:
+                        self.finding(finding)
+                if log_read and not self.follow:
+                    return view.state
+            return view.state
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    def _lost_so_far(self) -> set[str]:
+        """The replicas this run's findings say are lost now (a reattached watch goes on from there)."""
+        lost: set[str] = set()
+        for event in self.store.events(self.name, run=self.run_no):
+            if not isinstance(event, FindingEvent) or event.code not in ("replica-lost", "replica-back"):
+                continue
+            data: dict[str, Any] = event.data or {}
+            if isinstance(data.get("url"), str):
+                (lost.discard if data.get("healthy") else lost.add)(data["url"])
+        return lost
+
+
+def watch_class(plan: Plan) -> type[Watch]:
+    """The watch that fits a deployment: a router's, or a server's."""
+    return RouterWatch if plan.replicas else Watch

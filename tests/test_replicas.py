@@ -1,0 +1,274 @@
+"""Replicas behind sglang-router (`gpuops plan MODEL --host H --replicas K`, then `deploy`): K one-host
+plans on GPUs and ports of their own, the router's plan holding them (its --worker-urls, health
+settings, metrics port), validated when read back; and over real SSH to a simulated host with the
+real sglang-router from PyPI: the replicas then the router deployed and ready, requests routed,
+a replica killed and seen lost by the router and by gpuops, SGLang's real benchmark through the
+router, stop and forget on every part."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from gpuops.core.deploy.router import parse_view, replica_findings
+from gpuops.core.domain import Invalid, Plan
+from gpuops.core.planning import PlanError
+from gpuops.core.planning.plan import Node, Wishes, build_replicated_plan
+from gpuops.sim.host import setup_simhost
+from tests.conftest import PACE, kill_marked, operator_hub
+from tests.test_cli import gpuops
+from tests.test_multinode_plan import target
+from tests.test_plan import facts
+
+
+def _replicated(k: int = 2, **wishes) -> Plan:
+    return build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), [Node(target("gpu1"), "10.0.0.1")], Wishes(**wishes), k)
+
+
+def test_two_replicas_on_one_host_get_gpus_and_ports_of_their_own_behind_the_router():
+    plan = _replicated(2, name="duo")
+    assert [r.name for r in plan.replicas] == ["duo-r1", "duo-r2"]
+    assert all(r.replica_of == "duo" and r.host == "gpu1" for r in plan.replicas)
+    gpus = [r.gpu_ids for r in plan.replicas]
+    assert len(set(g for ids in gpus for g in ids)) == sum(len(ids) for ids in gpus)  # no GPU twice
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in plan.replicas] == [",".join(map(str, ids)) for ids in gpus]
+    ports = [plan.port] + [r.port for r in plan.replicas]
+    assert len(set(ports)) == 3
+    assert plan.worker_urls == [f"http://127.0.0.1:{r.port}" for r in plan.replicas]
+    argv = plan.exec_argv()
+    assert argv[1:3] == ["-m", "sglang_router.launch_router"]
+    assert argv[argv.index("--port") + 1] == str(plan.port)
+    assert argv[argv.index("--health-check-interval-secs") + 1] == "5"  # not the router's 60 s
+    assert int(argv[argv.index("--prometheus-port") + 1]) not in ports
+    assert plan.gpu_ids == () and plan.served_name == plan.replicas[0].served_name == "Qwen/Qwen3-8B"
+    for r in plan.replicas:  # each replica is a whole SGLang launch of its own
+        assert r.exec_argv()[1:3] == ["-m", "sglang.launch_server"]
+        assert r.exec_argv()[r.exec_argv().index("--port") + 1] == str(r.port)
+    assert {rule.id for rule in plan.rules} >= {"replicas", "router", "router-health"}
+    assert plan.part_names == ["duo-r1", "duo-r2"]
+
+
+def test_the_replicas_take_tp_gpus_each_and_too_many_are_refused_in_one_line():
+    plan = _replicated(2, tp=2)
+    assert [r.gpu_ids for r in plan.replicas] == [(0, 1), (2, 3)]
+    with pytest.raises(PlanError, match="no GPU left for replica 3"):
+        _replicated(3, tp=2)
+    with pytest.raises(PlanError, match="two or more"):
+        _replicated(1)
+    with pytest.raises(PlanError, match="--gpu-ids"):
+        _replicated(2, gpu_ids=(0, 1))
+
+
+def test_a_router_plan_read_back_is_checked():
+    plan = _replicated(2, name="duo")
+    doc = json.loads(msgspec.json.encode(plan))
+    again = msgspec.convert(doc, Plan)
+    assert again.replicas == plan.replicas
+    bad = json.loads(json.dumps(doc))
+    bad["argv"][bad["argv"].index("--worker-urls") + 2] = "--host"  # a replica left out of --worker-urls
+    with pytest.raises((Invalid, msgspec.ValidationError), match="worker-urls"):
+        msgspec.convert(bad, Plan)
+    bad = json.loads(json.dumps(doc))
+    bad["replicas"][1]["port"] = bad["replicas"][0]["port"]
+    with pytest.raises((Invalid, msgspec.ValidationError), match="port of its own"):
+        msgspec.convert(bad, Plan)
+    bad = json.loads(json.dumps(doc))
+    bad["replicas"][1]["name"] = "other"
+    with pytest.raises((Invalid, msgspec.ValidationError), match="duo-r1..duo-r2"):
+        msgspec.convert(bad, Plan)
+
+
+def test_the_routers_view_says_which_replica_is_lost_and_when_it_is_back():
+    plan = _replicated(2, name="duo")
+    one, two = plan.worker_urls
+
+    def view(healthy: dict[str, bool]) -> str:  # the probe's line, in sglang-router 0.3.2's shapes
+        n = sum(healthy.values())
+        ready = [200, {"status": "ready", "healthy_workers": n, "total_workers": 2}] if n else \
+            [503, {"status": "not ready", "reason": "insufficient healthy workers"}]
+        return json.dumps({"/readiness": ready, "/workers": [200, {"workers": [
+            {"id": str(i), "url": u, "model_id": "m", "is_healthy": h, "load": 0}
+            for i, (u, h) in enumerate(healthy.items())], "total": 2}]})
+
+    both = parse_view(view({one: True, two: True}))
+    assert both.answering and both.ready and (both.healthy, both.total) == (2, 2)
+    found, lost = replica_findings(plan, both, set(), {})
+    assert found == [] and lost == set()
+    half = parse_view(view({one: True, two: False}))
+    found, lost = replica_findings(plan, half, set(), {"duo-r2": "ready"})
+    assert [f.code for f in found] == ["replica-lost"] and lost == {two}
+    assert "duo-r2" in found[0].summary and "1 of 2" in found[0].summary and found[0].fix is not None
+    again, lost = replica_findings(plan, half, lost, {})
+    assert again == [] and lost == {two}  # said once
+    back, lost = replica_findings(plan, both, lost, {})
+    assert [f.code for f in back] == ["replica-back"] and lost == set()
+    assert not parse_view(json.dumps({"/readiness": [None, "Connection refused"], "/workers": [None, "x"]})).answering
+    assert not parse_view("Traceback").answering
+
+
+# ------------------------------------------------------------------ over SSH, with the real router
+
+
+@pytest.fixture
+def rep(ssh_home, tmp_path, sglang_venv):
+    """A simulated 4-GPU host reached over the real sshd, with the real SGLang venv (its sglang-router
+    and bench_serving), and the operator's HF cache with Qwen3-8B's config."""
+    root = Path(tempfile.mkdtemp(prefix="gpuops-rep-"))
+    root.chmod(0o755)
+    hub = operator_hub(tmp_path / "hub")
+    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
+               HF_HUB_OFFLINE="1")
+    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
+        env.pop(key, None)
+    sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv))
+    sim.set_sim(token_delay_s=0.001)
+    cfg = tmp_path / "gpuops.toml"
+    cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n')
+    yield cfg, env, root
+    gpuops("--config", str(cfg), "stop", "trio", "--yes", env=env, timeout=120)
+    sim.shutdown()
+    kill_marked(str(root))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _status(cfg, env, name: str) -> dict | None:
+    out = gpuops("--config", str(cfg), "status", name, "--json", env=env, timeout=120)
+    return json.loads(out.stdout)["deployment"] if out.returncode == 0 else None
+
+
+WATCH_FOR_LOST = """\
+import asyncio, sys
+from gpuops.core.config import load_inventory
+from gpuops.core.domain import FindingEvent
+from gpuops.core.ops import Ops
+async def main():
+    ops = Ops(load_inventory(sys.argv[1]))
+    seen = asyncio.get_running_loop().create_future()
+    def heard(event):
+        if isinstance(event, FindingEvent) and event.code == "replica-lost" and not seen.done():
+            seen.set_result(event)
+    ops.bus.listen("trio", heard)
+    try:
+        ops.watch("trio")  # the TUI's watch of the router: it goes on after ready
+        print("watching", flush=True)
+        event = await asyncio.wait_for(seen, 120)
+        print(event.summary, flush=True)
+        print(event.data["replica"], flush=True)
+    finally:
+        await ops.close()
+asyncio.run(main())
+"""
+
+
+async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_stop(rep, tmp_path, monkeypatch):
+    cfg, env, root = rep
+    out = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--replicas", "2", "--tp", "1",
+                 "--name", "trio", "--json", env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan_file = tmp_path / "trio.json"
+    plan_file.write_text(out.stdout)
+    plan = json.loads(out.stdout)
+    ports = {r["name"]: r["port"] for r in plan["replicas"]}
+    human = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--replicas", "2", "--tp", "1",
+                   "--name", "trio", env=env, timeout=120)
+    assert human.returncode == 0 and "2 replicas behind sglang-router" in human.stdout, human.stderr
+
+    out = gpuops("--config", str(cfg), "deploy", str(plan_file), "--host", "gpu1", "--yes", env=env, timeout=420)
+    assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+    assert "[replica 1]" in out.stdout and "[replica 2]" in out.stdout  # each replica's events, labelled
+    states = {n: (_status(cfg, env, n) or {}).get("state") for n in ("trio", "trio-r1", "trio-r2")}
+    assert states == {"trio": "ready", "trio-r1": "ready", "trio-r2": "ready"}, states
+
+    # the router routes to the replicas: its own /workers lists both healthy
+    workers = httpx.get(f"http://127.0.0.1:{plan['port']}/workers", timeout=10).json()["workers"]
+    assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted(plan["argv"][1:3])
+    chat = httpx.post(f"http://127.0.0.1:{plan['port']}/v1/chat/completions", timeout=60,
+                      json={"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}],
+                            "max_tokens": 4})
+    assert chat.status_code == 200 and chat.json()["choices"], chat.text[:500]
+
+    # SGLang's real benchmark through the router (its tokenizer: the replicas' model on the host)
+    bench = gpuops("--config", str(cfg), "bench", "trio", "--json", env=env, timeout=420)
+    assert bench.returncode == 0, bench.stderr + bench.stdout[-3000:]
+    events = [json.loads(line) for line in bench.stdout.splitlines() if line.startswith("{")]
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert result["summary"]["completed"] > 0 and result["summary"]["output_throughput"] > 0
+
+    # replica 2's server killed: the router counts it unhealthy, and gpuops' watch of the router says so
+    watcher = subprocess.Popen([sys.executable, "-c", WATCH_FOR_LOST, str(cfg)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert watcher.stdout is not None and watcher.stdout.readline().strip() == "watching"
+        victims = _server_pids(root, ports["trio-r2"])
+        assert victims, "replica 2's server process was not found"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        said, err = watcher.communicate(timeout=180)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err[-3000:]
+    summary, replica = said.strip().splitlines()[-2:]
+    assert replica == "trio-r2" and "unhealthy" in summary and "1 of 2" in summary, said
+    workers = httpx.get(f"http://127.0.0.1:{plan['port']}/workers", timeout=10).json()["workers"]
+    assert [w["is_healthy"] for w in workers if w["url"].endswith(f":{ports['trio-r2']}")] == [False]
+    assert _status(cfg, env, "trio-r2")["state"] == "crashed"  # reconciled: its server is gone
+    shown = gpuops("--config", str(cfg), "status", "trio", env=env, timeout=120)
+    assert "replica-lost" in shown.stdout or "unhealthy" in shown.stdout, shown.stdout
+
+    # the TUI's deployment screen of the router: each replica, its state, and the one the router lost
+    from gpuops.core.config import load_inventory
+    from gpuops.screens.deployment import DeploymentScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        await pilot.press("colon", *"dep trio", "enter")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+        screen = app.screen
+        side = screen.query_one("#dep-gpus")
+        assert await until(pilot, lambda: "lost (router)" in side.text.plain, timeout=30), side.text.plain
+        text = side.text.plain
+        assert "Replicas (1 of 2 healthy by the router)" in text
+        r1, r2 = (next(ln for ln in text.splitlines() if ln.strip().startswith(n)) for n in ("trio-r1", "trio-r2"))
+        assert "ready" in r1 and "lost" not in r1 and "crashed" in r2 and "lost (router)" in r2
+        assert "replica-lost" in screen.query_one("#dep-banner").text.plain
+
+    # stop acts on the router and every replica; forget takes them all
+    stop = gpuops("--config", str(cfg), "stop", "trio", "--yes", env=env, timeout=180)
+    assert stop.returncode == 0, stop.stderr
+    assert [(_status(cfg, env, n) or {}).get("state") for n in ("trio", "trio-r1")] == ["stopped", "stopped"]
+    assert _status(cfg, env, "trio-r2")["state"] in ("stopped", "crashed")
+    forget = gpuops("--config", str(cfg), "forget", "trio", "--yes", env=env, timeout=120)
+    assert forget.returncode == 0, forget.stderr
+    assert all(_status(cfg, env, n) is None for n in ("trio", "trio-r1", "trio-r2"))
+
+
+def _server_pids(root: Path, port: int) -> list[int]:
+    """The simulated server processes of this test's host listening on `port` (by command line)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"sglang.launch_server" in b" ".join(argv) and str(port).encode() in argv and str(root).encode() in \
+                b" ".join(argv) + environ:
+            pids.append(int(proc.name))
+    return pids
