@@ -247,11 +247,27 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
         assert "ready" in r1 and "lost" not in r1 and "crashed" in r2 and "lost (router)" in r2
         assert "replica-lost" in screen.query_one("#dep-banner").text.plain
 
+    # restart starts every part again (the lost replica included), as a new run of each
+    restart = ("import asyncio, sys\n"
+               "from gpuops.core.config import load_inventory\n"
+               "from gpuops.core.ops import Ops\n"
+               "async def main():\n"
+               "    ops = Ops(load_inventory(sys.argv[1]))\n"
+               "    try:\n"
+               "        print(await ops.restart('trio', confirmed=True))\n"
+               "    finally:\n"
+               "        await ops.close()\n"
+               "asyncio.run(main())\n")  # the deployments view's r (no CLI verb restarts)
+    again = subprocess.run([sys.executable, "-c", restart, str(cfg)], capture_output=True, text=True, env=env,
+                           timeout=420)
+    assert again.returncode == 0 and again.stdout.strip() == "ready", again.stderr[-3000:]
+    after = {n: ((d := _status(cfg, env, n) or {}).get("state"), d.get("run")) for n in ("trio", "trio-r1", "trio-r2")}
+    assert after == {"trio": ("ready", 2), "trio-r1": ("ready", 2), "trio-r2": ("ready", 2)}, after
+
     # stop acts on the router and every replica; forget takes them all
     stop = gpuops("--config", str(cfg), "stop", "trio", "--yes", env=env, timeout=180)
     assert stop.returncode == 0, stop.stderr
-    assert [(_status(cfg, env, n) or {}).get("state") for n in ("trio", "trio-r1")] == ["stopped", "stopped"]
-    assert _status(cfg, env, "trio-r2")["state"] in ("stopped", "crashed")
+    assert [(_status(cfg, env, n) or {}).get("state") for n in ("trio", "trio-r1", "trio-r2")] == ["stopped"] * 3
     forget = gpuops("--config", str(cfg), "forget", "trio", "--yes", env=env, timeout=120)
     assert forget.returncode == 0, forget.stderr
     assert all(_status(cfg, env, n) is None for n in ("trio", "trio-r1", "trio-r2"))
