@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""On a machine with NVIDIA GPUs: does gpuops' sampler agree with nvidia-smi, and does a
-process that allocates 10 GiB appear in (and then leave) its process list?
+"""On a machine with NVIDIA GPUs: does gpuops' sampler agree with nvidia-smi, does a process that
+allocates 10 GiB appear in (and then leave) its process list, and does the streaming reporter send
+on the wall clock's beat?
 
 Needs only the standard library, nvidia-ml-py and torch (for the allocation). It loads the reporter
 exactly as gpuops sends it to remote hosts (core/hosts/programs/reporter.py with its shared helpers
@@ -117,6 +118,21 @@ def main() -> int:
     print(f"`python -c SOURCE --once`: rc={remote.returncode}, {len(line['gpus'])} GPUs, "
           f"nvml ok={line['nvml']['ok']}")
     all_ok &= remote.returncode == 0 and line["nvml"]["ok"]
+
+    # The streaming reporter (what the dashboard reads): its samples come on the wall clock's whole
+    # seconds (a fleet's reporters send together), NVML sampling included.
+    stream = subprocess.Popen([sys.executable, "-c", SOURCE, "--interval", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        stream.stdout.readline()  # the first comes when it is ready
+        ts = [json.loads(stream.stdout.readline())["t"] for _ in range(5)]
+    finally:
+        stream.terminate()
+        stream.wait(10)
+    late_ms = sorted(round((t % 1.0) * 1000, 1) for t in ts)
+    on_beat = late_ms[len(late_ms) // 2] < 100 and all(0.5 < b - a < 1.5 for a, b in zip(ts, ts[1:]))
+    print(f"`python -c SOURCE --interval 1`: 5 samples, ms past the whole second {late_ms}: "
+          f"{'on the beat' if on_beat else 'OFF the beat'}")
+    all_ok &= on_beat
 
     proc = subprocess.Popen([sys.executable, "-c", ALLOCATE, str(args.gib), str(args.gpu)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
