@@ -11,9 +11,13 @@ against what the real server prints, never against the simulator:
   in dist_init (over SSH), then stopped, its processes gone;
 - the seed's MTP crash (0.5.10, Qwen3.5-MoE) with its fix applied: that ValueError is gone, the next
   start stops later at another error;
-- argparse's own errors, a port SGLang needs already taken, and the HTTP port refused before starting.
+- argparse's own errors, a port SGLang needs already taken, and the HTTP port refused before starting;
+- through gpuops' multi-node path, two inventory hosts (this machine twice) with one genuine server
+  each: node 1 held back, node 0 waits in the real rendezvous and the stall finding names node 1;
+  both started, the rendezvous completes and both stop at SGLang's CPU limit in dist_init (crashed,
+  never a stall).
 
-Each real start costs 20-40 s of these 2 cores (mostly imports): this module makes eight."""
+Each real start costs 20-40 s of these 2 cores (mostly imports): this module makes twelve."""
 
 from __future__ import annotations
 
@@ -487,3 +491,94 @@ def test_the_http_port_taken_is_refused_before_starting(local, tiny_qwen3, held_
     assert not local.dep_dir(name).exists()
     out = local.gpuops("status", "--json")
     assert name not in [d["name"] for d in json.loads(out.stdout)["deployments"]]
+
+
+HOLD = "import os, time\nif os.environ.get('GPUOPS_TEST_HOLD_NODE'):\n    time.sleep(10**6)\n"
+
+
+def two_node_plan(rig, tiny_qwen3: Path, tmp_path: Path, hold_node_1: bool) -> tuple[str, Path, str]:
+    """A two-node plan of the tiny Qwen3 as the planner writes it (`--tp 2 --nnodes 2 --node-rank R
+    --dist-init-addr`) for two inventory hosts that are this machine twice, edited for the CPU (each
+    node's one rank on a core of its own); node 1 held back before SGLang's code runs when asked.
+    Returns (name, the plan file, its dist-init-addr)."""
+    from gpuops.core.planning.model_facts import load_model_facts
+    from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan
+
+    python = str(rig.venv / "bin" / "python")
+    block = (f'launcher = "process"\npython = "{python}"\nmodel_dirs = ["{tiny_qwen3.parent}"]\nlocal = true\n'
+             'node_addr = "127.0.0.1"\n')
+    rig.cfg.write_text(f"[hosts.cpu1]\n{block}\n[hosts.cpu2]\n{block}\n[stall]\ndist_init = 20\n")
+    name = rig.name("duo")
+    rig.names.append(f"{name}-n1")
+    # no GPU here: each node planned as for one 16 GiB GPU, then the flags a CPU run needs edited in
+    nodes = [Node(Target(host=h, gpus=(GpuInfo(0, 16 * 2**30),), sglang_version="0.5.23", python=python,
+                         model_dirs=(str(tiny_qwen3.parent),), launcher="process"), "127.0.0.1") for h in ("cpu1", "cpu2")]
+    plan = build_multinode_plan(load_model_facts(str(tiny_qwen3)), nodes,
+                                Wishes(tp=2, name=name, port=free_port()))
+    doc = plan.to_json()
+    dist = doc["dist_init_addr"]
+    assert doc["argv"][-6:] == ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", dist]
+    doc["argv"].extend(["--device", "cpu"])
+    for rank, member in enumerate(doc["members"]):
+        member["env"]["SGLANG_CPU_OMP_THREADS_BIND"] = str(rank)
+    doc["env"]["SGLANG_CPU_OMP_THREADS_BIND"] = "0"
+    if hold_node_1:
+        hold = tmp_path / "hold"
+        hold.mkdir()
+        (hold / "sitecustomize.py").write_text(HOLD)
+        doc["members"][1]["env"].update(PYTHONPATH=str(hold), GPUOPS_TEST_HOLD_NODE="1")
+    path = tmp_path / "duo.json"
+    path.write_text(json.dumps(doc))
+    return name, path, dist
+
+
+def test_a_real_two_node_deploy_whose_node_1_is_held_back_names_node_1(local, tiny_qwen3, tmp_path):
+    """Through gpuops' multi-node path: two inventory hosts (this machine twice), one genuine SGLang
+    server per node. Node 1's interpreter is held back before SGLang's code runs (a sitecustomize
+    that sleeps): node 0 really waits at `Init parallel begin.`, the stall watcher flags it, and the
+    finding names node 1, its host and its deployment. `stop` ends both nodes' processes."""
+    rig = local
+    name, path, dist = two_node_plan(rig, tiny_qwen3, tmp_path, hold_node_1=True)
+    out = subprocess.run(rig.deploy_cmd(path), capture_output=True, text=True, env=rig.env, timeout=DEPLOY_TIMEOUT)
+    events = events_of(out.stdout)
+    mine = [e for e in events if e.get("deployment") == name]
+    assert out.returncode == 1, out.stderr + shown(mine)
+    last = last_state(mine)
+    assert last["state"] == "stalled" and last["phase"] == "dist_init", shown(mine)
+    assert any("Init parallel begin." in line for line in log_lines(mine))  # the genuine server, waiting
+    named = [f for f in findings(mine) if f.get("data", {}).get("member") == f"{name}-n1"]
+    assert named and named[0]["data"]["node_rank"] == 1 and named[0]["data"]["host"] == "cpu2", shown(mine)
+    assert "node 1 (cpu2" in named[0]["summary"] and dist in named[0]["summary"]
+    node1 = [e for e in events if e.get("deployment") == f"{name}-n1"]
+    assert "dist_init" not in states(node1)  # it never got there
+    sids = [rig.server_pid(name), rig.server_pid(f"{name}-n1")]
+    assert all(session_members(sid) for sid in sids)  # both still running: node 0 waiting, node 1 held
+    stop = rig.gpuops("stop", name, "--yes", timeout=180)
+    assert stop.returncode == 0, stop.stderr
+    assert [wait_gone(sid, 60) for sid in sids] == [{}, {}]
+
+
+def test_a_real_two_node_deploy_whose_nodes_both_join_gets_past_the_rendezvous(local, tiny_qwen3, tmp_path):
+    """Both nodes start: the genuine rendezvous completes (node 0 goes on past `Init parallel begin.`
+    to its NCCL communicator, which it sets up only once every rank has joined), then SGLang's
+    multi-node path on a CPU stops there for real (`ValueError: Expected a cuda device, but got:
+    cpu`): gpuops says crashed in dist_init, cites that error, and never calls it a stall."""
+    rig = local
+    name, path, _ = two_node_plan(rig, tiny_qwen3, tmp_path, hold_node_1=False)
+    out = subprocess.run(rig.deploy_cmd(path), capture_output=True, text=True, env=rig.env, timeout=DEPLOY_TIMEOUT)
+    events = events_of(out.stdout)
+    node0 = [e for e in events if e.get("deployment") == name]
+    node1 = [e for e in events if e.get("deployment") == f"{name}-n1"]
+    assert out.returncode == 1, out.stderr + shown(node0)
+    assert "stalled" not in states(node0) and last_state(node0)["state"] == "crashed", shown(node0)
+    assert last_state(node0)["phase"] == "dist_init"
+    lines = log_lines(node0)
+    assert any("sglang is using nccl" in line for line in lines), lines[-30:]  # past the rendezvous: both joined
+    assert any("Init parallel begin." in line for line in log_lines(node1))  # node 1's own real start
+    cuda = "Expected a cuda device, but got: cpu"
+    cited = [f for f in findings(node0) if f["severity"] == "error"
+             and any(cuda in (ev.get("line") or ev.get("reading") or "") for ev in f["evidence"])
+             or cuda in f.get("summary", "")]
+    assert cited, [f["code"] + ": " + f["summary"] for f in findings(node0)]
+    stop = rig.gpuops("stop", name, "--yes", timeout=180)
+    assert stop.returncode == 0, stop.stderr
