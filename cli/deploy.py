@@ -73,6 +73,34 @@ def _failed(exc: OperationFailed) -> int:
 # ------------------------------------------------------------------ triage
 
 
+def triage_target(args: argparse.Namespace) -> None:
+    """`gpuops triage NAME`, NAME no file but a stored deployment: the deployment NAME."""
+    if args.deployment is None and args.logfile not in (None, "-") and not Path(args.logfile).exists() \
+            and _stored(args.logfile):
+        args.deployment, args.logfile = args.logfile, None
+
+
+def _stored(name: str) -> bool:
+    """Whether `name` is a stored deployment (a store that cannot be read: no)."""
+    from ..core.config import validate_host_name
+    from ..core.deploy.store import Store, StoreError
+
+    try:
+        validate_host_name(name)
+    except ValueError:
+        return False
+    try:
+        store = Store()
+    except StoreError:
+        return False
+    try:
+        return store.deployment(name) is not None
+    except StoreError:
+        return False
+    finally:
+        store.close()
+
+
 def run_triage(inv: Inventory, args: argparse.Namespace) -> int:
     from ..core.diagnose.triage import triage_log
 
@@ -88,7 +116,7 @@ def run_triage(inv: Inventory, args: argparse.Namespace) -> int:
     else:
         path = Path(args.logfile)
         if not path.is_file():
-            raise UsageError(f"{args.logfile}: no such file")
+            raise UsageError(f"{args.logfile}: no such file (nor a deployment: gpuops status lists them)")
         with path.open(encoding="utf-8", errors="replace") as f:
             report = triage_log(f)
     if args.json:

@@ -329,6 +329,10 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             from . import sim
 
             return sim.cmd_sim_setup(args) if args.verb == "sim" else sim.cmd_demo(args)
+        if args.verb == "triage":
+            from .deploy import triage_target
+
+            triage_target(args)
         if (args.verb == "triage" and args.deployment is None) or (args.verb == "status" and args.name is None):
             from ..core.config import default_inventory
             from . import deploy as cli_deploy

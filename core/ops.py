@@ -609,7 +609,10 @@ class Ops:
         except FollowError as exc:  # no log (yet), or unreadable: the host checks still tell a lot
             log_error = exc.message
         status = await launcher.status()
-        results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
+        if d.plan.members:  # every node's own checks, and the checks across the nodes
+            results = await self._node_checks(d.plan, host, status)
+        else:
+            results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
         report = triage_log(lines, d.plan)
         report.findings = ranked([*report.findings, *check_findings(results)])  # errors first, causes first
         report.checks = [r.summary() for r in results]
@@ -617,6 +620,42 @@ class Ops:
         report.running = status.running
         report.log_error = log_error
         return report
+
+    async def _node_checks(self, plan: Plan, host0: Host, status0: Any) -> list[Any]:
+        """A multi-node deployment's host checks: node 0's as for one host, each other node's with its
+        node in the check's name and its findings' summaries, then the nodes compared (driver, torch,
+        the NCCL interface, each node's reach of node 0's rendezvous)."""
+        import asyncio
+
+        import msgspec
+
+        from .diagnose.host_checks import HostCheckResult, TriageError, _snapshot_or_error, checks_from, run_probe
+        from .diagnose.node_checks import compare_nodes, node_probe
+
+        async def one(rank: int) -> tuple[list[Any], dict, dict, bool]:
+            p = plan.member_plan(rank)
+            host = host0 if rank == 0 else self.host(p.host or "")
+            if host is None:
+                return [HostCheckResult(f"node-{rank}", None, f"node {rank}: {p.host} is not in the inventory")], {}, \
+                    {}, False
+            st = status0 if rank == 0 else await (await open_launcher(host, p)).status()
+            pids = [st.pid] if st.running and st.pid else []
+            try:
+                doc, snap = await asyncio.gather(run_probe(host, p, server_pids=pids), _snapshot_or_error(host))
+            except (TriageError, HostError) as exc:
+                return [HostCheckResult(f"node-{rank}", None, f"node {rank} ({p.host}): {exc.message}")], {}, \
+                    await node_probe(host, plan, p.env.get("NCCL_SOCKET_IFNAME")), st.running
+            results = checks_from(doc, p, snap)
+            if rank:
+                label = f"node {rank} ({p.host})"
+                results = [HostCheckResult(f"{r.name}@{p.host}", r.ok, f"{label}: {r.detail}",
+                                           tuple(msgspec.structs.replace(f, summary=f"{label}: {f.summary}")
+                                                 for f in r.findings), r.data) for r in results]
+            return results, doc, await node_probe(host, plan, p.env.get("NCCL_SOCKET_IFNAME")), st.running
+
+        nodes = await asyncio.gather(*(one(rank) for rank in range(plan.nnodes)))
+        results = [r for rs, _, _, _ in nodes for r in rs]
+        return results + compare_nodes(plan, [n[1] for n in nodes], [n[2] for n in nodes], [n[3] for n in nodes])
 
     async def _run_log(self, d: Deployment, host: Host, launcher: Any) -> AsyncIterator[Any]:
         """The lines of the deployment's current run (from where its run's log begins)."""

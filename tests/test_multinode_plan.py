@@ -290,3 +290,11 @@ def test_the_node_that_never_joins_is_named(mn, tmp_path):
     assert f["code"] == "nccl-init-stall" and f["severity"] == "error"
     assert f["summary"].startswith("node 1 (gpu2, deployment halt-n1) never reached the rendezvous at 127.0.0.1:")
     assert _status(cfg, env, "halt-n1")["state"] in ("starting", "stalled")
+    # triage runs the host checks on both nodes and compares them: node 0 waits at its rendezvous,
+    # which node 1 (its host, for real) reaches; the two simulated hosts have the same driver
+    tri = gpuops("--config", str(cfg), "triage", "halt", "--json", env=env, timeout=300)
+    assert tri.returncode == 0, tri.stderr
+    checks = {c["name"]: c for c in json.loads(tri.stdout)["checks"]}
+    assert checks["nodes-rendezvous"]["ok"] is True, checks["nodes-rendezvous"]
+    assert checks["nodes-driver"]["ok"] is True and "580.159.04" in checks["nodes-driver"]["detail"]
+    assert checks["shm-too-small@gpu2"]["detail"].startswith("node 1 (gpu2): ")

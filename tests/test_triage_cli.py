@@ -30,7 +30,7 @@ def test_triage_json_for_a_file_and_for_stdin():
 
 def test_triage_missing_file_is_exit_2():
     out = gpuops("triage", "/no/such.log", "--json")
-    assert out.returncode == 2 and out.stderr.strip() == "gpuops: /no/such.log: no such file"
+    assert out.returncode == 2 and out.stderr.strip() == "gpuops: /no/such.log: no such file (nor a deployment: gpuops status lists them)"
 
 
 def test_triage_shows_the_findings_with_their_evidence_and_fix():
