@@ -54,6 +54,14 @@ class DeploymentScreen(GpuopsScreen):
             super().__init__()
             self.event = event
 
+    class NodeLogged(Message):
+        """A line of another node of this (multi-node) deployment arrived: shown with its node."""
+
+        def __init__(self, label: str, event: LogEvent) -> None:
+            super().__init__()
+            self.label = label
+            self.event = event
+
     def __init__(self, deployment: Deployment):
         super().__init__(id="deployment")
         self.deployment = deployment
@@ -92,12 +100,35 @@ class DeploymentScreen(GpuopsScreen):
         elif watch is not None:
             for event in watch.log:  # what it has read already (a reattach's backlog)
                 view.append(event.line, _log_ts(event))
+        self._node_unlisten = [self._follow_node(rank, member)
+                               for rank, member in enumerate(d.plan.member_names, start=1)]
         self.set_interval(1.0, self.refresh_view)
         self.refresh_view()
+
+    def _follow_node(self, rank: int, member: str) -> Any:
+        """A multi-node deployment's node `rank`: its watch (the one of this gpuops) and its log lines
+        merged into this screen's log, each labelled with its node."""
+        label = f"[node {rank}] "
+        watch = self.ops.watch(member)
+        if watch is not None:
+            view = self.query_one(LogView)
+            for event in watch.log:
+                view.append(label + event.line, _log_ts(event))
+
+        def heard(event: Any) -> None:
+            if isinstance(event, LogEvent):
+                self.post_message(self.NodeLogged(label, event))
+
+        return self.ops.bus.listen(member, heard)
+
+    def on_deployment_screen_node_logged(self, message: NodeLogged) -> None:
+        self.query_one(LogView).append(message.label + message.event.line, _log_ts(message.event))
 
     def on_unmount(self) -> None:
         if self._unlisten is not None:
             self._unlisten()
+        for unlisten in getattr(self, "_node_unlisten", []):
+            unlisten()
 
     def on_deployment_screen_changed(self, message: Changed) -> None:
         event = message.event

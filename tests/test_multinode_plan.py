@@ -231,7 +231,33 @@ def _status(cfg, env, name: str) -> dict | None:
     return json.loads(out.stdout)["deployment"] if out.returncode == 0 else None
 
 
-def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn, tmp_path):
+async def _the_screen_merges_both_nodes_logs(cfg, env, monkeypatch) -> None:
+    """The deployment screen of node 0: both nodes' log lines, node 1's labelled with its node, and
+    each node's state beside them."""
+    from gpuops.core.config import load_inventory
+    from gpuops.screens.deployment import DeploymentScreen
+    from gpuops.tui.app import GpuopsApp
+    from gpuops.tui.logview import LogView
+    from tests.tui_helpers import until
+
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        await pilot.press("colon", *"dep duo", "enter")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+        log = app.screen.query_one(LogView)
+
+        def merged() -> bool:
+            lines = log.plain_lines()
+            return any(ln.startswith("[node 1] ") and "Dummy health check server" in ln for ln in lines) and \
+                any("fired up and ready" in ln and not ln.startswith("[node") for ln in lines)
+        assert await until(pilot, merged, timeout=60), log.plain_lines()[-20:]
+        side = app.screen.query_one("#dep-gpus").text.plain
+        assert "Nodes (2" in side and "duo-n1" in side, side
+
+
+async def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn, tmp_path, monkeypatch):
     cfg, env, sims = mn
     plan = _plan(cfg, env, tmp_path, "duo")
     out = gpuops("--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--yes", env=env, timeout=300)
@@ -267,6 +293,7 @@ def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn, tmp_p
     assert again.returncode == 0 and again.stdout.strip() == "ready", again.stderr[-3000:]
     node0, node1 = _status(cfg, env, "duo"), _status(cfg, env, "duo-n1")
     assert (node0["state"], node0["run"], node1["state"], node1["run"]) == ("ready", 2, "ready", 2)
+    await _the_screen_merges_both_nodes_logs(cfg, env, monkeypatch)
     assert gpuops("--config", str(cfg), "stop", "duo", "--yes", env=env, timeout=180).returncode == 0
     gone = gpuops("--config", str(cfg), "forget", "duo", "--yes", env=env, timeout=120)
     assert gone.returncode == 0, gone.stderr
