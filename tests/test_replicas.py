@@ -288,3 +288,10 @@ def _server_pids(root: Path, port: int) -> list[int]:
                 b" ".join(argv) + environ:
             pids.append(int(proc.name))
     return pids
+
+
+def test_replicas_over_several_hosts_are_refused_in_one_line_for_now():
+    f = facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B")
+    nodes = [Node(target("gpu1"), "10.0.0.1"), Node(target("gpu2"), "10.0.0.2")]
+    with pytest.raises(PlanError, match="several hosts.*give one --host"):
+        build_replicated_plan(f, nodes, Wishes(tp=4, name="wide"), 2)

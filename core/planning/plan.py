@@ -484,10 +484,11 @@ ROUTER_HEALTH = ("--health-check-interval-secs", "5", "--health-failure-threshol
 
 
 def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes, replicas: int) -> Plan:
-    """K servers of the model, each a one-host plan of its own on its own GPUs and port (replica i on
-    nodes[i % len(nodes)], the GPUs the replicas before it took left out), and sglang-router in front
-    of them on the first host: the router's plan holds the replicas' plans. Deploy starts the
-    replicas, then the router (python -m sglang_router.launch_router --worker-urls ...)."""
+    """K servers of the model, each a one-host plan of its own on its own GPUs and port (the GPUs the
+    replicas before it took left out), and sglang-router in front of them on the same host: the
+    router's plan holds the replicas' plans. Deploy starts the replicas, then the router (python -m
+    sglang_router.launch_router --worker-urls ...). One host for now (`nodes` holds one): a replica
+    elsewhere would serve beyond loopback with an API key the router would have to carry."""
     if replicas < 2:
         raise PlanError("--replicas: two or more (one server: leave --replicas out)")
     if wishes.gpu_ids is not None:
@@ -496,6 +497,10 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         raise PlanError("--like with --replicas: plan one server like the old one first (not supported yet)")
     if not nodes:
         raise PlanError("--replicas: name the host (--host) or hosts (--hosts)")
+    if len(nodes) > 1:  # a replica on another host must serve beyond loopback, so with its own API key
+        raise PlanError("--replicas over several hosts: a replica on another host than the router's serves beyond "
+                        "loopback with an API key of its own, which the router would have to carry (not built yet): "
+                        "give one --host")
     try:
         name = validate_host_name(wishes.name) if wishes.name is not None else default_name(facts.id)
     except ValueError as exc:
@@ -521,14 +526,7 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
             raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
         used.setdefault(t.host, set()).update(p.gpu_ids)
         ours.setdefault(t.host, {})[p.port] = f"replica {i} of {name}"
-        same = t.host == head.host
-        addr = p.client_host if same else node.addr
-        if not same and is_loopback(p.bind_host):
-            warnings.append(f"replica {i} on {t.host} binds {p.bind_host}, which the router on {head.host} cannot "
-                            f"reach: set serve_host in [hosts.{t.host}]")
-        if not same and is_loopback(node.addr):
-            warnings.append(f"{t.host} is reached at {node.addr}, a loopback address the router on {head.host} "
-                            f"cannot reach: set node_addr in [hosts.{t.host}]")
+        addr = p.client_host  # the router runs on the replica's host: where a client there reaches it
         urls.append(f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}")
         plans.append(p.replace(replica_of=name,
                                warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]))
