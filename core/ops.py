@@ -265,17 +265,7 @@ class Ops:
         state returned is node 0's, and "ready" only once every node is (else the first other node's
         state); a stall in the rendezvous names the nodes that never joined."""
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
-        deployers: list[Deployer] = []
-        for p in plans:
-            cfg = self.host_config(p.host or "")
-            bound = bind_plan(p, cfg)
-            host = self.host(cfg.name)
-            assert host is not None
-            refusal = self.store.refusal(bound.name)
-            if refusal:
-                raise Refused(refusal)
-            deployers.append(Deployer(host, bound, self.store, self.bus, yes=yes, ask=ask,
-                                      stall=dict(self.inventory.stall), hf_token=hf_token, journal_dir=cfg.journal_dir))
+        deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token)
         begun: list[Deployer] = []
         try:
             for dep in deployers:
@@ -341,16 +331,12 @@ class Ops:
                     return member
         return state
 
-    async def _deploy_replicas(self, plan: Plan, *, yes: bool, ask: Callable[[str], bool] | None,
-                               hf_token: str | None, until: tuple[str, ...],
-                               on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool) -> str:
-        """A replicated deployment: every replica and the router checked before anything changes;
-        the router recorded (under the plan's name); each replica deployed as NAME-rI (replica_of
-        NAME) and watched until ready, one after the other (replicas on one host share its
-        download); then the router started, ready once it counts every replica healthy. A replica
-        that does not get ready leaves the router unstarted (its state says why)."""
+    def _deployers(self, plans: list[Plan], *, yes: bool, ask: Callable[[str], bool] | None,
+                   hf_token: str | None) -> list[Deployer]:
+        """A deployer for each part of a multi-part deployment (bound to its host); Refused when one
+        is being deployed by another gpuops."""
         deployers: list[Deployer] = []
-        for p in [*plan.replicas, plan]:
+        for p in plans:
             cfg = self.host_config(p.host or "")
             bound = bind_plan(p, cfg)
             host = self.host(cfg.name)
@@ -360,6 +346,17 @@ class Ops:
                 raise Refused(refusal)
             deployers.append(Deployer(host, bound, self.store, self.bus, yes=yes, ask=ask,
                                       stall=dict(self.inventory.stall), hf_token=hf_token, journal_dir=cfg.journal_dir))
+        return deployers
+
+    async def _deploy_replicas(self, plan: Plan, *, yes: bool, ask: Callable[[str], bool] | None,
+                               hf_token: str | None, until: tuple[str, ...],
+                               on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool) -> str:
+        """A replicated deployment: every replica and the router checked before anything changes;
+        the router recorded (under the plan's name); each replica deployed as NAME-rI (replica_of
+        NAME) and watched until ready, one after the other (replicas on one host share its
+        download); then the router started, ready once it counts every replica healthy. A replica
+        that does not get ready leaves the router unstarted (its state says why)."""
+        deployers = self._deployers([*plan.replicas, plan], yes=yes, ask=ask, hf_token=hf_token)
         try:
             for deployer in deployers:
                 await deployer.preflight()

@@ -197,3 +197,24 @@ def qwen35_moe_config() -> Path:
     (out / "config.json").chmod(0o644)
     yield out
     shutil.rmtree(root, ignore_errors=True)
+
+
+RESTART = ("import asyncio, sys\n"
+           "from gpuops.core.config import load_inventory\n"
+           "from gpuops.core.ops import Ops\n"
+           "async def main():\n"
+           "    ops = Ops(load_inventory(sys.argv[1]))\n"
+           "    try:\n"
+           "        print(await ops.restart(sys.argv[2], confirmed=True))\n"
+           "    finally:\n"
+           "        await ops.close()\n"
+           "asyncio.run(main())\n")
+
+
+def restart_deployment(cfg: Path, env: dict, name: str, timeout: float = 420) -> subprocess.CompletedProcess:
+    """Ops.restart(NAME) in a process of its own, as the deployments view's r does (no CLI verb
+    restarts): its stdout is the state the restart reached."""
+    import sys
+
+    return subprocess.run([sys.executable, "-c", RESTART, str(cfg), name], capture_output=True, text=True, env=env,
+                          timeout=timeout)

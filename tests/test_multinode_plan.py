@@ -19,7 +19,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan
 from gpuops.sim.host import setup_simhost
-from tests.conftest import operator_hub
+from tests.conftest import operator_hub, restart_deployment
 from tests.test_cli import gpuops
 from tests.test_plan import GIB, H200, QWEN122, facts
 
@@ -275,21 +275,7 @@ async def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn,
     assert stop.returncode == 0, stop.stderr
     assert _status(cfg, env, "duo")["state"] == "stopped" and _status(cfg, env, "duo-n1")["state"] == "stopped"
     # restart starts every node again (a new run of each); forget takes the nodes with it
-    import subprocess
-    import sys
-
-    restart = ("import asyncio, sys\n"
-               "from gpuops.core.config import load_inventory\n"
-               "from gpuops.core.ops import Ops\n"
-               "async def main():\n"
-               "    ops = Ops(load_inventory(sys.argv[1]))\n"
-               "    try:\n"
-               "        print(await ops.restart('duo', confirmed=True))\n"
-               "    finally:\n"
-               "        await ops.close()\n"
-               "asyncio.run(main())\n")  # the deployments view's r (no CLI verb restarts)
-    again = subprocess.run([sys.executable, "-c", restart, str(cfg)], capture_output=True, text=True, env=env,
-                           timeout=300)
+    again = restart_deployment(cfg, env, "duo", timeout=300)
     assert again.returncode == 0 and again.stdout.strip() == "ready", again.stderr[-3000:]
     node0, node1 = _status(cfg, env, "duo"), _status(cfg, env, "duo-n1")
     assert (node0["state"], node0["run"], node1["state"], node1["run"]) == ("ready", 2, "ready", 2)

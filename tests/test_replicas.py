@@ -25,7 +25,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import Node, Wishes, build_replicated_plan
 from gpuops.sim.host import setup_simhost
-from tests.conftest import PACE, kill_marked, operator_hub
+from tests.conftest import PACE, kill_marked, operator_hub, restart_deployment
 from tests.test_cli import gpuops
 from tests.test_multinode_plan import target
 from tests.test_plan import facts
@@ -248,18 +248,7 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
         assert "replica-lost" in screen.query_one("#dep-banner").text.plain
 
     # restart starts every part again (the lost replica included), as a new run of each
-    restart = ("import asyncio, sys\n"
-               "from gpuops.core.config import load_inventory\n"
-               "from gpuops.core.ops import Ops\n"
-               "async def main():\n"
-               "    ops = Ops(load_inventory(sys.argv[1]))\n"
-               "    try:\n"
-               "        print(await ops.restart('trio', confirmed=True))\n"
-               "    finally:\n"
-               "        await ops.close()\n"
-               "asyncio.run(main())\n")  # the deployments view's r (no CLI verb restarts)
-    again = subprocess.run([sys.executable, "-c", restart, str(cfg)], capture_output=True, text=True, env=env,
-                           timeout=420)
+    again = restart_deployment(cfg, env, "trio")
     assert again.returncode == 0 and again.stdout.strip() == "ready", again.stderr[-3000:]
     after = {n: ((d := _status(cfg, env, n) or {}).get("state"), d.get("run")) for n in ("trio", "trio-r1", "trio-r2")}
     assert after == {"trio": ("ready", 2), "trio-r1": ("ready", 2), "trio-r2": ("ready", 2)}, after

@@ -165,12 +165,7 @@ class RouterWatch(Watch):
                     continue
                 next_poll = self.clock() + poll
                 self._remember()
-                d = self.store.deployment(self.name)
-                if d is None or d.run != self.run_no or d.state == "stopped":
-                    if d is not None and d.run == self.run_no:  # stopped by another gpuops: relay it
-                        for event in list(self.store.events(self.name, run=self.run_no))[view.events:]:
-                            view.apply(event)
-                            self.bus.publish(self.name, event)
+                if self._run_over():
                     return view.state
                 assert self.launcher is not None
                 status = await self.launcher.status()

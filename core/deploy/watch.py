@@ -454,12 +454,7 @@ class Watch:
                     next_poll = self.clock() + self.poll_s
                     self._remember()  # once a poll, not a store write per line
                     self._flush_numbers()
-                    d = self.store.deployment(self.name)
-                    if d is None or d.run != self.run_no or d.state == "stopped":
-                        if d is not None and d.run == self.run_no:  # stopped by another gpuops: relay it
-                            for event in list(self.store.events(self.name, run=self.run_no))[view.events:]:
-                                view.apply(event)
-                                self.bus.publish(self.name, event)
+                    if self._run_over():
                         return view.state
                     if exited is None and not await self._sample(watcher):
                         exited = (await self.launcher.status()).detail  # type: ignore[union-attr]
@@ -477,6 +472,18 @@ class Watch:
             self._flush_numbers()
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    def _run_over(self) -> bool:
+        """Whether this run is over in the store (removed, a new run, or stopped); a stop by another
+        gpuops is relayed (its events applied and published)."""
+        d = self.store.deployment(self.name)
+        if d is not None and d.run == self.run_no and d.state != "stopped":
+            return False
+        if d is not None and d.run == self.run_no:
+            for event in list(self.store.events(self.name, run=self.run_no))[self.view.events:]:
+                self.view.apply(event)
+                self.bus.publish(self.name, event)
+        return True
 
     def _changes(self, changes: list, tracker: PhaseTracker, watcher: StallWatcher) -> None:
         view = self.view
