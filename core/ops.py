@@ -382,9 +382,8 @@ class Ops:
             except HostError as exc:
                 self.store.release_watch(plan.name, os.getpid())
                 return self._host_error(plan.name, exc)
-            finally:
-                self._release(plan.name)
         finally:
+            self._release(plan.name)  # the router's lease, however its deploy ended
             self.deploying.discard(plan.name)
         return await self._watch(plan.name, router.host, until, keep_on)
 

@@ -67,6 +67,9 @@ def test_the_replicas_take_tp_gpus_each_and_too_many_are_refused_in_one_line():
         _replicated(1)
     with pytest.raises(PlanError, match="--gpu-ids"):
         _replicated(2, gpu_ids=(0, 1))
+    keyed = [Node(target("gpu1", serve_host="0.0.0.0"), "10.0.0.1")]  # replicas beyond loopback: each keyed
+    with pytest.raises(PlanError, match="API key of its own"):
+        build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), keyed, Wishes(), 2)
 
 
 def test_a_router_plan_read_back_is_checked():

@@ -518,10 +518,14 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         free = tuple(g for g in _allowed(t) if g not in used.get(t.host, set()))
         if not free:
             raise PlanError(f"--replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
-                            f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or more hosts")
+                            f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or a smaller --tp")
         taken = {**t.ports_taken, **ours.get(t.host, {})}
         one = replace(t, allowed_gpu_ids=free, ports_taken=taken)
         p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
+        if p.uses_api_key:
+            raise PlanError(f"--replicas on {t.host}: its serve_host {p.bind_host} gives each replica an API key of its "
+                            "own, which the router would have to carry (not built yet): replicas serve on loopback, "
+                            "behind the router")
         if not p.fit or not p.fit.fits:
             raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
         used.setdefault(t.host, set()).update(p.gpu_ids)
