@@ -25,23 +25,63 @@ MASK = "***"
 
 _VALUE = r"""(?!None\b|null\b|\*\*\*|\$\{GPUOPS_API_KEY\})[^\s'",)}\]]+"""
 _FIELD = r"(?:api[_-]?key|hf[_-]?token|access[_-]?token|auth[_-]?token|password|passwd|secret)"
-# (pattern, the substrings of the lowercased text one of which it needs): a pattern runs only on
-# text that holds one, so the log lines that hold none (nearly all) cost a few `in` tests
+# (pattern, the substrings of the lowercased text one of which it needs, the substrings of the
+# lowercased text every one of its matches starts with): a pattern runs only on text that holds one
+# of the first, so the log lines that hold none (nearly all) cost a few `in` tests; and on ASCII text
+# only where one of the second stands (a server_args line is 18 KB: scanned whole by six patterns, it
+# cost milliseconds). Every match of a pattern starts with one of its starts, so both ways find the
+# same matches; a new pattern needs its starts listed with it (tests/test_telemetry_parse.py checks).
 _PATTERNS = (
     # --api-key KEY / --api-key=KEY / '--api-key', 'KEY'
-    (re.compile(r"""(--api-key(?:=|['"]?,?\s+['"]?))""" + _VALUE), ("--api-key",)),
+    (re.compile(r"""(--api-key(?:=|['"]?,?\s+['"]?))""" + _VALUE), ("--api-key",), ("--api-key",)),
     # api_key='KEY' / 'api_key': 'KEY' / "api_key": "KEY" / api_key=KEY
     (re.compile(r"""(\b""" + _FIELD + r"""['"]?\s*[:=]\s*['"]?)""" + _VALUE, re.IGNORECASE),
      ("api_key", "api-key", "apikey", "hf_token", "hf-token", "access_token", "access-token", "auth_token",
-      "auth-token", "passw", "secret")),
+      "auth-token", "passw", "secret"),
+     ("api_key", "api-key", "apikey", "hf_token", "hf-token", "hftoken", "access_token", "access-token",
+      "accesstoken", "auth_token", "auth-token", "authtoken", "passw", "secret")),
     # Authorization: Bearer KEY
-    (re.compile(r"(\bBearer\s+)" + _VALUE, re.IGNORECASE), ("bearer",)),
+    (re.compile(r"(\bBearer\s+)" + _VALUE, re.IGNORECASE), ("bearer",), ("bearer",)),
     # HF_TOKEN=… OPENAI_API_KEY=… GPUOPS_API_KEY=… (environment listings, `env` output)
-    (re.compile(r"((?:API_KEY|TOKEN|SECRET|PASSWORD)=['\"]?)" + _VALUE), ("api_key=", "token=", "secret=", "password=")),
+    (re.compile(r"((?:API_KEY|TOKEN|SECRET|PASSWORD)=['\"]?)" + _VALUE), ("api_key=", "token=", "secret=", "password="),
+     ("api_key=", "token=", "secret=", "password=")),
     # Hugging Face tokens and gpuops' own keys, wherever they stand
-    (re.compile(r"(\bhf_)[A-Za-z0-9]{20,}"), ("hf_",)),
-    (re.compile(r"(\bsk-gpuops-)[A-Za-z0-9_-]+"), ("sk-gpuops-",)),
+    (re.compile(r"(\bhf_)[A-Za-z0-9]{20,}"), ("hf_",), ("hf_",)),
+    (re.compile(r"(\bsk-gpuops-)[A-Za-z0-9_-]+"), ("sk-gpuops-",), ("sk-gpuops-",)),
 )
+
+
+def _mask(m: re.Match) -> str:
+    return m.group(1) + MASK  # type: ignore[no-any-return]
+
+
+def _sub_at(pattern: re.Pattern, text: str, starts: tuple[str, ...]) -> str:
+    """``pattern.sub(_mask, text)`` for a pattern whose every match starts with one of `starts` in
+    ``text.lower()`` (one character for one: ASCII text): the pattern is tried at those places only,
+    left to right and never inside a match already made, as `sub` would find them."""
+    low = text.lower()
+    at: set[int] = set()
+    for s in starts:
+        i = low.find(s)
+        while i >= 0:
+            at.add(i)
+            i = low.find(s, i + 1)
+    if not at:
+        return text
+    out: list[str] = []
+    end = 0
+    match = pattern.match
+    for i in sorted(at):
+        if i < end:
+            continue
+        m = match(text, i)
+        if m is not None:
+            out += (text[end:i], m.group(1), MASK)
+            end = m.end()
+    if not out:
+        return text
+    out.append(text[end:])
+    return "".join(out)
 
 
 def redact(text: str) -> str:
@@ -52,9 +92,24 @@ def redact(text: str) -> str:
     if not ("key" in low or "token=" in low or "_token" in low or "-token" in low or "hf_" in low
             or "bearer" in low or "passw" in low or "secret" in low or "sk-gpuops" in low):
         return text  # nearly every log line: no pattern below can match it
-    for pattern, needs in _PATTERNS:
+    ascii_ = text.isascii()  # else lower() may change lengths, and IGNORECASE match non-ASCII letters
+    for pattern, needs, starts in _PATTERNS:
         if any(n in low for n in needs):
-            text = pattern.sub(lambda m: m.group(1) + MASK, text)
+            text = _sub_at(pattern, text, starts) if ascii_ else pattern.sub(_mask, text)
+    return text
+
+
+def _redact_everywhere(text: str) -> str:
+    """:func:`redact` as each pattern scanning the whole text (what the fast way must equal: tests)."""
+    if not text:
+        return text
+    low = text.lower()
+    if not ("key" in low or "token=" in low or "_token" in low or "-token" in low or "hf_" in low
+            or "bearer" in low or "passw" in low or "secret" in low or "sk-gpuops" in low):
+        return text
+    for pattern, needs, _ in _PATTERNS:
+        if any(n in low for n in needs):
+            text = pattern.sub(_mask, text)
     return text
 
 

@@ -170,6 +170,43 @@ async def test_find_and_sort_are_in_the_footer_and_on_help(fleet):
         assert isinstance(app.screen, DashboardScreen)
 
 
+async def test_the_footer_recomposes_only_for_a_change_and_its_keys_start_as_it_is(fleet):
+    """A bindings change that shows nothing new remakes no key of the footer, one that does remakes
+    them (once); each key starts as compact as the footer (no key made compact, then wide)."""
+    from textual.widgets._footer import FooterKey
+
+    from gpuops.tui.widgets import GpuopsFooter
+
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        footer = app.screen.query_one(GpuopsFooter)
+
+        def keys() -> list[tuple[str, str]]:
+            return [(k.key_display, k.description) for k in footer.query(FooterKey)]
+
+        assert await until(pilot, lambda: ("q", "Quit") in keys() and ("f", "Find") in keys())
+        shown = keys()
+        assert not any(k.compact or k.has_class("-compact") for k in footer.query(FooterKey))
+        remade: list[int] = []
+        recompose = footer.recompose
+
+        async def counted() -> None:
+            remade.append(1)
+            await recompose()
+
+        footer.recompose = counted  # type: ignore[method-assign]
+        app.screen.refresh_bindings()
+        await pilot.pause()
+        await pilot.pause()
+        assert remade == []
+        footer._shown = None  # as if the keys shown had changed
+        app.screen.refresh_bindings()
+        app.screen.refresh_bindings()
+        assert await until(pilot, lambda: remade == [1])
+        await pilot.pause()
+        assert keys() == shown and remade == [1]
+
+
 async def test_80_columns_keep_q_quit_in_the_footer(fleet):
     from textual.widgets._footer import FooterKey
 
@@ -256,3 +293,60 @@ async def test_fleet_table_draws_what_a_data_table_draws():
         plain.focus()
         await pilot.pause()
         assert focused_fleet == lines(plain)
+
+
+def test_the_gpu_rows_sparklines_draw_what_textuals_draw():
+    """The GPU rows' sparkline renderable: Textual's buckets and bars, segment for segment, on any
+    data (one value, a flat line, NA-as-zero gaps, more columns than values, several lines high)."""
+    import random
+
+    from rich.color import Color
+    from rich.console import Console
+    from textual.renderables.sparkline import Sparkline as TextualSparkline
+    from textual.widgets import Sparkline
+
+    from gpuops.screens.dashboard import _sparkline
+
+    spark = _sparkline()
+    assert issubclass(spark, Sparkline)
+    console = Console(width=80, file=None, force_terminal=True)
+    rng = random.Random(14)
+    datasets = [[5.0], [0.0, 0.0], [3.0] * 600, [float(i % 7) for i in range(37)], [0.0, 1e12, 0.0, 5e11]]
+    datasets += [[rng.choice((0.0, rng.random() * 100)) for _ in range(rng.randint(2, 700))] for _ in range(40)]
+    for data in datasets:
+        for width, height in ((34, 1), (60, 1), (5, 2), (100, 1)):
+            args = dict(width=width, height=height, min_color=Color.from_rgb(10, 90, 200),
+                        max_color=Color.from_rgb(250, 20, 30), summary_function=max)
+            ours = spark.renderable_class(data, **args)
+            theirs = TextualSparkline(data, **args)
+            opts = console.options
+            assert list(ours.__rich_console__(console, opts)) == list(theirs.__rich_console__(console, opts)), (
+                len(data), width, height)
+
+
+
+async def test_the_gpu_rows_sparkline_widget_paints_what_textuals_paints():
+    """Mounted side by side with the same data and size, the GPU rows' sparkline and Textual's paint
+    the same cells in the same styles."""
+    from textual.geometry import Region
+    from textual.widgets import Sparkline
+
+    from gpuops.screens.dashboard import _sparkline
+
+    data = [float((i * 37) % 101) for i in range(300)]
+
+    class Sparks(App):
+        CSS = "Sparkline { height: 2; width: 50; }"
+
+        def compose(self) -> ComposeResult:
+            yield Sparkline(data, summary_function=max, id="textual")
+            yield _sparkline()(data, summary_function=max, id="ours")
+
+    app = Sparks()
+    async with app.run_test(size=(60, 6)) as pilot:
+        await pilot.pause()
+        theirs, ours = app.query_one("#textual"), app.query_one("#ours")
+        assert ours.auto_links is False
+        region = Region(0, 0, 50, 2)
+        assert [s.text for s in ours.render_lines(region)] == [s.text for s in theirs.render_lines(region)]
+        assert list(ours.render_lines(region)) == list(theirs.render_lines(region))

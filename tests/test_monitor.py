@@ -46,3 +46,32 @@ async def test_black_hole_goes_stale_others_keep_updating(sshd):
     finally:
         await mon.close()
         await proxy.close()
+
+
+def test_history_shares_the_entry_of_a_gpu_whose_figures_did_not_change():
+    """HostState.record: a GPU reported with the very same figures as its last sample (an unchanged
+    row's GpuSample) appends the same history entry again, nothing new; new figures a new entry.
+    The history reads as before either way."""
+    from gpuops.core.telemetry.monitor import HostState
+    from gpuops.core.telemetry.samples import NA, GpuSample, HostSample, NvmlStatus, Snapshot
+
+    def snap(*gpus: GpuSample) -> Snapshot:
+        return Snapshot(1.0, HostSample("h", 1.0, 8, 4, []), NvmlStatus(ok=True), list(gpus))
+
+    big = 10**12 + 1  # not a small int: the same value made again is another object
+    g0 = GpuSample(0, "u0", "H200", 2 * big, big, 0, 50, 70.0, 30)
+    g1 = GpuSample(1, "u1", "H200", 2 * big, NA, 0, NA, 70.0, 30)
+    state = HostState("h", "ssh", "x", history_len=5)
+    state.record(snap(g0, g1), 1.0)
+    state.record(snap(g0, g1), 2.0)
+    h0, h1 = state.gpu_history[0], state.gpu_history[1]
+    assert h0[0] is h0[1] and h1[0] is h1[1]
+    again = GpuSample(0, "u0", "H200", 2 * big, int(str(big)), 0, 50, 70.0, 30)  # equal, not the same objects
+    state.record(snap(again, g1), 3.0)
+    assert h0[2] == h0[1] and h0[2] is not h0[1]
+    state.record(snap(GpuSample(0, "u0", "H200", 2 * big, big - 1, 0, 60, 70.0, 30), g1), 4.0)
+    assert list(h0) == [(big, 50), (big, 50), (big, 50), (big - 1, 60)]
+    assert len(h1) == 4 and all(m is NA and u is NA for m, u in h1)
+    for t in range(5, 10):
+        state.record(snap(g0, g1), float(t))
+    assert len(h0) == 5 and list(h0)[-1] == (big, 50)

@@ -69,3 +69,63 @@ def test_reporter_main_once_prints_one_json_line(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and json.loads(out[0])["v"] == 1
     assert reporter.main(["--bogus"]) == 2
+
+
+def _report(gpus: int = 3, changes: dict | None = None) -> dict:
+    rows = [{"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA H200", "memory_total_bytes": 150 * 2**30,
+             "memory_used_bytes": i * 2**30, "memory_reserved_bytes": 2**29, "util_percent": 10 * i,
+             "power_w": 75.0, "temp_c": 31, "sm_clock_mhz": 345,
+             "processes": [{"pid": 100 + i, "user": "u", "command": "python -m sglang --api-key sk-x", "used_bytes": 2**30}]}
+            for i in range(gpus)]
+    for (index, field), value in (changes or {}).items():
+        rows[index][field] = value
+    return {"v": 1, "t": 1.0, "host": {"hostname": "h", "cpu_percent": 5.0, "mem_total_bytes": 8, "mem_used_bytes": 4,
+                                      "disks": []}, "nvml": {"ok": True}, "gpus": rows}
+
+
+def test_a_hosts_unchanged_gpu_rows_keep_their_samples():
+    """A stream's lines (parse_report_line with the host's `rows`): a GPU whose row did not change
+    gives the same GpuSample as the line before, one that changed a new one; either way the snapshot
+    is what a line parsed alone gives."""
+    rows: dict = {}
+    first = parse_report_line(json.dumps(_report()), rows)
+    again = parse_report_line(json.dumps(_report()), rows)
+    assert first == again == parse_report_line(json.dumps(_report()))
+    assert all(a is b for a, b in zip(first.gpus, again.gpus))
+    assert again.gpus[0].processes[0].command == "python -m sglang --api-key ***"  # still redacted
+
+    changed = parse_report_line(json.dumps(_report(changes={(1, "util_percent"): 99})), rows)
+    assert changed == parse_report_line(json.dumps(_report(changes={(1, "util_percent"): 99})))
+    assert changed.gpus[0] is again.gpus[0] and changed.gpus[2] is again.gpus[2]
+    assert changed.gpus[1] is not again.gpus[1] and changed.gpus[1].util == 99
+
+    fewer = parse_report_line(json.dumps(_report(gpus=2)), rows)  # a GPU left: its row is forgotten
+    assert [g.index for g in fewer.gpus] == [0, 1] and sorted(rows) == [0, 1]
+    failed = _report()
+    failed["gpus"][0] = {"index": 0, "error": "handle unavailable"}
+    snap = parse_report_line(json.dumps(failed), rows)
+    assert [g.index for g in snap.gpus] == [1, 2] and sorted(rows) == [1, 2]
+
+
+def test_redact_tries_its_patterns_only_where_they_can_match():
+    """The fast way (each pattern tried where its matches can start) masks exactly what every pattern
+    scanning the whole text masks: on mixes of the secrets' spellings, long lines, non-ASCII text."""
+    import random
+
+    from gpuops.core import redact as r
+
+    frags = ["--api-key", "--api-key=", "api_key", "API_KEY", "Api-Key", "apikey", "hftoken", "hf_token", "HF-TOKEN",
+             "access_token", "accessToken", "authtoken", "auth-token", "password", "PASSWD", "secret", "SECRET",
+             "TOKEN", "token", "Bearer", "bearer", "hf_", "sk-gpuops-", "=", "='", '="', ": ", "':", "'", '"', ",",
+             " ", "\t", "None", "null", "***", "${GPUOPS_API_KEY}", "abc", "XYZ123", "a" * 25, "hf_" + "A" * 25,
+             "x", "_", "-", ")", "]", "}", "\n", "é", "İ", "K"]
+    rng = random.Random(14)
+    for _ in range(20000):
+        text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 14)))
+        assert r.redact(text) == r._redact_everywhere(text), text
+    args = ", ".join(f"arg{i}={i}" for i in range(2000))
+    line = f"server_args=ServerArgs({args}, api_key='sk-1', hf_token=None, password=hunter2 {args})"
+    assert r.redact(line) == r._redact_everywhere(line)
+    assert "api_key='***'" in r.redact(line) and "password=***" in r.redact(line) and "hf_token=None" in r.redact(line)
+    for _, needs, starts in r._PATTERNS:  # a text holding a pattern's needle holds one of its starts
+        assert all(any(s in n for s in starts) for n in needs)

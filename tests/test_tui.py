@@ -148,7 +148,8 @@ async def test_stale_host_panel_says_how_stale(sshd):
         async with app.run_test(size=(160, 45)) as pilot:
             state = app.monitor.states["box"]
             assert await until(pilot, lambda: state.updates >= 2)
-            assert "live" in screen_text(app)
+            # the screen shows it at its next tick (two samples may come closer together than a tick)
+            assert await until(pilot, lambda: "live" in screen_text(app), timeout=10), screen_text(app)
             proxy.freeze()
             assert await until(pilot, lambda: "STALE: no data for" in screen_text(app), timeout=10)
             assert await until(pilot, lambda: "retrying in" in screen_text(app), timeout=15)

@@ -12,6 +12,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer
+from textual.widgets._footer import FooterKey
 from textual.widgets.data_table import RowKey
 
 
@@ -160,11 +161,44 @@ class FleetTable(DataTable):
 
 
 class GpuopsFooter(Footer):
-    """Textual's Footer, recomposed once for any number of binding changes before the next
-    frame (a screen's first frame brings two: its resume, then its focus; each recompose remakes
-    every key of the footer)."""
+    """Textual's Footer, recomposed once for any number of binding changes before the next frame,
+    and only when what it shows changes.
+
+    Textual's Footer mounts empty, then recomposes whenever the screen's bindings change (a screen's
+    first frame brings two such changes: its resume, then its focus), and each recompose remakes
+    every key of the footer (a widget each). This one recomposes once per frame at most, and not at
+    all when its keys (their labels, enabled or not, the palette key) would come out as they are;
+    and each key starts as compact as the footer (Textual's start compact and are made wide as they
+    mount: every key restyled twice, on a slow machine a good part of the first paint)."""
 
     _recompose_pending = False
+    _shown: tuple | None = None  # what the keys composed last show (None: not composed with keys yet)
+
+    def _keys_shown(self) -> tuple:
+        app = self.app
+        active = self.screen.active_bindings
+        keys = tuple(
+            (binding.key, app.get_key_display(binding), binding.description, binding.action, enabled, tooltip,
+             binding.group)
+            for (_, binding, enabled, tooltip) in active.values() if binding.show
+        )
+        palette = None
+        if self.show_command_palette and app.ENABLE_COMMAND_PALETTE:
+            found = active.get(app.COMMAND_PALETTE_BINDING)
+            if found is not None:
+                _, binding, enabled, tooltip = found
+                palette = (binding.key, app.get_key_display(binding), binding.description, binding.action, enabled,
+                           binding.tooltip)
+        return keys, palette
+
+    def compose(self) -> Any:
+        self._shown = self._keys_shown() if self._bindings_ready else None
+        for widget in super().compose():
+            if isinstance(widget, FooterKey):
+                # a key starts compact (and is bound to the footer's compact later): starting as the
+                # footer is spares restyling every key twice as it mounts
+                widget.set_reactive(FooterKey.compact, self.compact)
+            yield widget
 
     def bindings_changed(self, screen: Any) -> None:
         self._bindings_ready = True
@@ -176,4 +210,6 @@ class GpuopsFooter(Footer):
 
     async def _recompose_once(self) -> None:
         self._recompose_pending = False
+        if not self.is_attached or self._keys_shown() == self._shown:
+            return
         await self.recompose()

@@ -298,8 +298,9 @@ def _field_text(value: Any) -> str:
 _decode = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
 
 
-class _Entry(msgspec.Struct):
-    """The fields of a `journalctl -o json` entry a Record needs (the others are skipped unread)."""
+class _Entry(msgspec.Struct, gc=False):
+    """The fields of a `journalctl -o json` entry a Record needs (the others are skipped unread; of
+    decoded JSON only, never in a cycle: the garbage collector need not track one a line)."""
 
     cursor: Any = msgspec.field(name="__CURSOR", default=None)
     realtime: Any = msgspec.field(name="__REALTIME_TIMESTAMP", default=None)
@@ -308,6 +309,7 @@ class _Entry(msgspec.Struct):
 
 
 _decode_entry = msgspec.json.Decoder(_Entry).decode
+_PRIORITIES = {str(i): i for i in range(8)}
 
 
 def parse_journal_line(line: str) -> Record:
@@ -325,11 +327,12 @@ def parse_journal_line(line: str) -> Record:
     raw_ts = entry.realtime
     if isinstance(raw_ts, str) and raw_ts.isdigit():
         ts = int(raw_ts) / 1e6
-    priority: Optional[int] = None
     raw_prio = entry.priority
-    raw_prio = (raw_prio if type(raw_prio) is str else _field_text(raw_prio)).strip()
-    if raw_prio.isdigit():
-        priority = int(raw_prio)
+    priority = _PRIORITIES.get(raw_prio) if type(raw_prio) is str else None  # "0" … "7": nearly every entry
+    if priority is None:
+        raw_prio = (raw_prio if type(raw_prio) is str else _field_text(raw_prio)).strip()
+        if raw_prio.isdigit():
+            priority = int(raw_prio)
     message = entry.message
     return Record(redact(message if type(message) is str else _field_text(message)), ts, cursor, None, "journal",
                   priority)

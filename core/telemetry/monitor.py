@@ -53,11 +53,23 @@ class HostState:
         self.error, self.hint = (None, None) if snap.nvml.ok else (snap.nvml.error, snap.nvml.hint)
         if snap.host is not None:
             self.cpu_history.append(snap.host.cpu_percent)
+        history = self.gpu_history
         for gpu in snap.gpus:
-            hist = self.gpu_history.get(gpu.index)
+            hist = history.get(gpu.index)
             if hist is None:
-                hist = self.gpu_history[gpu.index] = deque(maxlen=self.history_len)
-            hist.append((gpu.memory_used, gpu.util))
+                hist = history[gpu.index] = deque(maxlen=self.history_len)
+            if not hist:
+                hist.append((gpu.memory_used, gpu.util))
+                continue
+            # A GPU whose figures did not change (most, most seconds: a reused GpuSample's are the
+            # very same objects) appends the entry before it again, not a new one: ten minutes of a
+            # fleet's history are then mostly a few shared tuples, not half a million to collect.
+            last = hist[-1]
+            mem, util = gpu.memory_used, gpu.util
+            if last[0] is mem and last[1] is util:
+                hist.append(last)
+            else:
+                hist.append((mem, util))
 
     def failed(self, error: HostError, retry_at: float | None) -> None:
         # A host that answers SSH but whose reporter fails is reachable; a refused,

@@ -229,7 +229,10 @@ def _wire() -> tuple[Any, Any]:
         fields += [(f, typed.get(f, Any), None) for f in optional]
         if "error" in typed:  # a GPU NVML could not read: the row is left out
             fields.append(("error", Any, msgspec.UNSET))
-        return msgspec.defstruct(name, fields)
+        # gc=False: of decoded JSON only (no cycles), so the garbage collector never tracks one
+        # (a fleet's lines are ~20 of these each, a hundred lines a second); comparable (==), so a
+        # GPU row can be told unchanged from the last line's
+        return msgspec.defstruct(name, fields, gc=False)
 
     def list_of(t: Any) -> Any:
         return Optional[list[t]]  # type: ignore[valid-type]
@@ -249,7 +252,12 @@ def _wire() -> tuple[Any, Any]:
     return msgspec.json.Decoder(report), msgspec.UNSET
 
 
-def _snapshot_from_wire(r: Any, unset: Any) -> Snapshot:
+def _snapshot_from_wire(r: Any, unset: Any, rows: dict | None = None) -> Snapshot:
+    """`rows`: a host's GPU rows as its last line had them (index -> (wire row, GpuSample)), kept up
+    to date here; a row equal to the one before gives the same GpuSample (nothing is made for a GPU
+    whose figures did not change: most of a fleet's, most seconds). Equal rows are alike in type
+    too: the reporter writes each figure as one JSON type (NVML's integers; power rounded to a
+    float, which JSON keeps as 75.0)."""
     h = r.host
     if h is None:
         host = HostSample(None, NA, NA, NA, [])
@@ -269,7 +277,12 @@ def _snapshot_from_wire(r: Any, unset: Any) -> Snapshot:
     for g in r.gpus or ():
         if g.error is not unset:
             continue
-        gpus.append(GpuSample(
+        if rows is not None:
+            last = rows.get(g.index)
+            if last is not None and last[0] == g:
+                gpus.append(last[1])
+                continue
+        gpu = GpuSample(
             int(g.index), g.uuid, g.name,
             NA if g.memory_total_bytes is None else g.memory_total_bytes,
             NA if g.memory_used_bytes is None else g.memory_used_bytes,
@@ -280,11 +293,21 @@ def _snapshot_from_wire(r: Any, unset: Any) -> Snapshot:
             NA if g.sm_clock_mhz is None else g.sm_clock_mhz,
             [GpuProcess(int(p.pid), p.user, command(p.command), NA if p.used_bytes is None else p.used_bytes)
              for p in g.processes or ()],
-        ))
+        )
+        gpus.append(gpu)
+        if rows is not None:
+            rows[g.index] = (g, gpu)
+    if rows is not None and len(rows) > len(gpus):  # GPUs that left (or failed): forget their rows
+        shown = {g.index for g in r.gpus or () if g.error is unset}
+        for index in [i for i in rows if i not in shown]:
+            del rows[index]
     return Snapshot(float(r.t or time.time()), host, status, gpus, "nvml" if status.ok else "none")
 
 
-def parse_report_line(line: str) -> Snapshot | None:
+def parse_report_line(line: str, rows: dict | None = None) -> Snapshot | None:
+    """A reporter line as a Snapshot (None: not one). `rows`: the host's GPU rows from its last line
+    (an empty dict at first, then kept by this function): what a stream of one host's lines passes,
+    so that a GPU whose row did not change keeps its GpuSample."""
     line = line.strip()
     if not line.startswith("{"):
         return None
@@ -294,13 +317,15 @@ def parse_report_line(line: str) -> Snapshot | None:
     except ValueError:  # msgspec.DecodeError: not JSON msgspec reads, or not of the reporter's shape
         pass
     else:
-        return _snapshot_from_wire(wire, unset) if wire.v == 1 else None
+        return _snapshot_from_wire(wire, unset, rows) if wire.v == 1 else None
     try:
         data = json.loads(line)
     except ValueError:
         return None
     if not isinstance(data, dict) or data.get("v") != 1:
         return None
+    if rows is not None:
+        rows.clear()  # (made the general way: the next line's rows are made anew)
     return snapshot_from_report(data)
 
 
@@ -495,9 +520,10 @@ class Sampler:
     async def _remote(self) -> AsyncIterator[Snapshot]:
         fallback: _NvsmiFollower | None = None
         try:
+            rows: dict = {}  # the GPU rows of the last line: unchanged ones are not made again
             async with self.host.stream(reporter_argv(self.host, self.interval)) as lines:
                 async for line in lines:
-                    snap = parse_report_line(line)
+                    snap = parse_report_line(line, rows)
                     if snap is None:
                         continue
                     if snap.nvml.code == "no-pynvml":

@@ -105,9 +105,22 @@ def tree_cpu(root: psutil.Process) -> float:
     return total
 
 
-def measure(code: str, inv: Path, env: dict, sshd_pid: int, warmup: float, seconds: float, hosts: int) -> dict:
+def measure(code: str, inv: Path, env: dict, sshd_pid: int, warmup: float, seconds: float, hosts: int,
+            label: str = "run") -> dict:
     proc = subprocess.Popen([sys.executable, "-c", code, str(inv), str(hosts)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    try:
+        return _measure(proc, sshd_pid, warmup, seconds, hosts, label)
+    finally:  # (also when it fails: no child left running)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _measure(proc: subprocess.Popen, sshd_pid: int, warmup: float, seconds: float, hosts: int, label: str) -> dict:
     me, sshd = psutil.Process(proc.pid), psutil.Process(sshd_pid)
     deadline = time.monotonic() + 60 + hosts
     while True:  # wait until every host has reported
@@ -120,17 +133,13 @@ def measure(code: str, inv: Path, env: dict, sshd_pid: int, warmup: float, secon
             raise RuntimeError(f"hosts did not all report: {line}")
     time.sleep(warmup)
     if os.environ.get("GPUOPS_PYSPY"):  # a sampling profile of the measured window
-        subprocess.Popen(["py-spy", "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-f", "raw",
-                          "-o", f"{os.environ['GPUOPS_PYSPY']}.{code.count(chr(10))}", "-r", "200"],
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))  # the venv's, off PATH
+        subprocess.Popen([spy, "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-f", "raw",
+                          "-o", f"{os.environ['GPUOPS_PYSPY']}.{label.split()[0]}", "-r", "200"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     c0, s0, t0, w0 = sum(me.cpu_times()[:2]), tree_cpu(sshd), time.monotonic(), me.num_ctx_switches().voluntary
     time.sleep(seconds)
     c1, s1, t1, w1 = sum(me.cpu_times()[:2]), tree_cpu(sshd), time.monotonic(), me.num_ctx_switches().voluntary
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
     wall = t1 - t0
     return {"gpuops_pct": 100 * (c1 - c0) / wall, "sshd_side_pct": 100 * (s1 - s0) / wall, "wall": wall,
             "wakeups": (w1 - w0) / wall}
@@ -181,7 +190,7 @@ def main() -> None:
               f"{args.seconds:g} s window, {psutil.cpu_count()} cores; reporters log in as {user}, run {python}")
         results = {}
         for label, code in (("baseline", BASELINE), ("core monitor", CORE), ("tui dashboard", TUI)):
-            r = results[label] = measure(code, inv, env, sshd.proc.pid, args.warmup, args.seconds, args.hosts)
+            r = results[label] = measure(code, inv, env, sshd.proc.pid, args.warmup, args.seconds, args.hosts, label)
             if label == "baseline":
                 print(f"{'baseline':14}: a minimal Textual app ticking at 1 Hz: {r['gpuops_pct']:.2f}% of one core "
                       f"({r['wakeups']:.0f} wake-ups/s)")
