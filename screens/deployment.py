@@ -27,7 +27,7 @@ from textual.widgets import Footer, Header, Input
 from ..core.config import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
-from ..core.domain import Deployment, Finding, LogEvent
+from ..core.domain import Deployment, Finding, LogEvent, member_name
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
 from ..tui.widgets import TextView
@@ -227,8 +227,7 @@ class DeploymentScreen(GpuopsScreen):
             rows = [(r.name, f"{r.host}:{r.port}", r.name in self.view.replicas_lost) for r in plan.replicas]
         else:
             out = Text(f"Nodes ({plan.nnodes}, rendezvous {plan.dist_init_addr})\n", style="bold")
-            rows = [(plan.name if m.node_rank == 0 else f"{plan.name}-n{m.node_rank}",
-                     f"node {m.node_rank} {m.host}", False) for m in plan.members]
+            rows = [(member_name(plan.name, m.node_rank), f"node {m.node_rank} {m.host}", False) for m in plan.members]
         for name, where, lost in rows:
             d = store.deployment(name) if name != plan.name else None
             state = self.view.state if name == plan.name else d.state if d is not None else "forgotten"
