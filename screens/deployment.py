@@ -220,7 +220,6 @@ class DeploymentScreen(GpuopsScreen):
         plan = self.deployment.plan
         if not (plan.replicas or plan.members):
             return None
-        store = self.ops.store
         if plan.replicas:
             out = Text(f"Replicas ({len(plan.replicas) - len(self.view.replicas_lost)} of {len(plan.replicas)} "
                        "healthy by the router)\n", style="bold")
@@ -229,14 +228,22 @@ class DeploymentScreen(GpuopsScreen):
             out = Text(f"Nodes ({plan.nnodes}, rendezvous {plan.dist_init_addr})\n", style="bold")
             rows = [(member_name(plan.name, m.node_rank), f"node {m.node_rank} {m.host}", False) for m in plan.members]
         for name, where, lost in rows:
-            d = store.deployment(name) if name != plan.name else None
-            state = self.view.state if name == plan.name else d.state if d is not None else "forgotten"
+            state = self.view.state if name == plan.name else self._state_of(name)
             out.append(f"  {name:<18} {where:<22} ")
             out.append(state, style="green" if state == "ready" else "red" if state in ("crashed", "stalled") else "")
             if lost:
                 out.append("  lost (router)", style="bold red")
             out.append("\n")
         return out
+
+    def _state_of(self, name: str) -> str:
+        """Another part's stored state, through the use cases ("forgotten" once it is gone)."""
+        from ..core.ops import Refused
+
+        try:
+            return str(self.ops.deployment(name).state)
+        except Refused:
+            return "forgotten"
 
     def banner(self) -> tuple[Text, str]:
         v = self.view

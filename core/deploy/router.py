@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import msgspec
 
-from ..domain import Evidence, Finding, FindingEvent, Fix, Plan
+from ..domain import Evidence, Finding, Fix, Plan
 from ..hosts.host import Host, HostError, host_python
 from .watch import Watch
 
@@ -135,18 +134,11 @@ class RouterWatch(Watch):
 
     async def _active(self) -> str:
         view = self.view
-        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
-
-        async def read() -> None:
-            async for item in self._records(follow=self.follow):
-                await queue.put(item)
-
-        reader = asyncio.create_task(read())
+        queue, reader = self._read_into_queue()
         started = self.clock()
         next_poll = started
         poll = min(self.poll_s, 2.0)
         last_lines: list[str] = []
-        lost: set[str] = self._lost_so_far()
         try:
             while not self.stopping:
                 try:
@@ -200,7 +192,10 @@ class RouterWatch(Watch):
                 if rv.answering and view.state in ("ready", "stalled"):
                     states = {n: (r.state if (r := self.store.deployment(n)) is not None else "forgotten")
                               for n in self.plan.replica_names}
-                    found, lost = replica_findings(self.plan, rv, lost, states)
+                    # the replicas lost so far: what this run's findings said (the run view keeps it)
+                    lost = {url for r, url in zip(self.plan.replicas, self.plan.worker_urls)
+                            if r.name in view.replicas_lost}
+                    found, _ = replica_findings(self.plan, rv, lost, states)
                     for finding in found:
                         self.finding(finding)
                 if log_read and not self.follow:
@@ -209,17 +204,6 @@ class RouterWatch(Watch):
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-
-    def _lost_so_far(self) -> set[str]:
-        """The replicas this run's findings say are lost now (a reattached watch goes on from there)."""
-        lost: set[str] = set()
-        for event in self.store.events(self.name, run=self.run_no):
-            if not isinstance(event, FindingEvent) or event.code not in ("replica-lost", "replica-back"):
-                continue
-            data: dict[str, Any] = event.data or {}
-            if isinstance(data.get("url"), str):
-                (lost.discard if data.get("healthy") else lost.add)(data["url"])
-        return lost
 
 
 def watch_class(plan: Plan) -> type[Watch]:

@@ -404,14 +404,7 @@ class Watch:
         if view.phase is not None:  # a reattach: the run so far, from the store
             tracker.resume(view.phase)
             watcher.resume(view.phase, silent_s=view.silent_s(), stall=view.stall is not None)
-        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
-
-        async def read() -> None:
-            # a task of its own: a timeout on the queue never cancels the follower mid-line
-            async for item in self._records(follow=self.follow):
-                await queue.put(item)
-
-        reader = asyncio.create_task(read())
+        queue, reader = self._read_into_queue()
         next_poll = self.clock()
         last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
         exited: str | None = None  # the server's processes are gone (status detail)
@@ -484,6 +477,17 @@ class Watch:
                 self.view.apply(event)
                 self.bus.publish(self.name, event)
         return True
+
+    def _read_into_queue(self) -> tuple[asyncio.Queue, asyncio.Task]:
+        """The log's (record, live) items put on a queue by a task of its own: a timeout on the
+        queue never cancels the follower mid-line. The caller cancels the task when done."""
+        queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+
+        async def read() -> None:
+            async for item in self._records(follow=self.follow):
+                await queue.put(item)
+
+        return queue, asyncio.create_task(read())
 
     def _changes(self, changes: list, tracker: PhaseTracker, watcher: StallWatcher) -> None:
         view = self.view
