@@ -113,7 +113,7 @@ def test_does_not_fit_names_the_smallest_tp_that_does():
     (Wishes(tp=16), "needs 16 GPUs"),
     (Wishes(tp=2, gpu_ids=(0, 1, 2)), "must match"),
     (Wishes(gpu_ids=(9,)), "not among"),
-    (Wishes(tp=4, port=70000), "--port"),
+    (Wishes(tp=4, port=70000), "port must be 1..65535"),
 ])
 def test_absurd_requests_are_refused(wishes, message):
     with pytest.raises(PlanError, match=message):

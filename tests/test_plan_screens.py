@@ -37,6 +37,16 @@ def verdict(app) -> str:
     return app.screen.query_one("#plan-verdict").text.plain
 
 
+async def test_plan_review_warnings_speak_the_screens_words_not_the_clis():
+    """No TP chosen: the warning names TP, not the CLI's --tp, which plan review has no use for."""
+    app = app_for()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.push_screen(PlanReviewScreen(facts(*QWEN122), offline_target(8, H200), Wishes(sglang_version="0.5.23")))
+        warnings = lambda: app.screen.query_one("#plan-warnings").text.plain  # noqa: E731
+        assert await until(pilot, lambda: "TP not chosen: TP4, the smallest that fits" in warnings())
+        assert "--tp" not in warnings()
+
+
 async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
     app = app_for()
     async with app.run_test(size=(160, 50)) as pilot:

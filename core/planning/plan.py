@@ -111,7 +111,7 @@ def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str])
     taken = ports_taken(target, name)
     if wishes.port is not None:
         if not 1 <= wishes.port <= 65535:
-            raise PlanError(f"--port must be 1..65535, got {wishes.port}")
+            raise PlanError(f"port must be 1..65535, got {wishes.port}")
         if wishes.port in taken:
             holder = taken[wishes.port]
             warnings.append(f"port {wishes.port} is in use on {where}" + (f" ({holder})" if holder else "")
@@ -121,7 +121,7 @@ def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str])
         return DEFAULT_PORT
     port = next((p for p in range(DEFAULT_PORT + 1, 65536) if p not in taken), None)
     if port is None:
-        raise PlanError(f"port {DEFAULT_PORT} and every port above it are in use on {where}: give --port")
+        raise PlanError(f"port {DEFAULT_PORT} and every port above it are in use on {where}: choose a port")
     holder = taken[DEFAULT_PORT]
     warnings.append(f"port {DEFAULT_PORT} is in use on {where}" + (f" ({holder})" if holder else "")
                     + f"; using {port}")
@@ -195,12 +195,12 @@ def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[st
         ids = wishes.gpu_ids
         outside = [i for i in ids if i not in allowed]
         if outside:
-            raise PlanError(f"--gpu-ids {','.join(map(str, outside))}: not among this host's GPUs for gpuops "
+            raise PlanError(f"GPU ids {','.join(map(str, outside))}: not among this host's GPUs for gpuops "
                             f"({','.join(map(str, allowed))})")
         if len(set(ids)) != len(ids):
-            raise PlanError("--gpu-ids lists a GPU twice")
+            raise PlanError("the GPU ids list a GPU twice")
         if tp is not None and tp != len(ids):
-            raise PlanError(f"--tp {tp} but --gpu-ids names {len(ids)} GPU(s): they must match")
+            raise PlanError(f"TP {tp} but the GPU ids name {len(ids)} GPU(s): they must match")
         return len(ids), tuple(ids)
     busy = {g.index for g in target.gpus if g.processes > 0}
     free_first = [i for i in allowed if i not in busy] + [i for i in allowed if i in busy]
@@ -208,7 +208,7 @@ def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[st
     if want is None:
         return 0, tuple(free_first)  # decided after the fit
     if want > len(allowed):
-        raise PlanError(f"--tp {want} needs {want} GPUs; this host has {len(allowed)} for gpuops")
+        raise PlanError(f"TP {want} needs {want} GPUs; this host has {len(allowed)} for gpuops")
     chosen = tuple(sorted(free_first[:want]))
     taken = [i for i in chosen if i in busy]
     if taken:
@@ -271,7 +271,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         name = default_name(facts.id)
     wishes = replace(wishes, port=_choose_port(target, wishes, name, warnings))  # the flag rules read wishes.port
     if not 0.1 <= wishes.mem_fraction_static <= 0.98:
-        raise PlanError(f"--mem-fraction-static must be 0.1..0.98, got {wishes.mem_fraction_static}")
+        raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
 
     # the SGLang version whose rules and flags apply
     if wishes.sglang_version:
@@ -303,7 +303,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
     # GPUs and TP
     if wishes.tp is not None and wishes.tp < 1:
-        raise PlanError(f"--tp must be at least 1, got {wishes.tp}")
+        raise PlanError(f"TP must be at least 1, got {wishes.tp}")
     tp, gpu_ids = _pick_gpus(target, wishes, wishes.tp, warnings)
     heads = facts.num_attention_heads
     gpu_mem = min((g.memory_total for g in target.gpus if g.index in gpu_ids), default=0)
@@ -313,9 +313,9 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         tp = next((t for t in choices if compute_fit(facts, t, gpu_mem, wishes.mem_fraction_static,
                                                      spec_possible).fits), choices[-1] if choices else 1)
         gpu_ids = tuple(sorted(gpu_ids[:tp]))
-        warnings.append(f"no --tp given: TP{tp}, the smallest that fits")
+        warnings.append(f"TP not chosen: TP{tp}, the smallest that fits")
     if heads and heads % tp:
-        raise PlanError(f"--tp {tp} does not divide the model's {heads} attention heads "
+        raise PlanError(f"TP {tp} does not divide the model's {heads} attention heads "
                         f"(try {', '.join(map(str, tp_choices(facts, max(tp, 8))))})")
 
     # where the weights go
@@ -471,7 +471,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     try:
         return plan.replace(gpu_ids=picked[0], argv=[*plan.argv, *adds], members=members, dist_init_addr=dist,
                             env={**plan.env, **members[0].env},
-                            rules=fired, warnings=[w for w in plan.warnings if not w.startswith("no --tp")] + warnings,
+                            rules=fired, warnings=[w for w in plan.warnings if not w.startswith("TP not chosen")] + warnings,
                             fit=fit)
     except Invalid as exc:
         raise PlanError(str(exc)) from None
