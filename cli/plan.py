@@ -263,7 +263,7 @@ def print_plan(facts, plan) -> None:
     from rich.syntax import Syntax
     from rich.text import Text
 
-    from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
+    from ..tui.plan_view import facts_line, fit_bars, launch_text, parts_text, rules_table
 
     console = Console()
     console.print(Panel(facts_line(facts), title=f"[b]{facts.id}[/b]", title_align="left"))
@@ -274,26 +274,14 @@ def print_plan(facts, plan) -> None:
     where = (f"reuse the complete copy at {plan.model_path}" if plan.reuse_existing
              else f"download into {plan.download_dir}" if plan.download_dir else "download into the host's HF cache")
     console.print(Text.assemble(("weights: ", "bold"), where))
-    console.print(Panel(launch_text(plan), title=f"launch (SGLang {plan.sglang_version}, {plan.sglang_version_source}; "
-                                                 f"flags checked against {plan.flags_checked_against})",
+    # where the version and the flags come from inside the panel: a title is cut at 80 columns
+    checked = Text(f"SGLang {plan.sglang_version} ({plan.sglang_version_source}); flags checked against "
+                   f"{plan.flags_checked_against}", style="dim")
+    console.print(Panel(Group(checked, launch_text(plan)), title=f"launch (SGLang {plan.sglang_version})",
                         title_align="left"))
-    if plan.members:
-        nodes = Text()
-        for m in plan.members:
-            own = " ".join(f"{k}={v}" for k, v in sorted(m.env.items()))
-            nodes.append(f"node {m.node_rank}: ", style="bold")
-            nodes.append(f"{m.host}, GPUs {','.join(map(str, m.gpu_ids))}, {m.launcher} launcher"
-                         + (f", {own}" if own else "") + (" · rendezvous " + str(plan.dist_init_addr)
-                                                         if m.node_rank == 0 else "") + "\n")
-        console.print(Panel(nodes, title=f"{plan.nnodes} nodes: one server each, --node-rank R", title_align="left"))
-    if plan.replicas:
-        table = Text()
-        for r, url in zip(plan.replicas, plan.worker_urls):
-            table.append(f"{r.name}: ", style="bold")
-            table.append(f"{r.host}, TP{r.tp} on GPUs {','.join(map(str, r.gpu_ids))}, port {r.port} ({url}), "
-                         f"{r.launcher} launcher\n")
-        console.print(Panel(table, title=f"{len(plan.replicas)} replicas behind sglang-router at "
-                                         f"{plan.host}:{plan.port}", title_align="left"))
+    parts = parts_text(plan)
+    if parts is not None:
+        console.print(Panel(parts[1], title=parts[0], title_align="left"))
     rules = rules_table(plan)
     console.print(Panel(rules, title="why each flag", title_align="left"))
     if plan.like is not None and plan.like.diff:

@@ -1,7 +1,8 @@
 """Plan review: the fit per GPU, every flag with its reason, the diff against `--like`; change
 TP, features, the name, port, GPUs, memory fraction, bind address, flags and env (`e`: one line,
-validated, see gpuops.core.planning.edits) and see the verdict update. Ends in Deploy, which shows
-what will happen (fits?, the download, port, bind, what runs on those GPUs) and asks first."""
+validated, see gpuops.core.planning.edits) and see the verdict update; `nodes H2,…` makes it one
+SGLang over several hosts (this one node 0). Ends in Deploy, which shows what will happen (fits?,
+the download, port, bind, what runs on those GPUs, the nodes) and asks first."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual import on
+from textual import on, work
 from textual.widgets import Footer, Header, Input, Static
 
 from ..core.planning.model_facts import ModelFacts
@@ -22,10 +23,10 @@ from ..core.planning import PlanError
 from ..core import units
 from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
-from ..core.planning.plan import Target, Wishes, build_plan
+from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
-from ..tui.plan_view import facts_line, fit_bars, launch_text, rules_table
+from ..tui.plan_view import facts_line, fit_bars, launch_text, parts_text, rules_table
 from ..tui.widgets import TextView
 
 
@@ -58,6 +59,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.plan: Plan | None = None
         self.error: str | None = None
         self.edits: list[Edit] = []  # the operator's flag/env changes, applied to every rebuild
+        self.nodes: tuple[Node, ...] = ()  # the other nodes of a multi-node plan (node 0: this target)
         self._input_mode = "like"
 
     def compose(self) -> ComposeResult:
@@ -68,6 +70,8 @@ class PlanReviewScreen(GpuopsScreen):
             yield Static(id="plan-bars")
             yield Static("Launch", classes="section")
             yield Static(id="plan-launch")
+            yield Static("", classes="section", id="plan-parts-title")
+            yield TextView(id="plan-parts")
             yield Static("Why each flag", classes="section")
             yield Static(id="plan-rules")
             yield Static("Against the previous deployment", classes="section", id="plan-diff-title")
@@ -78,12 +82,16 @@ class PlanReviewScreen(GpuopsScreen):
 
     def on_mount(self) -> None:
         self.query_one("#like-input", Input).display = False
-        self.sub_title = f"plan for {self.target.host or 'offline'}"
+        self.sub_title = self.heading()
         self.rebuild()
+
+    def heading(self) -> str:
+        """The header's subtitle (a subclass's own; Textual runs every class's on_mount)."""
+        return f"plan for {self.target.host or 'offline'}"
 
     def rebuild(self) -> None:
         try:
-            self.plan = apply_edits(build_plan(self.facts, self.target, self.wishes), self.edits)
+            self.plan = apply_edits(self._build(self.target, self.wishes, self.nodes), self.edits)
             self.error = None
         except PlanError as exc:
             self.error = str(exc)
@@ -97,11 +105,17 @@ class PlanReviewScreen(GpuopsScreen):
             return
         plan = self.plan
         fit = plan.fit
-        verdict.set(Text(f"TP{plan.tp} on GPUs {','.join(map(str, plan.gpu_ids))} · SGLang {plan.sglang_version}: "
+        where = (" + ".join(f"{m.host} GPUs {','.join(map(str, m.gpu_ids))}" for m in plan.members) if plan.members
+                 else f"GPUs {','.join(map(str, plan.gpu_ids))}")
+        verdict.set(Text(f"TP{plan.tp} on {where} · SGLang {plan.sglang_version}: "
                          f"{fit.verdict if fit else '?'}", style="bold green" if fit and fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
         self.query_one("#plan-launch", Static).update(launch_text(plan))
         self.query_one("#plan-rules", Static).update(rules_table(plan))
+        parts = parts_text(plan)
+        self.query_one("#plan-parts-title", Static).update(parts[0] if parts else "")
+        self.query_one("#plan-parts-title").display = parts is not None
+        self.query_one("#plan-parts", TextView).set(parts[1] if parts else Text())
         diff = Text()
         changes = plan.like.diff if plan.like is not None else ()
         for change in changes:
@@ -126,12 +140,13 @@ class PlanReviewScreen(GpuopsScreen):
     def action_tp(self, step: int) -> None:
         current = self.plan.tp if self.plan else (self.wishes.tp or 1)
         heads = self.facts.num_attention_heads
-        gpus = len(self.target.gpus) or 1
+        n = 1 + len(self.nodes)  # over several nodes TP goes in steps of the node count (SGLang splits it evenly)
+        gpus = n * min(len(t.gpus) for t in (self.target, *(node.target for node in self.nodes))) or 1
         tp = current
         while True:
-            tp += step
+            tp += step * n
             if tp < 1 or tp > gpus:
-                self.notify(f"TP stays {current}: {'no fewer than 1' if tp < 1 else f'only {gpus} GPUs'}")
+                self.notify(f"TP stays {current}: {'no fewer than ' + str(n) if tp < 1 else f'only {gpus} GPUs'}")
                 return
             if not heads or heads % tp == 0:
                 break
@@ -156,8 +171,8 @@ class PlanReviewScreen(GpuopsScreen):
         self._open_input("like", "--like: a deployment's name, a plan JSON or a systemd unit file (esc cancels)")
 
     def action_edit(self) -> None:
-        self._open_input("edit", "name N · port N · tp N · gpus 0,1 · mem 0.85 · bind ADDR · flag --X [V] · "
-                         "-flag --X · env K=V · -env K")
+        self._open_input("edit", "name N · port N · tp N · gpus 0,1 · mem 0.85 · bind ADDR · nodes H2,… · "
+                         "flag --X [V] · -flag --X · env K=V · -env K")
 
     @on(Input.Submitted, "#like-input")
     def _line_given(self, event: Input.Submitted) -> None:
@@ -177,6 +192,9 @@ class PlanReviewScreen(GpuopsScreen):
         try:
             kind, value = parse_edit(text, known)
             wishes, target, edits = self.wishes, self.target, self.edits
+            if kind == "nodes":
+                self.read_nodes(value, text)
+                return True
             if kind == "wish":
                 wishes = replace(wishes, **value)
             elif kind == "bind":
@@ -185,7 +203,7 @@ class PlanReviewScreen(GpuopsScreen):
                 if self.plan is None:
                     raise PlanError("no plan to change: fix the error above first")
                 edits = with_edit(self.plan, edits, value)
-            plan = apply_edits(build_plan(self.facts, target, wishes), edits)
+            plan = apply_edits(self._build(target, wishes, self.nodes), edits)
         except PlanError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return False
@@ -193,6 +211,54 @@ class PlanReviewScreen(GpuopsScreen):
         self.show()
         self.notify(f"changed: {text}")
         return True
+
+    def _build(self, target: Target, wishes: Wishes, nodes: tuple[Node, ...]) -> Plan:
+        if not nodes:
+            return build_plan(self.facts, target, wishes)
+        return build_multinode_plan(self.facts, [self._node(target), *nodes], wishes)
+
+    def _node(self, target: Target) -> Node:
+        """A host as a node: its target and what the inventory says of it (its address for the
+        other nodes, its NCCL interface)."""
+        try:
+            cfg = self.app.inventory.host(str(target.host))  # type: ignore[attr-defined]
+        except KeyError:
+            raise PlanError(f"{target.host or 'an offline plan'} is not a host of the inventory: plan for "
+                            "one to add nodes") from None
+        return Node(target, cfg.reachable_addr, cfg.nccl_interface)
+
+    @work(exclusive=True, group="nodes")
+    async def read_nodes(self, names: tuple[str, ...], text: str) -> None:
+        """`nodes H2,…`: read each host as the model picker reads this one (its GPUs, disks, SGLang,
+        the ports its deployments hold), then plan over them all; on any error the plan stays."""
+        from ..core.hosts.host import HostError
+        from ..core.planning.hostfacts import read_target
+        from ..core.planning.plan import with_deployment_ports
+
+        nodes: list[Node] = []
+        try:
+            self._node(self.target)  # node 0 first: an offline plan has no nodes to add
+            for name in names:
+                if name == self.target.host:
+                    raise PlanError(f"nodes: {name} is node 0 already (name the other hosts)")
+                host = self.app.monitor.hosts.get(name)  # type: ignore[attr-defined]
+                if host is None:
+                    known = ", ".join(h for h in self.app.monitor.hosts if h != self.target.host)  # type: ignore[attr-defined]
+                    raise PlanError(f"nodes: unknown host {name!r} (others in the inventory: {known or 'none'})")
+                self.notify(f"reading {name}'s GPUs, disks and SGLang…")
+                stored = [(d.name, d.host, d.state, d.plan.port) for d in self.app.ops.deployments()]  # type: ignore[attr-defined]
+                nodes.append(self._node(with_deployment_ports(await read_target(host), stored)))
+            wishes = replace(self.wishes, gpu_ids=None, tp=None) if bool(nodes) != bool(self.nodes) else self.wishes
+            plan = apply_edits(self._build(self.target, wishes, tuple(nodes)), self.edits)
+        except PlanError as exc:
+            self.notify(str(exc), severity="error", timeout=8)
+            return
+        except HostError as exc:
+            self.notify(f"{exc.message}" + (f" — {exc.hint}" if exc.hint else ""), severity="error", timeout=8)
+            return
+        self.nodes, self.wishes, self.plan, self.error = tuple(nodes), wishes, plan, None
+        self.show()
+        self.notify(f"changed: {text} (TP{plan.tp} over {plan.nnodes} nodes)" if nodes else f"changed: {text} (one host)")
 
     def _like(self, text: str) -> None:
         try:
@@ -278,7 +344,12 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
         lines.append(f"weights: download {size:.1f} GB into {plan.model_path}")
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
                  + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
-    lines.append(f"GPUs {','.join(map(str, plan.gpu_ids))} (TP {plan.tp}) · {plan.launcher} launcher")
+    if plan.members:
+        lines.append(f"TP {plan.tp} over {plan.nnodes} nodes, started node 0 first (rendezvous {plan.dist_init_addr}):")
+        lines += [f"  node {m.node_rank}: {m.host} GPUs {','.join(map(str, m.gpu_ids))} · {m.launcher} launcher"
+                  for m in plan.members]
+    else:
+        lines.append(f"GPUs {','.join(map(str, plan.gpu_ids))} (TP {plan.tp}) · {plan.launcher} launcher")
     if busy:
         lines.append("already on those GPUs (deploying anyway shares them; e then `gpus …` picks others):")
         lines += [f"  {b}" for b in busy[:6]] + ([f"  … {len(busy) - 6} more"] if len(busy) > 6 else [])
@@ -309,9 +380,8 @@ class SwapReviewScreen(PlanReviewScreen):
         super().__init__(facts, target, wishes)
         self.old = old  # the stored Deployment being replaced
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        self.sub_title = f"swap {self.old.name} on {self.old.host}: the new deployment's plan"
+    def heading(self) -> str:
+        return f"swap {self.old.name} on {self.old.host}: the new deployment's plan"
 
     def _held_by_old(self, warning: str) -> bool:
         """A warning about what OLD holds (its port, its GPUs): freed by the swap's stop."""

@@ -75,7 +75,7 @@ def test_busy_gpus_are_avoided_on_each_node():
     (lambda: two(), Wishes(tp=16), r"needs 8 GPU\(s\) on each: gpu1 has 4, gpu2 has 4"),
     (lambda: two()[:1], Wishes(tp=4), "two or more hosts"),
     (lambda: [two()[0], two()[0]], Wishes(tp=8), "distinct inventory host"),
-    (lambda: two(), Wishes(tp=8, gpu_ids=(0, 1, 2, 3)), "--gpu-ids names one host's GPUs"),
+    (lambda: two(), Wishes(tp=8, gpu_ids=(0, 1, 2, 3)), "GPU ids name one host's GPUs"),
 ])
 def test_what_cannot_be_split_is_refused_in_one_line(nodes, wishes, says):
     with pytest.raises(PlanError, match=says):
@@ -205,7 +205,7 @@ def mn(ssh_home, tmp_path):
                    'node_addr = "127.0.0.1"\n' + sims[1].host_block("gpu2", ssh="simbox")
                    + f'model_dirs = ["{root / "models"}"]\nnode_addr = "127.0.0.1"\n' + "[stall]\ndist_init = 4\n")
     yield cfg, env, sims
-    for name in ("duo", "halt"):
+    for name in ("duo", "halt", "wide"):
         gpuops("--config", str(cfg), "stop", name, "--yes", env=env, timeout=120)
     for sim in sims:
         sim.shutdown()
@@ -284,6 +284,74 @@ async def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn,
     gone = gpuops("--config", str(cfg), "forget", "duo", "--yes", env=env, timeout=120)
     assert gone.returncode == 0, gone.stderr
     assert _status(cfg, env, "duo") is None and _status(cfg, env, "duo-n1") is None
+
+
+async def test_plan_review_plans_over_two_nodes_and_deploys_both(mn, monkeypatch):
+    """The TUI's way to a multi-node deployment: on plan review `e` then `nodes gpu2` reads gpu2 as
+    the picker read gpu1 and plans one SGLang over both (TP over both nodes' GPUs, the node list,
+    TP steps of the node count); an unknown host is one line with the plan as it was; `d` lists the
+    nodes and asks; yes starts node 0 then node 1, and both are ready."""
+    from gpuops.core.config import load_inventory
+    from gpuops.core.planning.hostfacts import read_target
+    from gpuops.core.planning.model_facts import load_model_facts
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.deployment import DeploymentScreen
+    from gpuops.screens.plan_review import PlanReviewScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    cfg, env, sims = mn
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        facts = load_model_facts("Qwen/Qwen3-8B")
+        screen = PlanReviewScreen(facts, await read_target(app.monitor.hosts["gpu1"]), Wishes(name="wide"))
+        await app.push_screen(screen)
+        assert await until(pilot, lambda: screen.plan is not None), screen.error
+        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+
+        async def edit(line: str) -> None:
+            await pilot.press("e")
+            await pilot.press(*line)
+            await pilot.press("enter")
+
+        await edit("nodes gpu2")
+        assert await until(pilot, lambda: screen.plan is not None and screen.plan.nnodes == 2, timeout=60), said()
+        plan = screen.plan
+        assert (plan.tp, [m.host for m in plan.members]) == (8, ["gpu1", "gpu2"])
+        assert "--nnodes" in plan.argv and plan.dist_init_addr and plan.dist_init_addr.startswith("127.0.0.1:")
+        assert "2 nodes: one server each" in str(screen.query_one("#plan-parts-title").render())
+        parts = screen.query_one("#plan-parts").text.plain
+        assert "node 0: gpu1, GPUs 0,1,2,3" in parts and "node 1: gpu2, GPUs 0,1,2,3" in parts, parts
+        assert "gpu1 GPUs 0,1,2,3 + gpu2 GPUs 0,1,2,3" in verdict_of(screen)
+        await edit("nodes gpu1,nope")  # gpu1 is node 0 already; nothing changes
+        assert await until(pilot, lambda: any("node 0 already" in m for m in said()))
+        await edit("nodes nope")
+        assert await until(pilot, lambda: any("unknown host 'nope'" in m for m in said()))
+        assert screen.plan.nnodes == 2 and screen.plan.tp == 8
+        await pilot.press("minus")  # TP6 does not divide 32 heads: TP4 over 2 nodes, 2 GPUs each
+        assert await until(pilot, lambda: screen.plan.tp == 4 and [len(m.gpu_ids) for m in screen.plan.members] == [2, 2])
+        await pilot.press("plus")
+        assert await until(pilot, lambda: screen.plan.tp == 8)
+        await pilot.press("d")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "TP 8 over 2 nodes" in app.screen.detail and "node 1: gpu2 GPUs 0,1,2,3" in app.screen.detail, \
+            app.screen.detail
+        await pilot.press("y")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen), timeout=60), said()
+
+        def both_ready() -> bool:
+            try:
+                return app.ops.deployment("wide").state == "ready" and app.ops.deployment("wide-n1").state == "ready"
+            except Exception:
+                return False
+        assert await until(pilot, both_ready, timeout=240), said()
+        assert app.ops.deployment("wide-n1").host == "gpu2"
+
+
+def verdict_of(screen) -> str:
+    return screen.query_one("#plan-verdict").text.plain
 
 
 def test_the_node_that_never_joins_is_named(mn, tmp_path):

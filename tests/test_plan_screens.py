@@ -109,10 +109,14 @@ async def test_plan_review_edits_without_dead_ends_and_asks_before_deploying():
         for bad, says in (("flag --port 1", "--port is the planner's: use `port N`"),
                           ("-flag --no-such-flag", "the plan has no --no-such-flag"),
                           ("port 80", "port: a number 1024..65535"), ("env 1X=2", "POSIX name"),
-                          ("gpus 0,0", "distinct GPU indexes"), ("launch", "unknown change 'launch'")):
+                          ("gpus 0,0", "distinct GPU indexes"), ("launch", "unknown change 'launch'"),
+                          ("nodes gpu2,gpu2", "each host once"), ("nodes a;b", "nodes: "),
+                          ("nodes gpu2 gpu3", "nodes takes the other hosts"),
+                          ("nodes localhost", "an offline plan is not a host of the inventory")):
             await typed(bad)
             assert screen.plan is before, bad  # nothing changed
-            assert any(says in str(n.message) for n in app._notifications), (bad, [str(n.message) for n in app._notifications])
+            assert await until(pilot, lambda: any(says in str(n.message) for n in app._notifications)), \
+                (bad, [str(n.message) for n in app._notifications])
         await typed("bind 0.0.0.0")
         assert "--host 0.0.0.0" in " ".join(screen.plan.argv) and screen.plan.uses_api_key
         await typed("-flag --chunked-prefill-size")

@@ -98,3 +98,25 @@ def rules_table(plan):
             change.append(("  " if r.adds else "") + "−" + " ".join(r.removes), style="red")
         table.add_row(r.id, change, r.why)
     return table
+
+
+def parts_text(plan) -> tuple[str, Text] | None:
+    """A plan of several servers, one line a part: each node of a multi-node plan (its host, GPUs,
+    launcher, own env; node 0 with the rendezvous) or each replica behind the router; with the
+    panel's title. None for a plan of one server."""
+    text = Text()
+    if plan.members:
+        for m in plan.members:
+            own = " ".join(f"{k}={v}" for k, v in sorted(m.env.items()))
+            text.append(f"node {m.node_rank}: ", style="bold")
+            text.append(f"{m.host}, GPUs {','.join(map(str, m.gpu_ids))}, {m.launcher} launcher"
+                        + (f", {own}" if own else "") + (" · rendezvous " + str(plan.dist_init_addr)
+                                                        if m.node_rank == 0 else "") + "\n")
+        return f"{plan.nnodes} nodes: one server each, --node-rank R", text
+    if plan.replicas:
+        for r, url in zip(plan.replicas, plan.worker_urls):
+            text.append(f"{r.name}: ", style="bold")
+            text.append(f"{r.host}, TP{r.tp} on GPUs {','.join(map(str, r.gpu_ids))}, port {r.port} ({url}), "
+                        f"{r.launcher} launcher\n")
+        return f"{len(plan.replicas)} replicas behind sglang-router at {plan.host}:{plan.port}", text
+    return None

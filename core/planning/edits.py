@@ -2,6 +2,8 @@
 review (or given to a script), validated before it changes anything.
 
     name N · port N · tp N · gpus 0,1 · mem 0.85 · bind 0.0.0.0     the planner's own choices
+    nodes H2[,H3…] · nodes -                                        more hosts: one SGLang over several
+                                                                    nodes (this host is node 0); - back to one
     flag --NAME [VALUE…] · -flag --NAME                             add/alter or drop an SGLang flag
     env NAME=VALUE · -env NAME                                      set or drop an environment variable
 
@@ -23,7 +25,7 @@ from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 from . import PlanError
 from .flag_rules import OWNED_FLAGS
 
-WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "flag", "-flag", "env", "-env")
+WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "flag", "-flag", "env", "-env")
 _OWNED_HINT = {"--port": "port N", "--tp-size": "tp N", "--tp": "tp N", "--host": "bind ADDRESS",
                "--mem-fraction-static": "mem FRACTION", "--served-model-name": "name N (or --like)",
                "--api-key": "bind beyond loopback (gpuops keeps the key)"}
@@ -52,8 +54,9 @@ class Edit:
 
 
 def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, Any]:
-    """One typed edit: ("wish", {field: value}) for the planner's choices, ("edit", Edit) for a flag
-    or env change; EditError (one line) for anything else."""
+    """One typed edit: ("wish", {field: value}) for the planner's choices, ("bind", address),
+    ("nodes", (host, …)) for the other nodes of a multi-node plan (empty: one host again), ("edit",
+    Edit) for a flag or env change; EditError (one line) for anything else."""
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -88,6 +91,8 @@ def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, An
         if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
             raise EditError(f"gpus: distinct GPU indexes, not {args[0]!r}")
         return "wish", {"gpu_ids": ids, "tp": len(ids)}
+    if word == "nodes":
+        return "nodes", _nodes(args)
     if word == "mem":
         try:
             frac = float(args[0])
@@ -120,6 +125,24 @@ def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, An
     if word == "-flag" and len(args) > 1:
         raise EditError("-flag takes only the flag's name")
     return "edit", Edit(word, name, tuple(args[1:]))
+
+
+def _nodes(args: list[str]) -> tuple[str, ...]:
+    """`nodes gpu2,gpu3`: the inventory names of the other nodes, each once; `nodes -`: none."""
+    from ..config import validate_host_name
+
+    if len(args) != 1:
+        raise EditError("nodes takes the other hosts, comma-separated (nodes gpu2,gpu3), or - for one host")
+    if args[0] == "-":
+        return ()
+    names = tuple(n.strip() for n in args[0].split(","))
+    try:
+        names = tuple(validate_host_name(n) for n in names)
+    except ValueError as exc:
+        raise EditError(f"nodes: {exc}") from None
+    if len(set(names)) != len(names):
+        raise EditError(f"nodes: each host once, not {args[0]}")
+    return names
 
 
 def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:

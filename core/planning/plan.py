@@ -392,7 +392,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     if any(h is None for h in hosts) or len(set(hosts)) != n:
         raise PlanError(f"--hosts: each node is a distinct inventory host, not {','.join(map(str, hosts))}")
     if wishes.gpu_ids is not None:
-        raise PlanError("--gpu-ids names one host's GPUs: with --hosts each node's are chosen (its policy's gpu_ids)")
+        raise PlanError("GPU ids name one host's GPUs: over several nodes each node's are chosen (its policy's gpu_ids)")
     per_node = [len(_allowed(node.target)) for node in nodes]
     if wishes.tp is not None:
         if wishes.tp % n:
