@@ -20,8 +20,8 @@ def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--host", metavar="H", help="plan for this inventory host (its GPUs, disks and SGLang are read)")
     p.add_argument("--hosts", metavar="H1,H2,..", help="one deployment over several hosts (multi-node TP: node 0 "
                    "first, --tp split evenly over them)")
-    p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on --host, each on GPUs and a "
-                   "port of its own, behind sglang-router there")
+    p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on --host (or round "
+                   "--hosts), each on GPUs and a port of its own, behind sglang-router on the (first) host")
     p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest that fits)")
     p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")
     p.add_argument("--gpu-memory", type=float, metavar="GIB", help="memory per GPU when planning offline")

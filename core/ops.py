@@ -216,7 +216,8 @@ class Ops:
 
     async def _deploy_one(self, plan: Plan, host_name: str, *, yes: bool, ask: Callable[[str], bool] | None,
                           hf_token: str | None, until: tuple[str, ...],
-                          on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool) -> str:
+                          on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool,
+                          api_key: str | None = None) -> str:
         cfg = self.host_config(host_name)
         plan = bind_plan(plan, cfg)
         host = self.host(cfg.name)
@@ -225,7 +226,7 @@ class Ops:
         if refusal:
             raise Refused(refusal)
         deployer = Deployer(host, plan, self.store, self.bus, yes=yes, ask=ask, stall=dict(self.inventory.stall),
-                            hf_token=hf_token, journal_dir=cfg.journal_dir)
+                            hf_token=hf_token, journal_dir=cfg.journal_dir, api_key=api_key)
         try:
             await deployer.preflight()
             deployer.begin()
@@ -368,10 +369,19 @@ class Ops:
         try:
             if on_begin is not None:
                 await on_begin(self.deployment(plan.name))
+            # one API key for the router and every keyed replica: the router's from an earlier run
+            # (its clients keep working after a restart), else a new one
+            try:
+                key = await self._shared_key(router) if plan.uses_api_key else None
+            except HostError as exc:
+                self.store.release_watch(plan.name, os.getpid())
+                return self._host_error(plan.name, exc)
+            router.api_key = key
             for deployer in deployers[:-1]:
                 replica = deployer.plan
                 state = await self._deploy_one(replica, replica.host or "", yes=True, ask=None, hf_token=hf_token,
-                                               until=("ready", "crashed", "stalled"), on_begin=None, keep_on=True)
+                                               until=("ready", "crashed", "stalled"), on_begin=None, keep_on=True,
+                                               api_key=key if replica.uses_api_key else None)
                 if state != "ready":
                     why = f"replica {replica.name} is {state}: the router was not started"
                     self.bus.publish(plan.name, self.store.record(plan.name, StateEvent(state="crashed", reason=why)))
@@ -386,6 +396,13 @@ class Ops:
             self._release(plan.name)  # the router's lease, however its deploy ended
             self.deploying.discard(plan.name)
         return await self._watch(plan.name, router.host, until, keep_on)
+
+    @staticmethod
+    async def _shared_key(deployer: Deployer) -> str:
+        from .hosts.files import new_api_key, read_env_value
+
+        env_path = getattr(await open_launcher(deployer.host, deployer.plan), "env_path")
+        return await read_env_value(deployer.host, env_path, "GPUOPS_API_KEY") or new_api_key()
 
     def _name_missing_nodes(self, plan: Plan) -> None:
         """Node 0 of `plan` stalled: a node that never reached the rendezvous (its own log shows no

@@ -463,16 +463,23 @@ SIM_PYTHONPATH="{pythonpath}"  # the stand-ins (pynvml, sglang) this wrapper put
 # its pid and its arguments, the source of a `python -c SOURCE` left out
 if [ "${{1:-}}" = "-c" ]; then _calls=$(shift 2; printf '%s ' "$@"); else _calls="$*"; fi
 printf '%s -- %s\n' "$$" "$_calls" | cut -c1-2000 >> "$SIM_DIR/state/calls.log" 2>/dev/null || :
-case "$1 $2" in
-    "-m sglang.launch_server") ;;
-    "-m sglang."*|"-m sglang_router."*)
+# the module run: `python -m MODULE`, or through gpuops' key launcher, `python DIR/launch.py -m MODULE`
+case "${{1:-}}" in
+    -m) _module=${{2:-}} ;;
+    */launch.py) if [ "${{2:-}}" = "-m" ]; then _module=${{3:-}}; else _module=; fi ;;
+    *) _module= ;;
+esac
+case "$_module" in
+    sglang.launch_server) ;;
+    sglang.*|sglang_router.*)
         # SGLang's benchmark and eval modules (bench_serving, benchmark.serving, test.run_eval, ...)
-        # and sglang-router (the real Rust router, in front of simulated servers) run for real from
-        # the SGLang virtualenv given to setup, without the stand-ins on PYTHONPATH.
+        # and sglang-router (the real Rust router, in front of simulated servers; keyed, through
+        # gpuops' launcher) run for real from the SGLang virtualenv given to setup, without the
+        # stand-ins on PYTHONPATH.
         # (With no SGLang they fall through to the real python below: No module named 'sglang'.)
         if [ -n "$SGLANG_VERSION" ]; then
             if [ -z "$SGLANG_VENV" ]; then
-                echo "gpuops simulated host: python $1 $2 needs a real SGLang virtualenv; set one up with" \
+                echo "gpuops simulated host: python -m $_module needs a real SGLang virtualenv; set one up with" \
                      "gpuops sim setup DIR --sglang-venv PATH" >&2
                 exit 1
             fi

@@ -67,9 +67,20 @@ def test_the_replicas_take_tp_gpus_each_and_too_many_are_refused_in_one_line():
         _replicated(1)
     with pytest.raises(PlanError, match="--gpu-ids"):
         _replicated(2, gpu_ids=(0, 1))
-    keyed = [Node(target("gpu1", serve_host="0.0.0.0"), "10.0.0.1")]  # replicas beyond loopback: each keyed
-    with pytest.raises(PlanError, match="API key of its own"):
-        build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), keyed, Wishes(), 2)
+
+
+def test_replicas_beyond_loopback_and_their_router_share_one_api_key():
+    """A host whose serve_host is beyond loopback: each replica is keyed, and the router carries the
+    key (sglang-router's --api-key: it checks clients with it and sends it to the replicas)."""
+    keyed = [Node(target("gpu1", serve_host="0.0.0.0"), "10.0.0.1")]
+    plan = build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), keyed, Wishes(name="duo"), 2)
+    assert all(r.uses_api_key for r in plan.replicas) and plan.uses_api_key
+    argv = plan.exec_argv("/x/launch.py")
+    assert argv[1:4] == ["/x/launch.py", "-m", "sglang_router.launch_router"]  # through the key's launcher
+    assert argv[argv.index("--api-key") + 1] == "${GPUOPS_API_KEY}"
+    assert "router-api-key" in {rule.id for rule in plan.rules}
+    plain = _replicated(2)  # on loopback: no key anywhere
+    assert not plain.uses_api_key and "--api-key" not in plain.argv
 
 
 def test_a_router_plan_read_back_is_checked():
@@ -282,8 +293,121 @@ def _server_pids(root: Path, port: int) -> list[int]:
     return pids
 
 
-def test_replicas_over_several_hosts_are_refused_in_one_line_for_now():
+def test_replicas_over_several_hosts_go_round_them_with_the_key_the_router_carries():
     f = facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B")
-    nodes = [Node(target("gpu1"), "10.0.0.1"), Node(target("gpu2"), "10.0.0.2")]
-    with pytest.raises(PlanError, match="several hosts.*give one --host"):
-        build_replicated_plan(f, nodes, Wishes(tp=4, name="wide"), 2)
+    nodes = [Node(target("gpu1", n=8), "10.0.0.1"), Node(target("gpu2", serve_host="0.0.0.0"), "10.0.0.2")]
+    plan = build_replicated_plan(f, nodes, Wishes(tp=4, name="wide"), 3)
+    assert [(r.name, r.host, r.gpu_ids) for r in plan.replicas] == [
+        ("wide-r1", "gpu1", (0, 1, 2, 3)), ("wide-r2", "gpu2", (0, 1, 2, 3)), ("wide-r3", "gpu1", (4, 5, 6, 7))]
+    r1, r2, r3 = plan.replicas
+    # the router (on gpu1) reaches its own host's replicas on loopback, gpu2's at gpu2's address
+    assert plan.worker_urls == [f"http://127.0.0.1:{r1.port}", f"http://10.0.0.2:{r2.port}", f"http://127.0.0.1:{r3.port}"]
+    assert r2.bind_host == "0.0.0.0" and r2.uses_api_key and not r1.uses_api_key
+    assert plan.uses_api_key and plan.host == "gpu1" and plan.bind_host == "127.0.0.1"
+    assert r1.port != r3.port and plan.port not in (r1.port, r3.port)
+    # a host that serves on loopback only cannot be reached by the router elsewhere: one line
+    shut = [Node(target("gpu1"), "10.0.0.1"), Node(target("gpu2"), "10.0.0.2")]
+    with pytest.raises(PlanError, match="gpu2 serves on loopback only .* set serve_host in \\[hosts.gpu2\\]"):
+        build_replicated_plan(f, shut, Wishes(tp=4, name="wide"), 2)
+    # two inventory hosts at one address (one machine): their replicas' ports differ, and a warning
+    same = [Node(target("a"), "127.0.0.1"), Node(target("b", serve_host="0.0.0.0"), "127.0.0.1")]
+    both = build_replicated_plan(f, same, Wishes(tp=4, name="twin"), 2)
+    assert len({both.port, *(r.port for r in both.replicas)}) == 3
+    assert any("b is reached at 127.0.0.1, a loopback address" in w for w in both.warnings), both.warnings
+
+
+@pytest.fixture
+def wide(ssh_home, tmp_path, sglang_venv):
+    """Two simulated 4-GPU hosts over the real sshd (two inventory hosts of this machine, both at
+    127.0.0.1): gpu1 with the real SGLang venv (its sglang-router), serving on loopback; gpu2
+    serving beyond it (serve_host 0.0.0.0), so its replicas are keyed."""
+    root = Path(tempfile.mkdtemp(prefix="gpuops-wide-"))
+    root.chmod(0o755)
+    hub = operator_hub(tmp_path / "hub")
+    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
+               HF_HUB_OFFLINE="1")
+    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
+        env.pop(key, None)
+    sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
+            setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
+    for sim in sims:
+        sim.set_sim(token_delay_s=0.001)
+    cfg = tmp_path / "gpuops.toml"
+    cfg.write_text(sims[0].host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\nnode_addr = "127.0.0.1"\n'
+                   + sims[1].host_block("gpu2", ssh="simbox") + f'model_dirs = ["{root / "models-b"}"]\n'
+                   'node_addr = "127.0.0.1"\nserve_host = "0.0.0.0"\n')
+    yield cfg, env, root
+    gpuops("--config", str(cfg), "stop", "wide", "--yes", env=env, timeout=120)
+    for sim in sims:
+        sim.shutdown()
+    kill_marked(str(root))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _env_key(name: str) -> str | None:
+    """GPUOPS_API_KEY in the 0600 env file of process-launched deployment NAME (the ssh user here)."""
+    import pwd
+
+    path = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".local/state/gpuops/deployments" / name / "env"
+    for line in path.read_text().splitlines():
+        if line.startswith("GPUOPS_API_KEY="):
+            return line.split("=", 1)[1].strip().strip("'\"")
+    return None
+
+
+@pytest.mark.timeout(600)  # five deploys and a benchmark; on a loaded machine more than the default 300 s
+def test_replicas_over_two_hosts_share_the_key_the_router_carries(wide, tmp_path):
+    """Replica 1 on gpu1 (loopback), replica 2 on gpu2 (beyond loopback, keyed), the real router on
+    gpu1 with --api-key: deployed and ready (the router's watch reads its keyed /workers), one key
+    for the router and the keyed replica in their env files and in no command line, a request
+    without it refused by the router, with it routed; the benchmark through the router; a restart
+    keeps the key; stop and forget take every part."""
+    cfg, env, root = wide
+    out = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--hosts", "gpu1,gpu2", "--replicas", "2",
+                 "--tp", "1", "--name", "wide", "--json", env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    r1, r2 = plan["replicas"]
+    assert (r1["host"], r2["host"]) == ("gpu1", "gpu2")
+    assert plan["argv"][plan["argv"].index("--api-key") + 1] == "${GPUOPS_API_KEY}"
+    assert "${GPUOPS_API_KEY}" in r2["argv"] and "${GPUOPS_API_KEY}" not in r1["argv"]
+    assert plan["argv"][1:3] == [f"http://127.0.0.1:{r1['port']}", f"http://127.0.0.1:{r2['port']}"]
+    assert r1["port"] != r2["port"]  # two hosts of one address: ports of their own
+    plan_file = tmp_path / "wide.json"
+    plan_file.write_text(out.stdout)
+
+    out = gpuops("--config", str(cfg), "deploy", str(plan_file), "--host", "gpu1", "--yes", env=env, timeout=420)
+    assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+    states = {n: (_status(cfg, env, n) or {}).get("state") for n in ("wide", "wide-r1", "wide-r2")}
+    assert states == {"wide": "ready", "wide-r1": "ready", "wide-r2": "ready"}, states
+    key = _env_key("wide")
+    assert key and key == _env_key("wide-r2"), "the router and the keyed replica have different keys"
+    cmdlines = b"\n".join(p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists())
+    assert key.encode() not in cmdlines
+
+    base = f"http://127.0.0.1:{plan['port']}"
+    body = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    assert httpx.post(base + "/v1/chat/completions", json=body, timeout=60).status_code == 401
+    auth = {"Authorization": f"Bearer {key}"}
+    workers = httpx.get(base + "/workers", headers=auth, timeout=10).json()["workers"]
+    assert sorted(w["url"] for w in workers if w["is_healthy"]) == sorted(plan["argv"][1:3])
+    for _ in range(4):  # round robin: both replicas answer, replica 2 through the key the router sends it
+        chat = httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=60)
+        assert chat.status_code == 200 and chat.json()["choices"], chat.text[:500]
+
+    bench = gpuops("--config", str(cfg), "bench", "wide", "--json", env=env, timeout=420)
+    assert bench.returncode == 0, bench.stderr + bench.stdout[-3000:]
+    (result,) = [e for e in map(json.loads, filter(lambda ln: ln.startswith("{"), bench.stdout.splitlines()))
+                 if e["event"] == "result"]
+    assert result["summary"]["completed"] > 0 and result["summary"]["output_throughput"] > 0
+    assert key not in bench.stdout and key not in bench.stderr
+
+    again = restart_deployment(cfg, env, "wide")
+    assert again.returncode == 0 and again.stdout.strip() == "ready", again.stderr[-3000:]
+    assert _env_key("wide") == key == _env_key("wide-r2")  # its clients keep working
+    assert httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=60).status_code == 200
+
+    assert gpuops("--config", str(cfg), "stop", "wide", "--yes", env=env, timeout=180).returncode == 0
+    assert [(_status(cfg, env, n) or {}).get("state") for n in ("wide", "wide-r1", "wide-r2")] == ["stopped"] * 3
+    assert gpuops("--config", str(cfg), "forget", "wide", "--yes", env=env, timeout=120).returncode == 0

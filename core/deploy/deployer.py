@@ -46,7 +46,7 @@ class Deployer:
 
     def __init__(self, host: Host, plan: Plan, store: Store, bus: Bus, *, yes: bool = False,
                  ask: Callable[[str], bool] | None = None, stall: dict[str, float] | None = None,
-                 hf_token: str | None = None, journal_dir: str | None = None):
+                 hf_token: str | None = None, journal_dir: str | None = None, api_key: str | None = None):
         self.host = host
         self.plan = plan
         self.name = plan.name
@@ -57,6 +57,9 @@ class Deployer:
         self.download_stall_s = (stall or {}).get("download", 120.0)
         self.hf_token = hf_token
         self.journal_dir = journal_dir
+        # the key of a deployment of several parts, one for all (the router sends it to its replicas);
+        # None: this part's own, kept in its env file from an earlier run, or a new one
+        self.api_key = api_key
         self.launcher: Launcher | None = None
         self.run = 0
         self._beat_at = -1e9
@@ -159,7 +162,7 @@ class Deployer:
         secrets_env: dict[str, str] = {}
         if plan.uses_api_key:
             env_path = getattr(self.launcher, "env_path")
-            secrets_env["GPUOPS_API_KEY"] = (await read_env_value(self.host, env_path, "GPUOPS_API_KEY")
+            secrets_env["GPUOPS_API_KEY"] = (self.api_key or await read_env_value(self.host, env_path, "GPUOPS_API_KEY")
                                              or new_api_key())
         await self.launcher.install(secrets_env)
         await self.launcher.start()

@@ -21,17 +21,22 @@ import msgspec
 
 from ..domain import Evidence, Finding, Fix, Plan
 from ..hosts.host import Host, HostError, host_python
-from .watch import Watch
+from .watch import WITH_ENV_FILE, Watch
 
 # Runs on the router's host with its python (standard library only), no proxies: one JSON line.
+# A keyed router (--api-key) wants the key for /workers: $GPUOPS_API_KEY, from its env file there.
 _PROBE = r"""
-import json, sys, urllib.error, urllib.request
+import json, os, sys, urllib.error, urllib.request
 base = "http://%s:%s" % (sys.argv[1], sys.argv[2])
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+key = os.environ.get("GPUOPS_API_KEY")
 out = {}
 for path in ("/readiness", "/workers"):
+    req = urllib.request.Request(base + path)
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
     try:
-        with opener.open(base + path, timeout=5) as r:
+        with opener.open(req, timeout=5) as r:
             out[path] = [r.status, json.loads(r.read() or b"null")]
     except urllib.error.HTTPError as e:
         try:
@@ -87,10 +92,14 @@ def parse_view(text: str) -> RouterView:
     return RouterView(answering=True, ready=ready_status == 200, healthy=healthy, total=total, workers=listed)
 
 
-async def router_view(host: Host, plan: Plan) -> RouterView:
-    """The router's view of its replicas, asked on its host."""
+async def router_view(host: Host, plan: Plan, env_path: str | None = None) -> RouterView:
+    """The router's view of its replicas, asked on its host (with the key of its env file at
+    `env_path` there when it has one: the key is read on the host, never here)."""
+    argv = [host_python(host), "-c", _PROBE, plan.client_host, str(plan.port)]
+    if env_path and plan.uses_api_key:
+        argv = ["sh", "-c", WITH_ENV_FILE, "gpuops-router-probe", env_path, *argv]
     try:
-        res = await host.run([host_python(host), "-c", _PROBE, plan.client_host, str(plan.port)], timeout=30)
+        res = await host.run(argv, timeout=30)
     except HostError as exc:
         return RouterView(answering=False, error=exc.message)
     if not res.ok:
@@ -169,7 +178,7 @@ class RouterWatch(Watch):
                         fix=Fix(f"read its log (gpuops logs {self.name}); restart it from the deployments view")))
                     self.set_state("crashed", phase=view.phase or "starting", reason=f"the router exited ({status.detail})")
                     return "crashed"
-                rv = await router_view(self.host, self.plan)
+                rv = await router_view(self.host, self.plan, getattr(self.launcher, "env_path", None))
                 if view.state != "ready":
                     if rv.answering and rv.total == len(self.plan.replicas) and rv.healthy == rv.total:
                         self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name,

@@ -108,6 +108,10 @@ def watcher_alive(d: Deployment, *, now: float | None = None) -> bool:
     return True
 
 
+# `sh -c WITH_ENV_FILE NAME ENV_FILE ARGV…`: ARGV run with the variables of ENV_FILE (a deployment's
+# 0600 env file on its host: the API key is read there, never by gpuops) exported, when readable
+WITH_ENV_FILE = 'set -a; [ -r "$1" ] && . "$1"; set +a; shift; exec "$@"'
+
 # argv[1] port, argv[2] model name, $GPUOPS_API_KEY from the env file: one short chat completion
 _QUICK_CHECK = r"""
 import json, os, sys, time, urllib.request
@@ -132,7 +136,7 @@ async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict 
     """One short chat completion against the server, from its host (with the deployment's API key
     read there from its env file, never here): (the answer, None) or (None, why it failed)."""
     env_path = getattr(launcher, "env_path", "")
-    script = 'set -a; [ -r "$1" ] && . "$1"; set +a; shift; exec "$@"'
+    script = WITH_ENV_FILE
     client = plan.client_host
     res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c", _QUICK_CHECK,
                           str(plan.port), plan.served_name, f"[{client}]" if ":" in client else client], timeout=180)

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 from ..config import validate_abs_path, validate_host_name
 import msgspec
 
-from ..domain import (Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
+from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
                       is_loopback, join_flags, replica_name)
 from . import PlanError
 from . import sglang_versions as sv
@@ -487,8 +487,10 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
     """K servers of the model, each a one-host plan of its own on its own GPUs and port (the GPUs the
     replicas before it took left out), and sglang-router in front of them on the same host: the
     router's plan holds the replicas' plans. Deploy starts the replicas, then the router (python -m
-    sglang_router.launch_router --worker-urls ...). One host for now (`nodes` holds one): a replica
-    elsewhere would serve beyond loopback with an API key the router would have to carry."""
+    sglang_router.launch_router --worker-urls ...). The replicas go round the hosts of `nodes` (the
+    router on the first): a replica on another host serves beyond loopback (its serve_host), so
+    with an API key; then the router carries it (`--api-key`: sglang-router checks it from clients
+    and sends it to the replicas), and deploy gives the router and every replica the same key."""
     if replicas < 2:
         raise PlanError("--replicas: two or more (one server: leave --replicas out)")
     if wishes.gpu_ids is not None:
@@ -497,10 +499,6 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         raise PlanError("--like with --replicas: plan one server like the old one first (not supported yet)")
     if not nodes:
         raise PlanError("--replicas: name the host (--host) or hosts (--hosts)")
-    if len(nodes) > 1:  # a replica on another host must serve beyond loopback, so with its own API key
-        raise PlanError("--replicas over several hosts: a replica on another host than the router's serves beyond "
-                        "loopback with an API key of its own, which the router would have to carry (not built yet): "
-                        "give one --host")
     try:
         name = validate_host_name(wishes.name) if wishes.name is not None else default_name(facts.id)
     except ValueError as exc:
@@ -508,10 +506,12 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
     head = nodes[0].target
     warnings: list[str] = []
     router_port = _choose_port(head, wishes, name, warnings)
-    ours: dict[str | None, dict[int, str]] = {head.host: {router_port: f"the router of {name}"}}
+    # the ports this plan takes, by address: two inventory hosts at one address share its ports
+    ours: dict[str, dict[int, str]] = {nodes[0].addr: {router_port: f"the router of {name}"}}
     used: dict[str | None, set[int]] = {}
     plans: list[Plan] = []
     urls: list[str] = []
+    warned: set[str] = set()  # the hosts whose loopback address was warned of
     for i in range(1, replicas + 1):
         node = nodes[(i - 1) % len(nodes)]
         t = node.target
@@ -519,28 +519,35 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         if not free:
             raise PlanError(f"--replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
                             f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or a smaller --tp")
-        taken = {**t.ports_taken, **ours.get(t.host, {})}
+        taken = {**t.ports_taken, **ours.get(node.addr, {})}
         one = replace(t, allowed_gpu_ids=free, ports_taken=taken)
         p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
-        if p.uses_api_key:
-            raise PlanError(f"--replicas on {t.host}: its serve_host {p.bind_host} gives each replica an API key of its "
-                            "own, which the router would have to carry (not built yet): replicas serve on loopback, "
-                            "behind the router")
+        away = t.host != head.host
+        if away and is_loopback(p.bind_host):
+            raise PlanError(f"--replicas: {t.host} serves on loopback only (its serve_host {p.bind_host}), so the router "
+                            f"on {head.host} cannot reach replica {i} there: set serve_host in [hosts.{t.host}]")
         if not p.fit or not p.fit.fits:
             raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
         used.setdefault(t.host, set()).update(p.gpu_ids)
-        ours.setdefault(t.host, {})[p.port] = f"replica {i} of {name}"
-        addr = p.client_host  # the router runs on the replica's host: where a client there reaches it
+        ours.setdefault(node.addr, {})[p.port] = f"replica {i} of {name}"
+        # on the router's host: where a client there reaches the replica; elsewhere: the host's
+        # address for other machines (node_addr, else its ssh host)
+        addr = node.addr if away else p.client_host
+        if away and is_loopback(addr) and t.host not in warned:
+            warned.add(str(t.host))
+            warnings.append(f"{t.host} is reached at {addr}, a loopback address: the router on {head.host} reaches "
+                            f"its replicas there only if both are this machine (set node_addr in [hosts.{t.host}])")
         urls.append(f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}")
         plans.append(p.replace(replica_of=name,
                                warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]))
-    taken = {**ports_taken(head, name), **ours.get(head.host, {})}
+    taken = {**ports_taken(head, name), **ours.get(nodes[0].addr, {})}
     metrics = next((q for q in range(ROUTER_PROMETHEUS_PORT, 65536) if q not in taken), None)
     if metrics is None:
         raise PlanError(f"no free port for the router's metrics on {head.host}")
     bind = head.serve_host
+    keyed = not is_loopback(bind) or any(p.uses_api_key for p in plans)
     argv = ["--worker-urls", *urls, "--host", bind, "--port", str(router_port), "--prometheus-port", str(metrics),
-            *ROUTER_HEALTH]
+            *ROUTER_HEALTH, *(["--api-key", API_KEY_PLACEHOLDER] if keyed else [])]
     where = "; ".join(f"{r.name}: {r.host} {_ids(r.gpu_ids)} port {r.port}" for r in plans)
     fired = [
         RuleFired("replicas", f"{replicas} servers of the model, each on GPUs of its own ({where})", []),
@@ -549,6 +556,11 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         RuleFired("router-health", "the router asks each replica's /health every 5 s and counts it lost after 2 "
                                    "failures (its defaults notice a lost replica after 3 minutes)", list(ROUTER_HEALTH)),
     ]
+    if keyed:
+        served = sorted({str(p.host) for p in plans if p.uses_api_key} | ({str(head.host)} if not is_loopback(bind) else set()))
+        fired.append(RuleFired("router-api-key", f"serving beyond loopback ({', '.join(served)}): one API key for the "
+                               "router and every replica, generated at deploy; the router checks it from clients and "
+                               "sends it to the replicas", ["--api-key", API_KEY_PLACEHOLDER]))
     first = plans[0]
     fit = first.fit
     if fit is not None:
