@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..core.config import Inventory
+from .common import minute
 
 VERBS = ("list", "show", "compare", "import", "export")
 
@@ -80,10 +81,18 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
 
     table = Table(box=None, header_style="bold", padding=(0, 1))
     for col in header:
-        table.add_column(col)
+        # a narrow terminal (80 columns) wraps a cell rather than cutting it to "/tmp/ex…"
+        table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*row)
     Console().print(table)
+
+
+def _short_model(model: str | None) -> str:
+    """A model for a list: a repo id as it is, a folder by its name (`bench show` has the path)."""
+    if not model:
+        return "-"
+    return (model.rstrip("/").rsplit("/", 1)[-1] or model) if model.startswith("/") else model
 
 
 def _list(store, args: argparse.Namespace) -> int:
@@ -102,7 +111,7 @@ def _list(store, args: argparse.Namespace) -> int:
     for r in runs:
         best = max((x.get("output_throughput") or 0 for x in r.records), default=None)
         rows.append([f"#{r.id}", r.status, r.profile, r.deployment or r.url or r.settings.get("file") or "-",
-                     r.model or "-", r.sglang_version or "-", r.started_at or r.created_at,
+                     _short_model(r.model), r.sglang_version or "-", minute(r.started_at or r.created_at),
                      fmt(best) if r.records else "-", fmt((r.quality or {}).get("score"))])
     _table(["RUN", "STATUS", "PROFILE", "TARGET", "MODEL", "SGLANG", "STARTED", "OUT TOK/S", "QUALITY"], rows)
     return 0

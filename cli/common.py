@@ -62,3 +62,10 @@ def run_use_case(inv: Inventory, args: argparse.Namespace, use: Callable[[Any, b
 
 class OperationFailed(Exception):
     """The operation ran and failed (exit 1): the message goes to stderr."""
+
+
+def minute(ts: str | None) -> str:
+    """An RFC 3339 UTC time to the minute, for a line of a list: `2026-12-02 00:23Z` (the JSON keeps it whole)."""
+    if not ts:
+        return "-"
+    return ts.replace("T", " ")[:16] + "Z" if len(ts) >= 16 and ts.endswith("Z") else ts

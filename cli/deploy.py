@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import Inventory
-from .common import OperationFailed, UsageError, run_use_case
+from .common import OperationFailed, UsageError, minute, run_use_case
 
 SCHEMA = 1
 
@@ -299,8 +299,13 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
             _print({"schema": SCHEMA, "deployments": [d.to_json() for d in deployments]})
         elif not deployments:
             print("no deployments yet (gpuops deploy … creates them)")
-        for d in [] if args.json else deployments:
-            print(f"{d.name:24} {d.state:12} {d.host:16} {d.model}  (run {d.run}, since {d.updated_at})")
+        shown = [] if args.json else deployments
+        # one line each (`| head`, `grep` rely on it), its columns as wide as the longest name, state, host
+        widths = [max((len(x) for x in col), default=0) for col in
+                  zip(*[(d.name, str(d.state), d.host) for d in shown])] or [0, 0, 0]
+        for d in shown:
+            print(f"{d.name:{widths[0]}}  {str(d.state):{widths[1]}}  {d.host:{widths[2]}}  {d.model}  "
+                  f"(run {d.run}, since {minute(d.updated_at)})")
         return 0
 
     async def use(ops: Any, _yes: bool) -> tuple[Any, list]:

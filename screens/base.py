@@ -3,6 +3,9 @@ actions that change a host."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from textual._context import active_app
 from textual.binding import Binding
 from textual.screen import Screen
 
@@ -14,6 +17,29 @@ MUTATING_ACTIONS: frozenset[str] = frozenset({"end_process", "delete_model", "ap
 class GpuopsScreen(Screen):
     BINDINGS = [Binding("colon", "command", "Cmd", key_display=":")]
     HELP_TITLE = ""  # what `?` calls the screen (its class name, spaced, when empty)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._start_with_breakpoints()
+
+    def _start_with_breakpoints(self) -> None:
+        """The breakpoint classes (`-narrow`/`-wide`) for the terminal's size, set before the screen
+        is first styled. Textual sets them on the screen's first Resize, which comes after its first
+        frame: a class changed then restyles every widget of the screen and repaints each (on the
+        dashboard, its tables drawn twice, most of a frame). The Resize then finds them set."""
+        try:
+            app = active_app.get()
+        except LookupError:  # made outside a running app: the Resize sets them
+            return
+        width, height = app.size
+        classes: dict[str, bool] = {}
+        for size, breakpoints in ((width, self.HORIZONTAL_BREAKPOINTS), (height, self.VERTICAL_BREAKPOINTS)):
+            if breakpoints is None:
+                breakpoints = app.HORIZONTAL_BREAKPOINTS if size is width else app.VERTICAL_BREAKPOINTS
+            breakpoints = breakpoints or []
+            classes.update({name: False for _, name in breakpoints})
+            classes.update({name: True for name in self._get_breakpoint_classes(size, breakpoints)})
+        self.update_classes(classes, update=False)
 
     def action_command(self) -> None:
         self.app.action_command()  # type: ignore[attr-defined]

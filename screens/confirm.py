@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -30,8 +30,9 @@ class ConfirmScreen(ModalScreen["bool | str"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
             yield Static(self.question, id="confirm-question")
-            if self.detail:
-                yield Static(self.detail, id="confirm-detail")
+            if self.detail:  # a long one scrolls: the answers stay in view (80x24)
+                with VerticalScroll(id="confirm-detail-box"):
+                    yield Static(self.detail, id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button(f"{self.yes_label} (y)", variant="error", id="yes")
                 if self.other_label:

@@ -323,35 +323,53 @@ class DashboardScreen(GpuopsScreen):
         self._widest: list[int] = [0] * len(HOST_COLUMNS)
         self._gpus_title: tuple | None = None
         self._gpu_rows: dict[int, GpuRow] = {}  # the GPU rows shown, by index
+        self._detail_ready = False  # the selected host's panes (mounted right after the first frame)
 
     @property
     def gapp(self) -> "GpuopsApp":
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
+        # The first frame: the host list in its place, the detail pane's frame empty; what goes in
+        # it (the selected host's figures, GPUs, processes) is mounted right after that frame.
         yield Header()
         with Horizontal(id="main"):
             yield FleetTable(id="hosts", cursor_type="row", zebra_stripes=False)
-            with Vertical(id="detail"):
-                yield _linkless(TextView(id="host-title"))
-                yield _linkless(TextView(id="host-stats"))
-                yield _linkless(TextView(id="host-alert"))
-                yield VerticalScroll(id="gpus")
-                yield Static("Processes holding GPU memory", id="procs-title")
-                yield DataTable(id="procs", cursor_type="row")
+            yield Vertical(id="detail")
         yield GpuopsFooter(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
 
     def on_mount(self) -> None:
         hosts = self.query_one("#hosts", DataTable)
         for label in HOST_COLUMNS:
             hosts.add_column(label, key=label)
-        procs = self.query_one("#procs", DataTable)
-        for label in ("GPU", "PID", "User", "Memory", "Command"):
-            procs.add_column(label, key=label)
         self.selected = next(iter(self.gapp.monitor.states), None)
         self.sub_title = self.gapp.mode_label()
         self.refresh_data()
         hosts.focus()
+        self.call_after_refresh(self._mount_detail)
+
+    async def _mount_detail(self) -> None:
+        """The selected host's panes, once the first frame is on screen (styling, laying out and
+        drawing them, the processes table above all, was a good part of that frame)."""
+        detail = self.query("#detail")
+        if not detail or self._detail_ready:  # (the app is closing already)
+            return
+        procs = DataTable(id="procs", cursor_type="row")
+        for label in ("GPU", "PID", "User", "Memory", "Command"):
+            procs.add_column(label, key=label)
+        await detail.first(Vertical).mount_all([
+            _linkless(TextView(id="host-title")),
+            _linkless(TextView(id="host-stats")),
+            _linkless(TextView(id="host-alert")),
+            VerticalScroll(id="gpus"),
+            Static("Processes holding GPU memory", id="procs-title"),
+            procs,
+        ])
+        if not self.query("#procs"):  # the app closed while they were mounted
+            return
+        self._detail_ready = True
+        self._procs_key = None
+        self.refresh_data()
 
     def on_resize(self, event: Any) -> None:
         # below 120 columns the footer packs its keys tighter: q Quit stays in view at 80
@@ -364,7 +382,7 @@ class DashboardScreen(GpuopsScreen):
         now = time.monotonic()
         states = self.gapp.monitor.states
         self._refresh_hosts(states, now)
-        if self.selected in states:
+        if self.selected in states and self._detail_ready:
             self._show_host(states[self.selected], now)
 
     def _refresh_hosts(self, states: dict[str, HostState], now: float) -> None:
@@ -409,7 +427,7 @@ class DashboardScreen(GpuopsScreen):
             self.selected = order[0]
             self._procs_key = None
             hosts.move_cursor(row=0)
-            if self.selected in states:
+            if self.selected in states and self._detail_ready:
                 self._show_host(states[self.selected], now)
 
     def _update_cells(self, hosts: DataTable, order: list[str]) -> None:
@@ -568,6 +586,8 @@ class DashboardScreen(GpuopsScreen):
 
     def selected_process(self) -> tuple[str, Any] | None:
         """(host name, GpuProcess) under the processes table's cursor."""
+        if not self._detail_ready:
+            return None
         table = self.query_one("#procs", DataTable)
         state = self.gapp.monitor.states.get(self.selected or "")
         if state is None or state.snapshot is None or table.row_count == 0:
@@ -660,7 +680,7 @@ class DashboardScreen(GpuopsScreen):
 
     def _set_filter(self, text: str) -> None:
         self.filter_text = text
-        if self.selected in self.gapp.monitor.states:
+        if self.selected in self.gapp.monitor.states and self._detail_ready:
             self._show_processes(self.gapp.monitor.states[self.selected])
 
     _filter_before = ""

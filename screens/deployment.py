@@ -34,6 +34,16 @@ from ..tui.widgets import TextView
 from .base import GpuopsScreen
 
 GIB = 1024**3
+LOG_KEYS = "/ filter  s follow  t times  w wrap  e next error  c copy line"
+
+
+class DeploymentLog(LogView):
+    """The deployment's log. Its keys are listed on its top border, not in the footer: there they
+    came before the screen's own and pushed k, b, f, x, n and esc out of view at 80 columns (the
+    footer lists the focused widget's keys first). They still work, and `?` lists them."""
+
+    BINDINGS = [Binding(b.key, b.action, b.description, show=False)
+                for b in LogView.BINDINGS if isinstance(b, Binding) and b.show]
 
 
 class DeploymentScreen(GpuopsScreen):
@@ -43,7 +53,7 @@ class DeploymentScreen(GpuopsScreen):
         Binding("f", "apply_fix", "Apply fix"),
         Binding("x", "triage", "Triage"),
         Binding("n", "swap", "Swap…"),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("slash", "filter", "Filter", key_display="/", show=False),  # on the log's border
         Binding("escape", "back", "Back", key_display="esc"),
     ]
 
@@ -76,9 +86,11 @@ class DeploymentScreen(GpuopsScreen):
                 yield TextView(id="dep-phases")
                 yield TextView(id="dep-banner")
             with Vertical(id="dep-side"):
+                yield TextView(id="dep-gpus")  # first: the many numbers from the log must not push it out of view
                 yield TextView(id="dep-numbers")
-                yield TextView(id="dep-gpus")
-        yield LogView(id="dep-log")
+        log = DeploymentLog(id="dep-log")
+        log.border_title = LOG_KEYS
+        yield log
         yield Input(placeholder="filter the log (esc clears)", id="dep-filter")
         yield Footer()
 
@@ -158,6 +170,9 @@ class DeploymentScreen(GpuopsScreen):
         ready = v.state == "ready"
         reached = PHASES.index(current) if current in PHASES else -1
         times = dict(v.phase_times(now))
+        # under 120 columns two phases a line, and only the current phase's progress: the banner
+        # (a crash's or a stall's findings) below them stays in view at 80x24
+        narrow = self.has_class("-narrow")
         for i, phase in enumerate(PHASES):
             if i < reached or (phase == current and ready):
                 mark, style = "✔", "green"
@@ -167,19 +182,30 @@ class DeploymentScreen(GpuopsScreen):
                 mark, style = "·", "dim"
             took = times.get(phase)
             elapsed = "" if took is None or phase == "ready" else f"{took:6.1f}s"
+            if narrow:
+                out.append(f"{mark} {phase:<11}{elapsed:>7}", style=style)
+                out.append("\n" if i % 2 else "  ")
+                continue
             out.append(f"{mark} {phase:<11}{elapsed:>9}", style=style)
             prog = v.progress.get(phase)
             if prog is not None:
                 total = f"/{prog.total}" if prog.total else ""
                 out.append(f"  {prog.what or ''} {prog.done}{total}", style="cyan")
             out.append("\n")
+        prog = v.progress.get(current) if narrow and current and not (ready or crashed) else None
+        if prog is not None:
+            total = f"/{prog.total}" if prog.total else ""
+            out.append(f"{current}: {prog.what or ''} {prog.done}{total}\n", style="cyan")
         dl = v.progress.get("downloading")
         if dl is not None and v.state == "downloading" and dl.total:
             out.append(f"\ndownloading {dl.done / 1e9:.1f} / {dl.total / 1e9:.1f} GB", style="cyan")
             if dl.rate_bps:
                 out.append(f" at {dl.rate_bps / 1e6:.0f} MB/s", style="cyan")
             out.append("\n")
-        if crashed and v.crash is not None:
+        if crashed and v.crash is not None and narrow and v.findings:
+            # the banner under it says why (80x24: the reason twice pushed the fix out of view)
+            out.append(f"\ncrashed in {v.crash.phase or '?'}\n", style="bold red")
+        elif crashed and v.crash is not None:
             why = v.crash.reason or (v.findings[0].summary if v.findings else "see the log")
             out.append(f"\ncrashed in {v.crash.phase or '?'}: {why}\n", style="bold red")
         if v.state == "stopped":
@@ -213,6 +239,7 @@ class DeploymentScreen(GpuopsScreen):
         box.set(text)
         box.set_class(kind == "stalled", "stalled")
         box.set_class(kind == "crashed", "crashed")
+        self.query_one("#dep-top").set_class(bool(kind), "-alert")  # more room for the findings (80x24)
 
     def _parts(self) -> Text | None:
         """A router's replicas (each one's state, and whether the router counts it healthy) or a

@@ -21,7 +21,9 @@ from ..tui.widgets import TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
-COLUMNS = ("Name", "Host", "Model", "State", "Run", "Port", "For", "GPU mem")
+# the model last: a folder's path is long, and at 80 columns it pushed the state, port and GPU memory
+# out of view (the line under the table shows it whole)
+COLUMNS = ("Name", "State", "Host", "Port", "Run", "For", "GPU mem", "Model")
 STATE_STYLE = {"ready": "green", "crashed": "red bold", "stalled": "yellow bold", "stopped": "dim"}
 
 
@@ -86,8 +88,8 @@ class DeploymentsScreen(GpuopsScreen):
 
     def _row(self, d: Deployment) -> tuple:
         state = Text(d.state, style=STATE_STYLE.get(d.state, ""))
-        return (d.name, d.host, d.model, state, str(d.run), str(d.plan.port), since(d.updated_at),
-                self._gpu_mem(d))
+        return (d.name, state, d.host, str(d.plan.port), str(d.run), since(d.updated_at), self._gpu_mem(d),
+                d.model)
 
     def refresh_rows(self) -> None:
         table = self.query_one(DataTable)

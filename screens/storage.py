@@ -29,7 +29,9 @@ from .confirm import ConfirmScreen
 if TYPE_CHECKING:
     from ..core.hosts.host import Host
 
-COLUMNS = ("Model", "Kind", "Size", "Modified", "Complete", "Used by")
+# what decides a deletion first (how big, complete, who uses it): at 80 columns Kind and Modified
+# are the ones that go past the edge
+COLUMNS = ("Model", "Size", "Complete", "Used by", "Kind", "Modified")
 
 
 def _complete_cell(value: bool | None) -> Text:
@@ -39,15 +41,17 @@ def _complete_cell(value: bool | None) -> Text:
 
 
 def _used_cell(model: ModelCopy) -> str:
-    return ", ".join(u.label() for u in model.used_by) or "-"
+    # the deployments first: a narrow terminal cuts the end of the cell
+    users = sorted(model.used_by, key=lambda u: u.deployment is None)
+    return ", ".join(u.label() for u in users) or "-"
 
 
 def model_row(model: ModelCopy) -> tuple:
-    modified = (model.modified or "-").replace("T", " ").removesuffix("Z")
+    modified = (model.modified or "-").replace("T", " ").removesuffix("Z")[:16]  # to the minute
     # on a forbidden path (a retiring volume): listed and deletable, never used for a new plan
     kind = Text(model.kind) + (Text(" forbidden", style="yellow") if model.forbidden else Text())
-    return (model.id, kind, units.size(model.size_bytes), modified,
-            _complete_cell(model.complete), _used_cell(model))
+    return (model.id, units.size(model.size_bytes), _complete_cell(model.complete), _used_cell(model), kind,
+            modified)
 
 
 class StorageScreen(GpuopsScreen):

@@ -95,12 +95,11 @@ class TriageScreen(GpuopsScreen):
         from ..core.hosts.host import HostError
         from ..core.ops import Refused
 
-        self.query_one("#triage-detail", TextView).set(Text("running the log rules and the host checks…"))
+        self._detail(Text("running the log rules and the host checks…"))
         try:
             self.doc = await self.app.ops.triage(self.deployment.name)  # type: ignore[attr-defined]
         except (HostError, Refused) as exc:
-            self.query_one("#triage-detail", TextView).set(Text(f"triage failed: {getattr(exc, 'message', exc)}",
-                                                                style="red"))
+            self._detail(Text(f"triage failed: {getattr(exc, 'message', exc)}", style="red"))
             return
         self.show()
 
@@ -119,10 +118,11 @@ class TriageScreen(GpuopsScreen):
             if f.fix is not None and f.fix.applicable:
                 label.append("  [fix]", style="green")
             options.add_option(Option(label, id=str(i)))
+        options.set_class(not self.findings, "-empty")  # at 80x24 an empty list gives its room to the detail
         if self.findings:
             options.highlighted = 0
         else:
-            self.query_one("#triage-detail", TextView).set(Text(
+            self._detail(Text(
                 f"no findings (phase {(doc.phase if doc else None) or '-'}, outcome {(doc.outcome if doc else None) or '-'})."
                 " If it is stuck with nothing found: n restarts with NCCL_DEBUG=INFO."))
         checks = Text()
@@ -136,7 +136,9 @@ class TriageScreen(GpuopsScreen):
         for stack in (doc.stacks if doc is not None else None) or []:
             checks.append(f"\npy-spy {stack.get('rank') or 'server'} (pid {stack.get('pid')})\n", style="bold")
             checks.append((stack.get("text") or stack.get("error") or "").rstrip() + "\n")
-        self.query_one("#triage-checks", TextView).set(checks)
+        view = self.query_one("#triage-checks", TextView)
+        view.set(checks)
+        view.refresh(layout=True)  # its lines wrap: as many lines as before may take other rows
 
     def selected(self) -> Finding | None:
         idx = self.query_one(OptionList).highlighted
@@ -167,7 +169,14 @@ class TriageScreen(GpuopsScreen):
                     out.append_text(diff_text(diff))
                 except Refused as exc:
                     out.append(f"  (cannot be applied to this plan: {exc})\n", style="red")
-        self.query_one("#triage-detail", TextView).set(out)
+        self._detail(out)
+
+    def _detail(self, text: Text) -> None:
+        """The detail pane's text, laid out again: a text of as many lines as the last one may wrap to
+        more or fewer rows (cut, or blank rows left, in a narrow terminal)."""
+        view = self.query_one("#triage-detail", TextView)
+        view.set(text)
+        view.refresh(layout=True)
 
     # ---------------------------------------------------------------- actions
 

@@ -235,6 +235,7 @@ async def test_the_tui_shows_the_server_without_its_key(world, monkeypatch):
             monkeypatch.setenv(var, env[var])
         app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
         async with app.run_test(size=(200, 50)) as pilot:
+            assert await until(pilot, lambda: app.screen.query("#procs"))  # mounted after the first frame
             procs = app.screen.query_one("#procs")
             assert await until(pilot, lambda: procs.row_count > 0, timeout=30)
             rows = [" ".join(map(str, procs.get_row_at(i))) for i in range(procs.row_count)]

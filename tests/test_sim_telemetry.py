@@ -183,6 +183,7 @@ async def test_readonly_refuses_to_end_a_process(simdir):
     app = GpuopsApp(inv, interval=0.25, readonly=True)
     try:
         async with app.run_test(size=(170, 50)) as pilot:
+            assert await until(pilot, lambda: app.screen.query("#procs"))  # mounted after the first frame
             procs = app.screen.query_one("#procs", DataTable)
             assert await until(pilot, lambda: procs.row_count == 1)
             procs.focus()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from textual.theme import Theme
 
-CSS_PATH = Path(__file__).with_name("gpuops.tcss")
+CSS_PATH = Path(__file__).with_name("gpuops.tcss")  # read before the first frame: shared rules, the dashboard's
+SCREENS_CSS_PATH = Path(__file__).with_name("screens.tcss")  # the other screens', read when the first opens
 
 DARK = Theme(
     name="gpuops-dark",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable
@@ -17,8 +18,7 @@ from ..core.hosts.host import Host
 from ..core.telemetry.monitor import Monitor
 from ..core.paths import load_ui_state, save_ui_state
 from ..screens.dashboard import DashboardScreen
-from ..screens.help import HelpScreen
-from ..themes import CSS_PATH, DEFAULT_THEME, THEMES, toggled
+from ..themes import CSS_PATH, DEFAULT_THEME, SCREENS_CSS_PATH, THEMES, toggled
 from .commands import DeploymentCommands, HostCommands
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class GpuopsApp(App):
     ):
         """`config_path`: the config.toml to follow (a change is picked up without a restart; a file
         that appears there later too); None: the inventory's own file, if it has one."""
+        _freeze_startup_heap()
         super().__init__()
         self.inventory = inventory
         self.config_path = config_path or inventory.source
@@ -64,13 +65,41 @@ class GpuopsApp(App):
             self.register_theme(theme)
         # Before the first frame: a theme change later would restyle every widget.
         saved = load_ui_state().get("theme")
-        self.theme = saved if saved in self.available_themes else DEFAULT_THEME
+        self._set_first_theme(saved if saved in self.available_themes else DEFAULT_THEME)
+
+    def _set_first_theme(self, name: str) -> None:
+        """The theme the app starts with, as Textual's watcher of `theme` applies one (its classes,
+        its ANSI colours, its CSS variables) less the re-parse and restyle of every stylesheet it
+        queues: nothing is parsed or styled yet (the CSS is read when the app runs), and that
+        re-parse was a whole extra parse of the stylesheet before the first frame."""
+        self.set_reactive(App.theme, name)
+        theme = self.current_theme
+        classes = {c: False for c in self.classes if c.startswith("-theme-")}
+        classes.update({f"-theme-{theme.name}": True, "-dark-mode": theme.dark, "-light-mode": not theme.dark})
+        self.update_classes(classes, update=False)
+        self._refresh_truecolor_filter(self.ansi_theme)
+        self.stylesheet.set_variables(self.get_css_variables())
 
     def mode_label(self) -> str:
         return " · ".join(label for label, on in (("SIMULATED", self.simulated), ("READONLY", self.readonly)) if on)
 
     def get_default_screen(self) -> Screen:
         return DashboardScreen()
+
+    _screens_css_read = False
+
+    def _load_screen_css(self, screen: Screen) -> None:
+        """(Textual's step before a screen is first styled.) The other screens' stylesheet is read
+        when the first of them opens, not before the first frame. Only it is parsed then (the
+        stylesheet keeps what it parsed), and nothing shown is restyled: its rules style only what
+        those screens show."""
+        if not self._screens_css_read and not isinstance(screen, DashboardScreen):
+            self._screens_css_read = True
+            self.stylesheet.read(SCREENS_CSS_PATH)
+            self.stylesheet.parse()
+            if self.css_monitor is not None:  # (textual --dev: followed like the others)
+                self.css_monitor.add_paths([SCREENS_CSS_PATH])
+        super()._load_screen_css(screen)
 
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, self._remember_theme)
@@ -176,6 +205,8 @@ class GpuopsApp(App):
         self.theme = toggled(self.theme)
 
     def action_help(self) -> None:
+        from ..screens.help import HelpScreen
+
         if isinstance(self.screen, HelpScreen):
             return
         # The footer's keys first, then the rest: gpuops' own keys only (the screen's, the app's,
@@ -377,6 +408,21 @@ class GpuopsApp(App):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Toggle dark/light theme", "switch between gpuops-dark and gpuops-light",
                             self.action_toggle_theme)
+
+
+_heap_frozen = False
+
+
+def _freeze_startup_heap() -> None:
+    """What the imports made (modules, classes, functions: tens of thousands of objects, all alive
+    until the process ends) is set aside from the cyclic garbage collector, once per process
+    (gc.freeze). Otherwise each full collection walks all of it again: the app's first frame
+    allocates enough to bring one, which alone was tens of milliseconds of the start-up. Garbage
+    made from here on is collected as before."""
+    global _heap_frozen
+    if not _heap_frozen:
+        _heap_frozen = True
+        gc.freeze()
 
 
 CONFIG_CHECK_S = 2.0  # how often config.toml is looked at (its mtime and size; nothing is read unless they change)

@@ -24,7 +24,7 @@ PAINTED = """
 import time
 def painted(app):
     # first paint done: report, then leave without waiting for anything else
-    app.call_after_refresh(lambda: (print("PAINT", time.time(), flush=True), app.exit()))
+    app.call_after_refresh(lambda: (print("PAINT", time.time(), time.process_time(), flush=True), app.exit()))
 """
 
 GPUOPS = PAINTED + """
@@ -56,12 +56,14 @@ Minimal().run(headless=True, size=(160, 45))
 IMPORTS = "import sys; import gpuops.tui.app; print(sorted(m for m in ('asyncssh','httpx','huggingface_hub','pynvml') if m in sys.modules))"
 
 
-def one(code: str, env: dict) -> float:
+def one(code: str, env: dict) -> tuple[float, float]:
+    """(wall-clock seconds from spawn to first paint, the child's CPU seconds by then)."""
     t0 = time.time()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     for line in out.stdout.splitlines():
         if line.startswith("PAINT"):
-            return float(line.split()[1]) - t0
+            _, painted, cpu = line.split()
+            return float(painted) - t0, float(cpu)
     raise RuntimeError(f"no paint reported: rc={out.returncode}\n{out.stderr[-2000:]}")
 
 
@@ -79,16 +81,24 @@ def main() -> None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
         one(MINIMAL, env), one(GPUOPS, env)  # warm the page cache and .pyc files
-        g, m = [], []
+        g, m, gc, mc = [], [], [], []
         for _ in range(args.runs):
-            m.append(one(MINIMAL, env))
-            g.append(one(GPUOPS, env))
+            wall, cpu = one(MINIMAL, env)
+            m.append(wall)
+            mc.append(cpu)
+            wall, cpu = one(GPUOPS, env)
+            g.append(wall)
+            gc.append(cpu)
         heavy = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, env=env).stdout.strip()
     gm, mm = statistics.median(g), statistics.median(m)
     print(f"runs: {args.runs} each, alternating (bytecode cached for both, under the run's directory)")
     print(f"minimal Textual app: median {mm:.3f} s  (min {min(m):.3f}, max {max(m):.3f})")
     print(f"gpuops dashboard   : median {gm:.3f} s  (min {min(g):.3f}, max {max(g):.3f})")
     ratio = gm / mm
+    # CPU time is steadier than the wall clock on a busy machine (other processes' load mostly
+    # shows as waiting, not as the child's own CPU): printed beside it, the goal stays the wall clock's
+    print(f"CPU time to first paint: minimal {statistics.median(mc):.3f} s, gpuops {statistics.median(gc):.3f} s "
+          f"({statistics.median(gc) / statistics.median(mc):.2f}x)")
     print(f"heavy modules imported at start: {heavy}")
     print(f"fleet figure: start to first paint {gm:.3f} s, {ratio:.2f}x the minimal Textual app's {mm:.3f} s "
           f"(same run); goal <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'}")
