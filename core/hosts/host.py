@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence, cast
 
 from ..config import HostConfig
 
@@ -110,7 +110,8 @@ def _validate_argv(argv: Sequence[str]) -> list[str]:
 class Stream:
     """Lines of a running command's stdout; closing it ends the command.
 
-    Use as ``async with host.stream(argv) as s: async for line in s: ...``.
+    Use as ``async with host.stream(argv) as s: async for line in s: ...`` (or, for a callback that
+    takes each line as it arrives, ``await s.each_line(handle)``).
     After the end, ``returncode`` and ``stderr_tail`` tell how it ended.
     """
 
@@ -144,13 +145,29 @@ class Stream:
     def __aiter__(self) -> AsyncIterator[str]:
         return self
 
+    async def _next_line(self) -> str | None:
+        """The next line without its newline; None at the end."""
+        line = await self._readline()
+        return None if line == "" else line.rstrip("\n")
+
     async def __anext__(self) -> str:
         await self._ensure_started()
-        line = await self._readline()
-        if line == "":
+        line = await self._next_line()
+        if line is None:
             await self._finish()
             raise StopAsyncIteration
-        return line.rstrip("\n")
+        return line
+
+    async def each_line(self, handle: Callable[[str], Any]) -> None:
+        """Every line (without its newline) to ``handle(line)`` as it comes, until the output ends;
+        then ``returncode`` and ``stderr_tail`` tell how it ended, as after ``async for``.
+
+        Over SSH the lines are handed over from the connection's own data callback, as the chunk
+        that holds them arrives: no task wakes for a line (a watched fleet's reporters send a
+        hundred a second). So `handle` must be quick and must not block; an exception it raises
+        stops the stream's reading and is raised here."""
+        async for line in self:
+            handle(line)
 
     async def _finish(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -332,51 +349,273 @@ class _Backoff:
         return max(0.0, self.next_attempt - time.monotonic())
 
 
+# Bytes of lines a reader has not taken yet above which a streamed channel stops reading (its window
+# then stops the sender), and below which it reads again.
+STREAM_HIGH_WATER = 4 * 1024 * 1024
+STREAM_LOW_WATER = STREAM_HIGH_WATER // 4
+
+
+class _LineSession:
+    """The session of a streamed command's SSH channel: its stdout as lines, split here from the
+    chunks the channel delivers (each line decoded once, as UTF-8 with replacement), and the last
+    lines of its stderr.
+
+    asyncssh's process session decodes every chunk, buffers it and wakes a reader task, which then
+    looks for the newline: per line, a hand-over to a task and a search of its buffer. Here a chunk's
+    lines go to a queue that a reader takes from without waiting while it holds any or, once the
+    reader has handed over a callback (`Stream.each_line`), straight to that callback from the
+    channel's data callback. A reader slower than the command stops the channel's reading while more
+    than STREAM_HIGH_WATER bytes of lines wait (memory stays bounded; the SSH window holds the rest
+    back at the sender). A partial line longer than LINE_LIMIT is handed over as a line of its own.
+
+    asyncssh's session interface: connection_made, session_started, data_received, eof_received,
+    exit_status_received, exit_signal_received, connection_lost, pause/resume_writing."""
+
+    def __init__(self) -> None:
+        self.chan: Any = None
+        self.lines: deque[str] = deque()
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self.eof = False  # stdout ended (or the channel closed)
+        self.lost: BaseException | None = None  # the connection's loss, when the channel closed with it
+        self.failed: BaseException | None = None  # what the callback raised
+        self._partial = b""
+        self._err_partial = b""
+        self._queued = 0  # about the bytes of the lines in `lines`
+        self._paused = False
+        self._waiter: asyncio.Future | None = None
+        self._sink: Callable[[str], Any] | None = None
+
+    # -- asyncssh's side
+
+    def connection_made(self, chan: Any) -> None:
+        self.chan = chan
+
+    def session_started(self) -> None:
+        pass
+
+    def pause_writing(self) -> None:
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def xon_xoff_requested(self, client_can_do: bool) -> None:
+        pass
+
+    def exit_status_received(self, status: int) -> None:
+        pass
+
+    def exit_signal_received(self, signal: str, core_dumped: bool, msg: str, lang: str) -> None:
+        pass
+
+    def data_received(self, data: bytes, datatype: Any) -> None:
+        if datatype:  # stderr (the only extended data a session has)
+            self._stderr(data)
+            return
+        if b"\n" not in data:
+            partial = self._partial = self._partial + data
+            if len(partial) > LINE_LIMIT:
+                self._partial = b""
+                self._deliver([partial.decode("utf-8", "replace")], len(partial))
+            return
+        if self._partial:
+            data = self._partial + data
+        *done, self._partial = data.split(b"\n")
+        self._deliver([line.decode("utf-8", "replace") for line in done], len(data) - len(self._partial))
+
+    def eof_received(self) -> bool:
+        self._end()
+        return True  # (our side stays open: the command's stdin is closed by closing the channel)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if exc is not None and not self.eof:
+            self.lost = exc
+        self._end()
+        if self._err_partial:
+            self.stderr_tail.append(self._err_partial.decode("utf-8", "replace"))
+            self._err_partial = b""
+
+    def _end(self) -> None:
+        if self.eof:
+            return
+        if self._partial:  # a last line without a newline
+            partial, self._partial = self._partial, b""
+            self._deliver([partial.decode("utf-8", "replace")], len(partial))
+        self.eof = True
+        self._wake()
+
+    def _stderr(self, data: bytes) -> None:
+        if self._err_partial:
+            data = self._err_partial + data
+        *done, partial = data.split(b"\n")
+        self._err_partial = partial[-LINE_LIMIT:]
+        self.stderr_tail.extend(line.decode("utf-8", "replace") for line in done[-STDERR_TAIL:])
+
+    def _deliver(self, lines: list[str], size: int) -> None:
+        sink = self._sink
+        if sink is not None:
+            try:
+                for line in lines:
+                    sink(line)
+            except BaseException as exc:  # (the reader raises it: nothing more is handed over)
+                self._sink, self.failed = None, exc
+                self._pause()
+                self._wake()
+            return
+        self.lines.extend(lines)
+        self._queued += size
+        if self._queued > STREAM_HIGH_WATER:
+            self._pause()
+        self._wake()
+
+    def _pause(self) -> None:
+        if not self._paused and self.chan is not None:
+            self._paused = True
+            self.chan.pause_reading()
+
+    def _resume(self) -> None:
+        if self._paused and self.failed is None:
+            self._paused = False
+            self.chan.resume_reading()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    # -- the reader's side
+
+    async def next_line(self) -> str | None:
+        """The next line; None at the end (then `lost` says whether the connection was)."""
+        while True:
+            lines = self.lines
+            if lines:
+                line = lines.popleft()
+                if self._paused:
+                    self._queued -= len(line) + 1
+                    if self._queued < STREAM_LOW_WATER or not lines:
+                        self._resume()
+                if not lines:
+                    self._queued = 0
+                return line
+            if self.eof or self.failed is not None:
+                return None
+            await self._wait()
+
+    async def each(self, handle: Callable[[str], Any]) -> None:
+        """Every line to `handle` until the end: those waiting now, then each as it arrives, from
+        `data_received`. Raises what `handle` raised."""
+        lines = self.lines
+        while lines:
+            handle(lines.popleft())
+        self._queued = 0
+        self._sink = handle
+        try:
+            self._resume()  # (what the channel held back comes to `handle` now)
+            while not self.eof and self.failed is None:
+                await self._wait()
+        finally:
+            self._sink = None
+        if self.failed is not None:
+            raise self.failed
+
+
 class _SshStream(Stream):
     def __init__(self, host: "SshHost", command: str):
         super().__init__()
         self._host = host
         self._command = command
-        self._proc: Any = None
-        self._stderr_task: asyncio.Task | None = None
+        self._chan: Any = None
+        self._session: _LineSession | None = None
 
     async def _start(self) -> None:
-        self._proc = await self._host._open(self._command)
-        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        self._chan, self._session = await self._host._open_session(self._command)
+        self.stderr_tail = self._session.stderr_tail
 
-    async def _drain_stderr(self) -> None:
-        try:
-            async for line in self._proc.stderr:
-                self.stderr_tail.append(line.rstrip("\n"))
-        except Exception:  # the connection went away; the stdout side reports it
-            pass
-
-    async def _readline(self) -> str:
-        try:
-            return await self._proc.stdout.readline()
-        except Exception as exc:  # connection lost mid-stream
+    def _check_lost(self) -> None:
+        assert self._session is not None
+        exc = self._session.lost
+        if exc is not None:  # the connection was lost mid-stream
             self._host._connection_lost(exc)
             raise HostUnreachable(f"{self._host.name}: connection lost: {exc}") from exc
 
+    async def _next_line(self) -> str | None:
+        assert self._session is not None
+        line = await self._session.next_line()
+        if line is None:
+            self._check_lost()
+        return line
+
+    async def each_line(self, handle: Callable[[str], Any]) -> None:
+        await self._ensure_started()
+        assert self._session is not None
+        await self._session.each(handle)
+        self._check_lost()
+        await self._finish()
+
     async def _finish(self) -> None:
         try:
-            await self._proc.wait_closed()
+            await self._chan.wait_closed()
         except Exception:
             pass
-        self.returncode = self._proc.returncode
-        if self._stderr_task:
-            await asyncio.wait({self._stderr_task}, timeout=1.0)
+        self.returncode = self._chan.get_returncode()
 
     async def _terminate(self) -> None:
-        if self._proc is None:
+        if self._chan is None:
             return
-        self._proc.close()  # EOF on the remote stdin: the guard ends the command
+        self._chan.close()  # EOF on the remote stdin: the guard ends the command
         try:
-            await asyncio.wait_for(self._proc.wait_closed(), 5.0)
+            await asyncio.wait_for(self._chan.wait_closed(), 5.0)
         except Exception:
             pass
-        if self._stderr_task:
-            self._stderr_task.cancel()
+
+
+def _lazy_keepalive(conn: Any) -> None:
+    """The connection's keepalive, re-armed lazily: asyncssh cancels its keepalive timer and starts
+    a new one on every read from the socket (a watched host's reporter line is one, so a fleet makes
+    a hundred timers a second). Here a read only marks the connection heard from; when the timer
+    fires, a connection heard from since it was armed is armed again for a full interval, and only a
+    connection silent for that whole interval gets asyncssh's own handling (a keepalive request;
+    after `keepalive_count_max` unanswered ones, the connection is closed as lost). So a dead
+    connection is still found, at most one interval later than asyncssh alone would find it.
+
+    Works on asyncssh's connection internals (its `_reset_keepalive_timer`, `_keepalive_timer_callback`
+    and `_keepalive_timer`, asyncssh 2.14 to 2.24 at least); another asyncssh keeps its own behaviour."""
+    cls = type(conn)
+    reset = getattr(cls, "_reset_keepalive_timer", None)
+    fire = getattr(cls, "_keepalive_timer_callback", None)
+    if reset is None or fire is None or not hasattr(conn, "_keepalive_timer") or not hasattr(conn, "_loop"):
+        return
+    heard = False
+
+    def read() -> None:  # instead of asyncssh's: per read from the socket
+        nonlocal heard
+        if conn._keepalive_timer is not None:
+            heard = True
+        elif conn._keepalive_interval:  # not armed (a keepalive just set, say): as asyncssh does
+            reset(conn)
+
+    def fired() -> None:
+        nonlocal heard
+        if heard and conn._keepalive_interval:
+            heard = False
+            conn._keepalive_timer = conn._loop.call_later(conn._keepalive_interval, fired)
+        else:
+            fire(conn)  # (asyncssh arms its next timer through the attribute: this function again)
+
+    conn._reset_keepalive_timer = read
+    conn._keepalive_timer_callback = fired
+    if conn._keepalive_timer is not None:  # the timer armed at login calls back here
+        conn._keepalive_timer.cancel()
+        conn._keepalive_timer = None
+        reset(conn)
 
 
 class SshHost(Host):
@@ -464,6 +703,7 @@ class SshHost(Host):
             except HostUnreachable as exc:
                 self.backoff.failed(exc)
                 raise
+            _lazy_keepalive(self._conn)
             self.backoff.succeeded()
             self.connects += 1
             return self._conn
@@ -597,6 +837,19 @@ class SshHost(Host):
                 self._connection_lost(exc)
                 if attempt == 2:
                     raise HostUnreachable(f"{self.name}: connection lost: {exc}") from exc
+
+    async def _open_session(self, command: str) -> tuple[Any, _LineSession]:
+        """A channel running `command`, its output read by a _LineSession (the retry as `_open`'s)."""
+        for attempt in (1, 2):
+            conn = await self.connection()
+            try:
+                chan, session = await conn.create_session(cast(Any, _LineSession), command, encoding=None)
+                return chan, cast(_LineSession, session)
+            except Exception as exc:
+                self._connection_lost(exc)
+                if attempt == 2:
+                    raise HostUnreachable(f"{self.name}: connection lost: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def run(self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None) -> Result:
         argv = _validate_argv(argv)

@@ -9,6 +9,7 @@ and retried with backoff, while the other hosts keep updating.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ from .samples import Sampler, Snapshot
 
 HISTORY_SECONDS = 600.0
 FIRST_SAMPLE_GRACE_S = 15.0
-_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 
 @dataclass
@@ -38,6 +38,10 @@ class HostState:
     history_len: int = 600
     gpu_history: dict[int, deque] = field(default_factory=dict)  # index -> (mem_used, util)
     cpu_history: deque = field(default_factory=lambda: deque(maxlen=600))
+    # the GPU list recorded last and its histories in its order: a snapshot that shares that list
+    # (a host whose GPU rows did not change) appends each history's last entry again, nothing else
+    _recorded: list | None = field(default=None, repr=False, compare=False)
+    _histories: list = field(default_factory=list, repr=False, compare=False)
 
     def age(self, now: float | None = None) -> float | None:
         if self.last_update is None:
@@ -53,11 +57,20 @@ class HostState:
         self.error, self.hint = (None, None) if snap.nvml.ok else (snap.nvml.error, snap.nvml.hint)
         if snap.host is not None:
             self.cpu_history.append(snap.host.cpu_percent)
+        gpus = snap.gpus
+        if gpus is self._recorded:
+            for hist in self._histories:
+                hist.append(hist[-1])
+            return
+        histories: list[deque] = []
+        self._recorded = gpus
+        self._histories = histories
         history = self.gpu_history
-        for gpu in snap.gpus:
+        for gpu in gpus:
             hist = history.get(gpu.index)
             if hist is None:
                 hist = history[gpu.index] = deque(maxlen=self.history_len)
+            histories.append(hist)
             if not hist:
                 hist.append((gpu.memory_used, gpu.util))
                 continue
@@ -147,40 +160,47 @@ class Monitor:
             delay = 1.0 if state.updates > seen else min(30.0, delay * 2)
 
     async def _follow(self, host: Host, state: HostState) -> None:
-        samples = Sampler(host, self.interval).samples()
-        # The first sample also waits for the connection (which has its own timeout)
-        # and the reporter's start-up; after that, silence means the host went away.
-        wait = self.stale_after + FIRST_SAMPLE_GRACE_S
+        """One source's samples into `state` until it ends, fails or falls silent.
+
+        The samples are recorded where the stream hands them over (`Sampler.follow`: over SSH, in
+        the connection's data callback), so a sample wakes no task and moves no timer: a fleet
+        sends a hundred a second. Silence is watched from here instead: this task wakes when the
+        deadline of the last sample would pass, `stale_after` seconds after it (the first sample
+        also waits for the connection, which has its own timeout, and the reporter's start-up)."""
+        started = state.updates
+        first = asyncio.get_running_loop().create_future()  # done at the first sample
+
+        def on_sample(snap: Snapshot) -> None:
+            state.record(snap, time.monotonic())
+            self._notify(host.name)
+            if not first.done():
+                first.set_result(None)
+
+        follow = asyncio.ensure_future(Sampler(host, self.interval).follow(on_sample))
+        follow.add_done_callback(_retrieved)
+        waiting: set[asyncio.Future] = {follow, first}
         try:
-            if _timeout is None:  # Python 3.10: a wait_for per sample
-                while not self._closing:
-                    try:
-                        snap = await asyncio.wait_for(samples.__anext__(), wait)
-                        wait = self.stale_after
-                    except StopAsyncIteration:
-                        return
-                    except asyncio.TimeoutError:
-                        raise self._silent(host, wait) from None
-                    state.record(snap, time.monotonic())
-                    self._notify(host.name)
-                return
-            # One deadline moved on by each sample: no task or future per sample (a fleet sends
-            # a hundred a second), and a sample never races a timeout.
-            loop = asyncio.get_running_loop()
-            deadline = _timeout(wait)
-            try:
-                async with deadline:
-                    async for snap in samples:
-                        wait = self.stale_after
-                        deadline.reschedule(loop.time() + wait)
-                        state.record(snap, time.monotonic())
-                        self._notify(host.name)
-                        if self._closing:
-                            return
-            except TimeoutError:  # (as wait_for's did, a timeout inside the source counts too)
-                raise self._silent(host, wait) from None
+            wait = self.stale_after + FIRST_SAMPLE_GRACE_S
+            since = time.monotonic()
+            while True:
+                # (the deadline rounded up to a whole second of the loop's clock: the fleet's reporters
+                # send at the same moments, so their hosts' deadlines wake this process once together)
+                until = math.ceil(since + wait)
+                done, _ = await asyncio.wait(waiting, timeout=max(0.0, until - time.monotonic()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if follow in done:
+                    follow.result()  # (its error, if it ended with one)
+                    return
+                waiting.discard(first)  # (from the first sample on: silence is `stale_after`)
+                if state.updates > started and state.last_update is not None:
+                    since, wait = max(since, state.last_update), self.stale_after
+                if time.monotonic() - since >= wait:
+                    raise self._silent(host, wait)
         finally:
-            await asyncio.shield(_aclose(samples))
+            if not follow.done():
+                follow.cancel()
+                # its stream closes (the remote command ended) even while this task is cancelled
+                await asyncio.shield(asyncio.wait((follow,), timeout=6.0))
 
     async def set_inventory(self, inventory: Inventory) -> tuple[list[str], list[str], list[str]]:
         """Follow `inventory` from now on (config.toml changed): hosts that left are no longer
@@ -234,9 +254,7 @@ class Monitor:
         await asyncio.gather(*(h.close() for h in self.hosts.values()), return_exceptions=True)
 
 
-async def _aclose(gen: Any) -> None:
-    try:
-        await asyncio.wait_for(gen.aclose(), 6.0)
-    except Exception:
-        pass
-
+def _retrieved(task: asyncio.Future) -> None:
+    """A source's error is raised by `_follow`, or superseded there (by silence, by a close)."""
+    if not task.cancelled():
+        task.exception()

@@ -15,7 +15,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Container, Iterable, Optional
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Container, Iterable, Optional
 
 from ..hosts.programs import reporter
 from ..redact import redact
@@ -497,6 +497,60 @@ def _local_once(host: Host) -> Snapshot:
     return snapshot_from_report(collector.sample())
 
 
+_GPUS_KEY = ',"gpus":'  # where the reporter's lines (compact JSON, "gpus" last) hold their GPU rows
+
+
+class _ReportReader:
+    """A reporter's lines to snapshots: the GPU rows of the last line (unchanged ones are not made
+    again) and, for a python without pynvml, nvidia-smi's rows from a follower of its own.
+
+    A line whose GPU rows are, as text, those of the line before (a host whose GPUs' figures did not
+    change) is decoded without them: its host stats and NVML state only, and the snapshot shares the
+    last one's list of GpuSamples (the very same list: read-only, as every snapshot's is)."""
+
+    def __init__(self, host: Host, interval: float):
+        self.host = host
+        self.interval = interval
+        self.rows: dict = {}
+        self.fallback: _NvsmiFollower | None = None
+        self._gpus_text: str | None = None  # the last line's text from _GPUS_KEY on
+        self._gpus: list[GpuSample] = []  # and its GPU rows
+
+    def _parse(self, line: str) -> Snapshot | None:
+        at = line.find(_GPUS_KEY)
+        gpus_text = line[at:] if at > 0 else None
+        if gpus_text is not None and gpus_text == self._gpus_text:
+            decoder, unset = _wire()
+            try:
+                wire = decoder.decode(line[:at] + "}")
+            except ValueError:
+                wire = None
+            if wire is not None and wire.v == 1 and wire.gpus is None:
+                shared = _snapshot_from_wire(wire, unset)
+                shared.gpus = self._gpus
+                return shared
+        snap = parse_report_line(line, self.rows)
+        if snap is None or not self.rows:  # (not a line of typed rows: nothing to share with the next)
+            self._gpus_text = None
+        else:
+            self._gpus_text, self._gpus = gpus_text, snap.gpus
+        return snap
+
+    def snapshot(self, line: str) -> Snapshot | None:
+        snap = self._parse(line)
+        if snap is not None and snap.nvml.code == "no-pynvml":
+            fallback = self.fallback
+            if fallback is None:
+                fallback = self.fallback = _NvsmiFollower(self.host, self.interval)
+                fallback.start()
+            _with_fallback(snap, fallback.latest(), fallback.error)
+        return snap
+
+    async def stop(self) -> None:
+        if self.fallback is not None:
+            await self.fallback.stop()
+
+
 class Sampler:
     """Samples of one host, every `interval` seconds, from one long-lived source."""
 
@@ -508,7 +562,36 @@ class Sampler:
         """The snapshots, as they come (an async generator: close it to stop the source)."""
         return self._local() if in_process(self.host) else self._remote()
 
-    async def _local(self) -> AsyncIterator[Snapshot]:
+    async def follow(self, on_sample: Callable[[Snapshot], Any]) -> None:
+        """Every snapshot to ``on_sample(snapshot)`` as it comes, until the source ends (raises
+        ReporterFailed then, a HostError when the host is lost). Cancel it to stop the source.
+
+        A reporter's line is parsed and handed over where the stream hands its lines over
+        (`Stream.each_line`: over SSH, in the connection's data callback, no task woken per sample),
+        so `on_sample` must be quick and must not block; what it raises is raised here."""
+        if in_process(self.host):
+            samples = self._local()
+            try:
+                async for snap in samples:
+                    on_sample(snap)
+            finally:
+                await samples.aclose()
+            return
+        reader = _ReportReader(self.host, self.interval)
+
+        def line(text: str) -> None:
+            snap = reader.snapshot(text)
+            if snap is not None:
+                on_sample(snap)
+
+        try:
+            async with self.host.stream(reporter_argv(self.host, self.interval)) as lines:
+                await lines.each_line(line)
+            raise _reporter_failure(self.host, lines.returncode, lines.stderr_tail)
+        finally:
+            await reader.stop()
+
+    async def _local(self) -> AsyncGenerator[Snapshot, None]:
         collector = await asyncio.to_thread(reporter.Collector, self.host.config.model_dirs)
         await asyncio.to_thread(collector.host.cpu_percent)
         next_at = time.monotonic() + min(self.interval, 0.2)
@@ -518,24 +601,16 @@ class Sampler:
             yield snapshot_from_report(await asyncio.to_thread(collector.sample))
 
     async def _remote(self) -> AsyncIterator[Snapshot]:
-        fallback: _NvsmiFollower | None = None
+        reader = _ReportReader(self.host, self.interval)
         try:
-            rows: dict = {}  # the GPU rows of the last line: unchanged ones are not made again
             async with self.host.stream(reporter_argv(self.host, self.interval)) as lines:
                 async for line in lines:
-                    snap = parse_report_line(line, rows)
-                    if snap is None:
-                        continue
-                    if snap.nvml.code == "no-pynvml":
-                        if fallback is None:
-                            fallback = _NvsmiFollower(self.host, self.interval)
-                            fallback.start()
-                        _with_fallback(snap, fallback.latest(), fallback.error)
-                    yield snap
+                    snap = reader.snapshot(line)
+                    if snap is not None:
+                        yield snap
             raise _reporter_failure(self.host, lines.returncode, lines.stderr_tail)
         finally:
-            if fallback is not None:
-                await fallback.stop()
+            await reader.stop()
 
 
 class _NvsmiFollower:

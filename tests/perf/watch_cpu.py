@@ -11,8 +11,13 @@ Three processes are measured one after the other, the first being the same-run b
 Each also says how often its process woke up (voluntary context switches a second): on a
 machine where a wake-up is dear, a fleet whose samples arrive one by one costs that many.
 Goal (issue 14): the dashboard's process under 2% of one core; printed as met or MISSED.
+`--windows N` measures N windows one after the other in each process (their spread is the noise of
+a shared machine); `--only core,tui` measures some of the three (the goal is then judged only when
+the dashboard was measured). Each figure also says how much of it was the kernel's (system time:
+epoll, the sockets' reads).
 
-    .venv/bin/python tests/perf/watch_cpu.py [--hosts 100] [--gpus 8] [--seconds 30]
+    .venv/bin/python tests/perf/watch_cpu.py [--hosts 100] [--gpus 8] [--seconds 30] [--windows 1]
+                                             [--only baseline,core,tui]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,11 +112,11 @@ def tree_cpu(root: psutil.Process) -> float:
 
 
 def measure(code: str, inv: Path, env: dict, sshd_pid: int, warmup: float, seconds: float, hosts: int,
-            label: str = "run") -> dict:
+            label: str = "run", windows: int = 1) -> list[dict]:
     proc = subprocess.Popen([sys.executable, "-c", code, str(inv), str(hosts)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        return _measure(proc, sshd_pid, warmup, seconds, hosts, label)
+        return _measure(proc, sshd_pid, warmup, seconds, hosts, label, windows)
     finally:  # (also when it fails: no child left running)
         if proc.poll() is None:
             proc.terminate()
@@ -120,7 +126,8 @@ def measure(code: str, inv: Path, env: dict, sshd_pid: int, warmup: float, secon
                 proc.kill()
 
 
-def _measure(proc: subprocess.Popen, sshd_pid: int, warmup: float, seconds: float, hosts: int, label: str) -> dict:
+def _measure(proc: subprocess.Popen, sshd_pid: int, warmup: float, seconds: float, hosts: int, label: str,
+             windows: int) -> list[dict]:
     me, sshd = psutil.Process(proc.pid), psutil.Process(sshd_pid)
     deadline = time.monotonic() + 60 + hosts
     while True:  # wait until every host has reported
@@ -137,12 +144,15 @@ def _measure(proc: subprocess.Popen, sshd_pid: int, warmup: float, seconds: floa
         subprocess.Popen([spy, "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-f", "raw",
                           "-o", f"{os.environ['GPUOPS_PYSPY']}.{label.split()[0]}", "-r", "200"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    c0, s0, t0, w0 = sum(me.cpu_times()[:2]), tree_cpu(sshd), time.monotonic(), me.num_ctx_switches().voluntary
-    time.sleep(seconds)
-    c1, s1, t1, w1 = sum(me.cpu_times()[:2]), tree_cpu(sshd), time.monotonic(), me.num_ctx_switches().voluntary
-    wall = t1 - t0
-    return {"gpuops_pct": 100 * (c1 - c0) / wall, "sshd_side_pct": 100 * (s1 - s0) / wall, "wall": wall,
-            "wakeups": (w1 - w0) / wall}
+    results = []
+    for _ in range(windows):
+        c0, s0, t0, w0 = me.cpu_times()[:2], tree_cpu(sshd), time.monotonic(), me.num_ctx_switches().voluntary
+        time.sleep(seconds)
+        c1, s1, t1, w1 = me.cpu_times()[:2], tree_cpu(sshd), time.monotonic(), me.num_ctx_switches().voluntary
+        wall = t1 - t0
+        results.append({"gpuops_pct": 100 * (sum(c1) - sum(c0)) / wall, "system_pct": 100 * (c1[1] - c0[1]) / wall,
+                        "sshd_side_pct": 100 * (s1 - s0) / wall, "wall": wall, "wakeups": (w1 - w0) / wall})
+    return results
 
 
 def login(sshd) -> tuple[str, str]:
@@ -166,7 +176,12 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--warmup", type=float, default=5)
+    ap.add_argument("--windows", type=int, default=1, help="measurement windows per process (the noise)")
+    ap.add_argument("--only", default="baseline,core,tui", help="which to measure: baseline,core,tui")
     args = ap.parse_args()
+    only = {w.strip() for w in args.only.split(",") if w.strip()}
+    if not only or only - {"baseline", "core", "tui"}:
+        ap.error("--only takes baseline, core and tui, comma-separated")
     from gpuops.sim.host import setup_simhost
 
     work = Path(tempfile.mkdtemp(prefix="gpuops-perf-"))
@@ -188,19 +203,29 @@ def main() -> None:
         env.pop("SSH_AUTH_SOCK", None)
         print(f"{args.hosts} simulated hosts x {args.gpus} GPUs over SSH on 127.0.0.1, 1 Hz, "
               f"{args.seconds:g} s window, {psutil.cpu_count()} cores; reporters log in as {user}, run {python}")
-        results = {}
+        results: dict[str, list[dict]] = {}
         for label, code in (("baseline", BASELINE), ("core monitor", CORE), ("tui dashboard", TUI)):
-            r = results[label] = measure(code, inv, env, sshd.proc.pid, args.warmup, args.seconds, args.hosts, label)
-            if label == "baseline":
-                print(f"{'baseline':14}: a minimal Textual app ticking at 1 Hz: {r['gpuops_pct']:.2f}% of one core "
-                      f"({r['wakeups']:.0f} wake-ups/s)")
+            if label.split()[0] not in only:
                 continue
-            print(f"{label:14}: gpuops process {r['gpuops_pct']:.2f}% of one core, "
-                  f"{r['gpuops_pct'] / max(results['baseline']['gpuops_pct'], 0.01):.1f}x the baseline, "
-                  f"{r['wakeups']:.0f} wake-ups/s   (sshd + reporters beside it: {r['sshd_side_pct']:.1f}%)")
-        tui = results["tui dashboard"]["gpuops_pct"]
-        print(f"fleet figure: the dashboard at {args.hosts} hosts x {args.gpus} GPUs, 1 Hz: {tui:.2f}% of one core "
-              f"(baseline {results['baseline']['gpuops_pct']:.2f}%); goal < 2%: {'met' if tui < 2 else 'MISSED'}")
+            rs = results[label] = measure(code, inv, env, sshd.proc.pid, args.warmup, args.seconds, args.hosts,
+                                          label, args.windows)
+            base = min((r["gpuops_pct"] for r in results.get("baseline", [])), default=None)
+            for r in rs:
+                kernel = f"{r['system_pct']:.2f}% of it system"
+                if label == "baseline":
+                    print(f"{'baseline':14}: a minimal Textual app ticking at 1 Hz: {r['gpuops_pct']:.2f}% of one core "
+                          f"({kernel}; {r['wakeups']:.0f} wake-ups/s)")
+                    continue
+                times = f", {r['gpuops_pct'] / max(base, 0.01):.1f}x the baseline" if base is not None else ""
+                print(f"{label:14}: gpuops process {r['gpuops_pct']:.2f}% of one core ({kernel}){times}, "
+                      f"{r['wakeups']:.0f} wake-ups/s   (sshd + reporters beside it: {r['sshd_side_pct']:.1f}%)")
+        if "tui dashboard" in results:
+            figures = sorted(r["gpuops_pct"] for r in results["tui dashboard"])
+            tui = statistics.median(figures)
+            said = f" (baseline {base:.2f}%)" if base is not None else ""
+            spread = f", windows {figures[0]:.2f}..{figures[-1]:.2f}%" if len(figures) > 1 else ""
+            print(f"fleet figure: the dashboard at {args.hosts} hosts x {args.gpus} GPUs, 1 Hz: {tui:.2f}% of one "
+                  f"core{said}{spread}; goal < 2%: {'met' if tui < 2 else 'MISSED'}")
     finally:
         sshd.stop()
         shutil.rmtree(work, ignore_errors=True)
