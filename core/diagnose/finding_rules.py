@@ -50,8 +50,9 @@ Use: ``findings_for_log(lines, plan)`` for a finished log; live, feed a :class:`
 next to the deployment's PhaseTracker (``scanner.feed(line, tracker)``) and ask
 ``scanner.findings(tracker, plan)`` when it matters. Speed: the running-state lines that make
 up nearly all of a long log (``Decode batch``, uvicorn access lines, traceback frames) are
-skipped by one ``startswith``; every other line costs one search of a single alternation of all
-the needles; patterns only run on lines that hold a needle; ``server_args=`` is never scanned.
+skipped by one ``startswith``; every other line costs a few substring tests (``_GATE``: keys every
+needle holds one of) and only a line that holds a key is tested for each needle; patterns only run on
+lines that hold a needle; ``server_args=`` is never scanned.
 """
 
 from __future__ import annotations
@@ -621,6 +622,16 @@ _TB_START = "Traceback (most recent call last)"
 # What _scan looks for, NCCL's INFO chatter first: a substring test each is twice as fast as one
 # regex of them all (which tries every alternative at every position) and gives every one present.
 _LOOKED_FOR = tuple(dict.fromkeys((" NCCL INFO ",) + _NEEDLES + (_TB_START,)))
+# The gate before those tests (the fast path: ordinary lines, a start-up's phase lines among them,
+# pay ~30 substring tests instead of one per needle). Every needle holds at least one gate key: the
+# hints below cover most of them, and a needle that holds none of the hints is a key itself (so a new
+# rule's needle is always covered). A line that holds no key therefore holds no needle, and skipping
+# it changes nothing (tests/test_pipeline_fastpath.py checks it over every log in tests/data). The
+# hints are chosen to be absent from a healthy server's lines: a line that holds one only pays the
+# full test of every needle, as it would without the gate.
+_GATE_HINTS = ("rror", " memory", "too ", "ailure", "ismatch", "upported", "ompatible", "river", "symbol",
+               "atchdog", "timed out", "in use", "onnection", "ssert", "CUDA_ERROR", "than ", "ailed to ")
+_GATE = _GATE_HINTS + tuple(n for n in _LOOKED_FOR if not any(h in n for h in _GATE_HINTS))
 # Lines no rule is about, skipped before the gate: the running server's batch lines, uvicorn's
 # INFO lines, progress bars, and a traceback's frame and source lines.
 _SKIP = ("Decode batch", "Prefill batch", "INFO:     ", "Loading safetensors", "Multi-thread loading", "Capturing ",
@@ -724,6 +735,11 @@ class LogScanner:
         if t.startswith("server_args="):
             self.server_args = t
             self._server_args_cache.clear()
+            return
+        for gate_key in _GATE:  # the fast path (see _GATE): a line that holds no key holds no needle
+            if gate_key in t:
+                break
+        else:
             return
         looked = [n for n in _LOOKED_FOR if n in t]
         if not looked:

@@ -455,6 +455,13 @@ _STARTS = (
     "WARNING:",
     "ERROR:",
 )
+# The same prefixes by their first character (the fast path: every line tests the few that can match
+# its first character instead of all of them; a line starts with one of _STARTS exactly when it
+# starts with one of its first character's).
+_STARTS_BY_CHAR: dict[str, tuple[str, ...]] = {}
+for _p in _STARTS:
+    _STARTS_BY_CHAR[_p[0]] = _STARTS_BY_CHAR.get(_p[0], ()) + (_p,)
+del _p
 _UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")
 _UVICORN_HTTP = (
     "Started server process",
@@ -639,6 +646,8 @@ class PhaseTracker:
         self._last_fatal: tuple[int, str] | None = None
         self._orphan_exc: tuple[int, str] | None = None
         self._resumed = -1  # the phase a resumed tracker starts in, for every rank
+        self._rk_of: dict[str, int] | None = None  # the ranks dict _rank_key saw last, and its key
+        self._rk: tuple = ()
 
     def resume(self, phase: str) -> None:
         """Continue a run whose earlier lines another tracker read (a watch reattached at its
@@ -677,7 +686,8 @@ class PhaseTracker:
             self._infer_ready(out)
         if self._tb is not None and self._tb_feed(ln, out):
             return
-        if t.startswith(_STARTS):
+        starts = _STARTS_BY_CHAR.get(t[:1])
+        if starts is not None and t.startswith(starts):  # t.startswith(_STARTS), by its first character
             self._dispatch(ln, t, out)
         elif "Traceback (most recent" in t or " hit an exception" in t or "atchdog timeout" in t:
             self._fatal(ln, t, out)
@@ -723,7 +733,7 @@ class PhaseTracker:
     def _enter(self, ln: LogLine, phase: str, state: str | None, out: list[Change], line_no: int | None = None) -> str:
         """A line that belongs to ``phase`` (state "open"/"close"/None). Returns the phase it was
         taken as (a draft model's repeat of dist_init/weights/kv_cache becomes ``draft``)."""
-        rk = tuple(ln.ranks.items())
+        rk = self._rank_key(ln.ranks)
         rp = self._rank_phase.get(rk, self._resumed)
         if phase in _DRAFT_REPEATS and rp >= _I_CUDA_GRAPH:
             phase = "draft"
@@ -738,19 +748,30 @@ class PhaseTracker:
             out.append(ev)
             self._open = True
         if i == self._pi:
-            self.last_phase_line = _short(ln.text)
+            t = ln.text
+            self.last_phase_line = t if len(t) <= 500 else _short(t)  # _short(t), minus a call for a short line
             if state is not None:
                 self._open = state == "open"
         return phase
 
+    def _rank_key(self, ranks: dict[str, int]) -> tuple:
+        """``tuple(ranks.items())``: the key of a line's ranks in the per-rank tables. The fast path:
+        clean() gives every line of one rank prefix the same (read-only) dict, so the key of the
+        last dict seen is kept and reused while the next lines carry that same dict."""
+        if ranks is self._rk_of:
+            return self._rk
+        self._rk_of = ranks
+        self._rk = rk = tuple(ranks.items())
+        return rk
+
     def _count(self, ln: LogLine, marker: str) -> int:
-        key = (tuple(ln.ranks.items()), marker)
+        key = (self._rank_key(ln.ranks), marker)
         n = self._counts.get(key, 0) + 1
         self._counts[key] = n
         return n
 
     def _numbers(self, ln: LogLine, vals: Mapping[str, float | None], out: list[Change]) -> None:
-        rk = tuple(ln.ranks.items())
+        rk = self._rank_key(ln.ranks)
         changed: dict[str, float] = {}
         for k, v in vals.items():
             if v is None:

@@ -11,7 +11,7 @@
 3. memory after 1,000,000 lines: Python heap (tracemalloc) after 100k and after 1M lines fed
    through tracker + ring buffer (flat means bounded by the ring buffer).
 
-    .venv/bin/python tests/perf/log_pipeline.py [--entries 200000]
+    .venv/bin/python tests/perf/log_pipeline.py [--entries 200000] [--only rate|repaint|memory]
 """
 
 from __future__ import annotations
@@ -164,10 +164,14 @@ def memory() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entries", type=int, default=200_000)
+    ap.add_argument("--only", choices=("rate", "repaint", "memory"), help="one figure only")
     args = ap.parse_args()
-    rate(args.entries)
-    repaint()
-    memory()
+    if args.only in (None, "rate"):
+        rate(args.entries)
+    if args.only in (None, "repaint"):
+        repaint()
+    if args.only in (None, "memory"):
+        memory()
 
 
 if __name__ == "__main__":
