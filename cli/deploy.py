@@ -166,14 +166,15 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
 
 
 def _plan_here(inv: Inventory, model: str, host: str, name: str | None, *, gpu_ids: str | None = None,
-               like: str | None = None) -> Any:
+               like: str | None = None, hosts: str | None = None, tp: int | None = None) -> Any:
     """`gpuops plan`'s plan of `model` on `host` with its defaults (the default port or the next free
-    one; `like` a stored deployment, `gpu_ids` "0,1"), for the verbs that plan on their own."""
+    one; `like` a stored deployment, `gpu_ids` "0,1"; `hosts` "H0,H1" with `tp`: over those nodes),
+    for the verbs that plan on their own."""
     from .plan import PlanUsageError, run_plan_object
 
-    ns = argparse.Namespace(model=model, host=host, tp=None, gpus=None, gpu_memory=None, gpu_ids=gpu_ids,
-                            sglang_version=None, like=like, download_dir=None, no_mtp=False, name=name,
-                            explicit_port=None)
+    ns = argparse.Namespace(model=model, host=None if hosts else host, hosts=hosts, tp=tp, gpus=None,
+                            gpu_memory=None, gpu_ids=gpu_ids, sglang_version=None, like=like, download_dir=None,
+                            no_mtp=False, name=name, explicit_port=None)
     try:
         return run_plan_object(inv, ns)[1]
     except PlanUsageError as exc:
@@ -381,9 +382,15 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
         store.close()
     if old is None:
         raise UsageError(f"no deployment named {args.old!r}")
-    # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them)
-    plan = _plan_here(inv, args.model, old.host, args.name, gpu_ids=",".join(map(str, old.plan.gpu_ids)),
-                      like=old.name)
+    if old.plan.replicas:
+        raise UsageError(f"{old.name} is {len(old.plan.replicas)} replicas behind a router: a swap of it is not built "
+                         "yet (plan the new model with --replicas and deploy it beside, or stop the old one first)")
+    # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them); a
+    # multi-node one over the same nodes at the same TP
+    nodes = [m.host for m in old.plan.members]
+    plan = _plan_here(inv, args.model, old.host, args.name, like=old.name,
+                      **({"hosts": ",".join(nodes), "tp": old.plan.tp} if nodes else
+                         {"gpu_ids": ",".join(map(str, old.plan.gpu_ids))}))
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
     held = (f"port {old.plan.port} is in use", "already run processes")  # the old server's own: freed by the stop

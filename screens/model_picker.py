@@ -176,4 +176,7 @@ class ModelPickerScreen(GpuopsScreen):
         except (Refused, PlanError) as exc:
             self.notify(str(exc), severity="error")
             return
-        self.app.push_screen(SwapReviewScreen(facts, target, Wishes(gpu_ids=old.plan.gpu_ids, like=previous), old))
+        # a multi-node one: over the same nodes at the same TP (the review reads the other nodes)
+        wishes = Wishes(tp=old.plan.tp, like=previous) if old.plan.members else \
+            Wishes(gpu_ids=old.plan.gpu_ids, like=previous)
+        self.app.push_screen(SwapReviewScreen(facts, target, wishes, old))

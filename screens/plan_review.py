@@ -228,7 +228,7 @@ class PlanReviewScreen(GpuopsScreen):
         return Node(target, cfg.reachable_addr, cfg.nccl_interface)
 
     @work(exclusive=True, group="nodes")
-    async def read_nodes(self, names: tuple[str, ...], text: str) -> None:
+    async def read_nodes(self, names: tuple[str, ...], text: str, tp: int | None = None) -> None:
         """`nodes H2,…`: read each host as the model picker reads this one (its GPUs, disks, SGLang,
         the ports its deployments hold), then plan over them all; on any error the plan stays."""
         from ..core.hosts.host import HostError
@@ -248,7 +248,7 @@ class PlanReviewScreen(GpuopsScreen):
                 self.notify(f"reading {name}'s GPUs, disks and SGLang…")
                 stored = [(d.name, d.host, d.state, d.plan.port) for d in self.app.ops.deployments()]  # type: ignore[attr-defined]
                 nodes.append(self._node(with_deployment_ports(await read_target(host), stored)))
-            wishes = replace(self.wishes, gpu_ids=None, tp=None) if bool(nodes) != bool(self.nodes) else self.wishes
+            wishes = replace(self.wishes, gpu_ids=None, tp=tp) if bool(nodes) != bool(self.nodes) or tp else self.wishes
             plan = apply_edits(self._build(self.target, wishes, tuple(nodes)), self.edits)
         except PlanError as exc:
             self.notify(str(exc), severity="error", timeout=8)
@@ -383,6 +383,11 @@ class SwapReviewScreen(PlanReviewScreen):
     def heading(self) -> str:
         return f"swap {self.old.name} on {self.old.host}: the new deployment's plan"
 
+    def on_mount(self) -> None:  # (after plan review's own on_mount, which Textual runs too)
+        nodes = tuple(m.host for m in self.old.plan.members[1:])
+        if nodes:  # the new one over the old one's nodes, at its TP
+            self.read_nodes(nodes, f"nodes {','.join(nodes)}", tp=self.old.plan.tp)
+
     def _held_by_old(self, warning: str) -> bool:
         """A warning about what OLD holds (its port, its GPUs): freed by the swap's stop."""
         return (f"port {self.old.plan.port} is in use" in warning) or "already run processes" in warning
@@ -392,6 +397,10 @@ class SwapReviewScreen(PlanReviewScreen):
 
         if self.plan is None:
             self.notify("no valid plan to swap in", severity="error")
+            return
+        if self.old.plan.members and not self.nodes:
+            self.notify(f"{self.old.name} runs on {self.old.plan.nnodes} nodes: the new plan waits for the other nodes "
+                        "to be read", severity="error")
             return
         plan = self.plan
         if plan.name == self.old.name:

@@ -17,7 +17,7 @@ import pytest
 from gpuops.core.config import parse_inventory
 from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
-from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan
+from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan, build_plan
 from gpuops.sim.host import setup_simhost
 from tests.conftest import operator_hub, restart_deployment
 from tests.test_cli import gpuops
@@ -379,3 +379,76 @@ def test_the_node_that_never_joins_is_named(mn, tmp_path):
     assert checks["nodes-rendezvous"]["ok"] is True, checks["nodes-rendezvous"]
     assert checks["nodes-driver"]["ok"] is True and "580.159.04" in checks["nodes-driver"]["detail"]
     assert checks["shm-too-small@gpu2"]["detail"].startswith("node 1 (gpu2): ")
+
+
+@pytest.fixture
+def mn_bench(ssh_home, tmp_path, sglang_venv):
+    """As `mn`, node 0's host with the real SGLang venv (bench_serving for a swap's benchmarks) and a
+    small smoke profile."""
+    import os
+
+    from tests.conftest import PACE, kill_marked
+    from tests.test_bench_cli import PROFILES
+
+    root = Path(tempfile.mkdtemp(prefix="gpuops-mns-"))
+    root.chmod(0o755)
+    hub = operator_hub(tmp_path / "hub")
+    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
+    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
+        env.pop(key, None)
+    sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
+            setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
+    for sim in sims:
+        sim.set_sim(token_delay_s=0.001)
+    cfg = tmp_path / "gpuops.toml"
+    cfg.write_text(sims[0].host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\nnode_addr = "127.0.0.1"\n'
+                   + sims[1].host_block("gpu2", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n'
+                   'node_addr = "127.0.0.1"\n' + PROFILES)
+    yield cfg, env
+    for name in ("duo", "duo2"):
+        gpuops("--config", str(cfg), "stop", name, "--yes", env=env, timeout=120)
+    for sim in sims:
+        sim.shutdown()
+    kill_marked(str(root))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.timeout(600)  # two 2-node deploys and two real benchmarks
+def test_swap_of_a_two_node_deployment_stays_on_its_nodes(mn_bench, tmp_path):
+    """`gpuops swap OLD MODEL` of a 2-node deployment: the new one is planned over the same nodes at
+    the same TP (like the old one: its port), the old one benchmarked and stopped on every node,
+    the new one deployed on both nodes, benchmarked, compared and kept."""
+    cfg, env = mn_bench
+    plan = _plan(cfg, env, tmp_path, "duo")
+    out = gpuops("--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--yes", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+    old_port = json.loads(plan.read_text())["port"]
+    out = gpuops("--config", str(cfg), "swap", "duo", "Qwen/Qwen3-8B", "--name", "duo2", "--yes", "--json", env=env,
+                 timeout=540)
+    events = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    assert out.returncode == 0, out.stderr + json.dumps(events[-5:])
+    steps = [e["step"] for e in events if e["event"] == "swap"]
+    assert steps == ["plan", "bench-old", "bench-old", "stop-old", "deploy-new", "new-ready", "bench-new",
+                     "compare", "kept"], steps
+    assert not any("--nnodes" in d or "--dist-init-addr" in d for d in events[0]["diff"]), events[0]["diff"]
+    new0, new1 = _status(cfg, env, "duo2"), _status(cfg, env, "duo2-n1")
+    assert (new0["state"], new0["host"], new1["state"], new1["host"]) == ("ready", "gpu1", "ready", "gpu2")
+    assert new0["port"] == old_port  # in the old one's place: its clients keep working
+    assert [(_status(cfg, env, n) or {}).get("state") for n in ("duo", "duo-n1")] == ["stopped", "stopped"]
+
+
+def test_like_a_multi_node_deployment_never_carries_its_node_flags():
+    """The node flags are a multi-node plan's own: planned again over nodes they are set anew (once,
+    not beside the old ones); a one-host plan like it drops them, each with its reason."""
+    from gpuops.core.planning.like import previous_from_plan
+
+    old = build_multinode_plan(facts(*QWEN122), two(), Wishes(tp=8, name="duo"))
+    prev = previous_from_plan(old, "deployment duo")
+    again = build_multinode_plan(facts(*QWEN122), two(), Wishes(tp=8, name="duo2", like=prev))
+    assert [again.argv.count(f) for f in ("--nnodes", "--node-rank", "--dist-init-addr")] == [1, 1, 1]
+    assert again.like is not None and again.like.diff == ()
+    one = build_plan(facts(*QWEN122), target("gpu1", n=8), Wishes(tp=8, name="one", like=prev))
+    assert "--nnodes" not in one.argv and "--dist-init-addr" not in one.argv
+    gone = [c.text for c in one.like.diff if c.op == "-"]
+    assert any(t.startswith("--dist-init-addr 10.0.0.1:5000  (a multi-node deployment's own") for t in gone), gone

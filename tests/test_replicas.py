@@ -267,6 +267,11 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
     after = {n: ((d := _status(cfg, env, n) or {}).get("state"), d.get("run")) for n in ("trio", "trio-r1", "trio-r2")}
     assert after == {"trio": ("ready", 2), "trio-r1": ("ready", 2), "trio-r2": ("ready", 2)}, after
 
+    # a swap of it is not built yet: one line, nothing changed
+    swap = gpuops("--config", str(cfg), "swap", "trio", "Qwen/Qwen3-8B", "--name", "other", "--yes", env=env, timeout=120)
+    assert swap.returncode == 2 and "replicas behind a router: a swap of it is not built yet" in swap.stderr, swap.stderr
+    assert (_status(cfg, env, "trio") or {}).get("state") == "ready"
+
     # stop acts on the router and every replica; forget takes them all
     stop = gpuops("--config", str(cfg), "stop", "trio", "--yes", env=env, timeout=180)
     assert stop.returncode == 0, stop.stderr

@@ -268,6 +268,10 @@ class GpuopsApp(App):
         if d.host not in self.monitor.hosts:
             self.notify(f"{name} runs on {d.host}, which the inventory no longer has", severity="error")
             return
+        if d.plan.replicas:
+            self.notify(f"{name} is {len(d.plan.replicas)} replicas behind a router: a swap of it is not built yet "
+                        "(plan the new model with --replicas and deploy it beside)", severity="error", timeout=10)
+            return
         self.push_screen(ModelPickerScreen(d.host, swap_from=name))
 
     def on_swap_review_screen_swap_requested(self, event: Any) -> None:

@@ -31,9 +31,16 @@ class Previous:
 
 
 
+# A multi-node deployment's own flags: never carried over (a multi-node plan sets them for each of
+# its nodes itself; a one-host plan has no nodes)
+NODE_FLAGS = frozenset({"--nnodes", "--node-rank", "--dist-init-addr"})
+
+
 def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -> str | None:
     """Why a flag of the previous deployment no longer applies (None: keep it)."""
     facts = ctx.facts
+    if name in NODE_FLAGS:
+        return "a multi-node deployment's own: a plan over several nodes sets it for each node"
     if name in OWNED_FLAGS or name in ours:
         return None  # replaced by this plan's own value
     if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]):

@@ -22,7 +22,7 @@ from . import PlanError
 from . import sglang_versions as sv
 from .fit import compute_fit, tp_choices
 from .flag_rules import RULES, Ctx
-from .like import Previous, apply_like
+from .like import NODE_FLAGS, Previous, apply_like
 from .model_facts import ModelFacts
 
 GIB = 1024**3
@@ -468,8 +468,14 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     fit = plan.fit
     if fit is not None:
         fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" ({g} GPU(s) on each of {n} nodes)")
+    like = plan.like
+    if like is not None:  # the node flags and each node's GPUs are set here again, per node
+        like = msgspec.structs.replace(like, diff=tuple(
+            c for c in like.diff if c.text.split(" ", 1)[0] not in NODE_FLAGS
+            and not c.text.startswith("CUDA_VISIBLE_DEVICES=")))
+        fired = [r for r in fired if not (r.id == "like-drop" and r.removes and r.removes[0] in NODE_FLAGS)]
     try:
-        return plan.replace(gpu_ids=picked[0], argv=[*plan.argv, *adds], members=members, dist_init_addr=dist,
+        return plan.replace(gpu_ids=picked[0], argv=[*plan.argv, *adds], members=members, dist_init_addr=dist, like=like,
                             env={**plan.env, **members[0].env},
                             rules=fired, warnings=[w for w in plan.warnings if not w.startswith("TP not chosen")] + warnings,
                             fit=fit)
