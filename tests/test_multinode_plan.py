@@ -452,3 +452,46 @@ def test_like_a_multi_node_deployment_never_carries_its_node_flags():
     assert "--nnodes" not in one.argv and "--dist-init-addr" not in one.argv
     gone = [c.text for c in one.like.diff if c.op == "-"]
     assert any(t.startswith("--dist-init-addr 10.0.0.1:5000  (a multi-node deployment's own") for t in gone), gone
+
+
+async def test_the_swap_review_of_a_two_node_deployment_plans_over_its_nodes(mn, tmp_path, monkeypatch):
+    """:swap NAME of a 2-node deployment: the review reads the other node and plans the new one over
+    both at the old TP (its port kept); `d` waits for that and then asks, naming both nodes."""
+    from textual.widgets import Input, Static
+
+    from gpuops.core.config import load_inventory
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.model_picker import ModelPickerScreen
+    from gpuops.screens.plan_review import SwapReviewScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    cfg, env, sims = mn
+    plan = _plan(cfg, env, tmp_path, "duo")
+    out = gpuops("--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--yes", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr + out.stdout[-3000:]
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        await pilot.press("colon", *"swap duo", "enter")
+        assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        picker = app.screen
+        title = picker.query_one("#picker-title", Static)
+        assert await until(pilot, lambda: "scanning" not in str(title.render()), timeout=60)
+        await pilot.press("slash", *"Qwen/Qwen3-8B")
+        assert picker.query_one("#model-input", Input).value == "Qwen/Qwen3-8B"
+        await pilot.press("enter")
+        assert await until(pilot, lambda: isinstance(app.screen, SwapReviewScreen), timeout=240)
+        review = app.screen
+        assert await until(pilot, lambda: review.plan is not None and review.plan.nnodes == 2, timeout=120)
+        assert [m.host for m in review.plan.members] == ["gpu1", "gpu2"] and review.plan.tp == 8
+        assert review.plan.port == json.loads(plan.read_text())["port"]
+        assert review.plan.argv.count("--nnodes") == 1
+        await pilot.press("e", *"name duo2", "enter")
+        assert await until(pilot, lambda: review.plan.name == "duo2")
+        await pilot.press("d")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.screen.question.startswith("Swap duo (Qwen/Qwen3-8B) for duo2")
+        assert "node 1: gpu2" in app.screen.detail, app.screen.detail
+        await pilot.press("n")
