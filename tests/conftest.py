@@ -91,6 +91,17 @@ def operator_hub(hub: Path, *repos: tuple[str, str]) -> Path:
     return hub
 
 
+def operator_env(ssh_home: Path, tmp_path: Path, hub: Path) -> dict:
+    """An operator's environment for the gpuops CLI: ~/.ssh reaching the test sshd (SSH_HOME), state,
+    config and cache of the test's own, HUB as the HF cache, offline, no config or token inherited."""
+    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
+               HF_HUB_OFFLINE="1")
+    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
+        env.pop(key, None)
+    return env
+
+
 @pytest.fixture
 def world(tmp_path, sshd, ssh_home):
     """A simulated 4-GPU host reached over SSH, an operator HF cache holding Qwen3-8B's config."""

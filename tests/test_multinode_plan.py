@@ -19,7 +19,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan, build_plan
 from gpuops.sim.host import setup_simhost
-from tests.conftest import operator_hub, restart_deployment
+from tests.conftest import operator_env, operator_hub, restart_deployment
 from tests.test_cli import gpuops
 from tests.test_plan import GIB, H200, QWEN122, facts
 
@@ -188,17 +188,13 @@ def test_plan_hosts_on_the_command_line(two_sims, op_env, tmp_path):
 def mn(ssh_home, tmp_path):
     """Two simulated 4-GPU hosts reached over the real sshd on 127.0.0.1 (two "nodes" of one machine),
     the operator's HF cache with Qwen3-8B's config, and a short dist_init stall threshold."""
-    import os
 
     from tests.conftest import PACE
 
     root = Path(tempfile.mkdtemp(prefix="gpuops-mnd-"))
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
-    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
-               XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
-    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
-        env.pop(key, None)
+    env = operator_env(ssh_home, tmp_path, hub)
     sims = [setup_simhost(root / n, gpus=4, sglang_version="0.5.23", pace=PACE) for n in ("a", "b")]
     cfg = tmp_path / "gpuops.toml"
     cfg.write_text(sims[0].host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n'
@@ -385,7 +381,6 @@ def test_the_node_that_never_joins_is_named(mn, tmp_path):
 def mn_bench(ssh_home, tmp_path, sglang_venv):
     """As `mn`, node 0's host with the real SGLang venv (bench_serving for a swap's benchmarks) and a
     small smoke profile."""
-    import os
 
     from tests.conftest import PACE, kill_marked
     from tests.test_bench_cli import PROFILES
@@ -393,10 +388,7 @@ def mn_bench(ssh_home, tmp_path, sglang_venv):
     root = Path(tempfile.mkdtemp(prefix="gpuops-mns-"))
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
-    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
-               XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1")
-    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
-        env.pop(key, None)
+    env = operator_env(ssh_home, tmp_path, hub)
     sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
             setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
     for sim in sims:

@@ -25,7 +25,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import Node, Wishes, build_replicated_plan
 from gpuops.sim.host import setup_simhost
-from tests.conftest import PACE, kill_marked, operator_hub, restart_deployment
+from tests.conftest import PACE, kill_marked, operator_env, operator_hub, restart_deployment
 from tests.test_cli import gpuops
 from tests.test_multinode_plan import target
 from tests.test_plan import facts
@@ -140,11 +140,7 @@ def rep(ssh_home, tmp_path, sglang_venv):
     root = Path(tempfile.mkdtemp(prefix="gpuops-rep-"))
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
-    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
-               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
-               HF_HUB_OFFLINE="1")
-    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
-        env.pop(key, None)
+    env = operator_env(ssh_home, tmp_path, hub)
     sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv))
     sim.set_sim(token_delay_s=0.001)
     cfg = tmp_path / "gpuops.toml"
@@ -329,11 +325,7 @@ def wide(ssh_home, tmp_path, sglang_venv):
     root = Path(tempfile.mkdtemp(prefix="gpuops-wide-"))
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
-    env = dict(os.environ, HOME=str(ssh_home), XDG_STATE_HOME=str(tmp_path / "state"),
-               XDG_CONFIG_HOME=str(tmp_path / "cfg"), XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HUB_CACHE=str(hub),
-               HF_HUB_OFFLINE="1")
-    for key in ("GPUOPS_CONFIG", "HF_TOKEN"):
-        env.pop(key, None)
+    env = operator_env(ssh_home, tmp_path, hub)
     sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
             setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
     for sim in sims:
