@@ -3,8 +3,9 @@
 Thin on purpose: it reads ``app.monitor.states`` (core) once a tick and redraws only
 what changed; it never talks SSH or parses anything.
 
-Fleet-sized: a tick recomputes the row of a host only when it has a new sample (or its staleness
-changed), touches only the cells whose text changed, and never makes the table re-measure a whole
+Fleet-sized: a tick recomputes the row of a host only when what the row shows may have changed
+(its GPU rows, RAM in whole GiB, NVML's state, reachability, staleness), touches only the cells
+whose text changed, and never makes the table re-measure a whole
 column (a column is re-measured only when its widest text changes). The host list can be narrowed
 to the hosts whose name holds some text (`f`) and sorted (`o`: inventory order, most free GPU
 memory, busiest GPUs, stalest), both applied at once, not at the next tick.
@@ -107,7 +108,7 @@ def host_figures(state: HostState, now: float) -> tuple[tuple, tuple[float, floa
     age = state.age(now)
     mean_util = util / n_util if n_util else None
     cells = (
-        Text(symbol, style=style),
+        Text.assemble((symbol, style)),  # (a span, not the base style: Text's == compares spans)
         state.name,
         str(len(gpus)) if snap else "",
         f"{units.gib(used, 0)}/{units.gib(total, 0)}G" if n_total else "",
@@ -225,6 +226,33 @@ def _sparkline() -> Any:
     return FastSparkline
 
 
+def _visible(data: list[float], width: int, height: int) -> tuple:
+    """What a sparkline of `data` draws at that size: each column's height ratio as the sparkline
+    renderable works it out (its buckets, floor(n*k/w) to floor(n*(k+1)/w), their `max`, scaled
+    between the data's minimum and maximum; a bar's character and colour follow from the ratio), or
+    how many values for one value or none. Two data alike here draw alike: a history that grew or
+    scrolled without changing what its bars show is not redrawn (a flat one never is)."""
+    n = len(data)
+    if n <= 1 or width <= 0:
+        return ("few", width, height, n)
+    buckets = []
+    start = 0
+    for k in range(1, width + 1):
+        end = n * k // width
+        if end > start:
+            buckets.append(max(data[start:end]))
+            start = end
+    minimum = min(data)
+    extent = max(buckets) - minimum or 1
+    step = len(buckets) / width
+    index = 0.0
+    ratios = []
+    for _ in range(width):  # (the renderable's own walk over the buckets, float steps included)
+        ratios.append((buckets[int(index)] - minimum) / extent)
+        index += step
+    return ("many", width, height, tuple(ratios))
+
+
 class GpuRow(Horizontal):
     """One GPU: figures and bars, then memory and utilisation history."""
 
@@ -239,11 +267,11 @@ class GpuRow(Horizontal):
         super().__init__(id=f"gpu-{index}", classes="gpu-row")
         self.index = index
         self._last: tuple | None = None
-        self._history_drawn = -HISTORY_REDRAW_S
         self._text = _linkless(TextView(classes="gpu-text"))
         spark = _sparkline()  # (its module is made on the first GPU row, not at start-up)
         self._mem = spark([0.0], summary_function=max, classes="mem-spark")
         self._util = spark([0.0], summary_function=max, classes="util-spark")
+        self._drawn: dict[str, tuple | None] = {"mem": None, "util": None}  # what each sparkline shows
 
     def compose(self) -> ComposeResult:
         yield self._text
@@ -251,13 +279,16 @@ class GpuRow(Horizontal):
             yield self._mem
             yield self._util
 
-    def show(self, gpu: GpuSample, history: Any) -> None:
+    @property
+    def ready(self) -> bool:
         # A row mounted this refresh has not composed its children yet: the next
         # sample draws it (nothing is marked drawn until it really is).
-        if not (self._text.is_mounted and self._mem.is_mounted and self._util.is_mounted):
+        return self._text.is_mounted and self._mem.is_mounted and self._util.is_mounted
+
+    def show(self, gpu: GpuSample) -> None:
+        if not self.ready:
             return
         key = (gpu.memory_used, gpu.memory_total, gpu.util, gpu.power_w, gpu.temp_c)
-        self._show_history(history)
         if key == self._last:
             return
         self._last = key
@@ -277,17 +308,32 @@ class GpuRow(Horizontal):
         )
         self._text.set(Text("\n").join([line1, line2]))
 
-    def _show_history(self, history: Any) -> None:
-        # Ten minutes in ~34 columns is ~18 s a column: redrawing every few seconds
-        # shows everything there is to see, at a fraction of the cost.
-        now = time.monotonic()
-        if not history or now - self._history_drawn < HISTORY_REDRAW_S:
+    def show_history(self, history: Any) -> bool:
+        """The memory and utilisation sparklines from the GPU's history; False when the row cannot
+        draw yet (not composed). Each sparkline is redrawn only when what it shows changed: its
+        data is kept current either way (a resize draws the latest)."""
+        if not self.ready:
+            return False
+        if not history:
+            return True
+        # (NA, None or NaN, as 0: `m != m` is NaN's test, NA included)
+        mem = [0.0 if m is None or m != m else float(m) for m, _ in history]
+        util = [0.0 if u is None or u != u else float(u) for _, u in history]
+        self._show_spark("mem", self._mem, mem)
+        self._show_spark("util", self._util, util)
+        return True
+
+    def _show_spark(self, which: str, spark: Any, data: list[float]) -> None:
+        spark.set_reactive(type(spark).data, data)
+        size = spark.size
+        visible = _visible(data, size.width, size.height)
+        if visible == self._drawn[which]:
             return
-        self._history_drawn = now
-        mem = [0.0 if is_na(m) else float(m) for m, _ in history]
-        util = [0.0 if is_na(u) else float(u) for _, u in history]
-        self._mem.data = mem
-        self._util.data = util
+        self._drawn[which] = visible
+        self._redraw_spark(which, spark)
+
+    def _redraw_spark(self, which: str, spark: Any) -> None:
+        spark.refresh()
 
 
 class DashboardScreen(GpuopsScreen):
@@ -316,13 +362,15 @@ class DashboardScreen(GpuopsScreen):
         self._host_cells: dict[str, tuple] = {}  # what the table shows, per shown host
         self._rows: dict[str, tuple] = {}  # the latest cells per host, shown or not
         self._keys: dict[str, tuple[float, float, float]] = {}  # sort keys per host
-        self._seen: dict[str, tuple] = {}  # per host: (updates, reachable, age bucket) its row was made from
+        self._seen: dict[str, tuple] = {}  # per host: what its row was made from (see _refresh_hosts)
         self._index: dict[str, int] = {}  # inventory order
         self._order: list[str] = []  # the shown hosts, top to bottom
         self._widths: list[dict[str, int]] = [{} for _ in HOST_COLUMNS]  # text width per column, per shown host
         self._widest: list[int] = [0] * len(HOST_COLUMNS)
         self._gpus_title: tuple | None = None
         self._gpu_rows: dict[int, GpuRow] = {}  # the GPU rows shown, by index
+        self._history_host: str | None = None  # the host whose GPU histories the rows show, and when
+        self._history_at = 0.0
         self._detail_ready = False  # the selected host's panes (mounted right after the first frame)
 
     @property
@@ -392,11 +440,25 @@ class DashboardScreen(GpuopsScreen):
             for gone in [name for name in self._rows if name not in states]:
                 for cache in (self._rows, self._keys, self._seen):
                     cache.pop(gone, None)
+        seen_rows = self._seen
+        gib = units.gib
         for name, state in states.items():
-            seen = (state.updates, state.reachable, _age_bucket(state.age(now)))
-            if self._seen.get(name) == seen:
+            # What the row is made from: its GPU rows (the very list: a host whose GPU rows did not
+            # change shares the one before; kept here, so its id is never another list's), RAM in
+            # whole GiB, NVML's state, reachability and the staleness shown. A new sample that
+            # changes none of them (most, most seconds) costs no row.
+            snap = state.snapshot
+            if snap is None:
+                gpus = shown = None
+            else:
+                gpus, host, nvml = snap.gpus, snap.host, snap.nvml
+                ram = (gib(host.mem_used, 0), gib(host.mem_total, 0)) if host is not None else None
+                shown = (ram, nvml.ok, nvml.code)
+            key = (shown, state.reachable, _age_bucket(state.age(now)))
+            seen = seen_rows.get(name)
+            if seen is not None and seen[0] is gpus and seen[1] == key:
                 continue
-            self._seen[name] = seen
+            seen_rows[name] = (gpus, key)
             self._rows[name], self._keys[name] = host_figures(state, now)
         order = self._host_order(states)
         hosts = self.query_one("#hosts", DataTable)
@@ -525,18 +587,32 @@ class DashboardScreen(GpuopsScreen):
             container.border_title = title[0]
             container.set_class(title[1], "empty")
         rows = self._gpu_rows
-        if len(container.children) != len(rows) or any(row.parent is not container for row in rows.values()):
-            rows = self._gpu_rows = {row.index: row for row in container.query(GpuRow)}  # (a CSS query: not every tick)
+        # (rows that left the pane otherwise: the rows there are, but not those being removed, whose
+        # removal is not done yet: counting them remounted the rows on every refresh, forever,
+        # when a host's GPUs went away)
+        if any(row.parent is not container for row in rows.values()):
+            rows = self._gpu_rows = {row.index: row for row in container.query(GpuRow)
+                                     if not row._pruning}  # (a CSS query: not every tick)
         wanted = [g.index for g in gpus]
         if sorted(rows) != wanted:
             container.remove_children()
             new_rows = [GpuRow(i) for i in wanted]
             container.mount_all(new_rows)
             rows = self._gpu_rows = {r.index: r for r in new_rows}
+            self._history_host = None  # (new rows: their histories at once)
             self.call_after_refresh(self._show_gpus, state)
             return
         for gpu in gpus:
-            rows[gpu.index].show(gpu, state.gpu_history.get(gpu.index))
+            rows[gpu.index].show(gpu)
+        # Ten minutes in ~34 columns is ~18 s a column: looking at the history every few seconds
+        # shows everything there is to see (and at once for a host just selected).
+        now = time.monotonic()
+        if state.name == self._history_host and now - self._history_at < HISTORY_REDRAW_S:
+            return
+        history = state.gpu_history
+        drawn = [rows[gpu.index].show_history(history.get(gpu.index)) for gpu in gpus]
+        if all(drawn):  # (a row not composed yet: the next tick draws them)
+            self._history_host, self._history_at = state.name, now
 
     def _process_rows(self, state: HostState) -> list[tuple]:
         rows = []
