@@ -173,3 +173,29 @@ async def test_a_host_whose_gpus_cannot_be_read_is_not_green(tmp_path):
         assert await until(pilot, lambda: state.snapshot is not None, timeout=20)
         assert host_status(state, time.monotonic()) == ("▲", "red bold")
         assert await until(pilot, lambda: "kernel module 580.159.04" in screen_text(app), timeout=10)
+
+
+async def test_a_text_view_takes_the_rows_its_wrapped_text_needs():
+    """A TextView of as many lines as before, but one that wraps to more (or fewer) rows, is laid out
+    again: at 80x24 a detail cut after its first rows (or blank rows left behind) was the sign."""
+    from textual.app import App
+    from textual.containers import Vertical
+
+    from gpuops.tui.widgets import TextView
+
+    class One(App):
+        CSS = "Vertical { width: 20; height: auto; }"
+
+        def compose(self):
+            with Vertical():
+                yield TextView("short", id="v")
+
+    app = One()
+    async with app.run_test(size=(40, 12)) as pilot:
+        view = app.query_one("#v", TextView)
+        await pilot.pause()
+        assert view.size.height == 1
+        view.set("x" * 50)  # one line still, three rows at 20 columns
+        assert await until(pilot, lambda: view.size.height == 3), view.size
+        view.set("y" * 10)  # one line, one row again
+        assert await until(pilot, lambda: view.size.height == 1), view.size

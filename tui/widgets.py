@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
@@ -17,8 +18,9 @@ from textual.widgets.data_table import RowKey
 
 
 class TextView(Widget):
-    """Rich text that repaints only when it changes, and re-lays out only when its
-    number of lines changes (Static.update re-lays out the screen on every call)."""
+    """Rich text that repaints only when it changes, and re-lays out only when the rows it takes
+    may change (Static.update re-lays out the screen on every call): its number of lines changed,
+    or a line of the old or new text is wider than the view (it wraps, to as many rows as may differ)."""
 
     DEFAULT_CSS = "TextView { height: auto; }"
 
@@ -34,12 +36,17 @@ class TextView(Widget):
         text = Text(text) if isinstance(text, str) else text
         if text == self._text:
             return
-        relayout = text.plain.count("\n") != self._text.plain.count("\n") or not (text.plain and self._text.plain)
+        relayout = text.plain.count("\n") != self._text.plain.count("\n") or not (text.plain and self._text.plain) \
+            or self._wraps(text) or self._wraps(self._text)
         self._text = text
         self.refresh(layout=relayout)
 
     def render(self) -> Text:
         return self._text
+
+    def _wraps(self, text: Text) -> bool:
+        width = self.content_size.width
+        return width <= 0 or any(cell_len(line) > width for line in text.plain.split("\n"))
 
 
 class FleetTable(DataTable):
