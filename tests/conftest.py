@@ -91,6 +91,18 @@ def operator_hub(hub: Path, *repos: tuple[str, str]) -> Path:
     return hub
 
 
+def two_sim_hosts(root: Path, sglang_venv: Path) -> list:
+    """Two simulated 4-GPU hosts under ROOT ("a" with the real SGLang venv: its bench_serving and
+    sglang-router; "b" without), their servers quick to answer (1 ms a token)."""
+    from gpuops.sim.host import setup_simhost
+
+    sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
+            setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
+    for sim in sims:
+        sim.set_sim(token_delay_s=0.001)
+    return sims
+
+
 def operator_env(ssh_home: Path, tmp_path: Path, hub: Path) -> dict:
     """An operator's environment for the gpuops CLI: ~/.ssh reaching the test sshd (SSH_HOME), state,
     config and cache of the test's own, HUB as the HF cache, offline, no config or token inherited."""

@@ -19,7 +19,7 @@ from gpuops.core.domain import Invalid, Plan
 from gpuops.core.planning import PlanError
 from gpuops.core.planning.plan import GpuInfo, Node, Target, Wishes, build_multinode_plan, build_plan
 from gpuops.sim.host import setup_simhost
-from tests.conftest import operator_env, operator_hub, restart_deployment
+from tests.conftest import operator_env, operator_hub, restart_deployment, two_sim_hosts
 from tests.test_cli import gpuops
 from tests.test_plan import GIB, H200, QWEN122, facts
 
@@ -382,17 +382,14 @@ def mn_bench(ssh_home, tmp_path, sglang_venv):
     """As `mn`, node 0's host with the real SGLang venv (bench_serving for a swap's benchmarks) and a
     small smoke profile."""
 
-    from tests.conftest import PACE, kill_marked
+    from tests.conftest import kill_marked
     from tests.test_bench_cli import PROFILES
 
     root = Path(tempfile.mkdtemp(prefix="gpuops-mns-"))
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
     env = operator_env(ssh_home, tmp_path, hub)
-    sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
-            setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
-    for sim in sims:
-        sim.set_sim(token_delay_s=0.001)
+    sims = two_sim_hosts(root, sglang_venv)
     cfg = tmp_path / "gpuops.toml"
     cfg.write_text(sims[0].host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\nnode_addr = "127.0.0.1"\n'
                    + sims[1].host_block("gpu2", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n'
