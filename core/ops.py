@@ -30,7 +30,7 @@ from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
 from .domain import Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
 from .hosts.host import Host, HostError, make_host
-from .planning.plan import under_any
+from .planning.plan import Target, under_any
 from .telemetry.samples import Snapshot
 
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
@@ -183,6 +183,15 @@ class Ops:
 
     def deployments(self) -> list[Deployment]:
         return self.store.deployments()
+
+    async def read_target(self, host: Host) -> Target:
+        """What a plan for `host` is made on: its GPUs, disks and SGLang as read now, with the ports
+        of its stored deployments taken too (a planned one's server will listen on its port soon)."""
+        from .planning.hostfacts import read_target
+        from .planning.plan import with_deployment_ports
+
+        stored = [(d.name, d.host, d.state, d.plan.port) for d in self.deployments()]
+        return with_deployment_ports(await read_target(host), stored)
 
     def events(self, name: str, run: int | None = None) -> list[Event]:
         return list(self.store.events(name, run=run))

@@ -146,16 +146,12 @@ class ModelPickerScreen(GpuopsScreen):
 
     @work(exclusive=True, group="plan")
     async def plan_when_ready(self, model_id: str, host_path: str | None = None) -> None:
-        from ..core.planning.hostfacts import read_target
-        from ..core.planning.plan import with_deployment_ports
         from .plan_review import PlanReviewScreen
 
         self.notify(f"reading {model_id} and {self.host_name}'s GPUs, disks and SGLang…")
         try:
             facts = await self._facts(model_id, host_path)
-            target = await read_target(self.host)
-            stored = [(d.name, d.host, d.state, d.plan.port) for d in self.app.ops.deployments()]  # type: ignore[attr-defined]
-            target = with_deployment_ports(target, stored)  # their ports are taken too
+            target = await self.app.ops.read_target(self.host)  # type: ignore[attr-defined]
         except (ModelError, ValueError) as exc:
             self.notify(str(exc), severity="error")
             return

@@ -232,9 +232,6 @@ class PlanReviewScreen(GpuopsScreen):
         """`nodes H2,…`: read each host as the model picker reads this one (its GPUs, disks, SGLang,
         the ports its deployments hold), then plan over them all; on any error the plan stays."""
         from ..core.hosts.host import HostError
-        from ..core.planning.hostfacts import read_target
-        from ..core.planning.plan import with_deployment_ports
-
         nodes: list[Node] = []
         try:
             self._node(self.target)  # node 0 first: an offline plan has no nodes to add
@@ -246,8 +243,7 @@ class PlanReviewScreen(GpuopsScreen):
                     known = ", ".join(h for h in self.app.monitor.hosts if h != self.target.host)  # type: ignore[attr-defined]
                     raise PlanError(f"nodes: unknown host {name!r} (others in the inventory: {known or 'none'})")
                 self.notify(f"reading {name}'s GPUs, disks and SGLang…")
-                stored = [(d.name, d.host, d.state, d.plan.port) for d in self.app.ops.deployments()]  # type: ignore[attr-defined]
-                nodes.append(self._node(with_deployment_ports(await read_target(host), stored)))
+                nodes.append(self._node(await self.app.ops.read_target(host)))  # type: ignore[attr-defined]
             wishes = replace(self.wishes, gpu_ids=None, tp=tp) if bool(nodes) != bool(self.nodes) or tp else self.wishes
             plan = apply_edits(self._build(self.target, wishes, tuple(nodes)), self.edits)
         except PlanError as exc:
