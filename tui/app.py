@@ -7,19 +7,29 @@ import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable
 
-from textual.app import App, SystemCommand
-from textual.binding import Binding
-from textual.css.query import NoMatches
-from textual.screen import Screen
-from textual.theme import Theme
+# What the imports below make (Textual's modules and classes, the screens', core's: tens of
+# thousands of objects) lives as long as the process; the cyclic collector, left on, walked that
+# growing heap again and again while they ran (tens of collections, as much as a few hundredths of
+# a second of the start-up) and found nothing to free. It is off while they run, back on after.
+_GC_WAS_ON = gc.isenabled()
+gc.disable()
+try:
+    from textual.app import App, SystemCommand
+    from textual.binding import Binding
+    from textual.css.query import NoMatches
+    from textual.screen import Screen
+    from textual.theme import Theme
 
-from ..core.config import Inventory
-from ..core.hosts.host import Host
-from ..core.telemetry.monitor import Monitor
-from ..core.paths import load_ui_state, save_ui_state
-from ..screens.dashboard import DashboardScreen
-from ..themes import CSS_PATH, DEFAULT_THEME, SCREENS_CSS_PATH, THEMES, toggled
-from .commands import DeploymentCommands, HostCommands
+    from ..core.config import Inventory
+    from ..core.hosts.host import Host
+    from ..core.telemetry.monitor import Monitor
+    from ..core.paths import load_ui_state, save_ui_state
+    from ..screens.dashboard import DashboardScreen
+    from ..themes import CSS_PATH, DEFAULT_THEME, SCREENS_CSS_PATH, THEMES, toggled
+    from .commands import DeploymentCommands, HostCommands
+finally:
+    if _GC_WAS_ON:
+        gc.enable()
 
 if TYPE_CHECKING:
     from ..core.ops import Ops
