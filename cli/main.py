@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 
 from ..core.config import ConfigError, HostConfig, Inventory, load_inventory
@@ -28,10 +27,27 @@ SCHEMA = 1
 
 
 def gpuops_version() -> str:
+    # (importlib.metadata, with the email and zipfile modules it brings, and its search of the
+    # installed packages: read only for --version, not at every start)
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("gpuops")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "0+unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: argparse's, with the version looked up only when it is asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show the version and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"gpuops {gpuops_version()}")
+        parser.exit()
 
 
 def _common() -> argparse.ArgumentParser:
@@ -49,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpuops", parents=[common],
         description="Plan, deploy, watch and benchmark SGLang servers on GPU hosts.",
     )
-    parser.add_argument("--version", action="version", version=f"gpuops {gpuops_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
     p = sub.add_parser("hosts", parents=[common], help="one snapshot of every host: reachability, CPU, RAM, disks")

@@ -40,6 +40,19 @@ def test_version():
     assert out.returncode == 0 and out.stdout.startswith("gpuops ") and out.stdout.split()[1][0].isdigit()
 
 
+def test_the_dashboards_start_leaves_slow_modules_unread_and_the_collector_on():
+    """What `gpuops` reads before its first frame (the command line, its parser, the TUI's modules)
+    imports none of the modules only later steps need (SSH, HTTP, the Hub, NVML, the package
+    metadata --version reads), and the garbage collector that was off during the TUI's imports is
+    on again after them."""
+    code = ("import gc, sys; import gpuops.cli.main as m, gpuops.tui.app; m.build_parser(); "
+            "print(sorted(n for n in ('asyncssh', 'httpx', 'huggingface_hub', 'pynvml', 'importlib.metadata') "
+            "if n in sys.modules), gc.isenabled())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True"]
+
+
 def test_hosts_json_default_is_localhost(env):
     out = gpuops("hosts", "--json", env=env)
     assert out.returncode == 0, out.stderr
