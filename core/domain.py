@@ -82,15 +82,25 @@ def jsonable(value: Any) -> Any:
     return msgspec.json.decode(msgspec.json.encode(value))
 
 
-_NOW: list = [-1, ""]  # the last millisecond formatted, and its text (a log line each: kept cheap)
+# The last millisecond formatted and its text, and the last second's text: every log line's event
+# takes its time here (default_factory), so the same millisecond costs a clock read and a compare,
+# a new millisecond in the same second one small f-string.
+_now_ms = -1
+_now_text = ""
+_now_sec = -1
+_now_sec_text = ""
 
 
 def utc_now() -> str:
     """RFC 3339 UTC with milliseconds (``2026-12-01T10:00:00.123Z``)."""
+    global _now_ms, _now_text, _now_sec, _now_sec_text
     ms = int(time.time() * 1000)
-    if ms != _NOW[0]:
-        _NOW[0], _NOW[1] = ms, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
-    return _NOW[1]  # type: ignore[no-any-return]
+    if ms != _now_ms:
+        sec = ms // 1000
+        if sec != _now_sec:
+            _now_sec, _now_sec_text = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        _now_ms, _now_text = ms, f"{_now_sec_text}.{ms % 1000:03d}Z"
+    return _now_text
 
 
 # ------------------------------------------------------------------ argv as flags

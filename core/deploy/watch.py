@@ -59,6 +59,8 @@ STALE_AFTER_S = 3 * POLL_S + 5
 BACKLOG_BYTES = 64 * 1024
 BACKLOG_LINES = 2000
 LOG_LINES_KEPT = 20_000
+# Lines the watch takes off its queue in a row without giving the event loop a turn.
+_NOWAIT_RUN = 256
 
 Listener = Callable[[Event], Any]
 
@@ -412,13 +414,22 @@ class Watch:
         next_poll = self.clock()
         last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
         exited: str | None = None  # the server's processes are gone (status detail)
+        taken = 0  # lines taken from the queue since the loop last let the event loop run
         try:
             while not self.stopping:
-                try:
-                    rec, live = await asyncio.wait_for(queue.get(), min(1.0, self.poll_s))
-                except asyncio.TimeoutError:
-                    rec, live = None, False
-                    self._changes(tracker.idle(), tracker, watcher)  # a quiet log: an inferred ready settles
+                if not queue.empty() and taken < _NOWAIT_RUN:
+                    # a line already queued: taken as it is (wait_for costs a task and a timer a line)
+                    rec, live = queue.get_nowait()
+                    taken += 1
+                else:
+                    if taken:  # every _NOWAIT_RUN lines, the event loop's other tasks (the reader, a UI) run
+                        taken = 0
+                        await asyncio.sleep(0)
+                    try:
+                        rec, live = await asyncio.wait_for(queue.get(), min(1.0, self.poll_s))
+                    except asyncio.TimeoutError:
+                        rec, live = None, False
+                        self._changes(tracker.idle(), tracker, watcher)  # a quiet log: an inferred ready settles
                 if reader.done() and rec is None and queue.empty():
                     if reader.exception() is not None:
                         raise reader.exception()  # type: ignore[misc]

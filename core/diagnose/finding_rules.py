@@ -694,7 +694,9 @@ class LogScanner:
         self._tracker: PhaseTracker | None = None
         self._crash: Crash | None = None
         self._crash_end: int | None = None
-        self._last_phase: tuple[str | None, int, str] = (None, 0, "")  # tracker.last_phase_line, line no, line
+        # tracker.last_phase_line, its line no, its line (made evidence only when a finding shows it:
+        # a progress bar moves last_phase_line every line)
+        self._last_phase: tuple[str | None, int, LogLine | None] = (None, 0, None)
         self._tb_starts: dict[int, str] = {}  # line no -> the line, of the last few tracebacks' first lines
         self._server_args_cache: dict[str, str | None] = {}
 
@@ -706,7 +708,7 @@ class LogScanner:
         self._nccl_started.clear()
         self._crash = None
         self._crash_end = None
-        self._last_phase = (None, 0, "")
+        self._last_phase = (None, 0, None)
         self._tb_starts.clear()
         self._server_args_cache.clear()
 
@@ -722,10 +724,12 @@ class LogScanner:
                 self._crash = tracker.crash
                 self._crash_end = self.line_no
             if tracker.last_phase_line is not self._last_phase[0]:
-                self._last_phase = (tracker.last_phase_line, self.line_no, _shown(ln))
+                self._last_phase = (tracker.last_phase_line, self.line_no, ln)
         if type(ln) is JoinedLine:  # log lines tqdm's \r joined before this one
             for part in ln.extra:
                 self._scan(part, tracker)
+        elif ln.text.startswith(_SKIP):  # _scan's first test, minus a call for the lines it skips (most)
+            return
         self._scan(ln, tracker)
 
     def _scan(self, ln: LogLine, tracker: PhaseTracker | None) -> None:
@@ -845,7 +849,8 @@ class LogScanner:
     def _silence(self, tracker: PhaseTracker, plan: Plan | None, codes: set[str]) -> list[tuple[int, Finding]]:
         out: list[tuple[int, Finding]] = []
         last = tracker.last_phase_line or ""
-        _, last_at, last_shown = self._last_phase
+        _, last_at, last_ln = self._last_phase
+        last_shown = _shown(last_ln) if last_ln is not None else ""
         pending = sorted(self._nccl_started.values())
         for rule in SILENCE_RULES:
             if rule.code in codes or (rule.phases is not None and tracker.phase not in rule.phases):

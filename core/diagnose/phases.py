@@ -227,6 +227,9 @@ _RANK_RE = re.compile(r"([A-Za-z_]+)(\d+)")
 # " TP3 EP3" -> {"TP": 3, "EP": 3}: a handful of distinct prefixes per log, parsed once each.
 # The dicts are shared between LogLines: read them, never change them.
 _RANKS: dict[str, dict[str, int]] = {}
+# The ranks of every line clean() finds none in (read-only too): one dict for all of them, so the
+# tracker's per-rank key of the last line's dict holds across them (PhaseTracker._rank_key).
+_NO_RANKS: dict[str, int] = {}
 
 
 def _unwrap(s: str) -> str:
@@ -343,8 +346,8 @@ def clean(raw: str) -> LogLine:
     if s[:1] == "[":  # _sgl(), inlined: nearly every line takes this path
         m = _SGL_RE.match(s)
         if m:
-            tags = m.group(2)
-            ranks: dict[str, int] = {}
+            ts, tags = m.group(1, 2)
+            ranks = _NO_RANKS
             if tags:
                 cached = _RANKS.get(tags)
                 if cached is None:
@@ -352,11 +355,11 @@ def clean(raw: str) -> LogLine:
                     if len(_RANKS) < 1024:
                         _RANKS[tags] = cached
                 ranks = cached
-            return LogLine(raw, s[m.end():], m.group(1), ranks)
-        return LogLine(raw, s, None, {})
+            return LogLine(raw, s[m.end():], ts, ranks)
+        return LogLine(raw, s, None, _NO_RANKS)
     if s[:5] == "Rank ":
         return _sgl(s, raw)
-    return LogLine(raw, s, None, {})
+    return LogLine(raw, s, None, _NO_RANKS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -689,9 +692,12 @@ class PhaseTracker:
         starts = _STARTS_BY_CHAR.get(t[:1])
         if starts is not None and t.startswith(starts):  # t.startswith(_STARTS), by its first character
             self._dispatch(ln, t, out)
-        elif "Traceback (most recent" in t or " hit an exception" in t or "atchdog timeout" in t:
+        # (each substring test behind a one-character test of a letter it holds, a memchr: the lines
+        # that get here, a running server's batch lines among them, mostly lack the letter)
+        elif ("T" in t and "Traceback (most recent" in t) or ("x" in t and " hit an exception" in t) \
+                or ("m" in t and "atchdog timeout" in t):
             self._fatal(ln, t, out)
-        elif "Cache is allocated" in t or "Cache VA upper bound" in t:
+        elif "C" in t and ("Cache is allocated" in t or "Cache VA upper bound" in t):
             # labelled pools: "{label} KV Cache is allocated." (0.5.23 memory_pool.py:2087)
             self._kv_line(ln, t, out)
         elif t.startswith(_FRAME_STARTS) and ln.ts is None:
@@ -733,7 +739,8 @@ class PhaseTracker:
     def _enter(self, ln: LogLine, phase: str, state: str | None, out: list[Change], line_no: int | None = None) -> str:
         """A line that belongs to ``phase`` (state "open"/"close"/None). Returns the phase it was
         taken as (a draft model's repeat of dist_init/weights/kv_cache becomes ``draft``)."""
-        rk = self._rank_key(ln.ranks)
+        ranks = ln.ranks
+        rk = self._rk if ranks is self._rk_of else self._rank_key(ranks)  # _rank_key(), its fast path inline
         rp = self._rank_phase.get(rk, self._resumed)
         if phase in _DRAFT_REPEATS and rp >= _I_CUDA_GRAPH:
             phase = "draft"
@@ -803,6 +810,41 @@ class PhaseTracker:
 
     def _dispatch(self, ln: LogLine, t: str, out: list[Change]) -> None:
         c = t[0]
+        # by first character, the progress bars' ("Capturing …", "Multi-thread loading …") first: most
+        # of a start-up's lines
+        if c == "C":
+            self._capture(ln, t, out)
+            return
+        if c == "M":
+            if t.startswith("Multi-thread loading"):
+                self._shards(ln, t, out)
+            elif t.startswith("Mamba Cache is allocated"):
+                p = self._enter(ln, "kv_cache", "open", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "mamba") > 1) else ""
+                m = _MAMBA_RE.search(t)
+                if m:
+                    g = m.groups()
+                    self._numbers(
+                        ln,
+                        {
+                            pre + "mamba_cache_size": float(g[0]),
+                            pre + "mamba_conv_state_gb": float(g[1]),
+                            pre + "mamba_ssm_state_gb": float(g[2]),
+                            pre + "mamba_intermediate_ssm_gb": float(g[3]) if g[3] else None,
+                            pre + "mamba_intermediate_conv_gb": float(g[4]) if g[4] else None,
+                        },
+                        out,
+                    )
+            elif t.startswith("Memory pool end"):
+                p = self._enter(ln, "kv_cache", "close", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "pool") > 1) else ""
+                av = _f(_AVAIL_RE, t)
+                self._numbers(ln, {pre + "pool_avail_mem_gb": av, "avail_mem_gb": av}, out)
+            elif t.startswith("Memory baseline taken"):
+                p = self._enter(ln, "dist_init", "close", out)
+                pre = "draft_" if (p == "draft" or self._count(ln, "baseline") > 1) else ""
+                self._numbers(ln, {pre + "dist_init_mem_usage_gb": _f(_MEM_USAGE_RE, t)}, out)
+            return
         if c == "l":  # 0.1.x "load weight begin." / "load weight end."
             t = "L" + t[1:]
             c = "L"
@@ -861,44 +903,11 @@ class PhaseTracker:
             elif t.startswith("Loading "):
                 self._shards(ln, t, out)
             return
-        if c == "M":
-            if t.startswith("Multi-thread loading"):
-                self._shards(ln, t, out)
-            elif t.startswith("Mamba Cache is allocated"):
-                p = self._enter(ln, "kv_cache", "open", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "mamba") > 1) else ""
-                m = _MAMBA_RE.search(t)
-                if m:
-                    g = m.groups()
-                    self._numbers(
-                        ln,
-                        {
-                            pre + "mamba_cache_size": float(g[0]),
-                            pre + "mamba_conv_state_gb": float(g[1]),
-                            pre + "mamba_ssm_state_gb": float(g[2]),
-                            pre + "mamba_intermediate_ssm_gb": float(g[3]) if g[3] else None,
-                            pre + "mamba_intermediate_conv_gb": float(g[4]) if g[4] else None,
-                        },
-                        out,
-                    )
-            elif t.startswith("Memory pool end"):
-                p = self._enter(ln, "kv_cache", "close", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "pool") > 1) else ""
-                av = _f(_AVAIL_RE, t)
-                self._numbers(ln, {pre + "pool_avail_mem_gb": av, "avail_mem_gb": av}, out)
-            elif t.startswith("Memory baseline taken"):
-                p = self._enter(ln, "dist_init", "close", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "baseline") > 1) else ""
-                self._numbers(ln, {pre + "dist_init_mem_usage_gb": _f(_MEM_USAGE_RE, t)}, out)
-            return
         if c == "K":
             if t.startswith("Killed"):
                 self._fatal(ln, t, out)
             else:
                 self._kv_line(ln, t, out)
-            return
-        if c == "C":
-            self._capture(ln, t, out)
             return
         if c == "s":
             if t.startswith("sglang is using nccl"):
@@ -954,12 +963,15 @@ class PhaseTracker:
 
     def _shards(self, ln: LogLine, t: str, out: list[Change]) -> None:
         m = _TQDM_RE.match(t)
-        if not m or "shards" not in m.group(1):
+        if not m:
+            return
+        desc, done, total = m.group(1, 3, 4)
+        if "shards" not in desc:
             return
         p = self._enter(ln, "weights", None, out)
         key = "draft" if (p == "draft" or self._pi == _I_DRAFT) else "weights"
         what = "draft shards" if (key == "weights" and self._draft_loading) else "shards"
-        self._progress(key, int(m.group(3)), int(m.group(4)), what, out)
+        self._progress(key, int(done), int(total), what, out)
 
     def _kv_line(self, ln: LogLine, t: str, out: list[Change]) -> None:
         if "Cache is allocated" not in t and "Cache VA upper bound" not in t:
@@ -986,12 +998,12 @@ class PhaseTracker:
             m = _TQDM_RE.match(t)
             if not m:
                 return
-            desc = m.group(1)
+            desc, done, total = m.group(1, 3, 4)
             phase = "draft" if self._pi == _I_DRAFT else "cuda_graph"
             self._enter(ln, phase, None, out)
             what = "batch sizes" if desc.startswith("Capturing batches") else (
                 "num tokens" if desc.startswith("Capturing num tokens") else "prefill shapes")
-            self._progress(phase, int(m.group(3)), int(m.group(4)), what, out)
+            self._progress(phase, int(done), int(total), what, out)
             return
         if t.startswith("Capture cuda graph bs"):
             bs = _bs_list(t)
