@@ -412,6 +412,18 @@ class _LineSession:
         if datatype:  # stderr (the only extended data a session has)
             self._stderr(data)
             return
+        if data.endswith(b"\n"):  # (the usual chunk: whole lines) decoded at once, then split:
+            # "\n" ends every UTF-8 sequence, so this is each line decoded on its own, with one copy
+            if self._partial:
+                data, self._partial = self._partial + data, b""
+            text = data.decode("utf-8", "replace")
+            if text.find("\n") == len(text) - 1:  # one line (a reporter's, each second)
+                self._deliver([text[:-1]], len(data))
+            else:
+                lines = text.split("\n")
+                lines.pop()  # ("" after the last newline)
+                self._deliver(lines, len(data))
+            return
         if b"\n" not in data:
             partial = self._partial = self._partial + data
             if len(partial) > LINE_LIMIT:

@@ -252,26 +252,53 @@ def _wire() -> tuple[Any, Any]:
     return msgspec.json.Decoder(report), msgspec.UNSET
 
 
-def _snapshot_from_wire(r: Any, unset: Any, rows: dict | None = None) -> Snapshot:
+class _Head:
+    """A host's disks and NVML state as its last line had them (wire struct, what was made of it): a
+    line whose disks or NVML state equal the last line's (most lines: both change seldom) shares
+    what was made then (read-only, as every snapshot's parts are) instead of making them again."""
+
+    __slots__ = ("disks_wire", "disks", "nvml_wire", "nvml")
+
+    def __init__(self) -> None:
+        self.disks_wire: Any = None
+        self.disks: list[Disk] | None = None
+        self.nvml_wire: Any = None
+        self.nvml: NvmlStatus | None = None
+
+
+def _snapshot_from_wire(r: Any, unset: Any, rows: dict | None = None, head: _Head | None = None) -> Snapshot:
     """`rows`: a host's GPU rows as its last line had them (index -> (wire row, GpuSample)), kept up
     to date here; a row equal to the one before gives the same GpuSample (nothing is made for a GPU
     whose figures did not change: most of a fleet's, most seconds). Equal rows are alike in type
     too: the reporter writes each figure as one JSON type (NVML's integers; power rounded to a
-    float, which JSON keeps as 75.0)."""
+    float, which JSON keeps as 75.0). `head`: the same for the host's disks and NVML state."""
     h = r.host
     if h is None:
         host = HostSample(None, NA, NA, NA, [])
     else:
+        wire_disks = h.disks
+        if head is not None and head.disks is not None and wire_disks == head.disks_wire:
+            disks = head.disks
+        else:
+            disks = [Disk(d.mount, int(d.total_bytes), int(d.free_bytes)) for d in wire_disks or ()]
+            if head is not None:
+                head.disks_wire, head.disks = wire_disks, disks
         host = HostSample(
-            hostname=h.hostname,
-            cpu_percent=NA if h.cpu_percent is None else h.cpu_percent,
-            mem_total=NA if h.mem_total_bytes is None else h.mem_total_bytes,
-            mem_used=NA if h.mem_used_bytes is None else h.mem_used_bytes,
-            disks=[Disk(d.mount, int(d.total_bytes), int(d.free_bytes)) for d in h.disks or ()],
+            h.hostname,
+            NA if h.cpu_percent is None else h.cpu_percent,
+            NA if h.mem_total_bytes is None else h.mem_total_bytes,
+            NA if h.mem_used_bytes is None else h.mem_used_bytes,
+            disks,
         )
     n = r.nvml
-    status = (NvmlStatus(ok=False) if n is None else
-              NvmlStatus(bool(n.ok), n.code, n.error, n.hint, n.driver_version, n.nvml_version, n.cuda_driver_version))
+    if head is not None and head.nvml is not None and n is not None and n == head.nvml_wire:
+        status = head.nvml
+    else:
+        status = (NvmlStatus(ok=False) if n is None else
+                  NvmlStatus(bool(n.ok), n.code, n.error, n.hint, n.driver_version, n.nvml_version,
+                             n.cuda_driver_version))
+        if head is not None and n is not None:
+            head.nvml_wire, head.nvml = n, status
     gpus = []
     command = _command
     for g in r.gpus or ():
@@ -304,7 +331,7 @@ def _snapshot_from_wire(r: Any, unset: Any, rows: dict | None = None) -> Snapsho
     return Snapshot(float(r.t or time.time()), host, status, gpus, "nvml" if status.ok else "none")
 
 
-def parse_report_line(line: str, rows: dict | None = None) -> Snapshot | None:
+def parse_report_line(line: str, rows: dict | None = None, head: _Head | None = None) -> Snapshot | None:
     """A reporter line as a Snapshot (None: not one). `rows`: the host's GPU rows from its last line
     (an empty dict at first, then kept by this function): what a stream of one host's lines passes,
     so that a GPU whose row did not change keeps its GpuSample."""
@@ -317,7 +344,7 @@ def parse_report_line(line: str, rows: dict | None = None) -> Snapshot | None:
     except ValueError:  # msgspec.DecodeError: not JSON msgspec reads, or not of the reporter's shape
         pass
     else:
-        return _snapshot_from_wire(wire, unset, rows) if wire.v == 1 else None
+        return _snapshot_from_wire(wire, unset, rows, head) if wire.v == 1 else None
     try:
         data = json.loads(line)
     except ValueError:
@@ -515,21 +542,27 @@ class _ReportReader:
         self.fallback: _NvsmiFollower | None = None
         self._gpus_text: str | None = None  # the last line's text from _GPUS_KEY on
         self._gpus: list[GpuSample] = []  # and its GPU rows
+        self.head = _Head()  # its disks and NVML state
 
     def _parse(self, line: str) -> Snapshot | None:
-        at = line.find(_GPUS_KEY)
-        gpus_text = line[at:] if at > 0 else None
-        if gpus_text is not None and gpus_text == self._gpus_text:
+        last = self._gpus_text
+        # (the line ends as the last one did from _GPUS_KEY on: its GPU rows are the same text. The
+        # line is then the head before them, a report of its own once closed, and those rows: as
+        # if found by `find`, without a search of the whole line or a copy of its rows)
+        if last is not None and line.endswith(last) and line.startswith(_GPUS_KEY, len(line) - len(last)):
+            at = len(line) - len(last)
             decoder, unset = _wire()
             try:
                 wire = decoder.decode(line[:at] + "}")
             except ValueError:
                 wire = None
             if wire is not None and wire.v == 1 and wire.gpus is None:
-                shared = _snapshot_from_wire(wire, unset)
+                shared = _snapshot_from_wire(wire, unset, head=self.head)
                 shared.gpus = self._gpus
                 return shared
-        snap = parse_report_line(line, self.rows)
+        at = line.find(_GPUS_KEY)
+        gpus_text = line[at:] if at > 0 else None
+        snap = parse_report_line(line, self.rows, self.head)
         if snap is None or not self.rows:  # (not a line of typed rows: nothing to share with the next)
             self._gpus_text = None
         else:
