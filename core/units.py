@@ -10,7 +10,11 @@ GIB = 1024**3
 
 
 def gib(value: Any, digits: int = 1) -> str:
-    return "N/A" if is_na(value) else f"{value / GIB:.{digits}f}"
+    # a plain int (bytes as NVML and psutil give them: the host list reads every host's every second)
+    # is never N/A: its text without the N/A test
+    if type(value) is int or not is_na(value):
+        return f"{value / GIB:.{digits}f}"
+    return "N/A"
 
 
 def size(value: Any) -> str:

@@ -122,12 +122,6 @@ def host_figures(state: HostState, now: float) -> tuple[tuple, tuple[float, floa
     return cells, (free, busy, stale)
 
 
-def _whole_gib(value: Any) -> str:
-    """units.gib(value, 0), the same text, without its N/A test for a plain int (a host's RAM, which
-    the host list reads for every host every second)."""
-    return f"{value / units.GIB:.0f}" if type(value) is int else units.gib(value, 0)
-
-
 def _age_bucket(age: float | None) -> int | None:
     """What of a host's age its row shows: nothing, fresh (-1) or stale for whole seconds."""
     if age is None:
@@ -447,6 +441,7 @@ class DashboardScreen(GpuopsScreen):
                 for cache in (self._rows, self._keys, self._seen):
                     cache.pop(gone, None)
         seen_rows = self._seen
+        gib = units.gib
         for name, state in states.items():
             # What the row is made from: its GPU rows (the very list: a host whose GPU rows did not
             # change shares the one before; kept here, so its id is never another list's), RAM in
@@ -457,7 +452,7 @@ class DashboardScreen(GpuopsScreen):
                 gpus = shown = None
             else:
                 gpus, host, nvml = snap.gpus, snap.host, snap.nvml
-                ram = (_whole_gib(host.mem_used), _whole_gib(host.mem_total)) if host is not None else None
+                ram = (gib(host.mem_used, 0), gib(host.mem_total, 0)) if host is not None else None
                 shown = (ram, nvml.ok, nvml.code)
             key = (shown, state.reachable, _age_bucket(state.age(now)))
             seen = seen_rows.get(name)

@@ -97,14 +97,15 @@ def test_a_stream_of_changing_lines_reads_as_each_line_alone():
         assert reader.snapshot(line) == parse_report_line(line), line
 
 
-def test_the_host_lists_whole_gib_is_units_gib():
+def test_units_gib_of_a_plain_int_reads_as_the_general_way():
+    """units.gib's short way for a plain int (no N/A test) gives the text the general way gives."""
     from gpuops.core import units
-    from gpuops.core.telemetry.samples import NA
-    from gpuops.screens.dashboard import _whole_gib
+    from gpuops.core.telemetry.samples import NA, is_na
 
     gib = 2**30
     values = [0, 1, gib // 2, gib // 2 + 1, 3 * gib // 2, 5 * gib // 2, 25275990016, 608870400, 2**62, -gib // 2,
               NA, None, 1.5 * gib, float("nan"), True]
     values += [random.Random(3).randrange(0, 2**45) for _ in range(2000)]
-    for v in values:
-        assert _whole_gib(v) == units.gib(v, 0), v
+    for digits in (0, 1):
+        for v in values:
+            assert units.gib(v, digits) == ("N/A" if is_na(v) else f"{v / units.GIB:.{digits}f}"), (v, digits)
