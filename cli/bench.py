@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 from ..core.config import Inventory
-from .common import minute
+from .common import UsageError, minute
 
 VERBS = ("list", "show", "compare", "import", "export")
 
 
-class BenchUsageError(Exception):
+class BenchUsageError(UsageError):
     """Bad input or a refusal before anything ran: one line, exit 2."""
 
 
@@ -202,7 +202,7 @@ def _host_for(inv: Inventory, args: argparse.Namespace, name: str | None):
 
 def _run(inv: Inventory, args: argparse.Namespace) -> int:
     from ..core.bench.runner import BenchInputError, resolve_profile
-    from .common import OperationFailed, UsageError, run_use_case
+    from .common import OperationFailed, run_use_case
 
     if args.args:
         raise BenchUsageError(f"unexpected argument(s): {' '.join(args.args)}")

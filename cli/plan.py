@@ -8,9 +8,10 @@ import json
 import re
 
 from ..core.config import HostConfig, Inventory
+from .common import UsageError
 
 
-class PlanUsageError(Exception):
+class PlanUsageError(UsageError):
     """Bad input: one line, exit 2."""
 
 

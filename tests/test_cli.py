@@ -53,6 +53,41 @@ def test_the_dashboards_start_leaves_slow_modules_unread_and_the_collector_on():
     assert out.stdout.split() == ["[]", "True"]
 
 
+@pytest.mark.parametrize("argv", [
+    [], ["--readonly"], ["--config", "inv.toml"], ["--config=inv.toml"], ["--readonly", "--config", "a b.toml"],
+    ["--config", "x.toml", "--readonly", "--config", "y.toml"], ["--config", ""],
+])
+def test_the_dashboards_command_line_reads_as_the_whole_parser_reads_it(argv):
+    """`gpuops` with only the shared options skips building every verb's parser; what it reads is
+    what the whole parser reads, and the verb modules are not imported for it."""
+    from gpuops.cli.main import build_parser, dashboard_args
+
+    fast = dashboard_args(argv)
+    assert fast is not None and vars(fast) == vars(build_parser().parse_args(argv))
+    code = ("import sys; import gpuops.cli.main as m; m.dashboard_args(sys.argv[1:]); "
+            "print(sorted(n for n in ('gpuops.cli.bench', 'gpuops.cli.plan', 'gpuops.cli.deploy', 'gpuops.cli.models') "
+            "if n in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["[]"], out.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["hosts"], ["--readonly", "gpus"], ["--help"], ["--version"], ["--config"], ["--config", "--readonly"],
+    ["--config="], ["--read"], ["--readonly", "extra"], ["-h"], ["--config", "f", "plan", "m"],
+])
+def test_any_other_command_line_goes_to_the_whole_parser(argv):
+    from gpuops.cli.main import dashboard_args
+
+    assert dashboard_args(argv) is None
+
+
+def test_a_verbs_bad_input_still_exits_2_with_one_line(env):
+    out = gpuops("plan", "org/model", "--gpu-ids", "zero", env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--gpu-ids" in out.stderr, out.stderr
+    out = gpuops("bench", "show", "x", env=env)
+    assert out.returncode == 2 and out.stderr.startswith("gpuops: RUN is a run id"), out.stderr
+
+
 def test_hosts_json_default_is_localhost(env):
     out = gpuops("hosts", "--json", env=env)
     assert out.returncode == 0, out.stderr
