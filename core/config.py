@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import tomllib
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,6 +321,8 @@ _STRING_RE = re.compile(rf"{_BASIC_STR}|{_LITERAL_STR}")
 
 def _split_key(dotted: str) -> KeyPath:
     """The parts of a TOML (dotted, possibly quoted) key, decoded exactly as tomllib does."""
+    import tomllib
+
     node: Any = tomllib.loads(f"{dotted} = 0")
     parts: list[str] = []
     while isinstance(node, dict):
@@ -693,6 +694,8 @@ BENCH_PATHS = ("dataset_path", "eval_data_path")
 
 def parse_inventory(text: str, source: str) -> Inventory:
     """Parse and validate config text; ``source`` names the file in errors and in the result."""
+    import tomllib  # (here: a start with no config file, the dashboard's default, never reads TOML)
+
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
