@@ -12,7 +12,7 @@ minimal app's, printed as met or MISSED.
 
 `--instructions` also counts, under valgrind's cachegrind (needs `valgrind`), the instructions each
 start executes to its first paint, once each: on a shared machine the wall clock swings by tens of
-per cent from run to run, this count by about 0.1%, so a change's effect on start-up can be told
+per cent from run to run, this count by about 0.2%, so a change's effect on start-up can be told
 apart from the noise (the goal itself stays the wall clock's).
 """
 
