@@ -247,8 +247,6 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
         run = run_use_case(inv, args, use)
     except BenchInputError as exc:
         raise BenchUsageError(str(exc)) from None
-    except UsageError as exc:
-        raise BenchUsageError(str(exc)) from None
     except OperationFailed as exc:
         print(f"gpuops: {exc}", file=sys.stderr)
         return 1

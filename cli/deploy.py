@@ -169,16 +169,13 @@ def _plan_here(inv: Inventory, model: str, host: str, name: str | None, *, gpu_i
                like: str | None = None, hosts: str | None = None, tp: int | None = None) -> Any:
     """`gpuops plan`'s plan of `model` on `host` with its defaults (the default port or the next free
     one; `like` a stored deployment, `gpu_ids` "0,1"; `hosts` "H0,H1" with `tp`: over those nodes),
-    for the verbs that plan on their own."""
-    from .plan import PlanUsageError, run_plan_object
+    for the verbs that plan on their own. (Its bad input is plan's PlanUsageError, a UsageError.)"""
+    from .plan import run_plan_object
 
     ns = argparse.Namespace(model=model, host=None if hosts else host, hosts=hosts, tp=tp, gpus=None,
                             gpu_memory=None, gpu_ids=gpu_ids, sglang_version=None, like=like, download_dir=None,
                             no_mtp=False, name=name, explicit_port=None)
-    try:
-        return run_plan_object(inv, ns)[1]
-    except PlanUsageError as exc:
-        raise UsageError(str(exc)) from None
+    return run_plan_object(inv, ns)[1]
 
 
 def _hf_token() -> str | None:
