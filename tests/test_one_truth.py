@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gpuops.core.config import PHASES, load_inventory
+from gpuops.core.deploy.view import parse_log_ts
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.tui.app import GpuopsApp
 from tests.test_cli import GPUOPS
@@ -53,6 +54,12 @@ HOST_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
 def server_log(name: str) -> list[str]:
     """The process launcher's log of `name`, read where the host keeps it."""
     return (HOST_HOME / ".local/state/gpuops/deployments" / name / "log").read_text().splitlines()
+
+
+def this_run(name: str) -> list[str]:
+    """The last run's lines of `name`'s log (the log goes on across deployments of one name)."""
+    lines = server_log(name)
+    return lines[max((i for i, ln in enumerate(lines) if "server_args=" in ln), default=0):]
 
 
 def phase_stamps(lines: list[str]) -> dict[str, datetime]:
@@ -290,3 +297,48 @@ async def test_a_reattach_reads_the_log_from_the_stored_position(world, monkeypa
             assert not any("127.0.0.1:100 " in ln for ln in shown)  # outside the window: not read at all
     finally:
         gpuops(cfg, env, "stop", "longlog", "--yes")
+
+
+async def test_a_watch_killed_mid_start_leaves_a_position_that_agrees_with_its_phases(world):
+    """The CLI's watch, killed just after it recorded cuda_graph: the stored position is past that
+    phase's line (one write), so the next `gpuops status` resumes in cuda_graph and reads the
+    memory pool's line before it as nothing new (not as a draft model's repeat). And uvicorn's
+    line, which has no SGLang timestamp, is as late as the last line that had one, even when it is
+    the first line a status parses: that one comes from the lines shown before the position."""
+    from gpuops.core.deploy.store import Store
+
+    make, env = world
+    cfg, sim = make("ok")
+    sim.set_sim(pace=12.0, download_rate=20 << 30)  # the capture alone several seconds
+    proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
+                             "--yes", "--name", "uvicorn"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stdout:
+            ev = json.loads(line)
+            if ev["event"] == "state" and ev["state"] == "cuda_graph":
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(timeout=10)
+        doc = status(cfg, env, "uvicorn")
+        assert doc["deployment"]["state"] == "cuda_graph", doc["events"][-3:]
+        assert "draft" not in {e.get("phase") for e in doc["events"]}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(PHASE_LINES["ready"] in ln for ln in this_run("uvicorn")):
+            time.sleep(0.2)
+        # a watch that had read up to the line before uvicorn's first, then died: its position
+        data = (HOST_HOME / ".local/state/gpuops/deployments/uvicorn/log").read_bytes()
+        at = data.index(b"INFO:     Started server process", data.rindex(b"server_args="))
+        store = Store(Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db")
+        try:
+            store.set_position("uvicorn", log_offset=at)
+        finally:
+            store.close()
+        doc = status(cfg, env, "uvicorn")
+        assert doc["deployment"]["state"] == "ready", doc["events"][-3:]
+        phases = {e["phase"]: e for e in doc["events"] if e["event"] == "phase"}
+        stamps = phase_stamps(this_run("uvicorn"))
+        assert parse_log_ts(phases["http"]["log_ts"]) == stamps["http"]
+        assert parse_log_ts(phases["cuda_graph"]["log_ts"]) == stamps["cuda_graph"]
+    finally:
+        proc.kill()
+        gpuops(cfg, env, "stop", "uvicorn", "--yes")

@@ -202,3 +202,20 @@ def test_a_schema_1_store_is_migrated_keeping_its_deployments(tmp_path):
     assert store.add_bench_run(profile="smoke", settings={}).id == 1
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 5
     store.close()
+
+
+def test_an_event_recorded_with_its_log_position_stores_both_or_neither(tmp_path):
+    from gpuops.core.domain import PhaseEvent
+
+    store = Store(tmp_path / "g.db")
+    store.add_deployment("gpu1", PLAN)
+    store.set_position("qwen122", cursor="s=abc;i=1", log_offset=100)
+    store.record("qwen122", PhaseEvent(phase="cuda_graph", line="Capture begin."), run=1, log_offset=4096)
+    d = store.deployment("qwen122")
+    assert (d.log_offset, d.cursor) == (4096, "s=abc;i=1")  # the cursor left as it was
+    assert [e.phase for e in store.events("qwen122", kinds=("phase",))] == ["cuda_graph"]
+    store.new_run("qwen122", log_offset=5000)
+    with pytest.raises(StoreError, match="run 1 is over"):  # a late watcher of run 1: nothing of it written
+        store.record("qwen122", PhaseEvent(phase="http", line="Uvicorn running"), run=1, log_offset=9999)
+    assert store.deployment("qwen122").log_offset == 5000
+    assert list(store.events("qwen122", run=2, kinds=("phase",))) == []

@@ -399,11 +399,15 @@ class Store:
                 raise StoreError(f"no deployment named {name!r} on run {run}")
 
     @_guarded
-    def record(self, name: str, event: Event, *, run: int | None = None) -> Event:
+    def record(self, name: str, event: Event, *, run: int | None = None, cursor: str | None = None,
+               log_offset: int | None = None) -> Event:
         """Store `event` in the deployment's current run (or `run`, which must be current: an
         event of an earlier run is refused, so a late watcher never writes into a new run). A
-        state event also sets the deployment's state. Returns the event as stored (run,
-        deployment and ts filled in). Log lines are not stored: the log lives on the host."""
+        state event also sets the deployment's state. `cursor`/`log_offset`: the log position just
+        after the line the event came from, stored with it in one transaction (a watch killed then
+        cannot leave a phase recorded ahead of where a reattach resumes). Returns the event as
+        stored (run, deployment and ts filled in). Log lines are not stored: the log lives on the
+        host."""
         if isinstance(event, LogEvent):
             raise StoreError("log lines are not stored (the server's log lives on its host)")
         if isinstance(event, StateEvent) and event.state not in STATES:
@@ -420,6 +424,9 @@ class Store:
                 db.execute("UPDATE deployments SET state = ?, updated_at = ? WHERE name = ?",
                            (event.state, event.ts, name))
             self._insert(db, name, current, event)
+            if cursor is not None or log_offset is not None:
+                db.execute("UPDATE deployments SET cursor = COALESCE(?, cursor), log_offset = COALESCE(?, log_offset)"
+                           " WHERE name = ?", (cursor, log_offset, name))
         return event
 
     @_guarded

@@ -242,12 +242,16 @@ class Watch:
 
     # ---------------------------------------------------------------- events
 
-    def record(self, event: Event) -> Event:
+    def record(self, event: Event, *, at_position: bool = False) -> Event:
         """Store the event in this watch's run and publish it; RunOver when the run is over. When
         the store cannot record (a full disk, a lock held too long) the watch says so and ends with
-        that StoreError: the server is not touched."""
+        that StoreError: the server is not touched. `at_position`: with the log position (just
+        after the line it came from) in the same write."""
+        where: dict[str, Any] = {}
+        if at_position and not self.passive:
+            where = {"cursor": self._cursor, "log_offset": self._offset}
         try:
-            stored = self.store.record(self.name, event, run=self.run_no)
+            stored = self.store.record(self.name, event, run=self.run_no, **where)
         except RunMoved as exc:
             raise RunOver(str(exc)) from None
         except StoreError as exc:
@@ -319,6 +323,7 @@ class Watch:
             async for rec, live in self._records(follow=False):
                 if live:
                     self._log(rec.text, rec.ts)
+                    self._took(rec)  # read for display: a later reattach starts after it
         except (FollowError, HostError) as exc:
             self._log(f"gpuops: {getattr(exc, 'message', exc)}")
 
@@ -378,12 +383,11 @@ class Watch:
                     first = False
                     continue
                 first = False
-                self._offset = follower.offset
                 yield rec, live
             return
         assert isinstance(launcher, SystemdLauncher)
         cursor = d.cursor or d.run_cursor
-        self.parsed_from = cursor
+        self.parsed_from = self._cursor = cursor
         if d.cursor is not None:  # a reattach: the run's last lines before the position, for display
             low, high = _seqnum(d.run_cursor), _seqnum(d.cursor)
             back = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, lines=BACKLOG_LINES,
@@ -398,8 +402,16 @@ class Watch:
         journal = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, cursor=cursor,
                                   follow=follow)
         async for rec in journal.records():
-            self._cursor = journal.cursor
             yield rec, True
+
+    def _took(self, rec: Any) -> None:
+        """`rec`, a live record, has been dealt with: the position to resume after it. Kept by
+        whoever takes the records off the queue, not by the reader (which runs ahead), so a stored
+        position never passes a line that was not parsed."""
+        if rec.offset is not None:  # a file's offset after the line (after a notice: where reading went on)
+            self._offset = rec.offset
+        elif rec.cursor is not None:
+            self._cursor = rec.cursor
 
     async def _active(self) -> str:
         """The watch proper: parse, record, publish."""
@@ -436,11 +448,14 @@ class Watch:
                     return await self._log_ended(tracker, scanner)
                 if rec is not None and rec.notice:  # truncated/rotated/missing: say so, parse nothing
                     self._log(f"gpuops: log {rec.notice}: {rec.text}")
+                    self._took(rec)
                     continue
                 if rec is not None:
                     self._log(rec.text, rec.ts)
-                    if not live:
+                    if not live:  # the window before the position: shown, and its last timestamp kept
+                        self._last_ts = clean(rec.text).ts or self._last_ts
                         continue
+                    self._took(rec)
                     self.lines_parsed += 1
                     if rec.text.strip():
                         last = (rec.text, tracker.line_no + 1)
@@ -512,7 +527,8 @@ class Watch:
                 if ch.phase in view.phases:
                     continue
                 # a line without SGLang's timestamp (uvicorn's) is as late as the last one that had it
-                self.record(PhaseEvent(phase=ch.phase, line=ch.text, log_ts=ch.ts or self._last_ts))
+                # with its position: a reattach resumes in this phase just after its line, never before it
+                self.record(PhaseEvent(phase=ch.phase, line=ch.text, log_ts=ch.ts or self._last_ts), at_position=True)
                 # the ready state comes with the quick check's answer; a state never goes backwards
                 if ch.phase != "ready" and _before(view.state, ch.phase):
                     self.set_state(ch.phase, line=ch.text)
@@ -596,6 +612,7 @@ class Watch:
                 self._log(rec.text, rec.ts)
                 if live:
                     scanner.feed(clean(rec.text), tracker)
+                    self._took(rec)
         for finding in scanner.findings(tracker, self.plan):
             self.finding(finding)
         phase = tracker.crash.phase if tracker.crash else tracker.phase or self.view.phase or "starting"
