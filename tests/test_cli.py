@@ -44,13 +44,17 @@ def test_the_dashboards_start_leaves_slow_modules_unread_and_the_collector_on():
     """What `gpuops` reads before its first frame (the command line, its parser, the TUI's modules)
     imports none of the modules only later steps need (SSH, HTTP, the Hub, NVML, the package
     metadata --version reads), and the garbage collector that was off during the TUI's imports is
-    on again after them."""
-    code = ("import gc, sys; import gpuops.cli.main as m, gpuops.tui.app; m.build_parser(); "
+    on again after them, with what they made set aside (frozen): not a young generation of tens of
+    thousands of objects for its next collection to walk."""
+    code = ("import gc, sys; import gpuops.cli.main as m, gpuops.tui.app; young, frozen = gc.get_count()[0], "
+            "gc.get_freeze_count(); m.build_parser(); "
             "print(sorted(n for n in ('asyncssh', 'httpx', 'huggingface_hub', 'pynvml', 'importlib.metadata') "
-            "if n in sys.modules), gc.isenabled())")
+            "if n in sys.modules), gc.isenabled(), young, frozen)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[]", "True"]
+    modules, enabled, young, frozen = out.stdout.split()
+    assert (modules, enabled) == ("[]", "True")
+    assert int(young) < 1000 and int(frozen) > 20_000, (young, frozen)
 
 
 @pytest.mark.parametrize("argv", [
