@@ -76,6 +76,21 @@ def phase_stamps(lines: list[str]) -> dict[str, datetime]:
     return out
 
 
+def deploy_killed_at(cfg: Path, env: dict, name: str, state: str) -> subprocess.Popen:
+    """`gpuops deploy` of Qwen3-8B on gpu1 as `name`, killed (-9) as soon as it says `state`: the
+    server goes on with no watcher. The caller kills the (dead) process again and stops `name`."""
+    proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
+                             "--yes", "--name", name], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        ev = json.loads(line)
+        if ev["event"] == "state" and ev["state"] == state:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=10)
+    return proc
+
+
 def app_for(cfg: Path, env: dict, monkeypatch) -> GpuopsApp:
     for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
         monkeypatch.setenv(key, env[key])
@@ -139,15 +154,8 @@ async def test_kill_9_during_weights_then_status_says_ready_and_the_screen_has_r
     make, env = world
     cfg, sim = make("ok")
     sim.set_sim(pace=12.0, download_rate=20 << 30)  # a start of ~25 s: weights alone several seconds
-    proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
-                             "--yes", "--name", "killed"], stdout=subprocess.PIPE, text=True, env=env)
+    proc = deploy_killed_at(cfg, env, "killed", "weights")
     try:
-        for line in proc.stdout:
-            ev = json.loads(line)
-            if ev["event"] == "state" and ev["state"] == "weights":
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait(timeout=10)
         assert status(cfg, env, "killed")["deployment"]["state"] == "weights"  # the server is still loading
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the server goes on alone; each status reconciles
@@ -310,15 +318,8 @@ async def test_a_watch_killed_mid_start_leaves_a_position_that_agrees_with_its_p
     make, env = world
     cfg, sim = make("ok")
     sim.set_sim(pace=12.0, download_rate=20 << 30)  # the capture alone several seconds
-    proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
-                             "--yes", "--name", "uvicorn"], stdout=subprocess.PIPE, text=True, env=env)
+    proc = deploy_killed_at(cfg, env, "uvicorn", "cuda_graph")
     try:
-        for line in proc.stdout:
-            ev = json.loads(line)
-            if ev["event"] == "state" and ev["state"] == "cuda_graph":
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait(timeout=10)
         doc = status(cfg, env, "uvicorn")
         assert doc["deployment"]["state"] == "cuda_graph", doc["events"][-3:]
         assert "draft" not in {e.get("phase") for e in doc["events"]}
