@@ -115,6 +115,17 @@ async def test_q_quits():
         assert app._exit or not app.is_running
 
 
+async def test_a_tick_while_the_app_exits_is_nothing():
+    """The refresh timer can fire once more after the app's screens are gone (it is stopped after
+    them at exit): that tick does nothing, never ScreenStackError (a CI failure at a test's end)."""
+    app = GpuopsApp(inventory(), interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert await until(pilot, lambda: app.monitor.states["localhost"].updates >= 1)
+        app._tick()  # with a screen: refreshed
+    assert not app.screen_stack
+    app._tick()  # what the late timer runs: no screen, no error
+
+
 async def test_readonly_and_simulated_are_labelled():
     app = GpuopsApp(inventory(), readonly=True, simulated=True, interval=0.5)
     async with app.run_test(size=(120, 30)) as pilot:

@@ -153,8 +153,12 @@ class GpuopsApp(App):
         self._tick()
 
     def _tick(self) -> None:
-        refresh = getattr(self.screen, "refresh_data", None)
-        if refresh is None or not self.screen.is_mounted:
+        stack = self.screen_stack
+        if not stack:  # the app is exiting: its screens are gone before its timers stop
+            return
+        screen = stack[-1]
+        refresh = getattr(screen, "refresh_data", None)
+        if refresh is None or not screen.is_mounted:
             return
         try:
             refresh()
