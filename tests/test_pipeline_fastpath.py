@@ -4,10 +4,15 @@ full tests give, over every log in tests/data (the real-log corpus)."""
 
 from __future__ import annotations
 
+import json
+import random
+import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from gpuops.core.deploy import journal
 from gpuops.core.diagnose import finding_rules, phases
 from gpuops.core.diagnose.finding_rules import LogScanner
 from gpuops.core.diagnose.phases import PhaseTracker, clean
@@ -51,3 +56,62 @@ def test_gated_scan_equals_full_scan(path, monkeypatch):
     gated = _scan(path)
     monkeypatch.setattr(finding_rules, "_GATE", ("",))  # "" is in every line: every line takes the full test
     assert _scan(path) == gated
+
+
+# The lazy pattern phases._bar stands for (a search for its tail instead of a try at every character)
+_LAZY_BAR = re.compile(r"(.*?):\s+(\d+)%(?: Completed \||\|[^|]{0,80}\|) (\d+)/(\d+)")
+
+
+def _lazy_bar(t: str) -> tuple[str, str, str] | None:
+    m = _LAZY_BAR.match(t)
+    return m.group(1, 3, 4) if m else None
+
+
+def test_bar_is_the_lazy_pattern_over_the_corpus_and_random_bars():
+    for path in LOGS:
+        for raw in _lines(path):
+            t = clean(raw).text
+            assert phases._bar(t) == _lazy_bar(t), t
+    rng = random.Random(14)
+    parts = ["Capturing batches (bs=8 avail_mem=1.5 GB)", "Loading shards", ":", ": ", ":  ", "\t", "\n", " ",
+             "73%", "50%", "٣%", "|", "|███▎  |", " Completed |", " 12/52", " ٣/٤", "/", "5", "x", "\u00a0", "%|"]
+    for _ in range(20_000):
+        t = "".join(rng.choice(parts) for _ in range(rng.randint(1, 12)))
+        assert phases._bar(t) == _lazy_bar(t), repr(t)
+
+
+def test_plain_starts_are_left_as_they_are_by_unwrap():
+    """clean() skips _unwrap for SGLang's progress bars: _unwrap leaves every such line as it is."""
+    rng = random.Random(15)
+    tails = [" (bs=8 avail_mem=1.5 GB):  73%|███  | 38/52", "  | x", " | ", ": 1", "\t| y", " shards:  50% Completed | 2/4",
+             " INFO: x", "", " 2026-07-14T07:49:04Z INFO x: "]
+    for start in phases._PLAIN_STARTS:
+        for _ in range(500):
+            s = start + "".join(rng.choice(tails) for _ in range(rng.randint(0, 4)))
+            assert phases._unwrap(s) == s, s
+    for path in LOGS:
+        for raw in _lines(path):
+            if raw.startswith(phases._PLAIN_STARTS):
+                assert phases._unwrap(raw) == raw, raw
+
+
+def test_plain_journal_entries_read_as_the_general_way_reads_them():
+    """parse_journal_line's typed fast path gives what the general way (any shape) gives, or hands
+    the entry to it."""
+    rng = random.Random(16)
+    values = {
+        "__CURSOR": ["s=1;i=2", "", "x", 5, None],
+        "__REALTIME_TIMESTAMP": ["1700000000123456", "0", "", "12a", "+5", "-5", "1e3", "٣", " 7", 17, None],
+        "PRIORITY": ["0", "6", "7", "8", "9", " 4 ", "-1", "", "٣", 3, ["3"], None],
+        "MESSAGE": ["hello", "", "ünï ███", "\ud800 x", [104, 105], ["a", [98]], 7, None, "api_key=sk-gpuops-abc1"],
+    }
+    for _ in range(5_000):
+        entry = {k: rng.choice(v) for k, v in values.items() if rng.random() < 0.93}
+        line = json.dumps(entry)
+        try:
+            want = msgspec.to_builtins(journal._parse_entry(line))
+        except ValueError as exc:
+            with pytest.raises(ValueError):
+                journal.parse_journal_line(line)
+            continue
+        assert msgspec.to_builtins(journal.parse_journal_line(line)) == want, line

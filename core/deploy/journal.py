@@ -308,14 +308,40 @@ class _Entry(msgspec.Struct, gc=False):
     message: Any = msgspec.field(name="MESSAGE", default=None)
 
 
+class _PlainEntry(msgspec.Struct, gc=False):
+    """The same fields as nearly every entry has them: each a string, the time's of digits (JSON
+    cannot hold a lone surrogate or a number in `realtime` that passes, so anything else fails to
+    decode here and takes the general way, :class:`_Entry`). Typed, the checks are msgspec's."""
+
+    cursor: str = msgspec.field(name="__CURSOR")
+    realtime: str = msgspec.field(name="__REALTIME_TIMESTAMP")
+    priority: str = msgspec.field(name="PRIORITY")
+    message: str = msgspec.field(name="MESSAGE")
+
+
 _decode_entry = msgspec.json.Decoder(_Entry).decode
+_decode_plain = msgspec.json.Decoder(_PlainEntry).decode
 _PRIORITIES = {str(i): i for i in range(8)}
 
 
 def parse_journal_line(line: str) -> Record:
     """One line of ``journalctl -o json``; ValueError when it is not a whole entry. (Hot: a
-    start-up's journal goes through here line by line, so plain strings take the short path, and
-    the JSON is read straight into the four fields a record needs.)"""
+    start-up's journal goes through here line by line: an entry of plain strings, nearly all, is
+    read straight into the four fields a record needs and checked by msgspec; anything else takes
+    :func:`_parse_entry`.)"""
+    try:
+        e = _decode_plain(line)
+    except msgspec.DecodeError:  # another shape (binary MESSAGE, a field missing), or no JSON msgspec reads
+        return _parse_entry(line)
+    cursor, raw_ts = e.cursor, e.realtime
+    priority = _PRIORITIES.get(e.priority)
+    if not cursor or priority is None or not raw_ts.isdigit():  # (each a rare case the general way says)
+        return _parse_entry(line)
+    return Record(redact(e.message), int(raw_ts) / 1e6, cursor, None, "journal", priority)
+
+
+def _parse_entry(line: str) -> Record:
+    """:func:`parse_journal_line` for an entry of any shape journalctl writes."""
     try:
         entry = _decode_entry(line)
     except msgspec.DecodeError:  # not an object, or JSON only the standard decoder reads: its way
@@ -328,7 +354,7 @@ def parse_journal_line(line: str) -> Record:
     if isinstance(raw_ts, str) and raw_ts.isdigit():
         ts = int(raw_ts) / 1e6
     raw_prio = entry.priority
-    priority = _PRIORITIES.get(raw_prio) if type(raw_prio) is str else None  # "0" … "7": nearly every entry
+    priority = _PRIORITIES.get(raw_prio) if type(raw_prio) is str else None
     if priority is None:
         raw_prio = (raw_prio if type(raw_prio) is str else _field_text(raw_prio)).strip()
         if raw_prio.isdigit():

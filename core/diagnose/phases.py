@@ -232,6 +232,13 @@ _RANKS: dict[str, dict[str, int]] = {}
 _NO_RANKS: dict[str, int] = {}
 
 
+# SGLang's progress bars (nearly half of a start-up's lines) start as no relay's prefix can: two words,
+# the first not followed by a date's or Python logging's shape, the second not by compose's "| ". So
+# clean() takes them as they are, without trying each prefix in _unwrap (which would leave them as
+# they are: tests/test_pipeline_fastpath.py checks it).
+_PLAIN_STARTS = ("Capturing batches", "Capturing num tokens", "Multi-thread loading", "Loading safetensors")
+
+
 def _unwrap(s: str) -> str:
     """Remove what programs that relay the server's output put before each line (a few at most,
     in any order: docker compose's name, then docker's timestamp, …)."""
@@ -339,7 +346,7 @@ def clean(raw: str) -> LogLine:
                 s = _unwrap(s)
         elif s[:5] == "[pod/":
             s = _unwrap(s)
-    elif s:
+    elif s and not s.startswith(_PLAIN_STARTS):
         s = _unwrap(s)
     if "\r" in s:
         return _split_cr(s, raw)
@@ -381,7 +388,9 @@ _MAMBA_RE = re.compile(
 _KEYVAL_RE = re.compile(r"(\w+)=" + _NUM)
 _BS_RE = re.compile(r"\bbs[= ]\[([\d,\s]*)\]")
 _CAPTURE_RE = re.compile(r"Capture (.*?)\s*\b(\w+) graph (begin|end)\b")
-_TQDM_RE = re.compile(r"(.*?):\s+(\d+)%(?: Completed \||\|[^|]{0,80}\|) (\d+)/(\d+)")
+# a tqdm bar: "DESC:  73%|███████▎  | 38/52 [...]" or "DESC:  50% Completed | 2/4 [...]", DESC up to the
+# first colon after which the rest follows (see _bar)
+_TQDM_TAIL_RE = re.compile(r":\s+(\d+)%(?: Completed \||\|[^|]{0,80}\|) (\d+)/(\d+)")
 _NCCL_RE = re.compile(r"nccl==(\S+)")
 _URL_RE = re.compile(r"Uvicorn running on (\S+)")
 _PORT_RE = re.compile(r":(\d+)/?$")
@@ -549,6 +558,20 @@ def _is_fatal_line(t: str) -> bool:
     if t.startswith("Exit code: "):
         return t[11:].strip() not in ("0", "")
     return "watchdog timeout (" in t
+
+
+def _bar(t: str) -> tuple[str, str, str] | None:
+    """(description, done, total) of a tqdm bar's line, else None. The same as matching
+    ``(.*?)`` then the tail at the start, by searching for the tail (one scan for its colon, where the
+    lazy ``.*?`` tried the tail at every character): the leftmost place it matches is the first colon
+    the lazy form would take, unless a newline comes before it, which ``.`` would not cross."""
+    m = _TQDM_TAIL_RE.search(t)
+    if m is None:
+        return None
+    desc = t[:m.start()]
+    if "\n" in desc:
+        return None
+    return desc, m.group(2), m.group(3)
 
 
 def _short(text: str, limit: int = 500) -> str:
@@ -962,10 +985,10 @@ class PhaseTracker:
     # -- line kinds --------------------------------------------------------------------------
 
     def _shards(self, ln: LogLine, t: str, out: list[Change]) -> None:
-        m = _TQDM_RE.match(t)
-        if not m:
+        bar = _bar(t)
+        if bar is None:
             return
-        desc, done, total = m.group(1, 3, 4)
+        desc, done, total = bar
         if "shards" not in desc:
             return
         p = self._enter(ln, "weights", None, out)
@@ -995,10 +1018,10 @@ class PhaseTracker:
 
     def _capture(self, ln: LogLine, t: str, out: list[Change]) -> None:
         if t.startswith("Capturing"):
-            m = _TQDM_RE.match(t)
-            if not m:
+            bar = _bar(t)
+            if bar is None:
                 return
-            desc, done, total = m.group(1, 3, 4)
+            desc, done, total = bar
             phase = "draft" if self._pi == _I_DRAFT else "cuda_graph"
             self._enter(ln, phase, None, out)
             what = "batch sizes" if desc.startswith("Capturing batches") else (
