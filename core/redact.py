@@ -52,6 +52,10 @@ _PATTERNS = (
 )
 
 
+# _PATTERNS, each with whether its needles are its starts (then at the starts one scan finds both)
+_STEPS = tuple((pattern, needs, starts, needs == starts) for pattern, needs, starts in _PATTERNS)
+
+
 def _mask(m: re.Match) -> str:
     return m.group(1) + MASK  # type: ignore[no-any-return]
 
@@ -112,16 +116,17 @@ def _redact_everywhere(text: str) -> str:
 
 def _apply(text: str, low: str, at_starts: bool) -> str:
     """Each pattern whose needle ``low`` (``text.lower()``) holds, applied in turn: at its starts, or
-    over the whole text."""
+    over the whole text. (At the starts the needles are looked for only once a match was made: one
+    scan per start finds where a match may be, and a server_args line is 18 KB to scan for each
+    needle. A pattern whose needles are its starts needs no second look: a start found is a needle.)"""
     cur = low  # the lowercased text as the patterns before changed it (its starts are looked for there)
-    for pattern, needs, starts in _PATTERNS:
-        if any(n in low for n in needs):
-            if at_starts:
-                masked = _sub_at(pattern, text, cur, starts)
-                if masked is not text:
-                    text, cur = masked, masked.lower()
-            else:
-                text = pattern.sub(_mask, text)
+    for pattern, needs, starts, same in _STEPS:
+        if at_starts:
+            masked = _sub_at(pattern, text, cur, starts)
+            if masked is not text and (same or any(n in low for n in needs)):
+                text, cur = masked, masked.lower()
+        elif any(n in low for n in needs):
+            text = pattern.sub(_mask, text)
     return text
 
 
