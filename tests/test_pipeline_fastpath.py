@@ -110,8 +110,63 @@ def test_plain_journal_entries_read_as_the_general_way_reads_them():
         line = json.dumps(entry)
         try:
             want = msgspec.to_builtins(journal._parse_entry(line))
-        except ValueError as exc:
+        except ValueError:
             with pytest.raises(ValueError):
                 journal.parse_journal_line(line)
             continue
         assert msgspec.to_builtins(journal.parse_journal_line(line)) == want, line
+
+
+def test_the_bus_delivers_in_order_and_drops_only_a_failing_listener():
+    from gpuops.core.deploy.watch import Bus
+
+    bus = Bus()
+    got: list[tuple[str, int]] = []
+
+    def failing(event: int) -> None:
+        got.append(("failing", event))
+        raise RuntimeError("a broken screen")
+
+    def once(event: int) -> None:
+        got.append(("once", event))
+        stop_once()  # a listener that leaves while the event is delivered
+
+    bus.listen("d", lambda e: got.append(("a", e)))
+    bus.listen("d", failing)
+    stop_once = bus.listen("d", once)
+    stop_b = bus.listen("d", lambda e: got.append(("b", e)))
+    bus.listen("other", lambda e: got.append(("other", e)))
+    bus.publish("d", 1)
+    assert got == [("a", 1), ("failing", 1), ("once", 1), ("b", 1)]
+    got.clear()
+    bus.publish("d", 2)  # the failing listener and the one that left are gone; the others stay
+    assert got == [("a", 2), ("b", 2)]
+    stop_b()
+    stop_b()  # twice: nothing more
+    got.clear()
+    bus.publish("d", 3)
+    bus.publish("nobody", 4)
+    assert got == [("a", 3)]
+
+
+def test_a_prefix_read_once_reads_as_the_pattern_reads_each_line():
+    """clean() keeps what SGLang's prefix pattern found by the line's text up to its first "]" and the
+    character after: the same as the pattern on the whole line, for every corpus line and random ones."""
+    def direct(s: str) -> tuple:
+        m = phases._SGL_RE.match(s)
+        if not m:
+            return None, {}, s
+        ranks = {k: int(v) for k, v in phases._RANK_RE.findall(m.group(2))}
+        return m.group(1), ranks, s[m.end():]
+
+    rng = random.Random(17)
+    parts = ["[", "]", "] ", "2026-07-14 ", "07-14 ", "07:49:04", ".123", ",5", " TP0", " EP3", " DP1 PP0", " x", "\n",
+             "x" * 90, "Decode batch", "  ", ":", "9", "[2026-07-14 07:49:04 TP0] "]
+    lines = [rng.choice(["[", "[2026-07-14 07:49:04"]) + "".join(rng.choice(parts) for _ in range(rng.randint(0, 8)))
+             for _ in range(20_000)]
+    lines += [raw for path in LOGS for raw in _lines(path) if raw.startswith("[")]
+    for s in lines * 2:  # the second time from what was kept
+        if "\r" in s or "\x1b" in s or s[1:2].isdigit() and (s[5:6] != "-" or s[11:12] == "T"):
+            continue  # (other ways through clean)
+        ln = clean(s)
+        assert (ln.ts, dict(ln.ranks), ln.text) == direct(s.rstrip("\r\n")), repr(s)

@@ -41,6 +41,7 @@ from ..domain import (
     Plan,
     ProgressEvent,
     StateEvent,
+    utc_now,
 )
 from ..hosts.host import Host, HostError, host_python
 from ..hosts.procs import process_tree
@@ -70,24 +71,30 @@ class Bus:
     fails is dropped, never the publisher)."""
 
     def __init__(self) -> None:
-        self._listeners: dict[str, list[Listener]] = {}
+        # each name's listeners as a tuple, replaced (never changed) when one comes or goes: a
+        # publish (one a log line) walks it as it is, no copy, whatever its listeners do meanwhile
+        self._listeners: dict[str, tuple[Listener, ...]] = {}
 
     def listen(self, name: str, listener: Listener) -> Callable[[], None]:
-        self._listeners.setdefault(name, []).append(listener)
+        self._listeners[name] = self._listeners.get(name, ()) + (listener,)
 
         def unlisten() -> None:
-            listeners = self._listeners.get(name, [])
-            if listener in listeners:
-                listeners.remove(listener)
+            self._drop(name, listener)
 
         return unlisten
 
+    def _drop(self, name: str, listener: Listener) -> None:
+        listeners = list(self._listeners.get(name, ()))
+        if listener in listeners:
+            listeners.remove(listener)
+            self._listeners[name] = tuple(listeners)
+
     def publish(self, name: str, event: Event) -> None:
-        for listener in list(self._listeners.get(name, ())):
+        for listener in self._listeners.get(name, ()):
             try:
                 listener(event)
             except Exception:
-                self._listeners[name].remove(listener)
+                self._drop(name, listener)
 
 
 class RunOver(Exception):
@@ -261,8 +268,10 @@ class Watch:
         self.bus.publish(self.name, stored)
         return stored
 
-    def _log(self, text: str, log_ts: float | None = None) -> None:
-        event = LogEvent(line=text, log_ts=log_ts, run=self.run_no, deployment=self.name)
+    def _log(self, text: str, log_ts: float | None = None, seen: str | None = None) -> None:
+        """A line of the log for display (its ring and the bus); `seen`: when it was taken (the
+        watch's loop reads the clock once for the lines it takes in one turn), else now."""
+        event = LogEvent(line=text, log_ts=log_ts, ts=seen or utc_now(), run=self.run_no, deployment=self.name)
         self.log.append(event)
         self.bus.publish(self.name, event)
 
@@ -427,6 +436,7 @@ class Watch:
         last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
         exited: str | None = None  # the server's processes are gone (status detail)
         taken = 0  # lines taken from the queue since the loop last let the event loop run
+        now = utc_now()
         try:
             while not self.stopping:
                 if not queue.empty() and taken < _NOWAIT_RUN:
@@ -442,16 +452,17 @@ class Watch:
                     except asyncio.TimeoutError:
                         rec, live = None, False
                         self._changes(tracker.idle(), tracker, watcher)  # a quiet log: an inferred ready settles
+                    now = utc_now()  # the time the lines of this turn are taken at
                 if reader.done() and rec is None and queue.empty():
                     if reader.exception() is not None:
                         raise reader.exception()  # type: ignore[misc]
                     return await self._log_ended(tracker, scanner)
                 if rec is not None and rec.notice:  # truncated/rotated/missing: say so, parse nothing
-                    self._log(f"gpuops: log {rec.notice}: {rec.text}")
+                    self._log(f"gpuops: log {rec.notice}: {rec.text}", seen=now)
                     self._took(rec)
                     continue
                 if rec is not None:
-                    self._log(rec.text, rec.ts)
+                    self._log(rec.text, rec.ts, now)
                     if not live:  # the window before the position: shown, and its last timestamp kept
                         self._last_ts = clean(rec.text).ts or self._last_ts
                         continue
@@ -471,6 +482,7 @@ class Watch:
                     await self._ready()
                     if self._ended("ready"):
                         return "ready"
+                    now = utc_now()  # (after the quick check's wait)
                 if rec is not None and self.clock() < next_poll:
                     continue
                 if self.clock() >= next_poll:
@@ -481,6 +493,7 @@ class Watch:
                         return view.state
                     if exited is None and not await self._sample(watcher):
                         exited = (await self.launcher.status()).detail  # type: ignore[union-attr]
+                    now = utc_now()  # (after the samples' waits)
                 if exited is not None and rec is None:  # exited, and its log has gone quiet since
                     after = " after it was ready" if view.state == "ready" else ""
                     await self._crashed(tracker, scanner, queue, reason=f"the server exited{after} ({exited})")
@@ -490,6 +503,7 @@ class Watch:
                     await self._stalled(stall, *last, scanner=scanner, tracker=tracker)
                     if self._ended("stalled"):
                         return "stalled"
+                    now = utc_now()  # (after the triage's wait)
             return view.state
         finally:
             self._flush_numbers()

@@ -728,13 +728,13 @@ class LogScanner:
         if type(ln) is JoinedLine:  # log lines tqdm's \r joined before this one
             for part in ln.extra:
                 self._scan(part, tracker)
-        elif ln.text.startswith(_SKIP):  # _scan's first test, minus a call for the lines it skips (most)
+        elif not ln.text or ln.text.startswith(_SKIP):  # _scan's first tests, minus a call for the lines it skips (most)
             return
         self._scan(ln, tracker)
 
     def _scan(self, ln: LogLine, tracker: PhaseTracker | None) -> None:
         t = ln.text
-        if t.startswith(_SKIP):
+        if not t or t.startswith(_SKIP):  # (an empty line holds no gate key)
             return
         if t.startswith("server_args="):
             self.server_args = t

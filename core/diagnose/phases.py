@@ -239,6 +239,36 @@ _NO_RANKS: dict[str, int] = {}
 _PLAIN_STARTS = ("Capturing batches", "Capturing num tokens", "Multi-thread loading", "Loading safetensors")
 
 
+# What _SGL_RE reads at the start of a line, by the line's text up to its first "]" and the character
+# after it: nothing the pattern matches passes a "]", so that text decides the match, its groups and
+# its end. A rank's lines within one second share it ("[2026-07-14 07:49:04 TP0] "): the pattern runs
+# once for them all. Bounded: emptied when full.
+_PREFIXES: dict[str, tuple[str, dict[str, int], int] | None] = {}
+_PREFIXES_KEPT = 4096
+_UNREAD = object()
+
+
+def _read_prefix(key: str) -> tuple[str, dict[str, int], int] | None:
+    """(timestamp, ranks, end of the prefix) of a line that starts with `key`, else None; kept."""
+    m = _SGL_RE.match(key)
+    read = None
+    if m:
+        ts, tags = m.group(1, 2)
+        ranks = _NO_RANKS
+        if tags:
+            cached = _RANKS.get(tags)
+            if cached is None:
+                cached = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+                if len(_RANKS) < 1024:
+                    _RANKS[tags] = cached
+            ranks = cached
+        read = (ts, ranks, m.end())
+    if len(_PREFIXES) >= _PREFIXES_KEPT:
+        _PREFIXES.clear()
+    _PREFIXES[key] = read
+    return read
+
+
 def _unwrap(s: str) -> str:
     """Remove what programs that relay the server's output put before each line (a few at most,
     in any order: docker compose's name, then docker's timestamp, …)."""
@@ -350,19 +380,14 @@ def clean(raw: str) -> LogLine:
         s = _unwrap(s)
     if "\r" in s:
         return _split_cr(s, raw)
-    if s[:1] == "[":  # _sgl(), inlined: nearly every line takes this path
-        m = _SGL_RE.match(s)
-        if m:
-            ts, tags = m.group(1, 2)
-            ranks = _NO_RANKS
-            if tags:
-                cached = _RANKS.get(tags)
-                if cached is None:
-                    cached = {k: int(v) for k, v in _RANK_RE.findall(tags)}
-                    if len(_RANKS) < 1024:
-                        _RANKS[tags] = cached
-                ranks = cached
-            return LogLine(raw, s[m.end():], ts, ranks)
+    if s[:1] == "[":  # SGLang's prefix: nearly every line takes this path
+        key = s[:s.find("]") + 2]  # (no "]": "[", which no prefix matches)
+        read = _PREFIXES.get(key, _UNREAD)
+        if read is _UNREAD:
+            read = _read_prefix(key)
+        if read is not None:
+            ts, ranks, end = read
+            return LogLine(raw, s[end:], ts, ranks)
         return LogLine(raw, s, None, _NO_RANKS)
     if s[:5] == "Rank ":
         return _sgl(s, raw)

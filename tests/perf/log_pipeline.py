@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 from gpuops.core.deploy.journal import RingBuffer, journal_argv, parse_journal_line  # noqa: E402
 from gpuops.core.diagnose.phases import PhaseTracker, clean  # noqa: E402
 from gpuops.core.diagnose.finding_rules import LogScanner  # noqa: E402
-from gpuops.core.deploy.watch import Bus  # noqa: E402
-from gpuops.core.domain import LogEvent  # noqa: E402
+from gpuops.core.deploy.watch import _NOWAIT_RUN, Bus  # noqa: E402
+from gpuops.core.domain import LogEvent, utc_now  # noqa: E402
 from tests.journal_util import UNIT, JournalWriter  # noqa: E402
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -58,9 +58,11 @@ def pipeline(json_lines: list[str]) -> tuple[float, PhaseTracker, RingBuffer]:
     seen: list = []
     bus.listen("d", seen.append)
     t0 = time.perf_counter()
-    for line in json_lines:
+    for i, line in enumerate(json_lines):
+        if not i % _NOWAIT_RUN:  # the watch reads the clock once a turn of its loop (this many lines)
+            now = utc_now()
         rec = parse_journal_line(line)
-        event = LogEvent(line=rec.text, log_ts=rec.ts, run=1, deployment="d")
+        event = LogEvent(line=rec.text, log_ts=rec.ts, ts=now, run=1, deployment="d")
         ring.append(event)
         bus.publish("d", event)
         ln = clean(rec.text)
