@@ -245,7 +245,6 @@ _PLAIN_STARTS = ("Capturing batches", "Capturing num tokens", "Multi-thread load
 # once for them all. Bounded: emptied when full.
 _PREFIXES: dict[str, tuple[str, dict[str, int], int] | None] = {}
 _PREFIXES_KEPT = 4096
-_UNREAD = object()
 
 
 def _read_prefix(key: str) -> tuple[str, dict[str, int], int] | None:
@@ -382,8 +381,9 @@ def clean(raw: str) -> LogLine:
         return _split_cr(s, raw)
     if s[:1] == "[":  # SGLang's prefix: nearly every line takes this path
         key = s[:s.find("]") + 2]  # (no "]": "[", which no prefix matches)
-        read = _PREFIXES.get(key, _UNREAD)
-        if read is _UNREAD:
+        try:
+            read = _PREFIXES[key]
+        except KeyError:
             read = _read_prefix(key)
         if read is not None:
             ts, ranks, end = read
