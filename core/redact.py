@@ -54,29 +54,56 @@ _PATTERNS = (
 
 # _PATTERNS, each with whether its needles are its starts (then at the starts one scan finds both)
 _STEPS = tuple((pattern, needs, starts, needs == starts) for pattern, needs, starts in _PATTERNS)
+# The starts found by scanning (each other start holds one of them: "api" in "--api-key" and "api_key=",
+# "hf" in "hf_", "secret" in "secret=", "passw" in "password="), and each start as (the scanned one it
+# holds, where): a long text is scanned once per scanned start, not once per start of every pattern.
+_SCANNED = tuple(dict.fromkeys(
+    st for _, _, starts in _PATTERNS for st in starts
+    if not any(other != st and other in st for _, _, more in _PATTERNS for other in more)))
+_FOUND_IN = {st: next((sc, st.find(sc)) for sc in _SCANNED if sc in st) for _, _, starts in _PATTERNS for st in starts}
 
 
 def _mask(m: re.Match) -> str:
     return m.group(1) + MASK  # type: ignore[no-any-return]
 
 
-def _sub_at(pattern: re.Pattern, text: str, low: str, starts: tuple[str, ...]) -> str:
-    """``pattern.sub(_mask, text)`` for a pattern whose every match starts with one of `starts` in
-    ``low``, ``text.lower()`` (one character for one: ASCII text): the pattern is tried at those places
+class _Starts:
+    """Where each start stands in one lowercased text, each scanned start's places found once, when
+    first asked for."""
+
+    def __init__(self, low: str):
+        self.low = low
+        self._at: dict[str, list[int]] = {}
+
+    def places(self, starts: tuple[str, ...]) -> list[int]:
+        """The places in the text where one of `starts` stands, left to right, each once."""
+        low, at = self.low, set()
+        for st in starts:
+            scanned, k = _FOUND_IN[st]
+            found = self._at.get(scanned)
+            if found is None:
+                found = self._at[scanned] = []
+                i = low.find(scanned)
+                while i >= 0:
+                    found.append(i)
+                    i = low.find(scanned, i + 1)
+            if st == scanned:
+                at.update(found)
+            else:
+                at.update(i - k for i in found if i >= k and low.startswith(st, i - k))
+        return sorted(at)
+
+
+def _sub_at(pattern: re.Pattern, text: str, places: list[int]) -> str:
+    """``pattern.sub(_mask, text)`` for a pattern whose every match starts at one of `places` (of its
+    starts in ``text.lower()``, one character for one: ASCII text): the pattern is tried there
     only, left to right and never inside a match already made, as `sub` would find them."""
-    at: set[int] = set()
-    find = low.find
-    for s in starts:
-        i = find(s)
-        while i >= 0:
-            at.add(i)
-            i = find(s, i + 1)
-    if not at:
+    if not places:
         return text
     out: list[str] = []
     end = 0
     match = pattern.match
-    for i in sorted(at):
+    for i in places:
         if i < end:
             continue
         m = match(text, i)
@@ -116,15 +143,15 @@ def _redact_everywhere(text: str) -> str:
 
 def _apply(text: str, low: str, at_starts: bool) -> str:
     """Each pattern whose needle ``low`` (``text.lower()``) holds, applied in turn: at its starts, or
-    over the whole text. (At the starts the needles are looked for only once a match was made: one
-    scan per start finds where a match may be, and a server_args line is 18 KB to scan for each
+    over the whole text. (At the starts the needles are looked for only once a match was made: a
+    pattern is tried only where a start stands, and a server_args line is 18 KB to scan for each
     needle. A pattern whose needles are its starts needs no second look: a start found is a needle.)"""
-    cur = low  # the lowercased text as the patterns before changed it (its starts are looked for there)
+    found = _Starts(low)  # where the starts stand in the text as the patterns before changed it
     for pattern, needs, starts, same in _STEPS:
         if at_starts:
-            masked = _sub_at(pattern, text, cur, starts)
+            masked = _sub_at(pattern, text, found.places(starts))
             if masked is not text and (same or any(n in low for n in needs)):
-                text, cur = masked, masked.lower()
+                text, found = masked, _Starts(masked.lower())
         elif any(n in low for n in needs):
             text = pattern.sub(_mask, text)
     return text
