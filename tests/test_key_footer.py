@@ -1,4 +1,4 @@
-"""gpuops' footer (KeyFooter, one widget drawing every key) paints what
+"""The footer every gpuops screen shows (KeyFooter, one widget drawing every key) paints what
 Textual's Footer (a widget per key) painted: the same cells in the same styles, in both gpuops
 themes, wide (the palette's key on the right) and under 120 columns (compact, no palette key, as
 the stylesheet's `-narrow` rules made Textual's), with the mouse over a key, a disabled key and the
