@@ -16,13 +16,13 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Input, Label, OptionList, Select, Static
+from textual.widgets import Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
 from ..core.domain import Deployment
 from .base import GpuopsScreen
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 READONLY_NOTICE = "read-only: a benchmark loads the server and writes on its host, so gpuops --readonly runs none"
 
@@ -124,7 +124,7 @@ class BenchLaunchScreen(GpuopsScreen):
                         yield Input(id=f"launch-{field_id}")
             yield TextView(id="launch-preview")
             yield Static(id="launch-error")
-        yield Footer()
+        yield KeyFooter()
 
     def _deployment_options(self) -> list[tuple[str, str]]:
         deployments = self.app.ops.deployments()  # type: ignore[attr-defined]

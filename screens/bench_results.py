@@ -13,13 +13,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Header
 from textual_plotext import PlotextPlot
 
 from ..core.bench.runner import compare, compare_rows, describe_run
 from ..core.domain import BenchRun
 from .base import GpuopsScreen
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 # (title, ((record key, bar label), ...)): the percentile bars of the compare screen
 PERCENTILE_PLOTS = (
@@ -129,7 +129,7 @@ class BenchResultsScreen(GpuopsScreen):
         yield TextView(id="results-about")
         yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
         yield BenchPlots(id="results-plots")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"benchmark run #{self.run_id}"
@@ -174,7 +174,7 @@ class BenchCompareScreen(GpuopsScreen):
         yield TextView(id="compare-about")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield BenchPlots(id="compare-plots")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         runs = load_runs(self.app.ops, self.run_ids)  # type: ignore[attr-defined]

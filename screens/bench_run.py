@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Sparkline
+from textual.widgets import DataTable, Header, Sparkline
 from textual.worker import Worker, WorkerState
 
 from ..core import units
@@ -32,7 +32,7 @@ from .bench_launch import describe_profile
 from .bench_results import fill_results
 from .confirm import ConfirmScreen
 from .dashboard import bar
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 FINAL = ("ok", "failed", "cancelled")
 LOG_LINES = 8
@@ -101,7 +101,7 @@ class BenchRunScreen(GpuopsScreen):
                 yield TextView(id="run-server")
                 yield Sparkline([0.0], summary_function=max, id="run-spark")
                 yield TextView(id="run-gpus")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         d = self.deployment

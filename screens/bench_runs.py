@@ -8,12 +8,12 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Header
 
 from ..core.bench.runner import fmt
 from ..core.domain import BenchRun
 from .base import GpuopsScreen
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 # the figures right after the profile: at 80 columns they are what must stay in view
 COLUMNS = (" ", "Run", "Status", "Profile", "Out tok/s", "Quality", "Target", "Model", "SGLang", "GPUs", "Started")
@@ -57,7 +57,7 @@ class BenchRunsScreen(GpuopsScreen):
         yield Header()
         yield TextView(id="runs-title")
         yield DataTable(id="runs-table", cursor_type="row")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#runs-table", DataTable)

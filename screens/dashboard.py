@@ -23,13 +23,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from ..core import units
 from ..core.telemetry.monitor import HostState
 from ..core.telemetry.samples import GpuSample, is_na
 from .base import GpuopsScreen
-from ..tui.widgets import FleetTable, GpuopsFooter, TextView
+from ..tui.widgets import FleetTable, KeyFooter, TextView
 
 if TYPE_CHECKING:
     from ..tui.app import GpuopsApp
@@ -384,7 +384,7 @@ class DashboardScreen(GpuopsScreen):
         with Horizontal(id="main"):
             yield FleetTable(id="hosts", cursor_type="row", zebra_stripes=False)
             yield Vertical(id="detail")
-        yield GpuopsFooter(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
+        yield KeyFooter(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
 
     def on_mount(self) -> None:
         hosts = self.query_one("#hosts", DataTable)
@@ -418,11 +418,6 @@ class DashboardScreen(GpuopsScreen):
         self._detail_ready = True
         self._procs_key = None
         self.refresh_data()
-
-    def on_resize(self, event: Any) -> None:
-        # below 120 columns the footer packs its keys tighter: q Quit stays in view at 80
-        for footer in self.query(Footer):
-            footer.compact = event.size.width < 120
 
     # ------------------------------------------------------------- data → view
 
@@ -728,7 +723,7 @@ class DashboardScreen(GpuopsScreen):
             return found.first(Input)
         line = Input(id="filterline", placeholder="filter processes (esc clears)")
         line.border_title = "/"
-        self.mount(line, before=self.query_one(Footer))
+        self.mount(line, before=self.query_one(KeyFooter))
         return line
 
     def action_filter(self) -> None:
@@ -778,7 +773,7 @@ class DashboardScreen(GpuopsScreen):
             return found.first(Input)
         line = Input(id="hostfilter", placeholder="hosts whose name holds… (enter keeps, esc restores)")
         line.border_title = "f"
-        self.mount(line, before=self.query_one(Footer))
+        self.mount(line, before=self.query_one(KeyFooter))
         return line
 
     def action_find_host(self) -> None:

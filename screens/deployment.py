@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Header, Input
 
 from ..core.config import PHASES
 from ..core.deploy.view import RunView
@@ -30,7 +30,7 @@ from ..core.diagnose.triage import top_fix
 from ..core.domain import Deployment, Finding, LogEvent, member_name
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
 
 GIB = 1024**3
@@ -92,7 +92,7 @@ class DeploymentScreen(GpuopsScreen):
         log.border_title = LOG_KEYS
         yield log
         yield Input(placeholder="filter the log (esc clears)", id="dep-filter")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def ops(self) -> Any:

@@ -11,13 +11,13 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Header
 
 from ..core import units
 from ..core.deploy.view import parse_ts
 from ..core.domain import Deployment
 from ..core.telemetry.samples import memory_used
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -62,7 +62,7 @@ class DeploymentsScreen(GpuopsScreen):
         yield Header()
         yield DataTable(id="deployments-table", cursor_type="row")
         yield TextView(id="deployments-detail")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "deployments"

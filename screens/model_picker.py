@@ -8,14 +8,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from ..core.hosts.host import Host, HostError
 from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.plan import Wishes
 from .base import GpuopsScreen
 from ..tui.plan_view import facts_line
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 
 class ModelPickerScreen(GpuopsScreen):
@@ -45,7 +45,7 @@ class ModelPickerScreen(GpuopsScreen):
                 yield Static(f"Models on {self.host_name}", classes="section", id="picker-title")
                 yield DataTable(id="candidates", cursor_type="row")
             yield TextView(Text("move to a model to see its facts", style="dim"), id="picker-facts")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = (f"pick the model that replaces {self.swap_from} on {self.host_name}" if self.swap_from

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual import on, work
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from ..core.planning.model_facts import ModelFacts
 from ..core.domain import Plan
@@ -27,7 +27,7 @@ from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, bui
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 from ..tui.plan_view import facts_line, fit_bars, launch_text, parts_text, rules_table
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 
 class PlanReviewScreen(GpuopsScreen):
@@ -78,7 +78,7 @@ class PlanReviewScreen(GpuopsScreen):
             yield TextView(id="plan-diff")
             yield TextView(id="plan-warnings")
         yield Input(placeholder="--like: path of a plan JSON or systemd unit file (esc cancels)", id="like-input")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#like-input", Input).display = False

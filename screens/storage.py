@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from ..core import units
 from ..core.hosts.model_copies import (
@@ -23,6 +23,7 @@ from ..core.hosts.model_copies import (
     refusal_for,
     scan_or_error,
 )
+from ..tui.widgets import KeyFooter
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -97,7 +98,7 @@ class StorageScreen(GpuopsScreen):
         yield Static(id="storage-title")
         yield Static(id="storage-mounts")
         yield DataTable(id="storage-models", cursor_type="row")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#storage-models", DataTable)

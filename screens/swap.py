@@ -14,10 +14,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from ..core.domain import Plan, StateEvent
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -101,7 +101,7 @@ class SwapScreen(GpuopsScreen):
         yield Static(id="swap-live")
         yield TextView(id="swap-steps")
         yield DataTable(id="swap-compare", show_cursor=False)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"swap {self.old} → {self.plan.name}"

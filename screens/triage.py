@@ -9,13 +9,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Header, OptionList
+from textual.widgets import Header, OptionList
 from textual.widgets.option_list import Option
 
 from ..core.domain import Deployment, Finding, Fix, TriageReport
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
-from ..tui.widgets import TextView
+from ..tui.widgets import KeyFooter, TextView
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -77,7 +77,7 @@ class TriageScreen(GpuopsScreen):
                 yield TextView(id="triage-detail")
         with VerticalScroll(id="triage-checks-box"):
             yield TextView(id="triage-checks")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         d = self.deployment

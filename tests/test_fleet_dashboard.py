@@ -4,6 +4,7 @@ memory, util, stale), both at once; and the host table that repaints only the ro
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
@@ -12,10 +13,11 @@ from textual.widgets import DataTable, Input
 
 from gpuops.core.config import parse_inventory
 from gpuops.screens.dashboard import DashboardScreen
+from gpuops.screens.deployments import DeploymentsScreen
 from gpuops.screens.help import HelpScreen
 from gpuops.sim.host import setup_simhost
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.widgets import FleetTable
+from gpuops.tui.widgets import FleetTable, KeyFooter
 from tests.tui_helpers import screen_text, until
 
 GIB = 1024**3
@@ -151,16 +153,17 @@ async def test_the_process_filter_and_the_host_filter_are_apart(fleet):
         assert screen.host_filter == "" and len(shown(app)) == 4
 
 
+def footer_line(app) -> str:
+    """The footer's line as it is drawn (the screen's width of it)."""
+    return app.screen.query_one(KeyFooter).render_line(0).text
+
+
 async def test_find_and_sort_are_in_the_footer_and_on_help(fleet):
     app = GpuopsApp(fleet, interval=0.25)
     async with app.run_test(size=(160, 45)) as pilot:
-        from textual.widgets._footer import FooterKey
-
-        def footer() -> list[tuple[str, str]]:
-            return [(k.key_display, k.description) for k in app.screen.query(FooterKey)]
-
-        tail = [("f", "Find"), ("o", "Sort"), ("q", "Quit"), ("?", "Keys")]
-        assert await until(pilot, lambda: footer()[-4:] == tail), footer()
+        tail = " f Find  o Sort  q Quit  ? Keys"
+        assert await until(pilot, lambda: footer_line(app).rstrip().endswith(tail)), footer_line(app)
+        assert "^p" not in footer_line(app)  # no palette key on the dashboard (ctrl+p opens it, ? says so)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         keys = dict(app.screen.keys)
@@ -170,53 +173,81 @@ async def test_find_and_sort_are_in_the_footer_and_on_help(fleet):
         assert isinstance(app.screen, DashboardScreen)
 
 
-async def test_the_footer_recomposes_only_for_a_change_and_its_keys_start_as_it_is(fleet):
-    """A bindings change that shows nothing new remakes no key of the footer, one that does remakes
-    them (once); each key starts as compact as the footer (no key made compact, then wide)."""
-    from textual.widgets._footer import FooterKey
-
-    from gpuops.tui.widgets import GpuopsFooter
-
+async def test_the_footer_redraws_only_when_what_it_shows_changes(fleet):
+    """A bindings change that shows nothing new redraws nothing; one that does (`--readonly` turned
+    on: Kill disabled) redraws the footer once, Kill dimmed."""
     app = GpuopsApp(fleet, interval=0.25)
     async with app.run_test(size=(160, 45)) as pilot:
-        footer = app.screen.query_one(GpuopsFooter)
+        await all_reported(app, pilot)
+        footer = app.screen.query_one(KeyFooter)
+        looks: list[int] = []
+        redraws: list[int] = []
+        keys_now, refresh = footer._keys_now, footer.refresh
 
-        def keys() -> list[tuple[str, str]]:
-            return [(k.key_display, k.description) for k in footer.query(FooterKey)]
+        def counted_look() -> Any:
+            looks.append(1)
+            return keys_now()
 
-        assert await until(pilot, lambda: ("q", "Quit") in keys() and ("f", "Find") in keys())
-        shown = keys()
-        assert not any(k.compact or k.has_class("-compact") for k in footer.query(FooterKey))
-        remade: list[int] = []
-        recompose = footer.recompose
+        def counted_refresh(*args: Any, **kwargs: Any) -> Any:
+            redraws.append(1)
+            return refresh(*args, **kwargs)
 
-        async def counted() -> None:
-            remade.append(1)
-            await recompose()
+        footer._keys_now = counted_look  # type: ignore[method-assign]
+        footer.refresh = counted_refresh  # type: ignore[method-assign]
 
-        footer.recompose = counted  # type: ignore[method-assign]
-        app.screen.refresh_bindings()
-        await pilot.pause()
-        await pilot.pause()
-        assert remade == []
-        footer._shown = None  # as if the keys shown had changed
-        app.screen.refresh_bindings()
-        app.screen.refresh_bindings()
-        assert await until(pilot, lambda: remade == [1])
-        await pilot.pause()
-        assert keys() == shown and remade == [1]
+        async def looked_again() -> None:
+            seen = len(looks)
+            app.screen.refresh_bindings()
+            assert await until(pilot, lambda: len(looks) > seen)
+
+        await looked_again()
+        assert redraws == []
+        app.readonly = True
+        await looked_again()
+        assert redraws == [1]
+        await looked_again()
+        assert redraws == [1]
+        kill = next(seg for seg in footer.render_line(0) if seg.text.strip() == "Kill")
+        quit_ = next(seg for seg in footer.render_line(0) if seg.text.strip() == "Quit")
+        assert kill.style is not None and kill.style.dim
+        assert quit_.style is not None and not quit_.style.dim
 
 
 async def test_80_columns_keep_q_quit_in_the_footer(fleet):
-    from textual.widgets._footer import FooterKey
-
+    """Under 120 columns the footer is compact (one column between keys, none around a key), from
+    the start or once the terminal is made narrower, and wide again when it is widened."""
     app = GpuopsApp(fleet, interval=0.25)
     async with app.run_test(size=(80, 24)) as pilot:
-        def in_view() -> bool:
-            keys = {k.key_display: k.region for k in app.screen.query(FooterKey)}
-            return all(k in keys and 0 < keys[k].right <= 80 for k in ("f", "o", "q"))
+        assert await until(pilot, lambda: "d Deploys ^k Kill p Plan" in footer_line(app)), footer_line(app)
+        line = footer_line(app)
+        assert len(line) == 80 and "f Find o Sort q Quit" in line, line
+    app = GpuopsApp(fleet, interval=0.25)
+    async with app.run_test(size=(160, 45)) as pilot:
+        assert await until(pilot, lambda: " d Deploys  ^k Kill  p Plan " in footer_line(app)), footer_line(app)
+        await pilot.resize_terminal(80, 24)
+        assert await until(pilot, lambda: "f Find o Sort q Quit" in footer_line(app)), footer_line(app)
+        await pilot.resize_terminal(120, 24)
+        assert await until(pilot, lambda: " f Find  o Sort  q Quit " in footer_line(app)), footer_line(app)
 
-        assert await until(pilot, in_view)
+
+async def test_a_click_on_a_footer_key_presses_it(fleet):
+    """A mouse press on a key of the footer runs its action; on a disabled key, the bell; between
+    keys, nothing."""
+    app = GpuopsApp(fleet, interval=0.25, readonly=True)
+    bells: list[int] = []
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await until(pilot, lambda: "d Deploys ^k Kill" in footer_line(app))
+        line = footer_line(app)
+        await pilot.click(KeyFooter, offset=(line.index(" ^k Kill"), 0))  # the column between two keys
+        await pilot.click(KeyFooter, offset=(line.index("Kill"), 0))  # --readonly: disabled
+        assert bells == [1] and isinstance(app.screen, DashboardScreen)
+        await pilot.click(KeyFooter, offset=(line.index("Deploys"), 0))
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentsScreen))
+        await pilot.press("escape")
+        assert await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.click(KeyFooter, offset=(footer_line(app).index("q Quit"), 0))  # on the key itself
+        assert await until(pilot, lambda: not app.is_running)
 
 
 async def test_a_changed_host_row_shows_its_new_figures(tmp_path):

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.cache import LRUCache
+from textual.color import Color
 from textual.coordinate import Coordinate
-from textual.geometry import Region
+from textual.geometry import Region, Spacing
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer
-from textual.widgets._footer import FooterKey
+from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
 
@@ -167,56 +169,216 @@ class FleetTable(DataTable):
         return strip
 
 
-class GpuopsFooter(Footer):
-    """Textual's Footer, recomposed once for any number of binding changes before the next frame,
-    and only when what it shows changes.
+class KeyHint(NamedTuple):
+    """One key as the footer shows it."""
 
-    Textual's Footer mounts empty, then recomposes whenever the screen's bindings change (a screen's
-    first frame brings two such changes: its resume, then its focus), and each recompose remakes
-    every key of the footer (a widget each). This one recomposes once per frame at most, and not at
-    all when its keys (their labels, enabled or not, the palette key) would come out as they are;
-    and each key starts as compact as the footer (Textual's start compact and are made wide as they
-    mount: every key restyled twice, on a slow machine a good part of the first paint)."""
+    key: str
+    display: str  # as the app shows the key (`app.get_key_display`)
+    description: str
+    enabled: bool
 
-    _recompose_pending = False
-    _shown: tuple | None = None  # what the keys composed last show (None: not composed with keys yet)
 
-    def _keys_shown(self) -> tuple:
+class KeyFooter(Widget):
+    """The screen's keys on one line, drawn by this one widget from the screen's `active_bindings`.
+    Textual's Footer mounts a widget per key, each styled, composed, laid out and rendered: on the
+    dashboard (11 keys) about 60 M instructions of its first paint, where this one costs about 13 M.
+
+    It shows what Textual's Footer shows, as it draws it (tests/test_key_footer.py holds them side
+    by side): each binding with `show` (the first of each action) as its key then its description,
+    a disabled one dimmed, the one under the mouse highlighted, the palette's key on the right
+    (`show_command_palette`); a mouse press on a key presses it (on a disabled one: the bell). When
+    the screen's bindings change (focus moved, `check_action` changed) it looks at them again once
+    before the next frame, and redraws only when what it shows changed. A line too short for every
+    key cuts the last ones (Textual's scrolled sideways under the mouse wheel). Binding groups are
+    drawn key by key (gpuops has none).
+
+    Its look is the stylesheet's: its own colours are the footer's, and its component classes
+    - footer-key--key, footer-key--description: as Textual's FooterKey's (colours, padding);
+    - footer-key: a key as a whole; its right margin: the columns after it, in the footer's colours;
+    - footer-key--hover: the key under the mouse (its background);
+    - footer-key--disabled: a key whose action is disabled (its text style);
+    - footer-key--palette: the palette's key: the colour of its bar, its right padding (`display:
+      none` leaves it out)."""
+
+    ALLOW_SELECT = False
+    COMPONENT_CLASSES = {"footer-key", "footer-key--key", "footer-key--description", "footer-key--hover",
+                         "footer-key--disabled", "footer-key--palette"}
+    DEFAULT_CSS = """
+    KeyFooter {
+        dock: bottom;
+        height: 1;
+        color: $footer-foreground;
+        background: $footer-background;
+        .footer-key--key {
+            color: $footer-key-foreground;
+            background: $footer-key-background;
+            text-style: bold;
+            padding: 0 1;
+        }
+        .footer-key--description {
+            color: $footer-description-foreground;
+            background: $footer-description-background;
+            padding: 0 1 0 0;
+        }
+        .footer-key--hover {
+            background: $block-hover-background;
+        }
+        .footer-key--disabled {
+            text-style: dim;
+        }
+        .footer-key--palette {
+            color: $foreground 20%;
+            padding: 0 1 0 0;
+        }
+    }
+    """
+    PALETTE_BAR = "\u258f"  # Textual's `vkey` border on the palette key's left
+
+    def __init__(self, *, show_command_palette: bool = True, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.show_command_palette = show_command_palette
+        self._shown: tuple[tuple[KeyHint, ...], KeyHint | None] | None = None  # (keys, palette) drawn
+        self._spans: list[tuple[int, int, KeyHint]] = []  # where each key drawn is: [start, end)
+        self._hover: KeyHint | None = None
+        self._check_pending = False
+        self._looks: dict[tuple[str, bool, bool], tuple[Style, Spacing]] = {}
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def _shows(self) -> tuple[tuple[KeyHint, ...], KeyHint | None]:
+        if self._shown is None:
+            self._shown = self._keys_now()
+        return self._shown
+
+    def _keys_now(self) -> tuple[tuple[KeyHint, ...], KeyHint | None]:
         app = self.app
         active = self.screen.active_bindings
-        keys = tuple(
-            (binding.key, app.get_key_display(binding), binding.description, binding.action, enabled, tooltip,
-             binding.group)
-            for (_, binding, enabled, tooltip) in active.values() if binding.show
-        )
+        actions: set[str] = set()
+        keys = []
+        for _, binding, enabled, _ in active.values():
+            if binding.show and binding.action not in actions:
+                actions.add(binding.action)
+                keys.append(KeyHint(binding.key, app.get_key_display(binding), binding.description, enabled))
         palette = None
         if self.show_command_palette and app.ENABLE_COMMAND_PALETTE:
             found = active.get(app.COMMAND_PALETTE_BINDING)
             if found is not None:
-                _, binding, enabled, tooltip = found
-                palette = (binding.key, app.get_key_display(binding), binding.description, binding.action, enabled,
-                           binding.tooltip)
-        return keys, palette
+                _, binding, enabled, _ = found
+                palette = KeyHint(binding.key, app.get_key_display(binding), binding.description, enabled)
+        return tuple(keys), palette
 
-    def compose(self) -> Any:
-        self._shown = self._keys_shown() if self._bindings_ready else None
-        for widget in super().compose():
-            if isinstance(widget, FooterKey):
-                # a key starts compact (and is bound to the footer's compact later): starting as the
-                # footer is spares restyling every key twice as it mounts
-                widget.set_reactive(FooterKey.compact, self.compact)
-            yield widget
+    def _bindings_changed(self, screen: Any) -> None:
+        # (as Textual's Footer: while the terminal has no focus the bindings are left as they were)
+        if screen.app.app_focus and screen is self.screen and not self._check_pending:
+            self._check_pending = True
+            self.call_after_refresh(self._check_keys)
 
-    def bindings_changed(self, screen: Any) -> None:
-        self._bindings_ready = True
-        if not screen.app.app_focus:
+    def _check_keys(self) -> None:
+        self._check_pending = False
+        if not self.is_attached:
             return
-        if self.is_attached and screen is self.screen and not self._recompose_pending:
-            self._recompose_pending = True
-            self.call_after_refresh(self._recompose_once)
+        shown = self._keys_now()
+        if shown != self._shown:
+            self._shown = shown
+            self._hover_on(None)  # (as a recomposed Footer's new keys: none under the mouse till it moves)
+            self.refresh()
 
-    async def _recompose_once(self) -> None:
-        self._recompose_pending = False
-        if not self.is_attached or self._keys_shown() == self._shown:
+    # ------------------------------------------------------------- drawing
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._looks.clear()
+
+    def _look(self, name: str, hover: bool, enabled: bool) -> tuple[Style, Spacing]:
+        """A part's style and padding (kept till the styles change)."""
+        look = self._looks.get((name, hover, enabled))
+        if look is None:
+            styles = self.get_component_styles(name)
+            style = self.get_component_rich_style(name)
+            if hover:
+                under = Color.from_rich_color(self.get_component_rich_style("footer-key--hover").bgcolor)
+                style += Style(bgcolor=(under + styles.background).rich_color)
+            if not enabled:
+                style += self.get_component_rich_style("footer-key--disabled", partial=True)
+            look = self._looks[name, hover, enabled] = (style, styles.padding)
+        return look
+
+    def _parts(self, hint: KeyHint, hover: bool, padded: bool = True) -> list[Segment]:
+        """A key's cells: its key, then its description (none when it has none), in its styles;
+        not `padded`: the key's padding left out, one column before the description (the palette's)."""
+        style, pad = self._look("footer-key--key", hover, hint.enabled)
+        segments = [Segment(" " * pad.left + hint.display + " " * pad.right if padded else hint.display, style)]
+        if hint.description:
+            style, pad = self._look("footer-key--description", hover, hint.enabled)
+            text = " " * pad.left + hint.description + " " * pad.right if padded else " " + hint.description
+            segments.append(Segment(text, style))
+        return segments
+
+    def _palette(self, hint: KeyHint) -> list[Segment]:
+        """The palette's key as Textual's Footer draws it (compact always): its bar, its key, its
+        padding."""
+        hover = hint == self._hover
+        under = (self.get_component_rich_style("footer-key--hover") if hover else self.rich_style).bgcolor
+        palette = self.get_component_styles("footer-key--palette")
+        return [Segment(self.PALETTE_BAR, Style(color=palette.rich_style.color, bgcolor=under)),
+                *self._parts(hint, hover, padded=False), Segment(" " * palette.padding.right, Style(bgcolor=under))]
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = Style(bgcolor=self.rich_style.bgcolor)  # (the footer's background, where nothing is written)
+        if y:
+            return Strip.blank(width, base)
+        keys, palette = self._shows()
+        if palette is not None and self.get_component_styles("footer-key--palette").display == "none":
+            palette = None
+        right = Strip(self._palette(palette) if palette is not None else [])
+        room = max(0, width - right.cell_length)
+        spans: list[tuple[int, int, KeyHint]] = []
+        margin = self.get_component_styles("footer-key").margin.right
+        segments: list[Segment] = []
+        x = 0
+        for hint in keys:
+            if x >= room:
+                break
+            parts = self._parts(hint, hint == self._hover)
+            end = x + sum(segment.cell_length for segment in parts)
+            spans.append((x, min(end, room), hint))
+            segments += parts
+            if margin:
+                segments.append(Segment(" " * margin, base))
+            x = end + margin
+        if palette is not None:
+            spans.append((room, width, palette))
+        self._spans = spans
+        return Strip.join([Strip(segments).crop_extend(0, room, base), right]).crop(0, width)
+
+    # ------------------------------------------------------------- the mouse
+
+    def _key_at(self, x: int) -> KeyHint | None:
+        return next((hint for start, end, hint in self._spans if start <= x < end), None)
+
+    def on_mouse_down(self, event: events.MouseDown) -> None:
+        hint = self._key_at(event.x)
+        if hint is None:
             return
-        await self.recompose()
+        if hint.enabled:
+            self.app.simulate_key(hint.key)
+        else:
+            self.app.bell()
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        self._hover_on(self._key_at(event.x))
+
+    def on_leave(self, event: events.Leave) -> None:
+        self._hover_on(None)
+
+    def _hover_on(self, hint: KeyHint | None) -> None:
+        if hint != self._hover:
+            self._hover = hint
+            self.styles.pointer = "default" if hint is None else "pointer"  # (a hand, where the terminal can)
+            self.refresh()
