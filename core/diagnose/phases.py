@@ -62,6 +62,7 @@ regex runs; the 20 KB ``server_args=`` line is never scanned by a regex.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable, Iterable, Mapping, Union
 
@@ -608,13 +609,25 @@ def _f(rx: re.Pattern, text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+# batch-size lists as written ("1, 2, 4, …, 512") read: every rank, every start writes the same few
+_BS_READ: dict[str, tuple[int, ...]] = {}
+
+
 def _bs_list(text: str) -> tuple[int, ...] | None:
     m = _BS_RE.search(text)
     if not m:
         return None
-    return tuple(int(x) for x in m.group(1).replace(",", " ").split())
+    written = m.group(1)
+    bs = _BS_READ.get(written)
+    if bs is None:
+        bs = tuple(int(x) for x in written.replace(",", " ").split())
+        if len(_BS_READ) >= 256:
+            _BS_READ.clear()
+        _BS_READ[written] = bs
+    return bs
 
 
+@functools.lru_cache(maxsize=64)
 def _graph_key(name: str) -> tuple[bool, str]:
     """'target verify' -> (False, 'graph'); 'draft extend' -> (True, 'extend_graph'); 'piecewise' -> 'piecewise_graph'."""
     words = name.lower().replace("-", "_").split()
