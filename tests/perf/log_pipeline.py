@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections import deque
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from gpuops.core.deploy.journal import RingBuffer, journal_argv, parse_journal_line  # noqa: E402
 from gpuops.core.diagnose.phases import PhaseTracker, clean  # noqa: E402
 from gpuops.core.diagnose.finding_rules import LogScanner  # noqa: E402
-from gpuops.core.deploy.watch import _NOWAIT_RUN, Bus  # noqa: E402
+from gpuops.core.deploy.watch import _NOWAIT_RUN, LOG_LINES_KEPT, Bus  # noqa: E402
 from gpuops.core.domain import LogEvent, utc_now  # noqa: E402
 from tests.journal_util import UNIT, JournalWriter  # noqa: E402
 
@@ -53,23 +54,22 @@ def sample_lines() -> list[str]:
 
 def pipeline(json_lines: list[str]) -> tuple[float, PhaseTracker, RingBuffer]:
     """What the deployment's watch does per journal entry: parse, its typed log event (kept in its
-    ring buffer and published on the bus), clean, phase tracker, finding rules' scanner."""
-    tracker, scanner, ring, bus = PhaseTracker(), LogScanner(), RingBuffer(100_000), Bus()
-    seen: list = []
-    bus.listen("d", seen.append)
+    ring buffer and published on the bus, to a listener that keeps the last lines as a screen's log
+    view does), clean, phase tracker, finding rules' scanner; the clock read once a turn of the
+    watch's loop (_NOWAIT_RUN lines)."""
+    tracker, scanner, ring, bus = PhaseTracker(), LogScanner(), RingBuffer(LOG_LINES_KEPT), Bus()
+    bus.listen("d", deque(maxlen=1000).append)
     t0 = time.perf_counter()
-    for i, line in enumerate(json_lines):
-        if not i % _NOWAIT_RUN:  # the watch reads the clock once a turn of its loop (this many lines)
-            now = utc_now()
-        rec = parse_journal_line(line)
-        event = LogEvent(line=rec.text, log_ts=rec.ts, ts=now, run=1, deployment="d")
-        ring.append(event)
-        bus.publish("d", event)
-        ln = clean(rec.text)
-        tracker.feed(ln)
-        scanner.feed(ln, tracker)
-        if len(seen) > 1000:
-            seen.clear()
+    for start in range(0, len(json_lines), _NOWAIT_RUN):
+        now = utc_now()
+        for line in json_lines[start:start + _NOWAIT_RUN]:
+            rec = parse_journal_line(line)
+            event = LogEvent(line=rec.text, log_ts=rec.ts, ts=now, run=1, deployment="d")
+            ring.append(event)
+            bus.publish("d", event)
+            ln = clean(rec.text)
+            tracker.feed(ln)
+            scanner.feed(ln, tracker)
     return time.perf_counter() - t0, tracker, ring
 
 
