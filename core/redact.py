@@ -61,6 +61,12 @@ _SCANNED = tuple(dict.fromkeys(
     st for _, _, starts in _PATTERNS for st in starts
     if not any(other != st and other in st for _, _, more in _PATTERNS for other in more)))
 _FOUND_IN = {st: next((sc, st.find(sc)) for sc in _SCANNED if sc in st) for _, _, starts in _PATTERNS for st in starts}
+# In a long text (a server_args line is 18 KB) the places of a scanned start are found by its literal
+# pattern's scan, a quarter quicker there than str.find's (which wins on a short line). Its matches
+# do not overlap, which finds them all: no scanned start begins with an end of itself.
+_LONG = 1024
+_FIND_ALL = {sc: re.compile(re.escape(sc)).finditer for sc in _SCANNED}
+assert not any(sc[:k] == sc[-k:] for sc in _SCANNED for k in range(1, len(sc))), "a scanned start overlaps itself"
 
 
 def _mask(m: re.Match) -> str:
@@ -82,11 +88,15 @@ class _Starts:
             scanned, k = _FOUND_IN[st]
             found = self._at.get(scanned)
             if found is None:
-                found = self._at[scanned] = []
-                i = low.find(scanned)
-                while i >= 0:
-                    found.append(i)
-                    i = low.find(scanned, i + 1)
+                if len(low) > _LONG:
+                    found = [m.start() for m in _FIND_ALL[scanned](low)]
+                else:
+                    found = []
+                    i = low.find(scanned)
+                    while i >= 0:
+                        found.append(i)
+                        i = low.find(scanned, i + 1)
+                self._at[scanned] = found
             if st == scanned:
                 at.update(found)
             else:

@@ -39,6 +39,10 @@ def test_redact_equals_the_reference_on_mixes():
     for _ in range(20000):
         text = "".join(rng.choice(FRAGS) for _ in range(rng.randint(1, 16)))
         assert r.redact(text) == _reference(text) == r._redact_everywhere(text), text
+    for _ in range(300):  # long texts: their starts found by a scan of each start's literal pattern
+        text = "".join(rng.choice(FRAGS) for _ in range(rng.randint(300, 900)))
+        assert len(text) > r._LONG
+        assert r.redact(text) == _reference(text) == r._redact_everywhere(text), text
 
 
 def test_long_lines_masked_at_every_start():
