@@ -19,9 +19,9 @@ def _reference_lines(chunks: list[bytes]) -> tuple[list[str], bytes]:
     return [line.decode("utf-8", "replace") for line in done], partial
 
 
-def _session_lines(chunks: list[bytes]) -> tuple[list[str], bytes]:
-    s = _LineSession()
-    got: list[str] = []
+def _session_lines(chunks: list[bytes], binary: bool = False) -> tuple[list, bytes]:
+    s = _LineSession(binary)
+    got: list = []
     s._sink = got.append
     for chunk in chunks:
         s.data_received(chunk, None)
@@ -51,6 +51,22 @@ def test_random_chunks_decode_as_each_line_alone():
         cuts = sorted(rnd.sample(range(1, len(data) + 1), k=min(len(data), rnd.randrange(1, 5))))
         chunks = [data[a:b] for a, b in zip([0, *cuts], cuts) if b > a]
         assert _session_lines(chunks) == _reference_lines(chunks), chunks
+
+
+def test_a_binary_session_hands_over_each_lines_bytes_as_they_came():
+    """A binary stream (a journal's JSON lines, read by msgspec from bytes): the same lines, undecoded."""
+    rnd = random.Random(15)
+    alphabet = [b"a", b"{", b"\n", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xff", b"\xf0", b"\x9f"]
+    for _ in range(500):
+        data = b"".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 60)))
+        cuts = sorted(rnd.sample(range(1, len(data) + 1), k=min(len(data), rnd.randrange(1, 5))))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], cuts) if b > a]
+        *done, partial = b"".join(chunks).split(b"\n")
+        assert _session_lines(chunks, binary=True) == (done, partial), chunks
+    s = _LineSession(True)
+    s.data_received(b"one\ntwo", None)
+    s.eof_received()
+    assert list(s.lines) == [b"one", b"two"]  # the last line without its newline, as bytes too
 
 
 def test_the_queue_counts_a_whole_line_chunk_as_the_plain_way_did():

@@ -115,6 +115,16 @@ def test_plain_journal_entries_read_as_the_general_way_reads_them():
                 journal.parse_journal_line(line)
             continue
         assert msgspec.to_builtins(journal.parse_journal_line(line)) == want, line
+        # and from the bytes a binary stream hands over
+        assert msgspec.to_builtins(journal.parse_journal_line(line.encode())) == want, line
+
+
+def test_a_journal_line_of_bytes_that_are_no_utf8_reads_as_a_text_stream_decoded_it():
+    raw = (b'{"__CURSOR":"s=1;i=2","__REALTIME_TIMESTAMP":"1700000000123456","PRIORITY":"6",'
+           b'"MESSAGE":"bad \xff\xfe utf8 \xe2\x96\x88"}')
+    rec = journal.parse_journal_line(raw)
+    assert rec == journal.parse_journal_line(raw.decode("utf-8", "replace"))
+    assert rec.text == "bad \ufffd\ufffd utf8 \u2588" and rec.cursor == "s=1;i=2" and rec.priority == 6
 
 
 def test_the_bus_delivers_in_order_and_drops_only_a_failing_listener():

@@ -174,6 +174,7 @@ class _Follower:
     last delivered position when the connection drops."""
 
     source = ""
+    binary = True  # the command's lines as bytes: its JSON is read by msgspec straight from them
 
     def __init__(self, host: Host, follow: bool, retry_max: float):
         if not retry_max > 0:
@@ -199,7 +200,7 @@ class _Follower:
         """Part of a record has arrived (and the run ended before the rest)."""
         return False
 
-    def _parse(self, line: str) -> Record | None:  # pragma: no cover - abstract
+    def _parse(self, line: bytes) -> Record | None:  # pragma: no cover - abstract
         """A record, None for a line that is no record, ValueError for one that cannot be read."""
         raise NotImplementedError
 
@@ -214,7 +215,7 @@ class _Follower:
         delay = 0.0
         while True:
             self._begin_run()
-            stream = self.host.stream(self._argv())
+            stream = self.host.stream(self._argv(), binary=self.binary)
             started = time.monotonic()
             delivered = 0
             bad: str | None = None  # an unreadable line is only garbage if more lines follow it
@@ -324,7 +325,7 @@ _decode_plain = msgspec.json.Decoder(_PlainEntry).decode
 _PRIORITIES = {str(i): i for i in range(8)}
 
 
-def parse_journal_line(line: str) -> Record:
+def parse_journal_line(line: str | bytes) -> Record:
     """One line of ``journalctl -o json``; ValueError when it is not a whole entry. (Hot: a
     start-up's journal goes through here line by line: an entry of plain strings, nearly all, is
     read straight into the four fields a record needs and checked by msgspec; anything else takes
@@ -340,7 +341,7 @@ def parse_journal_line(line: str) -> Record:
     return Record(redact(e.message), int(raw_ts) / 1e6, cursor, None, "journal", priority)
 
 
-def _parse_entry(line: str) -> Record:
+def _parse_entry(line: str | bytes) -> Record:
     """:func:`parse_journal_line` for an entry of any shape journalctl writes."""
     try:
         entry = _decode_entry(line)
@@ -364,8 +365,9 @@ def _parse_entry(line: str) -> Record:
                   priority)
 
 
-def _parse_journal_json(line: str) -> Record:
-    obj = _decode(line)
+def _parse_journal_json(line: str | bytes) -> Record:
+    # (bytes that are no UTF-8 read with replacement, as a text stream would have decoded them)
+    obj = _decode(line if isinstance(line, str) else line.decode("utf-8", "replace"))
     if not isinstance(obj, dict):
         raise ValueError("a journal JSON line is an object")
     cursor = obj.get("__CURSOR")
@@ -471,7 +473,7 @@ class JournalFollower(_Follower):
             lines=self.lines,
         )
 
-    def _parse(self, line: str) -> Record | None:
+    def _parse(self, line: bytes) -> Record | None:
         if not line.strip():
             return None
         return parse_journal_line(line)
@@ -669,7 +671,7 @@ class FileFollower(_Follower):
     def _incomplete(self) -> bool:
         return bool(self._pieces)
 
-    def _parse(self, line: str) -> Record | None:
+    def _parse(self, line: bytes) -> Record | None:
         try:
             obj = _decode_frame(line)
         except msgspec.DecodeError:

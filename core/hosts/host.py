@@ -112,10 +112,14 @@ class Stream:
 
     Use as ``async with host.stream(argv) as s: async for line in s: ...`` (or, for a callback that
     takes each line as it arrives, ``await s.each_line(handle)``).
-    After the end, ``returncode`` and ``stderr_tail`` tell how it ended.
+    After the end, ``returncode`` and ``stderr_tail`` tell how it ended. A `binary` stream's lines
+    are the bytes as they came (for a reader that decodes them itself: JSON lines, which msgspec
+    reads from bytes, skipping a decode to text and back); else text, decoded as UTF-8 with
+    replacement.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, binary: bool = False) -> None:
+        self.binary = binary
         self.returncode: int | None = None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._started = False
@@ -124,7 +128,8 @@ class Stream:
     async def _start(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    async def _readline(self) -> str:  # pragma: no cover - abstract
+    async def _readline(self) -> Any:  # pragma: no cover - abstract
+        """The next line with its newline (str, or bytes for a binary stream); empty at the end."""
         raise NotImplementedError
 
     async def _terminate(self) -> None:  # pragma: no cover - abstract
@@ -142,15 +147,17 @@ class Stream:
             self._started = True
             await self._start()
 
-    def __aiter__(self) -> AsyncIterator[str]:
+    def __aiter__(self) -> AsyncIterator[Any]:
         return self
 
-    async def _next_line(self) -> str | None:
+    async def _next_line(self) -> Any:
         """The next line without its newline; None at the end."""
         line = await self._readline()
-        return None if line == "" else line.rstrip("\n")
+        if not line:
+            return None
+        return line.rstrip(b"\n" if self.binary else "\n")
 
-    async def __anext__(self) -> str:
+    async def __anext__(self) -> Any:
         await self._ensure_started()
         line = await self._next_line()
         if line is None:
@@ -158,7 +165,7 @@ class Stream:
             raise StopAsyncIteration
         return line
 
-    async def each_line(self, handle: Callable[[str], Any]) -> None:
+    async def each_line(self, handle: Callable[[Any], Any]) -> None:
         """Every line (without its newline) to ``handle(line)`` as it comes, until the output ends;
         then ``returncode`` and ``stderr_tail`` tell how it ended, as after ``async for``.
 
@@ -203,7 +210,7 @@ class Host:
     async def run(self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None) -> Result:
         raise NotImplementedError
 
-    def stream(self, argv: Sequence[str]) -> Stream:
+    def stream(self, argv: Sequence[str], binary: bool = False) -> Stream:
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
@@ -220,8 +227,8 @@ class Host:
 
 
 class _LocalStream(Stream):
-    def __init__(self, host: "LocalHost", argv: list[str]):
-        super().__init__()
+    def __init__(self, host: "LocalHost", argv: list[str], binary: bool = False):
+        super().__init__(binary)
         self._host = host
         self._argv = argv
         self._proc: asyncio.subprocess.Process | None = None
@@ -236,9 +243,10 @@ class _LocalStream(Stream):
         async for raw in self._proc.stderr:
             self.stderr_tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
 
-    async def _readline(self) -> str:
+    async def _readline(self) -> Any:
         assert self._proc and self._proc.stdout
-        return (await self._proc.stdout.readline()).decode("utf-8", "replace")
+        raw = await self._proc.stdout.readline()
+        return raw if self.binary else raw.decode("utf-8", "replace")
 
     async def _finish(self) -> None:
         assert self._proc
@@ -318,8 +326,8 @@ class LocalHost(Host):
             raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
         return Result(argv, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
-    def stream(self, argv: Sequence[str]) -> Stream:
-        return _LocalStream(self, _validate_argv(argv))
+    def stream(self, argv: Sequence[str], binary: bool = False) -> Stream:
+        return _LocalStream(self, _validate_argv(argv), binary)
 
 
 # ------------------------------------------------------------------ SSH
@@ -371,9 +379,10 @@ class _LineSession:
     asyncssh's session interface: connection_made, session_started, data_received, eof_received,
     exit_status_received, exit_signal_received, connection_lost, pause/resume_writing."""
 
-    def __init__(self) -> None:
+    def __init__(self, binary: bool = False) -> None:
+        self.binary = binary  # lines as the bytes that came (see Stream)
         self.chan: Any = None
-        self.lines: deque[str] = deque()
+        self.lines: deque[Any] = deque()
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self.eof = False  # stdout ended (or the channel closed)
         self.lost: BaseException | None = None  # the connection's loss, when the channel closed with it
@@ -383,7 +392,7 @@ class _LineSession:
         self._queued = 0  # about the bytes of the lines in `lines`
         self._paused = False
         self._waiter: asyncio.Future | None = None
-        self._sink: Callable[[str], Any] | None = None
+        self._sink: Callable[[Any], Any] | None = None
 
     # -- asyncssh's side
 
@@ -416,11 +425,12 @@ class _LineSession:
             # "\n" ends every UTF-8 sequence, so this is each line decoded on its own, with one copy
             if self._partial:
                 data, self._partial = self._partial + data, b""
-            text = data.decode("utf-8", "replace")
-            if text.find("\n") == len(text) - 1:  # one line (a reporter's, each second)
+            text: Any = data if self.binary else data.decode("utf-8", "replace")
+            nl: Any = b"\n" if self.binary else "\n"
+            if text.find(nl) == len(text) - 1:  # one line (a reporter's, each second)
                 self._deliver([text[:-1]], len(data))
             else:
-                lines = text.split("\n")
+                lines = text.split(nl)
                 lines.pop()  # ("" after the last newline)
                 self._deliver(lines, len(data))
             return
@@ -428,12 +438,17 @@ class _LineSession:
             partial = self._partial = self._partial + data
             if len(partial) > LINE_LIMIT:
                 self._partial = b""
-                self._deliver([partial.decode("utf-8", "replace")], len(partial))
+                self._deliver([self._text(partial)], len(partial))
             return
         if self._partial:
             data = self._partial + data
         *done, self._partial = data.split(b"\n")
-        self._deliver([line.decode("utf-8", "replace") for line in done], len(data) - len(self._partial))
+        self._deliver(done if self.binary else [line.decode("utf-8", "replace") for line in done],
+                      len(data) - len(self._partial))
+
+    def _text(self, line: bytes) -> Any:
+        """A line as this session hands it over."""
+        return line if self.binary else line.decode("utf-8", "replace")
 
     def eof_received(self) -> bool:
         self._end()
@@ -452,7 +467,7 @@ class _LineSession:
             return
         if self._partial:  # a last line without a newline
             partial, self._partial = self._partial, b""
-            self._deliver([partial.decode("utf-8", "replace")], len(partial))
+            self._deliver([self._text(partial)], len(partial))
         self.eof = True
         self._wake()
 
@@ -463,7 +478,7 @@ class _LineSession:
         self._err_partial = partial[-LINE_LIMIT:]
         self.stderr_tail.extend(line.decode("utf-8", "replace") for line in done[-STDERR_TAIL:])
 
-    def _deliver(self, lines: list[str], size: int) -> None:
+    def _deliver(self, lines: list[Any], size: int) -> None:
         sink = self._sink
         if sink is not None:
             try:
@@ -504,7 +519,7 @@ class _LineSession:
 
     # -- the reader's side
 
-    async def next_line(self) -> str | None:
+    async def next_line(self) -> Any:
         """The next line; None at the end (then `lost` says whether the connection was)."""
         while True:
             lines = self.lines
@@ -521,7 +536,7 @@ class _LineSession:
                 return None
             await self._wait()
 
-    async def each(self, handle: Callable[[str], Any]) -> None:
+    async def each(self, handle: Callable[[Any], Any]) -> None:
         """Every line to `handle` until the end: those waiting now, then each as it arrives, from
         `data_received`. Raises what `handle` raised."""
         lines = self.lines
@@ -540,15 +555,15 @@ class _LineSession:
 
 
 class _SshStream(Stream):
-    def __init__(self, host: "SshHost", command: str):
-        super().__init__()
+    def __init__(self, host: "SshHost", command: str, binary: bool = False):
+        super().__init__(binary)
         self._host = host
         self._command = command
         self._chan: Any = None
         self._session: _LineSession | None = None
 
     async def _start(self) -> None:
-        self._chan, self._session = await self._host._open_session(self._command)
+        self._chan, self._session = await self._host._open_session(self._command, self.binary)
         self.stderr_tail = self._session.stderr_tail
 
     def _check_lost(self) -> None:
@@ -558,14 +573,14 @@ class _SshStream(Stream):
             self._host._connection_lost(exc)
             raise HostUnreachable(f"{self._host.name}: connection lost: {exc}") from exc
 
-    async def _next_line(self) -> str | None:
+    async def _next_line(self) -> Any:
         assert self._session is not None
         line = await self._session.next_line()
         if line is None:
             self._check_lost()
         return line
 
-    async def each_line(self, handle: Callable[[str], Any]) -> None:
+    async def each_line(self, handle: Callable[[Any], Any]) -> None:
         await self._ensure_started()
         assert self._session is not None
         await self._session.each(handle)
@@ -850,12 +865,13 @@ class SshHost(Host):
                 if attempt == 2:
                     raise HostUnreachable(f"{self.name}: connection lost: {exc}") from exc
 
-    async def _open_session(self, command: str) -> tuple[Any, _LineSession]:
+    async def _open_session(self, command: str, binary: bool = False) -> tuple[Any, _LineSession]:
         """A channel running `command`, its output read by a _LineSession (the retry as `_open`'s)."""
         for attempt in (1, 2):
             conn = await self.connection()
             try:
-                chan, session = await conn.create_session(cast(Any, _LineSession), command, encoding=None)
+                chan, session = await conn.create_session(cast(Any, functools.partial(_LineSession, binary)),
+                                                          command, encoding=None)
                 return chan, cast(_LineSession, session)
             except Exception as exc:
                 self._connection_lost(exc)
@@ -883,8 +899,8 @@ class SshHost(Host):
             raise HostUnreachable(f"{self.name}: connection lost: {exc}") from exc
         return Result(argv, completed.exit_status, completed.stdout or "", completed.stderr or "")
 
-    def stream(self, argv: Sequence[str]) -> Stream:
-        return _SshStream(self, self._command(_validate_argv(argv), _GUARD))
+    def stream(self, argv: Sequence[str], binary: bool = False) -> Stream:
+        return _SshStream(self, self._command(_validate_argv(argv), _GUARD), binary)
 
     async def close(self) -> None:
         if self._conn is not None:

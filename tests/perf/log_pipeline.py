@@ -52,7 +52,7 @@ def sample_lines() -> list[str]:
     return lines + decode
 
 
-def pipeline(json_lines: list[str]) -> tuple[float, PhaseTracker, RingBuffer]:
+def pipeline(json_lines: list[bytes]) -> tuple[float, PhaseTracker, RingBuffer]:
     """What the deployment's watch does per journal entry: parse, its typed log event (kept in its
     ring buffer and published on the bus, to a listener that keeps the last lines as a screen's log
     view does), clean, phase tracker, finding rules' scanner; the clock read once a turn of the
@@ -90,7 +90,8 @@ def rate(entries: int) -> None:
             t0 = time.perf_counter()
             subprocess.run(ours, stdout=subprocess.DEVNULL, check=True)
             t_ours = min(t_ours, time.perf_counter() - t0)
-        json_lines = subprocess.run(ours, capture_output=True, text=True, check=True).stdout.splitlines()
+        # as bytes, as the watch's stream hands them over (msgspec reads the JSON from them)
+        json_lines = subprocess.run(ours, capture_output=True, check=True).stdout.splitlines()
     t_gpuops, tracker, ring = pipeline(json_lines)
     t_gpuops = min(t_gpuops, pipeline(json_lines)[0])  # the better of two passes, as for journalctl
     n = len(json_lines)
