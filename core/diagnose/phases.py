@@ -500,6 +500,8 @@ _STARTS_BY_CHAR: dict[str, tuple[str, ...]] = {}
 for _p in _STARTS:
     _STARTS_BY_CHAR[_p[0]] = _STARTS_BY_CHAR.get(_p[0], ()) + (_p,)
 del _p
+# tqdm's progress bars, nearly half of a start-up's lines: read before the other line starts
+_BARS = ("Capturing", "Multi-thread loading", "Loading ")
 _UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:")
 _UVICORN_HTTP = (
     "Started server process",
@@ -750,6 +752,9 @@ class PhaseTracker:
             self._infer_ready(out)
         if self._tb is not None and self._tb_feed(ln, out):
             return
+        if t.startswith(_BARS):  # (each begins with one of _STARTS: _dispatch's first step for them)
+            self._bar_line(ln, t, out)
+            return
         starts = _STARTS_BY_CHAR.get(t[:1])
         if starts is not None and t.startswith(starts):  # t.startswith(_STARTS), by its first character
             self._dispatch(ln, t, out)
@@ -871,15 +876,12 @@ class PhaseTracker:
 
     def _dispatch(self, ln: LogLine, t: str, out: list[Change]) -> None:
         c = t[0]
-        # by first character, the progress bars' ("Capturing …", "Multi-thread loading …") first: most
-        # of a start-up's lines
+        # by first character (the progress bars never get here: _line gives them to _bar_line)
         if c == "C":
             self._capture(ln, t, out)
             return
         if c == "M":
-            if t.startswith("Multi-thread loading"):
-                self._shards(ln, t, out)
-            elif t.startswith("Mamba Cache is allocated"):
+            if t.startswith("Mamba Cache is allocated"):
                 p = self._enter(ln, "kv_cache", "open", out)
                 pre = "draft_" if (p == "draft" or self._count(ln, "mamba") > 1) else ""
                 m = _MAMBA_RE.search(t)
@@ -961,8 +963,6 @@ class PhaseTracker:
                 if m:
                     self.info[pre + "quant"] = m.group(1)
                 self._complete_progress("draft" if p == "draft" else "weights", out)
-            elif t.startswith("Loading "):
-                self._shards(ln, t, out)
             return
         if c == "K":
             if t.startswith("Killed"):
@@ -1022,17 +1022,25 @@ class PhaseTracker:
 
     # -- line kinds --------------------------------------------------------------------------
 
-    def _shards(self, ln: LogLine, t: str, out: list[Change]) -> None:
+    def _bar_line(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        """A tqdm bar's line (one of _BARS): the CUDA graphs' capture ("Capturing …": batch sizes,
+        token counts, prefill shapes) or the weights' shards ("Multi-thread loading shards",
+        "Loading safetensors checkpoint shards")."""
         bar = _bar(t)
         if bar is None:
             return
         desc, done, total = bar
-        if "shards" not in desc:
-            return
-        p = self._enter(ln, "weights", None, out)
-        key = "draft" if (p == "draft" or self._pi == _I_DRAFT) else "weights"
-        what = "draft shards" if (key == "weights" and self._draft_loading) else "shards"
-        self._progress(key, int(done), int(total), what, out)
+        if t[0] == "C":
+            phase = "draft" if self._pi == _I_DRAFT else "cuda_graph"
+            self._enter(ln, phase, None, out)
+            what = "batch sizes" if desc.startswith("Capturing batches") else (
+                "num tokens" if desc.startswith("Capturing num tokens") else "prefill shapes")
+            self._progress(phase, int(done), int(total), what, out)
+        elif "shards" in desc:
+            p = self._enter(ln, "weights", None, out)
+            key = "draft" if (p == "draft" or self._pi == _I_DRAFT) else "weights"
+            what = "draft shards" if (key == "weights" and self._draft_loading) else "shards"
+            self._progress(key, int(done), int(total), what, out)
 
     def _kv_line(self, ln: LogLine, t: str, out: list[Change]) -> None:
         if "Cache is allocated" not in t and "Cache VA upper bound" not in t:
@@ -1055,17 +1063,6 @@ class PhaseTracker:
             self.info[pre + "kv_dtype"] = d.group(1)
 
     def _capture(self, ln: LogLine, t: str, out: list[Change]) -> None:
-        if t.startswith("Capturing"):
-            bar = _bar(t)
-            if bar is None:
-                return
-            desc, done, total = bar
-            phase = "draft" if self._pi == _I_DRAFT else "cuda_graph"
-            self._enter(ln, phase, None, out)
-            what = "batch sizes" if desc.startswith("Capturing batches") else (
-                "num tokens" if desc.startswith("Capturing num tokens") else "prefill shapes")
-            self._progress(phase, int(done), int(total), what, out)
-            return
         if t.startswith("Capture cuda graph bs"):
             bs = _bs_list(t)
             phase = self._enter(ln, "cuda_graph", None, out)
