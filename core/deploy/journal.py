@@ -218,7 +218,7 @@ class _Follower:
             stream = self.host.stream(self._argv(), binary=self.binary)
             started = time.monotonic()
             delivered = 0
-            bad: str | None = None  # an unreadable line is only garbage if more lines follow it
+            bad: bytes | None = None  # an unreadable line is only garbage if more lines follow it
             try:
                 async with stream:
                     self.connected = True
@@ -310,9 +310,9 @@ class _Entry(msgspec.Struct, gc=False):
 
 
 class _PlainEntry(msgspec.Struct, gc=False):
-    """The same fields as nearly every entry has them: each a string, the time's of digits (JSON
-    cannot hold a lone surrogate or a number in `realtime` that passes, so anything else fails to
-    decode here and takes the general way, :class:`_Entry`). Typed, the checks are msgspec's."""
+    """The same fields as nearly every entry has them: four strings, each there. An entry of another
+    shape (a MESSAGE of bytes as an array of numbers, a field missing or null, text msgspec refuses)
+    fails to decode here and takes the general way, :class:`_Entry`. Typed, the checks are msgspec's."""
 
     cursor: str = msgspec.field(name="__CURSOR")
     realtime: str = msgspec.field(name="__REALTIME_TIMESTAMP")
