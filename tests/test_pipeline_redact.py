@@ -45,6 +45,17 @@ def test_redact_equals_the_reference_on_mixes():
         assert r.redact(text) == _reference(text) == r._redact_everywhere(text), text
 
 
+def test_each_start_is_found_where_it_stands():
+    """The scans behind redact's starts: every start of every pattern is, or holds, a scanned one, and
+    no scanned start begins with an end of itself (its literal pattern's matches, which never
+    overlap, are then all of its places)."""
+    for _, _, starts in r._PATTERNS:
+        for st in starts:
+            scanned, at = r._FOUND_IN[st]
+            assert st[at:at + len(scanned)] == scanned
+    assert not any(sc[:k] == sc[-k:] for sc in r._SCANNED for k in range(1, len(sc)))
+
+
 def test_long_lines_masked_at_every_start():
     args = ", ".join(f"arg{i}={i}" for i in range(2000))
     for secret in ("api_key='sk-1'", "hf_token='hf_x'", "HF-Token=abc", "access_token=abc", "authtoken: abc",
