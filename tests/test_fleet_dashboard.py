@@ -358,7 +358,7 @@ async def test_a_row_table_draws_what_a_data_table_draws():
     app = Pair()
     async with app.run_test(size=(90, 14)) as pilot:
         ours = app.ours
-        rows = fleet_rows(30)
+        rows: list[tuple[str, tuple]] = []
 
         async def same(what: str) -> None:
             await pilot.pause()
@@ -369,7 +369,13 @@ async def test_a_row_table_draws_what_a_data_table_draws():
             rows[:] = new_rows
             ours.set_rows(rows)
 
-        step(rows)
+        for table in (ours, app.theirs):
+            table.styles.height = "auto"  # as high as its rows: the header alone
+        await same("no rows given yet: the header")
+        assert ours.outer_size.height == 3
+        for table in (ours, app.theirs):
+            table.styles.height = 12
+        step(fleet_rows(30))
         await same("first paint")
         step([(k, (c[0], c[1], f"{90 - i}%" if i in (0, 3, 7) else c[2])) for i, (k, c) in enumerate(rows)])
         await same("cells changed")

@@ -153,6 +153,7 @@ class RowTable(ScrollView, can_focus=True):
         self._look: tuple = ()  # the styles and sizes the lines below were drawn with
         # per row key (None: the header): its line, and whether the cursor and the mouse were on it
         self._lines: dict[str | None, tuple[tuple[bool, bool], Strip]] = {}
+        self.set_reactive(ScrollView.virtual_size, self._table_size())  # (its header, before any row)
 
     # ------------------------------------------------------------- the rows
 
@@ -199,11 +200,15 @@ class RowTable(ScrollView, can_focus=True):
                     widths.pop(key, None)
             self._widest = [max([cell_len(label), *widths.values()]) for label, widths in zip(self._labels, self._widths)]
         if moved or widths_changed:
-            self.virtual_size = Size(sum(self._widest) + 2 * len(self._widest), len(keys) + 1)
+            self.virtual_size = self._table_size()
             self.refresh()
         else:
             for key in changed:
                 self._refresh_row(self._index[key])
+
+    def _table_size(self) -> Size:
+        """Its columns' widths, a space either side of each; its rows and header."""
+        return Size(sum(self._widest) + 2 * len(self._widest), len(self._keys) + 1)
 
     def _measure(self, column: int, key: str, width: int) -> bool:
         """A cell's text width noted; whether its column's width changes with it."""
@@ -372,8 +377,7 @@ class RowTable(ScrollView, can_focus=True):
                 own = style + segment.style if segment.style else style
                 add(Segment(segment.text, own + post if post else own))
             add(Segment(" " * (width - value.cell_len + 1), cell_style))
-        used = sum(self._widest) + 2 * len(self._widest)
-        add(Segment(" " * max(0, self.size.width - used), style))
+        add(Segment(" " * max(0, self.size.width - self.virtual_size.width), style))
         return Strip(segments).simplify()
 
 
