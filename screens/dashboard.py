@@ -424,6 +424,7 @@ class DashboardScreen(GpuopsScreen):
                     cache.pop(gone, None)
         seen_rows = self._seen
         gib = units.gib
+        remade = False
         for name, state in states.items():
             # What the row is made from: its GPU rows (the very list: a host whose GPU rows did not
             # change shares the one before; kept here, so its id is never another list's), RAM in
@@ -442,10 +443,12 @@ class DashboardScreen(GpuopsScreen):
                 continue
             seen_rows[name] = (gpus, key)
             self._rows[name], self._keys[name] = host_figures(state, now)
+            remade = True
         order = self._host_order(states)
-        hosts = self.query_one("#hosts", RowTable)
-        hosts.set_rows([(name, self._rows[name]) for name in order])  # (it draws only what changed)
         moved = order != self._order
+        hosts = self.query_one("#hosts", RowTable)
+        if remade or moved:  # (the list draws again only the rows whose cells changed)
+            hosts.set_rows([(name, self._rows[name]) for name in order])
         self._order = order
         self._show_list_title(len(states))
         if not moved:
