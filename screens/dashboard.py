@@ -121,6 +121,11 @@ def host_figures(state: HostState, now: float) -> tuple[tuple, tuple[float, floa
     return cells, (free, busy, stale)
 
 
+def _gpus_pane_title(count: int) -> tuple[str, bool]:
+    """The GPU pane's border title, and whether the pane is the empty one (`.empty`)."""
+    return (f"GPUs ({count})", False) if count else ("no GPUs reported", True)
+
+
 def _age_bucket(age: float | None) -> int | None:
     """What of a host's age its row shows: nothing, fresh (-1) or stale for whole seconds."""
     if age is None:
@@ -391,14 +396,19 @@ class DashboardScreen(GpuopsScreen):
         detail = self.query("#detail")
         if not detail or self._detail_ready:  # (the app is closing already)
             return
-        procs = RowTable("GPU", "PID", "User", "Memory", "Command", id="procs")
+        # made as they show a host not sampled yet (no alert, no GPUs): its first showing restyles nothing
+        alert = _linkless(TextView(id="host-alert"))
+        alert.display = False
+        self._gpus_title = _gpus_pane_title(0)
+        gpus = VerticalScroll(id="gpus", classes="empty")
+        gpus.border_title = self._gpus_title[0]
         await detail.first(Vertical).mount_all([
             _linkless(TextView(id="host-title")),
             _linkless(TextView(id="host-stats")),
-            _linkless(TextView(id="host-alert")),
-            VerticalScroll(id="gpus"),
+            alert,
+            gpus,
             Static("Processes holding GPU memory", id="procs-title"),
-            procs,
+            RowTable("GPU", "PID", "User", "Memory", "Command", id="procs"),
         ])
         if not self.query("#procs"):  # the app closed while they were mounted
             return
@@ -524,7 +534,7 @@ class DashboardScreen(GpuopsScreen):
     def _show_gpus(self, state: HostState) -> None:
         container = self.query_one("#gpus", VerticalScroll)
         gpus = state.snapshot.gpus if state.snapshot else []
-        title = (f"GPUs ({len(gpus)})" if gpus else "no GPUs reported", not gpus)
+        title = _gpus_pane_title(len(gpus))
         if title != self._gpus_title:  # setting a border title repaints the whole pane: only on change
             self._gpus_title = title
             container.border_title = title[0]
