@@ -4,9 +4,8 @@ Thin on purpose: it reads ``app.monitor.states`` (core) once a tick and redraws 
 what changed; it never talks SSH or parses anything.
 
 Fleet-sized: a tick recomputes the row of a host only when what the row shows may have changed
-(its GPU rows, RAM in whole GiB, NVML's state, reachability, staleness), touches only the cells
-whose text changed, and never makes the table re-measure a whole
-column (a column is re-measured only when its widest text changes). The host list can be narrowed
+(its GPU rows, RAM in whole GiB, NVML's state, reachability, staleness); the host list (a
+`RowTable`) redraws only the rows whose cells changed. The host list can be narrowed
 to the hosts whose name holds some text (`f`) and sorted (`o`: inventory order, most free GPU
 memory, busiest GPUs, stalest), both applied at once, not at the next tick.
 """
@@ -23,13 +22,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widget import Widget
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from ..core import units
 from ..core.telemetry.monitor import HostState
 from ..core.telemetry.samples import GpuSample, is_na
 from .base import GpuopsScreen
-from ..tui.widgets import FleetTable, KeyFooter, TextView
+from ..tui.widgets import KeyFooter, RowTable, TextView
 
 if TYPE_CHECKING:
     from ..tui.app import GpuopsApp
@@ -122,15 +121,16 @@ def host_figures(state: HostState, now: float) -> tuple[tuple, tuple[float, floa
     return cells, (free, busy, stale)
 
 
+def _gpus_pane_title(count: int) -> tuple[str, bool]:
+    """The GPU pane's border title, and whether the pane is the empty one (`.empty`)."""
+    return (f"GPUs ({count})", False) if count else ("no GPUs reported", True)
+
+
 def _age_bucket(age: float | None) -> int | None:
     """What of a host's age its row shows: nothing, fresh (-1) or stale for whole seconds."""
     if age is None:
         return None
     return -1 if age <= STALE_AFTER else int(age)
-
-
-def _cell_width(value: Any) -> int:
-    return value.cell_len if isinstance(value, Text) else len(str(value))
 
 
 def _stale_for(age: float | None) -> str:
@@ -359,14 +359,11 @@ class DashboardScreen(GpuopsScreen):
         self.host_filter = ""  # `f`: the host list shows the hosts whose name holds it (any case)
         self.sort_by = SORTS[0][0]  # `o`: one of SORTS
         self._procs_key: tuple | None = None
-        self._host_cells: dict[str, tuple] = {}  # what the table shows, per shown host
         self._rows: dict[str, tuple] = {}  # the latest cells per host, shown or not
         self._keys: dict[str, tuple[float, float, float]] = {}  # sort keys per host
         self._seen: dict[str, tuple] = {}  # per host: what its row was made from (see _refresh_hosts)
         self._index: dict[str, int] = {}  # inventory order
         self._order: list[str] = []  # the shown hosts, top to bottom
-        self._widths: list[dict[str, int]] = [{} for _ in HOST_COLUMNS]  # text width per column, per shown host
-        self._widest: list[int] = [0] * len(HOST_COLUMNS)
         self._gpus_title: tuple | None = None
         self._gpu_rows: dict[int, GpuRow] = {}  # the GPU rows shown, by index
         self._history_host: str | None = None  # the host whose GPU histories the rows show, and when
@@ -382,18 +379,15 @@ class DashboardScreen(GpuopsScreen):
         # it (the selected host's figures, GPUs, processes) is mounted right after that frame.
         yield Header()
         with Horizontal(id="main"):
-            yield FleetTable(id="hosts", cursor_type="row", zebra_stripes=False)
+            yield RowTable(*HOST_COLUMNS, id="hosts")
             yield Vertical(id="detail")
         yield KeyFooter(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
 
     def on_mount(self) -> None:
-        hosts = self.query_one("#hosts", DataTable)
-        for label in HOST_COLUMNS:
-            hosts.add_column(label, key=label)
         self.selected = next(iter(self.gapp.monitor.states), None)
         self.sub_title = self.gapp.mode_label()
         self.refresh_data()
-        hosts.focus()
+        self.query_one("#hosts", RowTable).focus()
         self.call_after_refresh(self._mount_detail)
 
     async def _mount_detail(self) -> None:
@@ -402,16 +396,19 @@ class DashboardScreen(GpuopsScreen):
         detail = self.query("#detail")
         if not detail or self._detail_ready:  # (the app is closing already)
             return
-        procs = DataTable(id="procs", cursor_type="row")
-        for label in ("GPU", "PID", "User", "Memory", "Command"):
-            procs.add_column(label, key=label)
+        # made as they show a host not sampled yet (no alert, no GPUs): its first showing restyles nothing
+        alert = _linkless(TextView(id="host-alert"))
+        alert.display = False
+        self._gpus_title = _gpus_pane_title(0)
+        gpus = VerticalScroll(id="gpus", classes="empty")
+        gpus.border_title = self._gpus_title[0]
         await detail.first(Vertical).mount_all([
             _linkless(TextView(id="host-title")),
             _linkless(TextView(id="host-stats")),
-            _linkless(TextView(id="host-alert")),
-            VerticalScroll(id="gpus"),
+            alert,
+            gpus,
             Static("Processes holding GPU memory", id="procs-title"),
-            procs,
+            RowTable("GPU", "PID", "User", "Memory", "Command", id="procs"),
         ])
         if not self.query("#procs"):  # the app closed while they were mounted
             return
@@ -437,6 +434,7 @@ class DashboardScreen(GpuopsScreen):
                     cache.pop(gone, None)
         seen_rows = self._seen
         gib = units.gib
+        remade = False
         for name, state in states.items():
             # What the row is made from: its GPU rows (the very list: a host whose GPU rows did not
             # change shares the one before; kept here, so its id is never another list's), RAM in
@@ -455,29 +453,16 @@ class DashboardScreen(GpuopsScreen):
                 continue
             seen_rows[name] = (gpus, key)
             self._rows[name], self._keys[name] = host_figures(state, now)
+            remade = True
         order = self._host_order(states)
-        hosts = self.query_one("#hosts", DataTable)
-        if order == self._order:
-            self._update_cells(hosts, order)
-            self._show_list_title(len(states))
-            return
-        if set(order) == set(self._order):  # the same hosts in another order
-            self._update_cells(hosts, order)
-            rank = {name: i for i, name in enumerate(order)}
-            hosts.sort("Host", key=rank.__getitem__)
-        else:  # the filter changed what is shown: the rows again (columns keep their widths)
-            hosts.clear()
-            self._host_cells = {}
-            self._widths = [{} for _ in HOST_COLUMNS]
-            for name in order:
-                cells = self._rows[name]
-                hosts.add_row(*cells, key=name)
-                self._host_cells[name] = cells
-                for i, value in enumerate(cells):
-                    self._widths[i][name] = _cell_width(value)
-            self._widest = [max(w.values(), default=0) for w in self._widths]
+        moved = order != self._order
+        hosts = self.query_one("#hosts", RowTable)
+        if remade or moved:  # (the list draws again only the rows whose cells changed)
+            hosts.set_rows([(name, self._rows[name]) for name in order])
         self._order = order
         self._show_list_title(len(states))
+        if not moved:
+            return
         if self.selected in order:
             hosts.move_cursor(row=order.index(self.selected))
         elif order:  # the filter hid the selected host: the first one shown is selected
@@ -486,33 +471,6 @@ class DashboardScreen(GpuopsScreen):
             hosts.move_cursor(row=0)
             if self.selected in states and self._detail_ready:
                 self._show_host(states[self.selected], now)
-
-    def _update_cells(self, hosts: DataTable, order: list[str]) -> None:
-        """The cells whose text changed, and only those (the table repaints their rows alone)."""
-        for name in order:
-            cells = self._rows[name]
-            old = self._host_cells[name]
-            if old == cells:
-                continue
-            for i, (column, value) in enumerate(zip(HOST_COLUMNS, cells)):
-                if old[i] != value:
-                    hosts.update_cell(name, column, value, update_width=self._width_changed(i, name, value))
-            self._host_cells[name] = cells
-
-    def _width_changed(self, column: int, name: str, value: Any) -> bool:
-        """Whether the column's widest text changes with this cell (then the table re-measures it;
-        otherwise a changed cell costs no measuring at all)."""
-        widths = self._widths[column]
-        width = _cell_width(value)
-        old = widths.get(name, 0)
-        widths[name] = width
-        if width == old:
-            return False
-        widest = width if width > self._widest[column] else max(widths.values(), default=0)
-        if widest == self._widest[column]:
-            return False
-        self._widest[column] = widest
-        return True
 
     def _host_order(self, states: dict[str, HostState]) -> list[str]:
         needle = self.host_filter.lower()
@@ -524,7 +482,7 @@ class DashboardScreen(GpuopsScreen):
         return names
 
     def _show_list_title(self, total: int) -> None:
-        hosts = self.query_one("#hosts", DataTable)
+        hosts = self.query_one("#hosts", RowTable)
         shown = len(self._order)
         title = f"Hosts ({shown} of {total}: {self.host_filter!r})" if self.host_filter else ""
         subtitle = dict(SORTS)[self.sort_by]
@@ -576,7 +534,7 @@ class DashboardScreen(GpuopsScreen):
     def _show_gpus(self, state: HostState) -> None:
         container = self.query_one("#gpus", VerticalScroll)
         gpus = state.snapshot.gpus if state.snapshot else []
-        title = (f"GPUs ({len(gpus)})" if gpus else "no GPUs reported", not gpus)
+        title = _gpus_pane_title(len(gpus))
         if title != self._gpus_title:  # setting a border title repaints the whole pane: only on change
             self._gpus_title = title
             container.border_title = title[0]
@@ -625,10 +583,7 @@ class DashboardScreen(GpuopsScreen):
         if key == self._procs_key:
             return
         self._procs_key = key
-        table = self.query_one("#procs", DataTable)
-        table.clear()
-        for row in rows:
-            table.add_row(*row, key=f"{row[0]}:{row[1]}")
+        self.query_one("#procs", RowTable).set_rows([(f"{row[0]}:{row[1]}", row) for row in rows])
         title = "Processes holding GPU memory"
         if self.filter_text:
             title += f"  (filter: {self.filter_text!r}, {len(rows)} shown)"
@@ -659,7 +614,7 @@ class DashboardScreen(GpuopsScreen):
         """(host name, GpuProcess) under the processes table's cursor."""
         if not self._detail_ready:
             return None
-        table = self.query_one("#procs", DataTable)
+        table = self.query_one("#procs", RowTable)
         state = self.gapp.monitor.states.get(self.selected or "")
         if state is None or state.snapshot is None or table.row_count == 0:
             return None
@@ -697,17 +652,16 @@ class DashboardScreen(GpuopsScreen):
             self.host_filter = ""
             self._refresh_hosts(states, time.monotonic())
         self.selected = name
-        hosts = self.query_one("#hosts", DataTable)
+        hosts = self.query_one("#hosts", RowTable)
         hosts.move_cursor(row=hosts.get_row_index(name))
         self._procs_key = None
         self.refresh_data()
         return True
 
-    @on(DataTable.RowHighlighted, "#hosts")
-    def _host_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        name = event.row_key.value if event.row_key else None
-        table = event.data_table
-        if name is None or name not in self._host_cells or table.get_row_index(name) != table.cursor_row:
+    @on(RowTable.RowHighlighted, "#hosts")
+    def _host_highlighted(self, event: RowTable.RowHighlighted) -> None:
+        name, table = event.key, event.table
+        if name not in self._order or table.get_row_index(name) != table.cursor_row:
             return  # the cursor moved on since (a re-sorted or re-filtered list, keys held down)
         if name != self.selected:
             self.selected = name
@@ -747,7 +701,7 @@ class DashboardScreen(GpuopsScreen):
 
     def _close_cmdline(self) -> None:
         self._cmdline().display = False
-        self.query_one("#hosts", DataTable).focus()
+        self.query_one("#hosts", RowTable).focus()
 
     def _set_filter(self, text: str) -> None:
         self.filter_text = text
@@ -785,7 +739,7 @@ class DashboardScreen(GpuopsScreen):
 
     def _close_hostline(self) -> None:
         self._hostline().display = False
-        self.query_one("#hosts", DataTable).focus()
+        self.query_one("#hosts", RowTable).focus()
 
     def _set_host_filter(self, text: str) -> None:
         if text != self.host_filter:

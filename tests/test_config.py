@@ -564,11 +564,10 @@ async def test_the_dashboard_follows_config_toml_without_a_restart(tmp_path: Pat
     import shutil
     import tempfile
 
-    from textual.widgets import DataTable
-
     from gpuops.core.config import load_inventory
     from gpuops.sim.host import setup_simhost
     from gpuops.tui.app import GpuopsApp
+    from gpuops.tui.widgets import RowTable
     from tests.tui_helpers import until
 
     root = Path(tempfile.mkdtemp(prefix="gpuops-reload-"))
@@ -578,10 +577,10 @@ async def test_the_dashboard_follows_config_toml_without_a_restart(tmp_path: Pat
         cfg.write_text(a.host_block("alpha"))
         app = GpuopsApp(load_inventory(str(cfg)), interval=0.5, config_path=str(cfg))
         async with app.run_test(size=(160, 45)) as pilot:
-            table = app.screen.query_one("#hosts", DataTable)
+            table = app.screen.query_one("#hosts", RowTable)
 
             def rows() -> set:
-                return {str(k.value) for k in table.rows}
+                return {table.get_row_at(i)[1] for i in range(table.row_count)}
 
             assert await until(pilot, lambda: app.monitor.states["alpha"].updates >= 1, timeout=30)
             cfg.write_text(a.host_block("alpha") + b.host_block("beta"))

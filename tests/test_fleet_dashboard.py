@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
+from rich.style import Style
+from rich.text import Text
 from textual.containers import Horizontal
+from textual.geometry import Region
 from textual.widgets import DataTable, Input
 
 from gpuops.core.config import parse_inventory
@@ -17,7 +20,7 @@ from gpuops.screens.deployments import DeploymentsScreen
 from gpuops.screens.help import HelpScreen
 from gpuops.sim.host import setup_simhost
 from gpuops.tui.app import GpuopsApp
-from gpuops.tui.widgets import FleetTable, KeyFooter
+from gpuops.tui.widgets import KeyFooter, RowTable
 from tests.tui_helpers import screen_text, until
 
 GIB = 1024**3
@@ -47,13 +50,13 @@ def fleet(tmp_path):
 
 
 def shown(app) -> list[str]:
-    table = app.screen.query_one("#hosts", DataTable)
+    table = app.screen.query_one("#hosts", RowTable)
     return [table.get_row_at(i)[1] for i in range(table.row_count)]
 
 
 async def all_reported(app, pilot) -> None:
     """Until the host list shows every host's figures (deadbox: down)."""
-    table = app.screen.query_one("#hosts", DataTable)
+    table = app.screen.query_one("#hosts", RowTable)
 
     def shown_all() -> bool:
         rows = {table.get_row_at(i)[1]: table.get_row_at(i) for i in range(table.row_count)}
@@ -67,7 +70,7 @@ async def test_o_cycles_the_sort_and_the_selection_stays_on_its_host(fleet):
     async with app.run_test(size=(160, 45)) as pilot:
         await all_reported(app, pilot)
         screen = app.screen
-        hosts = screen.query_one("#hosts", DataTable)
+        hosts = screen.query_one("#hosts", RowTable)
         assert shown(app) == ["alpha", "bravo", "charlie", "deadbox"]  # inventory order first
         assert not hosts.border_subtitle
         await pilot.press("down", "down")  # charlie
@@ -103,7 +106,7 @@ async def test_f_finds_hosts_by_name_at_once(fleet):
     async with app.run_test(size=(160, 45)) as pilot:
         await all_reported(app, pilot)
         screen = app.screen
-        hosts = screen.query_one("#hosts", DataTable)
+        hosts = screen.query_one("#hosts", RowTable)
         assert screen.selected == "alpha"
 
         await pilot.press("f")
@@ -250,6 +253,38 @@ async def test_a_click_on_a_footer_key_presses_it(fleet):
         assert await until(pilot, lambda: not app.is_running)
 
 
+async def test_a_long_host_list_keeps_the_cursor_in_view_and_a_click_selects_a_host():
+    """At 80x24 twelve hosts (down: nothing answers at that port) share the host list's three rows:
+    the keys move the selection and scroll it into view, the list grown back from a filter shows the
+    selected host, and a click on a host's row selects it."""
+    text = "".join(f'[hosts.h{i:02d}]\nssh = "root@127.0.0.1:1"\n' for i in range(12))
+    app = GpuopsApp(parse_inventory(text, source="fleet.toml"), interval=0.25)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        hosts = screen.query_one("#hosts", RowTable)
+
+        def cursor_in_view() -> bool:  # (below the header, above the list's last line)
+            return 1 <= hosts.cursor_row + 1 - hosts.scroll_offset.y < hosts.size.height
+
+        await pilot.pause()
+        assert hosts.row_count == 12 and hosts.size.height == 4  # the header and three rows
+        await pilot.press("down", "ctrl+end")
+        assert screen.selected == "h11" and hosts.scroll_offset.y == 9 and cursor_in_view()
+        await pilot.press("pageup")
+        assert screen.selected == "h08" and hosts.scroll_offset.y == 6 and cursor_in_view()
+        await pilot.press("ctrl+end", "f", *"h1", "enter")
+        assert shown(app) == ["h10", "h11"] and hosts.size.height == 3 and screen.selected == "h11"
+        await pilot.press("escape")  # every host again: the selected one still in view
+        assert await until(pilot, lambda: len(shown(app)) == 12 and hosts.size.height == 4)
+        assert screen.selected == "h11" and cursor_in_view()
+
+        top = hosts.scroll_offset.y
+        await pilot.click(hosts, offset=(5, 2))  # the border, the header, then the first row shown
+        assert await until(pilot, lambda: screen.selected == f"h{top:02d}")
+        assert hosts.cursor_row == top
+        assert await until(pilot, lambda: f"h{top:02d}" in str(screen.query_one("#host-title").text))  # its detail
+
+
 async def test_a_changed_host_row_shows_its_new_figures(tmp_path):
     sim = setup_simhost(tmp_path / "box", gpus=2)
     app = GpuopsApp(parse_inventory(sim.host_block("box"), "t.toml"), interval=0.25)
@@ -257,73 +292,189 @@ async def test_a_changed_host_row_shows_its_new_figures(tmp_path):
         assert await until(pilot, lambda: "0/281G" in screen_text(app), timeout=30)
         sim.set_gpu(0, memory_used=70 * GIB, util=40)
         assert await until(pilot, lambda: "70/281G" in screen_text(app) and "20%" in screen_text(app), timeout=15)
-        row = app.screen.query_one("#hosts", DataTable).get_row("box")
+        row = app.screen.query_one("#hosts", RowTable).get_row("box")
         assert row[3] == "70/281G" and row[4] == "20%"
 
 
-# ---------------------------------------------------------------- FleetTable renders as DataTable does
+# ---------------------------------------------------------------- RowTable draws what a DataTable draws
 
 
 class Pair(App):
-    """A FleetTable beside a plain DataTable, fed the same changes."""
+    """A RowTable beside a DataTable (row cursor) of the same rows, cursor and scrolling: the
+    DataTable made anew at each step (the reference), the RowTable changed step by step."""
 
-    CSS = "DataTable { width: 50; height: 12; }"
+    CSS = "RowTable, DataTable { width: 40; height: 12; border: round $primary; }"
     AUTO_FOCUS = None  # both unfocused: the same look
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.highlighted: list[tuple[int, str]] = []
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield FleetTable(id="fleet", cursor_type="row")
-            yield DataTable(id="plain", cursor_type="row")
+            yield RowTable(" ", "Host", "Util", id="ours")
+            yield DataTable(id="theirs", cursor_type="row")
 
-    def tables(self) -> tuple[DataTable, DataTable]:
-        return self.query_one("#fleet", DataTable), self.query_one("#plain", DataTable)
+    def on_row_table_row_highlighted(self, event: RowTable.RowHighlighted) -> None:
+        self.highlighted.append((event.row, event.key))
 
+    @property
+    def ours(self) -> RowTable:
+        return self.query_one(RowTable)
 
-def lines(table: DataTable) -> list[list[tuple[str, object]]]:
-    return [[(seg.text, seg.style) for seg in table.render_line(y)] for y in range(table.size.height)]
+    @property
+    def theirs(self) -> DataTable:
+        return self.query_one(DataTable)
 
-
-async def test_fleet_table_draws_what_a_data_table_draws():
-    app = Pair()
-    async with app.run_test(size=(110, 14)) as pilot:
-        for table in app.tables():
-            table.add_column("Host", key="Host")
-            table.add_column("Util", key="Util")
-            for i in range(30):
-                table.add_row(f"h{i:02d}", f"{i}%", key=f"h{i:02d}")
+    async def remake_theirs(self, pilot, rows: list[tuple[str, tuple]]) -> None:
+        theirs, ours = self.theirs, self.ours
+        theirs.clear(columns=True)
+        for label in (" ", "Host", "Util"):
+            theirs.add_column(label, key=label)
+        for key, cells in rows:
+            theirs.add_row(*(Text(c) if isinstance(c, str) else c for c in cells), key=key)  # (no markup)
         await pilot.pause()
+        theirs.move_cursor(row=ours.cursor_row, scroll=False)
+        theirs.scroll_to(x=ours.scroll_x, y=ours.scroll_y, animate=False, force=True)
+        await pilot.pause()
+
+
+def drawn(widget) -> list[list[tuple[str, Style]]]:
+    """The widget's lines as the screen has them (border included): each cell's character and style
+    (less the mouse's metadata, which DataTable puts in every cell)."""
+    lines = widget.render_lines(Region(0, 0, *widget.outer_size))
+    return [[(ch, (seg.style or Style()).clear_meta_and_links()) for seg in line for ch in seg.text]
+            for line in lines]
+
+
+STATUS = {"up": Text.assemble(("●", "green")), "down": Text.assemble(("✖", "red")), "slow": Text("●", style="yellow")}
+
+
+def fleet_rows(n: int, util=lambda i: f"{i}%") -> list[tuple[str, tuple]]:
+    return [(f"h{i:02d}", (STATUS[("up", "down", "slow")[i % 3]], f"h{i:02d}", util(i))) for i in range(n)]
+
+
+async def test_a_row_table_draws_what_a_data_table_draws():
+    app = Pair()
+    async with app.run_test(size=(90, 14)) as pilot:
+        ours = app.ours
+        rows: list[tuple[str, tuple]] = []
 
         async def same(what: str) -> None:
             await pilot.pause()
-            fleet, plain = app.tables()
-            assert lines(fleet) == lines(plain), what
+            await app.remake_theirs(pilot, rows)
+            assert drawn(ours) == drawn(app.theirs), what
 
+        def step(new_rows: list[tuple[str, tuple]]) -> None:
+            rows[:] = new_rows
+            ours.set_rows(rows)
+
+        for table in (ours, app.theirs):
+            table.styles.height = "auto"  # as high as its rows: the header alone
+        await same("no rows given yet: the header")
+        assert ours.outer_size.height == 3
+        for table in (ours, app.theirs):
+            table.styles.height = 12
+        step(fleet_rows(30))
         await same("first paint")
-        steps = [
-            ("cells changed", lambda t: [t.update_cell(f"h{i:02d}", "Util", f"{90 - i}%") for i in (0, 3, 7)]),
-            ("a wider cell", lambda t: t.update_cell("h01", "Host", "h01-a-much-longer-name", update_width=True)),
-            ("cursor moved", lambda t: t.move_cursor(row=5)),
-            ("sorted", lambda t: t.sort("Util", key=lambda v: int(v.rstrip("%")))),
-            ("scrolled", lambda t: t.scroll_to(y=10, animate=False)),
-            ("changed while scrolled", lambda t: [t.update_cell(f"h{i:02d}", "Util", "!") for i in (12, 29)]),
-            ("a row removed", lambda t: t.remove_row("h12")),
-            ("cleared and refilled", lambda t: (t.clear(), [t.add_row(f"x{i}", "1%", key=f"x{i}") for i in range(5)])),
-            ("changed after refill", lambda t: t.update_cell("x2", "Util", "99%")),
-        ]
-        for what, step in steps:
-            for table in app.tables():
-                step(table)
-            await same(what)
-        app.tables()[0].focus()
-        app.tables()[1].focus()  # each focused in turn: the focused look is drawn alike
+        step([(k, (c[0], c[1], f"{90 - i}%" if i in (0, 3, 7) else c[2])) for i, (k, c) in enumerate(rows)])
+        await same("cells changed")
+        step([(k, (c[0], "h01-a-much-longer-name" if k == "h01" else c[1], c[2])) for k, c in rows])
+        await same("a wider cell: its column wider")
+        step([(k, (c[0], k, c[2])) for k, c in rows])
+        await same("the widest cell narrower again: its column too")
+        ours.move_cursor(row=5)
+        await same("cursor moved")
+        step(sorted(rows, key=lambda r: int(r[1][2].rstrip("%"))))
+        assert ours.get_row_at(ours.cursor_row)[1] == "h05"  # the cursor stays on its row
+        await same("sorted")
+        ours.scroll_to(y=10, animate=False)
+        await same("scrolled")
+        step([(k, (c[0], c[1], "!" if k in ("h12", "h29") else c[2])) for k, c in rows])
+        await same("changed while scrolled, in view and out of it")
+        step([(k, (STATUS["down"] if k == "h14" else c[0], c[1], c[2])) for k, c in rows])
+        await same("a cell's styles changed")
+        step([r for r in rows if r[0] != "h12"])
+        await same("a row removed")
+        step([(k, (c[0], "h03-a-name-wider-than-the-table" if k == "h03" else c[1], c[2])) for k, c in rows])
+        ours.scroll_to(x=7, animate=False)
+        await same("scrolled sideways")
+        step([r for r in rows if r[0] != "h03"])
+        await same("the widest row removed: its column narrower")
+        step(fleet_rows(5, util=lambda i: "1%"))
+        await same("other rows, fewer")
+        step([])
+        await same("no rows")
+        step([(k, (c[0], "h03-a-name-wider-than-the-table" if k == "h03" else c[1], c[2])) for k, c in fleet_rows(30)])
+        ours.move_cursor(row=20)
+        await same("rows again")
+
+        # focused, the keys: each table focused in turn, the same look
+        ours.focus()
+        await pilot.press("up", "up", "pagedown", "down", "pageup", "ctrl+end", "up", "right", "right")
+        assert ours.cursor_row == 28 and ours.scroll_x == 2
+        focused = drawn(ours)
+        await app.remake_theirs(pilot, rows)
+        app.theirs.focus()
         await pilot.pause()
-        fleet, plain = app.tables()
-        fleet.focus()
+        assert focused == drawn(app.theirs)
+        ours.focus()
+        await pilot.press("ctrl+home", "home")
+        assert ours.cursor_row == 0 and ours.scroll_offset == (0, 0)
+        await pilot.press("end")
+        assert ours.scroll_x == ours.max_scroll_x > 0
+
+        # the mouse: the row under it, the header under it, the cursor's row under it
+        ours.set_rows(fleet_rows(8))
+        ours.move_cursor(row=2)
+        ours.scroll_to(x=0, animate=False)
+        app.set_focus(None)
+        rows = fleet_rows(8)
+        await app.remake_theirs(pilot, rows)
+        for what, y, shows in (("a row", 5, True), ("the header", 1, True), ("the cursor's row", 4, False)):
+            await pilot.hover(ours, offset=(3, y))
+            mine = drawn(ours)
+            await pilot.hover(app.theirs, offset=(3, y))
+            assert mine == drawn(app.theirs), what
+            assert (mine != drawn(ours)) == shows, what  # (the mouse left: it looked different, or not)
+
+        # a click on a row moves the cursor there (once: RowHighlighted)
+        app.highlighted.clear()
+        await pilot.click(ours, offset=(3, 6))  # the border, the header: row 4
+        assert ours.cursor_row == 4 and app.highlighted == [(4, "h04")]
+        await pilot.click(ours, offset=(3, 1))  # the header: nothing moves
+        await pilot.click(ours, offset=(3, 11))  # below the rows: nothing moves
+        assert ours.cursor_row == 4 and app.highlighted == [(4, "h04")]
+
+
+async def test_a_row_table_draws_again_only_the_rows_that_changed():
+    """The same rows again draw nothing; a changed row in view draws its own line, one out of view
+    nothing; a wider text draws the table again (its column is wider)."""
+    app = Pair()
+    async with app.run_test(size=(90, 14)) as pilot:
+        ours = app.ours
+        rows = fleet_rows(30)
+        ours.set_rows(rows)
         await pilot.pause()
-        focused_fleet = lines(fleet)
-        plain.focus()
-        await pilot.pause()
-        assert focused_fleet == lines(plain)
+        drawn_lines: list[int] = []
+        render_line = ours.render_line
+
+        def counted(y: int) -> Any:
+            drawn_lines.append(y)
+            return render_line(y)
+
+        ours.render_line = counted  # type: ignore[method-assign]
+
+        async def lines_drawn(new_rows: list[tuple[str, tuple]]) -> list[int]:
+            drawn_lines.clear()
+            ours.set_rows(new_rows)
+            await pilot.pause()
+            return sorted(drawn_lines)
+
+        assert await lines_drawn([(k, tuple(c)) for k, c in rows]) == []  # equal cells, new tuples
+        assert await lines_drawn([(k, (c[0], c[1], "7%" if k == "h04" else c[2])) for k, c in rows]) == [5]
+        assert await lines_drawn([(k, (c[0], c[1], "7%" if k in ("h04", "h25") else c[2])) for k, c in rows]) == []
+        assert len(await lines_drawn([(k, (c[0], c[1], "1000%" if k == "h04" else c[2])) for k, c in rows])) == 10
 
 
 def test_the_gpu_rows_sparklines_draw_what_textuals_draw():

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable
 
 from gpuops.core.config import parse_inventory
 from gpuops.core.hosts.host import LocalHost, SshHost
@@ -19,6 +18,7 @@ from gpuops.core.telemetry.samples import MIB, Sampler, snapshot
 from gpuops.screens.confirm import ConfirmScreen
 from gpuops.screens.dashboard import GpuRow
 from gpuops.tui.app import GpuopsApp
+from gpuops.tui.widgets import RowTable
 from tests.test_cli import gpuops
 from tests.tui_helpers import screen_text, until
 
@@ -150,7 +150,7 @@ async def test_dashboard_shows_gpus_filters_processes_and_ends_one(simdir, sshd)
         async with app.run_test(size=(170, 50)) as pilot:
             assert await until(pilot, lambda: len(app.screen.query(GpuRow)) == 3)
             assert await until(pilot, lambda: "70.0/140.4 GiB" in screen_text(app))
-            procs = app.screen.query_one("#procs", DataTable)
+            procs = app.screen.query_one("#procs", RowTable)
             assert await until(pilot, lambda: procs.row_count == 2)
             assert "4004.25" in screen_text(app) and "5005.75" in screen_text(app)
             await pilot.press("slash", *"4004")
@@ -184,7 +184,7 @@ async def test_readonly_refuses_to_end_a_process(simdir):
     try:
         async with app.run_test(size=(170, 50)) as pilot:
             assert await until(pilot, lambda: app.screen.query("#procs"))  # mounted after the first frame
-            procs = app.screen.query_one("#procs", DataTable)
+            procs = app.screen.query_one("#procs", RowTable)
             assert await until(pilot, lambda: procs.row_count == 1)
             procs.focus()
             await pilot.press("ctrl+k")

@@ -6,12 +6,13 @@ import json
 import time
 
 import pytest
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from gpuops.core.config import parse_inventory
 from gpuops.screens.dashboard import DashboardScreen
 from gpuops.screens.help import HelpScreen
 from gpuops.tui.app import GpuopsApp
+from gpuops.tui.widgets import RowTable
 from tests.tui_helpers import screen_text, until
 
 
@@ -28,7 +29,7 @@ def inventory(extra: str = ""):
 
 
 def host_names(app) -> list[str]:
-    table = app.screen.query_one("#hosts", DataTable)
+    table = app.screen.query_one("#hosts", RowTable)
     return [table.get_row_at(i)[1] for i in range(table.row_count)]
 
 
@@ -77,7 +78,7 @@ async def test_jump_to_host_with_colon():
         assert cmd.display and cmd.has_focus
         await pilot.press(*"host deadbox", "enter")
         assert app.screen.selected == "deadbox" and not cmd.display
-        assert app.screen.query_one("#hosts", DataTable).cursor_row == 1
+        assert app.screen.query_one("#hosts", RowTable).cursor_row == 1
         await pilot.press("colon", *"localhost", "enter")  # `:NAME` works too
         assert app.screen.selected == "localhost"
         await pilot.press("colon", *"host nope", "enter")
@@ -164,7 +165,7 @@ async def test_stale_host_panel_says_how_stale(sshd):
             proxy.freeze()
             assert await until(pilot, lambda: "STALE: no data for" in screen_text(app), timeout=10)
             assert await until(pilot, lambda: "retrying in" in screen_text(app), timeout=15)
-            row = app.screen.query_one("#hosts", DataTable).get_row("box")
+            row = app.screen.query_one("#hosts", RowTable).get_row("box")
             assert str(row[0]) in ("●", "✖")
     finally:
         await proxy.close()

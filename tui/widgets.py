@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.cache import LRUCache
+from textual.binding import Binding
 from textual.color import Color
-from textual.coordinate import Coordinate
-from textual.geometry import Region, Spacing
+from textual.geometry import Region, Size, Spacing
+from textual.message import Message
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import DataTable
-from textual.widgets.data_table import RowKey
 
 
 class TextView(Widget):
@@ -51,122 +50,335 @@ class TextView(Widget):
         return width <= 0 or any(cell_len(line) > width for line in text.plain.split("\n"))
 
 
-class FleetTable(DataTable):
-    """A DataTable for a list that changes a little all the time (a fleet's hosts at 1 Hz).
+class RowTable(ScrollView, can_focus=True):
+    """A table of one-line rows with a row cursor, drawn by this one widget, as Textual's DataTable
+    draws one with `cursor_type="row"` (tests/test_fleet_dashboard.py holds them side by side): a
+    header, each column as wide as its widest text (a space either side), the cursor's row, the row
+    under the mouse, scrolling both ways. A DataTable parses and styles nine component classes and
+    renders every cell through Rich (padding, styles, cropping): the dashboard's host list and
+    processes table as DataTables cost its first paint about 73 M instructions more than as
+    RowTables. This one makes each row's line from its cells directly and keeps it until that row,
+    the columns' widths, the cursor or hover on it, or the styles change.
 
-    A plain DataTable forgets every rendered line whenever any cell changes, so one changed host
-    re-renders every visible row. Here each rendered line is also kept under its row's own version
-    (bumped when that row's cells change), so a change re-renders that row alone and the other
-    lines come from the cache. Anything else that can change a line's look (its place, the cursor
-    or hover on it, focus, scrolling, column widths, styles) is part of the key, and whatever clears
-    the DataTable's own caches clears this one too. Only the row cursor type is cached: other
-    cursor types take DataTable's own path. A cell update repaints its own row only (and nothing
-    when that row is scrolled out of view), unless the column's width changes with it."""
+    Its rows are given whole, in order (`set_rows`): a row whose cells are the same as drawn costs a
+    comparison, a changed one repaints its own line (and nothing out of view), unless a column's
+    widest text changes with it. The cursor stays on its row's key when the rows change (else at
+    its place). Cells are text: a `str` as it is (no markup), a Rich `Text` with its styles.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._row_versions: dict[Any, int] = {}
-        self._fleet_lines: LRUCache[tuple, Strip] = LRUCache(1024)
-        self._fleet_cells: LRUCache[tuple, Any] = LRUCache(4096)
-        self._column_widths: tuple[int, ...] = ()
+    Keys: up/down, pageup/pagedown, ctrl+home/ctrl+end move the cursor; left/right, home/end scroll
+    sideways. A click on a row moves the cursor there. `RowHighlighted` is posted when the cursor
+    moves to another row (keys, mouse, `move_cursor`).
 
-    def _bump(self, row_key: Any) -> None:
-        key = row_key if isinstance(row_key, RowKey) else RowKey(row_key)
-        self._row_versions[key] = self._row_versions.get(key, 0) + 1
+    Its look is the stylesheet's: its own colours, and its component classes
+    - row-table--header: the header row;
+    - row-table--cursor: the cursor's row (its colour wins over a cell's own);
+    - row-table--hover: the row under the mouse;
+    - row-table--header-hover: the header under the mouse (over row-table--hover)."""
 
-    _row_only = False  # inside update_cell: its repaint of the whole table is left out
+    ALLOW_SELECT = False
+    BINDINGS = [  # (no descriptions: not on `?`, as DataTable's are not)
+        Binding("up", "cursor_up", show=False),
+        Binding("down", "cursor_down", show=False),
+        Binding("pageup", "page_up", show=False),
+        Binding("pagedown", "page_down", show=False),
+        Binding("ctrl+home", "cursor_top", show=False),
+        Binding("ctrl+end", "cursor_bottom", show=False),
+        Binding("home", "scroll_leftmost", show=False),
+        Binding("end", "scroll_rightmost", show=False),
+    ]
+    COMPONENT_CLASSES = {"row-table--header", "row-table--cursor", "row-table--hover", "row-table--header-hover"}
+    DEFAULT_CSS = """
+    RowTable {
+        background: $surface;
+        color: $foreground;
+        height: auto;
+        max-height: 100%;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .row-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .row-table--header {
+                background-tint: $foreground 5%;
+            }
+        }
+        & > .row-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        &:ansi > .row-table--header {
+            background: ansi_bright_blue;
+            color: ansi_default;
+        }
+        & > .row-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        & > .row-table--hover {
+            background: $block-hover-background;
+        }
+        & > .row-table--header-hover {
+            background: $accent 30%;
+        }
+    }
+    """
 
-    def update_cell(self, row_key: Any, column_key: Any, value: Any, *, update_width: bool = False) -> None:
-        """As DataTable's, but unless the column's width is to change, only that row is repainted
-        (and only when it is in view)."""
-        self._row_only = not update_width
-        try:
-            super().update_cell(row_key, column_key, value, update_width=update_width)
-        finally:
-            self._row_only = False
-        self._bump(row_key)
-        if not update_width:
-            self._refresh_row_of(row_key)
+    class RowHighlighted(Message):
+        """The cursor moved to another row: its place and its key."""
 
-    def _refresh_row_of(self, row_key: Any) -> None:
-        index = self.get_row_index(row_key)
-        if not self._single_lines:
-            self.refresh_row(index)
-            return
-        # every row is one line: its place is its index (refresh_row adds up the rows above it)
-        y = index + (self.header_height if self.show_header else 0)
-        top = self.scroll_offset.y
-        if top <= y < top + self.size.height:
-            self.refresh(Region(0, y - top, max(self.size.width, self.virtual_size.width), 1))
+        def __init__(self, table: RowTable, row: int, key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.row = row
+            self.key = key
 
-    def refresh(self, *regions: Any, **kwargs: Any) -> Any:
-        if self._row_only and not regions and not kwargs:
-            return self
-        return super().refresh(*regions, **kwargs)
+        @property
+        def control(self) -> RowTable:
+            return self.table
 
-    _single_lines = True  # every row added so far is one line high
+    def __init__(self, *columns: str, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._labels = columns
+        self._keys: list[str] = []  # the rows' keys, top to bottom
+        self._cells: dict[str, tuple[str | Text, ...]] = {}
+        self._index: dict[str, int] = {}
+        self._widths: list[dict[str, int]] = [{} for _ in columns]  # text width per column, per row
+        self._widest = [cell_len(label) for label in columns]  # per column: its widest text or label
+        self._cursor = 0
+        self._hover: int | None = None  # the row under the mouse (-1: the header)
+        self._look: tuple = ()  # the styles and sizes the lines below were drawn with
+        # per row key (None: the header): its line, and whether the cursor and the mouse were on it
+        self._lines: dict[str | None, tuple[tuple[bool, bool], Strip]] = {}
+        self.set_reactive(ScrollView.virtual_size, self._table_size())  # (its header, before any row)
 
-    def add_row(self, *cells: Any, height: int | None = 1, key: str | None = None, label: Any = None) -> RowKey:
-        if height != 1:
-            self._single_lines = False
-        row_key = super().add_row(*cells, height=height, key=key, label=label)
-        self._bump(row_key)
-        return row_key
+    # ------------------------------------------------------------- the rows
 
-    def remove_row(self, row_key: Any) -> None:
-        super().remove_row(row_key)
-        self._bump(row_key)
+    @property
+    def row_count(self) -> int:
+        return len(self._keys)
 
-    def _clear_caches(self) -> None:
-        super()._clear_caches()
-        self._fleet_lines.clear()
-        self._fleet_cells.clear()
+    @property
+    def cursor_row(self) -> int:
+        return self._cursor
+
+    def get_row(self, key: str) -> tuple[str | Text, ...]:
+        return self._cells[key]
+
+    def get_row_at(self, row: int) -> tuple[str | Text, ...]:
+        return self._cells[self._keys[row]]
+
+    def get_row_index(self, key: str) -> int:
+        return self._index[key]
+
+    def set_rows(self, rows: Sequence[tuple[str, tuple[str | Text, ...]]]) -> None:
+        """The table's rows, top to bottom: (key, cells). Only what changed is drawn again."""
+        old = self._cells
+        self._cells = cells = dict(rows)
+        keys = list(cells)
+        moved = keys != self._keys
+        if moved:
+            under_cursor = self._keys[self._cursor] if self._cursor < len(self._keys) else None
+            self._keys = keys
+            self._index = {key: i for i, key in enumerate(keys)}
+            self._lines = {key: line for key, line in self._lines.items() if key in cells or key is None}
+            at = self._index.get(under_cursor, self._cursor) if under_cursor is not None else self._cursor
+            self._cursor = max(0, min(at, len(keys) - 1))
+        changed = [key for key, row in cells.items() if (was := old.get(key)) is not row and was != row]
+        widths_changed = False
+        for key in changed:
+            self._lines.pop(key, None)
+            for column, value in enumerate(cells[key]):
+                widths_changed |= self._measure(column, key, value.cell_len if isinstance(value, Text) else cell_len(value))
+        gone = old.keys() - cells.keys() if moved else ()
+        if gone:  # the columns again, without the rows that left
+            for widths in self._widths:
+                for key in gone:
+                    widths.pop(key, None)
+            self._widest = [max([cell_len(label), *widths.values()]) for label, widths in zip(self._labels, self._widths)]
+        if moved or widths_changed:
+            self.virtual_size = self._table_size()
+            self.refresh()
+        else:
+            for key in changed:
+                self._refresh_row(self._index[key])
+
+    def _table_size(self) -> Size:
+        """Its columns' widths, a space either side of each; its rows and header."""
+        return Size(sum(self._widest) + 2 * len(self._widest), len(self._keys) + 1)
+
+    def _measure(self, column: int, key: str, width: int) -> bool:
+        """A cell's text width noted; whether its column's width changes with it."""
+        widths = self._widths[column]
+        old = widths.get(key)
+        widths[key] = width
+        widest = self._widest[column]
+        if width > widest:
+            self._widest[column] = width
+            return True
+        if old == widest and width < widest:  # it was the widest: the column again (its label too)
+            self._widest[column] = max([cell_len(self._labels[column]), *widths.values()])
+            return self._widest[column] != widest
+        return False
+
+    def _refresh_row(self, row: int) -> None:
+        """Repaints a row's line (-1: the header), when it is in view."""
+        y = 0 if row < 0 else row + 1 - self.scroll_offset.y
+        if 0 < y < self.size.height or row < 0:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    # ------------------------------------------------------------- the cursor
+
+    def move_cursor(self, *, row: int) -> None:
+        """The cursor to `row` (clamped to the rows there are), scrolled into view."""
+        self._to(row)
+
+    def _to(self, row: int, scroll: bool = True) -> None:
+        row = max(0, min(row, len(self._keys) - 1))
+        old = self._cursor
+        self._cursor = row
+        if row != old:
+            self._refresh_row(old)
+            self._refresh_row(row)
+            if row < len(self._keys):
+                self.post_message(self.RowHighlighted(self, row, self._keys[row]))
+        if scroll:  # (its line in view below the header)
+            self.scroll_to_region(Region(int(self.scroll_x), row + 1, self.virtual_size.width, 1),
+                                  spacing=Spacing(1, 0, 0, 0), animate=False, force=True)
+
+    # (as DataTable's: a key pressed, the row under the mouse is shown no more)
+
+    def action_cursor_up(self) -> None:
+        self._set_hover(None)
+        self._to(self._cursor - 1)
+
+    def action_cursor_down(self) -> None:
+        self._set_hover(None)
+        self._to(self._cursor + 1)
+
+    def action_cursor_top(self) -> None:
+        self._set_hover(None)
+        self._to(0)
+
+    def action_cursor_bottom(self) -> None:
+        self._set_hover(None)
+        self._to(len(self._keys) - 1)
+
+    def action_page_down(self) -> None:
+        self._set_hover(None)
+        page = self.scrollable_content_region.height - 1
+        self.scroll_relative(y=page, animate=False, force=True)
+        self._to(self._cursor + page, scroll=False)
+
+    def action_page_up(self) -> None:
+        self._set_hover(None)
+        page = self.scrollable_content_region.height - 1
+        self.scroll_relative(y=-page, animate=False, force=True)
+        self._to(self._cursor - page, scroll=False)
+
+    def action_scroll_leftmost(self) -> None:
+        self._set_hover(None)
+        self.scroll_x = 0
+
+    def action_scroll_rightmost(self) -> None:
+        self._set_hover(None)
+        self.scroll_x = self.max_scroll_x
+
+    # ------------------------------------------------------------- the mouse
+
+    def _row_at(self, event: events.MouseEvent) -> int | None:
+        """The row under the mouse (-1: the header), or None (below the rows, on the border)."""
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return None
+        if offset.y == 0:
+            return -1
+        row = offset.y - 1 + self.scroll_offset.y
+        return row if row < len(self._keys) else None
+
+    def _set_hover(self, row: int | None) -> None:
+        if row != self._hover:
+            old, self._hover = self._hover, row
+            for changed in (old, row):
+                if changed is not None:
+                    self._refresh_row(changed)
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        self._set_hover(self._row_at(event))
+
+    def on_leave(self, event: events.Leave) -> None:
+        self._set_hover(None)
+
+    def on_click(self, event: events.Click) -> None:
+        row = self._row_at(event)
+        self._set_hover(row)
+        if row is not None and row >= 0:
+            self._to(row)
+            event.stop()
+
+    # ------------------------------------------------------------- drawing
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._fleet_lines.clear()
-        self._fleet_cells.clear()
+        self._look = ()
 
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False) -> Any:
-        # a changed row re-renders only its changed cells: a cell's render is kept under its value
-        # (and its place: the render carries its row and column for the mouse)
-        if row_index < 0 or column_index < 0 or self.cursor_type != "row" or not self._single_lines:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        value = self.get_cell_at(Coordinate(row_index, column_index))
-        what = (value.plain, str(value.style), tuple(value.spans)) if isinstance(value, Text) else value
-        key = (row_index, column_index, what, base_style, width, cursor, hover, self._show_hover_cursor,
-               self._pseudo_class_state, self.app.theme)
-        lines = self._fleet_cells.get(key)
-        if lines is None:
-            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-            self._fleet_cells.set(key, lines)
-        return lines
-
-    def render_lines(self, crop: Any) -> list[Strip]:
-        self._column_widths = tuple(column.get_render_width(self) for column in self.ordered_columns)
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # what every line depends on, looked at once a frame: a change draws every row again
+        look = (self.rich_style, self.get_component_rich_style("row-table--header"),
+                self.get_component_rich_style("row-table--cursor"),
+                self.get_component_rich_style("row-table--hover"),
+                self.get_component_rich_style("row-table--header-hover"), tuple(self._widest), self.size.width)
+        if look != self._look:
+            self._look = look
+            self._lines.clear()
         return super().render_lines(crop)
 
-    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
-        if self.cursor_type != "row":
-            return super()._render_line(y, x1, x2, base_style)
-        try:
-            row_key, line_in_row = self._get_offsets(y)
-        except LookupError:
-            return super()._render_line(y, x1, x2, base_style)
-        row = self._row_locations.get(row_key)
-        if row is None:
-            row = -1  # the header
-        key = (
-            row_key, self._row_versions.get(row_key, 0), line_in_row, row, y, x1, x2, self.size.width,
-            base_style, self.cursor_coordinate.row == row, self.hover_coordinate.row == row, self.show_cursor,
-            self._show_hover_cursor, self._pseudo_class_state, self._column_widths, self.app.theme,
-        )
-        strip = self._fleet_lines.get(key)
-        if strip is None:
-            strip = super()._render_line(y, x1, x2, base_style)
-            self._fleet_lines.set(key, strip)
-        return strip
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        scroll_x, scroll_y = self.scroll_offset
+        base = self._look[0]
+        row = -1 if y == 0 else y - 1 + scroll_y
+        if row >= len(self._keys):
+            return Strip.blank(width, base)
+        key = self._keys[row] if row >= 0 else None
+        state = (row == self._cursor, row == self._hover)
+        drawn = self._lines.get(key)
+        if drawn is None or drawn[0] != state:
+            drawn = self._lines[key] = (state, self._line(row, *state))
+        return drawn[1].crop(scroll_x, scroll_x + width).adjust_cell_length(width, base)
+
+    def _line(self, row: int, cursor: bool, hover: bool) -> Strip:
+        """A row's whole line (-1: the header's), as DataTable draws it: each cell in the row's style
+        and the cursor's or hover's over it, its own styles over them, and the cursor's or hover's
+        colour over all; a space either side; then the row's style and the cursor's or hover's to
+        the widget's width."""
+        base, header, on_cursor, on_hover, header_hover = self._look[:5]
+        extra = Style()
+        if hover:
+            extra += on_hover + header_hover if row < 0 else on_hover
+        if cursor and row >= 0:
+            extra += on_cursor
+        style = (header if row < 0 else base) + extra
+        post = Style.from_color(extra.color) if extra.color is not None else None
+        cell_style = style + post if post else style
+        segments: list[Segment] = []
+        add = segments.append
+        console = self.app.console
+        for value, width in zip(self._labels if row < 0 else self._cells[self._keys[row]], self._widest):
+            if isinstance(value, str):
+                add(Segment(f" {value}{' ' * (width - cell_len(value))} ", cell_style))
+                continue
+            add(Segment(" ", cell_style))
+            text = Text().append_text(value) if value.style else value  # (its own style as a span)
+            for segment in text.render(console):
+                own = style + segment.style if segment.style else style
+                add(Segment(segment.text, own + post if post else own))
+            add(Segment(" " * (width - value.cell_len + 1), cell_style))
+        add(Segment(" " * max(0, self.size.width - self.virtual_size.width), style))
+        return Strip(segments).simplify()
 
 
 class KeyHint(NamedTuple):
