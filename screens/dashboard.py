@@ -384,8 +384,7 @@ class DashboardScreen(GpuopsScreen):
         yield KeyFooter(show_command_palette=False)  # ctrl+p still opens it (and ? says so): q Quit fits at 80 columns
 
     def on_mount(self) -> None:
-        self.selected = next(iter(self.gapp.monitor.states), None)
-        self.sub_title = self.gapp.mode_label()
+        self.selected = next(iter(self.gapp.monitor.states), None)  # (SIMULATED, READONLY: the app's title says so)
         self.refresh_data()
         self.query_one("#hosts", RowTable).focus()
         self.call_after_refresh(self._mount_detail)

@@ -104,8 +104,7 @@ class StorageScreen(GpuopsScreen):
         table = self.query_one("#storage-models", DataTable)
         for label in COLUMNS:
             table.add_column(label, key=label)
-        label = getattr(self.app, "mode_label", None)
-        self.sub_title = " · ".join(p for p in (f"storage · {self.host_name}", label() if label else "") if p)
+        self.sub_title = f"storage · {self.host_name}"  # (SIMULATED, READONLY: the app's title says so)
         self._show_title()
         table.focus()
         self.action_rescan()
