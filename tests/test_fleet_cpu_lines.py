@@ -43,24 +43,26 @@ def test_whole_line_chunks_decode_as_each_line_alone():
         assert _session_lines(chunks) == _reference_lines(chunks), chunks
 
 
-def test_random_chunks_decode_as_each_line_alone():
-    rnd = random.Random(14)
+def _random_chunkings(seed: int) -> list[list[bytes]]:
+    """500 random byte strings (newlines, cut and bad UTF-8) cut into chunks at random places."""
+    rnd = random.Random(seed)
     alphabet = [b"a", b"{", b"\n", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xff", b"\xf0", b"\x9f"]
+    out = []
     for _ in range(500):
         data = b"".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 60)))
         cuts = sorted(rnd.sample(range(1, len(data) + 1), k=min(len(data), rnd.randrange(1, 5))))
-        chunks = [data[a:b] for a, b in zip([0, *cuts], cuts) if b > a]
+        out.append([data[a:b] for a, b in zip([0, *cuts], cuts) if b > a])
+    return out
+
+
+def test_random_chunks_decode_as_each_line_alone():
+    for chunks in _random_chunkings(14):
         assert _session_lines(chunks) == _reference_lines(chunks), chunks
 
 
 def test_a_binary_session_hands_over_each_lines_bytes_as_they_came():
     """A binary stream (a journal's JSON lines, read by msgspec from bytes): the same lines, undecoded."""
-    rnd = random.Random(15)
-    alphabet = [b"a", b"{", b"\n", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xff", b"\xf0", b"\x9f"]
-    for _ in range(500):
-        data = b"".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 60)))
-        cuts = sorted(rnd.sample(range(1, len(data) + 1), k=min(len(data), rnd.randrange(1, 5))))
-        chunks = [data[a:b] for a, b in zip([0, *cuts], cuts) if b > a]
+    for chunks in _random_chunkings(15):
         *done, partial = b"".join(chunks).split(b"\n")
         assert _session_lines(chunks, binary=True) == (done, partial), chunks
     s = _LineSession(True)

@@ -248,21 +248,25 @@ _PREFIXES: dict[str, tuple[str, dict[str, int], int] | None] = {}
 _PREFIXES_KEPT = 4096
 
 
+def _ranks_of(tags: str) -> dict[str, int]:
+    """The ranks of a prefix's tags (" TP3 EP3" -> {"TP": 3, "EP": 3}), each distinct tags' once."""
+    if not tags:
+        return _NO_RANKS
+    ranks = _RANKS.get(tags)
+    if ranks is None:
+        ranks = {k: int(v) for k, v in _RANK_RE.findall(tags)}
+        if len(_RANKS) < 1024:
+            _RANKS[tags] = ranks
+    return ranks
+
+
 def _read_prefix(key: str) -> tuple[str, dict[str, int], int] | None:
     """(timestamp, ranks, end of the prefix) of a line that starts with `key`, else None; kept."""
     m = _SGL_RE.match(key)
     read = None
     if m:
         ts, tags = m.group(1, 2)
-        ranks = _NO_RANKS
-        if tags:
-            cached = _RANKS.get(tags)
-            if cached is None:
-                cached = {k: int(v) for k, v in _RANK_RE.findall(tags)}
-                if len(_RANKS) < 1024:
-                    _RANKS[tags] = cached
-            ranks = cached
-        read = (ts, ranks, m.end())
+        read = (ts, _ranks_of(tags), m.end())
     if len(_PREFIXES) >= _PREFIXES_KEPT:
         _PREFIXES.clear()
     _PREFIXES[key] = read
@@ -323,16 +327,7 @@ def _sgl(s: str, raw: str) -> LogLine:
     if s[:1] == "[":
         m = _SGL_RE.match(s)
         if m:
-            tags = m.group(2)
-            ranks: dict[str, int] = {}
-            if tags:
-                cached = _RANKS.get(tags)
-                if cached is None:
-                    cached = {k: int(v) for k, v in _RANK_RE.findall(tags)}
-                    if len(_RANKS) < 1024:
-                        _RANKS[tags] = cached
-                ranks = cached
-            return LogLine(raw, s[m.end():], m.group(1), ranks)
+            return LogLine(raw, s[m.end():], m.group(1), _ranks_of(m.group(2)))
     elif s[:5] == "Rank " and s[5:6].isdigit():
         m = _OLD_RANK_RE.match(s)
         if m:
