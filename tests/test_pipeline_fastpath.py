@@ -39,6 +39,19 @@ def test_starts_by_char_is_starts():
             assert t.startswith(phases._STARTS) == bool(by_char and t.startswith(by_char)), t
 
 
+def test_no_step_line_of_the_corpus_holds_a_needle():
+    """The scanner skips SGLang's start-up step lines (finding_rules._STEP_STARTS) before its gate: no
+    such line in any log of tests/data holds a needle of any rule."""
+    steps = 0
+    for path in LOGS:
+        for raw in _lines(path):
+            t = clean(raw).text
+            if t.startswith(finding_rules._STEP_STARTS):
+                steps += 1
+                assert not [n for n in finding_rules._LOOKED_FOR if n in t], t
+    assert steps > 200
+
+
 def _scan(path: Path) -> tuple:
     tracker, scanner = PhaseTracker(), LogScanner()
     for raw in _lines(path):
