@@ -193,3 +193,24 @@ def test_a_prefix_read_once_reads_as_the_pattern_reads_each_line():
             continue  # (other ways through clean)
         ln = clean(s)
         assert (ln.ts, dict(ln.ranks), ln.text) == direct(s.rstrip("\r\n")), repr(s)
+
+
+def test_a_line_read_from_a_kept_prefix_reads_as_read_afresh():
+    """clean() looks a line's prefix up first among those read before (SGLang's own, no relay's):
+    every line, relayed ones (mpirun's, a collector's, kubectl's prefix before SGLang's) among them,
+    reads the same from what was kept as with nothing kept."""
+    rng = random.Random(18)
+    starts = ["[2026-07-14 07:49:04 TP0] ", "[2026-07-14 07:49:04] ", "[1,0]<stdout>:", "[2026-07-14T07:49:04Z] ",
+              "[pod/sglang-0/server] ", "[07-14 07:49:04] ", "[10:00:00 TP1] ", "[x] ", "[", "[2026-07-14 07:49"]
+    parts = ["[2026-07-14 07:49:04 TP3 EP3] ", "Decode batch", "\r", "]", " ", "x", "\x1b[31m", "\n"]
+    lines = [rng.choice(starts) + "".join(rng.choice(parts) for _ in range(rng.randint(0, 5))) for _ in range(20_000)]
+    lines += [raw for path in LOGS for raw in _lines(path)]
+
+    def fields(ln):
+        return type(ln), ln.raw, ln.text, ln.ts, dict(ln.ranks), [(x.text, x.ts, dict(x.ranks)) for x in getattr(ln, "extra", ())]
+
+    for s in lines:
+        phases._PREFIXES.clear()
+        phases._SGL_PREFIXES.clear()
+        afresh = fields(clean(s))
+        assert fields(clean(s)) == afresh, repr(s)  # (the second time from what the first kept)

@@ -246,6 +246,17 @@ _PLAIN_STARTS = ("Capturing batches", "Capturing num tokens", "Multi-thread load
 # once for them all. Bounded: emptied when full.
 _PREFIXES: dict[str, tuple[str, dict[str, int], int] | None] = {}
 _PREFIXES_KEPT = 4096
+# Those of them that clean() reads so whatever follows: no relay's prefix (its test reads the first
+# 12 characters, which the text holds), and the pattern matched. clean() looks a line up here first.
+_SGL_PREFIXES: dict[str, tuple[str, dict[str, int], int]] = {}
+
+
+def _relayed(s: str) -> bool:
+    """A line starting with "[" that another program's prefix may start (clean() unwraps it first):
+    mpirun's "[1,0]<stdout>:", a collector's "[2025-11-06T02:10:00Z] ", kubectl's "[pod/…] "."""
+    if s[1:2].isdigit():
+        return s[5:6] != "-" or s[11:12] == "T"
+    return s[:5] == "[pod/"
 
 
 def _ranks_of(tags: str) -> dict[str, int]:
@@ -269,7 +280,10 @@ def _read_prefix(key: str) -> tuple[str, dict[str, int], int] | None:
         read = (ts, _ranks_of(tags), m.end())
     if len(_PREFIXES) >= _PREFIXES_KEPT:
         _PREFIXES.clear()
+        _SGL_PREFIXES.clear()
     _PREFIXES[key] = read
+    if read is not None and len(key) >= 12 and not _relayed(key):
+        _SGL_PREFIXES[key] = read
     return read
 
 
@@ -366,10 +380,11 @@ def clean(raw: str) -> LogLine:
     if "\x1b" in s:
         s = _ANSI_RE.sub("", s)
     if s[:1] == "[":
-        if s[1:2].isdigit():
-            if s[5:6] != "-" or s[11:12] == "T":  # not SGLang's "[2026-07-14 …": mpirun's, a collector's
-                s = _unwrap(s)
-        elif s[:5] == "[pod/":
+        read = _SGL_PREFIXES.get(s[:s.find("]") + 2])
+        if read is not None and "\r" not in s:  # SGLang's prefix, read before: what the steps below give
+            ts, ranks, end = read
+            return LogLine(raw, s[end:], ts, ranks)
+        if _relayed(s):  # not SGLang's "[2026-07-14 …": mpirun's, a collector's, kubectl's
             s = _unwrap(s)
     elif s and not s.startswith(_PLAIN_STARTS):
         s = _unwrap(s)
