@@ -740,8 +740,10 @@ class NumbersEvent(_Tagged, tag="numbers", frozen=True):
     deployment: str | None = None
 
 
-class LogEvent(_Tagged, tag="log", frozen=True):
-    """A line of the server's log (never stored: the log lives on the host)."""
+class LogEvent(_Tagged, tag="log", frozen=True, gc=False):
+    """A line of the server's log (never stored: the log lives on the host). One a line, kept by the
+    thousand in a watch's ring: of text and numbers only, so never in a reference cycle, and the
+    garbage collector need not track each one (tests hold its fields to such types)."""
 
     line: str
     log_ts: float | None = None  # the journal's time of the line (seconds), when it has one

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import typing
 from pathlib import Path
 
 import msgspec
@@ -138,6 +139,18 @@ def test_a_journal_line_of_bytes_that_are_no_utf8_reads_as_a_text_stream_decoded
     rec = journal.parse_journal_line(raw)
     assert rec == journal.parse_journal_line(raw.decode("utf-8", "replace"))
     assert rec.text == "bad \ufffd\ufffd utf8 \u2588" and rec.cursor == "s=1;i=2" and rec.priority == 6
+
+
+def test_a_log_event_holds_only_text_and_numbers():
+    """LogEvent (one a log line) is left out of the garbage collector's tracking (gc=False), which is
+    safe only while no field can hold a container: a reference cycle through one would never be freed."""
+    from gpuops.core.domain import LogEvent
+
+    atomic = {str, int, float, type(None)}
+    for field in msgspec.structs.fields(LogEvent):
+        kinds = set(typing.get_args(field.type)) or {field.type}
+        assert kinds <= atomic, (field.name, field.type)
+    assert LogEvent.__struct_config__.gc is False  # (what the above makes safe)
 
 
 def test_the_bus_delivers_in_order_and_drops_only_a_failing_listener():
