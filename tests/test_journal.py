@@ -136,6 +136,10 @@ def test_ring_buffer_keeps_the_last_n_and_counts_drops():
     assert (len(buf), buf.dropped, buf.total) == (5, 7, 12)
     assert buf.tail(2) == [10, 11] and buf.tail(99) == [7, 8, 9, 10, 11] and buf.tail(0) == []
     assert buf[0] == 7 and buf[-1] == 11
+    buf.clear()  # what was dropped stays counted; what clear() took is no drop
+    assert (len(buf), buf.dropped, buf.total) == (0, 7, 7)
+    buf.extend(range(12, 18))
+    assert (len(buf), buf.dropped, buf.total, list(buf)) == (5, 8, 13, [13, 14, 15, 16, 17])
     big: RingBuffer[Record] = RingBuffer(1000)
     for i in range(100_000):
         big.append(Record(str(i), None, None, i, "file"))

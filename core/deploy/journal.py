@@ -105,12 +105,14 @@ class RingBuffer(Generic[T]):
         if not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"ring buffer capacity must be a positive integer, got {capacity!r}")
         self.capacity = capacity
-        self.dropped = 0
         self._items: deque[T] = deque(maxlen=capacity)
+        # what was appended, and emptied by clear(): the drops follow from them and the length (an
+        # append, one a log line, is a count and the deque's own, which drops the first when full)
+        self._appended = 0
+        self._cleared = 0
 
     def append(self, item: T) -> None:
-        if len(self._items) == self.capacity:
-            self.dropped += 1
+        self._appended += 1
         self._items.append(item)
 
     def extend(self, items: Any) -> None:
@@ -118,8 +120,12 @@ class RingBuffer(Generic[T]):
             self.append(item)
 
     @property
+    def dropped(self) -> int:
+        return self._appended - self._cleared - len(self._items)
+
+    @property
     def total(self) -> int:
-        return self.dropped + len(self._items)
+        return self._appended - self._cleared
 
     def __len__(self) -> int:
         return len(self._items)
@@ -139,6 +145,7 @@ class RingBuffer(Generic[T]):
         return out
 
     def clear(self) -> None:
+        self._cleared += len(self._items)
         self._items.clear()
 
 
