@@ -152,14 +152,18 @@ def _redact_everywhere(text: str) -> str:
 
 def _apply(text: str, low: str, at_starts: bool) -> str:
     """Each pattern whose needle ``low`` (``text.lower()``) holds, applied in turn: at its starts, or
-    over the whole text. (At the starts the needles are looked for only once a match was made: a
-    pattern is tried only where a start stands, and a server_args line is 18 KB to scan for each
-    needle. A pattern whose needles are its starts needs no second look: a start found is a needle.)"""
+    over the whole text. A short text's needles are looked for first (a few quick tests, and most
+    texts that come here hold none: "num_tokens" holds "_token"); a long one's only once a match was
+    made at a start (a server_args line is 18 KB to scan for each needle, and a start is found in one
+    scan of it). A pattern whose needles are its starts needs no second look: a start found is a needle."""
     found = _Starts(low)  # where the starts stand in the text as the patterns before changed it
+    long = len(low) > _LONG
     for pattern, needs, starts, same in _STEPS:
         if at_starts:
+            if not long and not any(n in low for n in needs):
+                continue
             masked = _sub_at(pattern, text, found.places(starts))
-            if masked is not text and (same or any(n in low for n in needs)):
+            if masked is not text and (same or not long or any(n in low for n in needs)):
                 text, found = masked, _Starts(masked.lower())
         elif any(n in low for n in needs):
             text = pattern.sub(_mask, text)
