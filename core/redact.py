@@ -131,17 +131,27 @@ def redact(text: str) -> str:
     if not text:
         return text
     low = text.lower()  # the needles are looked for in the text as it came (one lower() a line)
-    # "key" or "token=" or "_token" or "-token" or "hf_" or "bearer" or "passw" or "secret" or
-    # "sk-gpuops" in low (every needle of _PATTERNS holds one): each tested only when low holds a
-    # letter of it (one-character tests are a memchr, a fraction of a substring scan, and most log
-    # lines lack one letter or another)
+    # "key" or "token=" or "hf_token" (…) or "hf_" or "bearer" or "passw" or "secret" or "sk-gpuops"
+    # in low (every needle of _PATTERNS holds one): each tested only when low holds a letter of it
+    # (one-character tests are a memchr, a fraction of a substring scan, and most log lines lack one
+    # letter or another); the field names that end in "_token"/"-token" (hf_, access_, auth_) only
+    # when one of those endings is there ("num_tokens" is in every CUDA-graph and token-count line)
     if not (("y" in low and "key" in low)
-            or ("k" in low and ("token=" in low or "_token" in low or "-token" in low or "sk-gpuops" in low))
+            or ("k" in low and ("token=" in low or "sk-gpuops" in low
+                                or (("_token" in low or "-token" in low) and _token_field(low))))
             or ("f" in low and "hf_" in low) or ("b" in low and "bearer" in low)
             or ("w" in low and "passw" in low) or ("c" in low and "secret" in low)):
         return text  # nearly every log line: no pattern below can match it
     # at the starts on ASCII text only: else lower() may change lengths, and IGNORECASE match non-ASCII letters
     return _apply(text, low, text.isascii())
+
+
+_TOKEN_FIELDS = ("hf_token", "hf-token", "access_token", "access-token", "auth_token", "auth-token")
+
+
+def _token_field(low: str) -> bool:
+    """Whether lowercased text holds a field name of _FIELD that ends in a token."""
+    return any(name in low for name in _TOKEN_FIELDS)
 
 
 def _redact_everywhere(text: str) -> str:

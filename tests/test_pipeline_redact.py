@@ -63,3 +63,19 @@ def test_long_lines_masked_at_every_start():
         line = f"server_args=ServerArgs({args}, {secret}, api_key=None, {args}, {secret})"
         assert r.redact(line) == _reference(line) == r._redact_everywhere(line), secret
         assert r.redact(line) != line, secret
+
+
+def test_the_letter_test_lets_every_needle_through(monkeypatch):
+    """redact()'s first test (letters, then the needles' groups) stops no text that holds a needle of
+    any pattern, in any case: each such text reaches the patterns."""
+    reached: list[str] = []
+    monkeypatch.setattr(r, "_apply", lambda text, low, at_starts: reached.append(text) or text)
+    needles = {n for _, needs, _ in r._PATTERNS for n in needs}
+    for needle in sorted(needles):
+        for text in (needle, needle.upper(), f"x {needle.title()} y"):
+            reached.clear()
+            r.redact(text)
+            assert reached == [text], text
+    reached.clear()
+    r.redact("Capture target prefill CUDA graph begin. num_tokens=[256, 512], #token: 4")
+    assert reached == []  # (what the token fields' own test keeps out)
