@@ -8,7 +8,8 @@ tools print it:
 
 - ``--api-key KEY``, ``--api-key=KEY``, and in a printed list ``'--api-key', 'KEY'``;
 - ``api_key='KEY'``, ``'api_key': 'KEY'``, ``"api_key": "KEY"``, ``api_key=KEY`` (also ``hf_token``, ``access_token``,
-  ``password``, ``secret`` fields of that form; not a bare ``token``: SGLang's ``#token: N``); ``None``/``null``/empty stay;
+  ``auth_token``, ``password``, ``secret`` fields of that form, a name with ``_``, ``-`` or nothing
+  inside: ``hfToken``; not a bare ``token``: SGLang's ``#token: N``); ``None``/``null``/empty stay;
 - ``Authorization: Bearer KEY`` / ``Bearer KEY``;
 - ``NAME=VALUE`` for secret environment names (``HF_TOKEN``, ``*_API_KEY``, ``*_TOKEN``, ...);
 - Hugging Face tokens (``hf_…``) and gpuops' own keys (``sk-gpuops-…``) wherever they stand.
@@ -38,8 +39,8 @@ _PATTERNS = (
     (re.compile(r"""(--api-key(?:=|['"]?,?\s+['"]?))""" + _VALUE), ("--api-key",), ("--api-key",)),
     # api_key='KEY' / 'api_key': 'KEY' / "api_key": "KEY" / api_key=KEY
     (re.compile(r"""(\b""" + _FIELD + r"""['"]?\s*[:=]\s*['"]?)""" + _VALUE, re.IGNORECASE),
-     ("api_key", "api-key", "apikey", "hf_token", "hf-token", "access_token", "access-token", "auth_token",
-      "auth-token", "passw", "secret"),
+     ("api_key", "api-key", "apikey", "hf_token", "hf-token", "hftoken", "access_token", "access-token",
+      "accesstoken", "auth_token", "auth-token", "authtoken", "passw", "secret"),
      ("api", "hf", "access", "auth", "passw", "secret")),
     # Authorization: Bearer KEY
     (re.compile(r"(\bBearer\s+)" + _VALUE, re.IGNORECASE), ("bearer",), ("bearer",)),
@@ -131,14 +132,15 @@ def redact(text: str) -> str:
     if not text:
         return text
     low = text.lower()  # the needles are looked for in the text as it came (one lower() a line)
-    # "key" or "token=" or "hf_token" (…) or "hf_" or "bearer" or "passw" or "secret" or "sk-gpuops"
-    # in low (every needle of _PATTERNS holds one): each tested only when low holds a letter of it
+    # "key" or "token=" or "hf_token" (…) or "hf_" or "bearer" or "passw" or "secret" or "sk-gpuops" in low
+    # (every needle of _PATTERNS holds one): each tested only when low holds a letter of it
     # (one-character tests are a memchr, a fraction of a substring scan, and most log lines lack one
-    # letter or another); the field names that end in "_token"/"-token" (hf_, access_, auth_) only
-    # when one of those endings is there ("num_tokens" is in every CUDA-graph and token-count line)
+    # letter or another); "token=" and the field names that end in a token (hf_token, accesstoken, …)
+    # in one regex scan ("num_tokens" and "#token:" are in every CUDA-graph and token-count line, and
+    # are neither: most lines that hold "token" are let go by one look at the character after it and
+    # one at the character before it)
     if not (("y" in low and "key" in low)
-            or ("k" in low and ("token=" in low or "sk-gpuops" in low
-                                or (("_token" in low or "-token" in low) and _token_field(low))))
+            or ("k" in low and (_TOKEN_GATE(low) is not None or "sk-gpuops" in low))
             or ("f" in low and "hf_" in low) or ("b" in low and "bearer" in low)
             or ("w" in low and "passw" in low) or ("c" in low and "secret" in low)):
         return text  # nearly every log line: no pattern below can match it
@@ -146,12 +148,11 @@ def redact(text: str) -> str:
     return _apply(text, low, text.isascii())
 
 
-_TOKEN_FIELDS = ("hf_token", "hf-token", "access_token", "access-token", "auth_token", "auth-token")
-
-
-def _token_field(low: str) -> bool:
-    """Whether lowercased text holds a field name of _FIELD that ends in a token."""
-    return any(name in low for name in _TOKEN_FIELDS)
+# "token=", or a name of _FIELD that ends in a token (a look back at the character before "token"
+# first: "_", "-" or the last letter of hf, access or auth)
+_TOKEN_GATE = re.compile("token(?:=|(?<=[-_fsh]token)(?:"
+                         + "|".join(f"(?<={name}{sep}token)" for name in ("hf", "access", "auth") for sep in ("_", "-", ""))
+                         + "))").search
 
 
 def _redact_everywhere(text: str) -> str:

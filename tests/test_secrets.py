@@ -172,6 +172,9 @@ def test_a_server_started_by_hand_with_its_key_in_argv_is_shown_redacted(world, 
     ("downloading with hf_AbCdEfGhIjKlMnOpQrStUv", "downloading with hf_***"),
     ("key sk-gpuops-Ab_cD-9 leaked", "key sk-gpuops-*** leaked"),
     ("hf_token='abc', password: hunter2", "hf_token='***', password: ***"),
+    # the field names written without a separator (they were missed: no needle held them)
+    ("hftoken=abc authtoken: xyz", "hftoken=*** authtoken: ***"),
+    ('{"accessToken": "abc", "HfToken": "x"}', '{"accessToken": "***", "HfToken": "***"}'),
     # what is not a secret stays exactly as it is
     ("--api-key ${GPUOPS_API_KEY}", "--api-key ${GPUOPS_API_KEY}"),
     ("Decode batch. #running-req: 1, #token: 1234, token usage: 0.01, gen throughput (token/s): 40.1",
