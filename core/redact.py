@@ -195,4 +195,6 @@ def redact_all(value: Any) -> Any:
     return value
 
 
-_SECRET_KEY = re.compile(r"(^|_)(api_key|token|secret|password)$", re.IGNORECASE)
+# a key that names a secret, as _FIELD's names and the environment's (…_API_KEY, …_TOKEN) are written:
+# api_key, apiKey, hf_token, accessToken, HF_TOKEN, client_secret, password, passwd
+_SECRET_KEY = re.compile(r"(?:api[_-]?key|(?:^|[_-]|hf|access|auth)token|secret|passw(?:or)?d)$", re.IGNORECASE)

@@ -191,6 +191,10 @@ def test_redact_all_masks_secret_fields_and_strings_inside():
                            "internal_states": [{"api_key": "sk-1", "hf_token": None}]}}
     assert redact_all(doc) == {"server_info": {"api_key": "***", "launch_command": "x --api-key ***", "port": 1,
                                                "internal_states": [{"api_key": "***", "hf_token": None}]}}
+    named = {"apiKey": "a", "hfToken": "b", "accessToken": "c", "HF_TOKEN": "d", "client_secret": "e", "passwd": "f",
+             "max_tokens": "10", "token_usage": "0.1", "keyring": "x"}
+    assert redact_all(named) == {**dict.fromkeys(list(named)[:6], "***"), "max_tokens": "10", "token_usage": "0.1",
+                                 "keyring": "x"}
 
 
 def test_the_unit_passes_the_placeholder_to_the_launcher_not_the_key():
