@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -402,6 +403,23 @@ def test_hub_offline_without_index_computes(tmp_path: Path) -> None:
 def test_hub_offline_and_not_cached(tmp_path: Path) -> None:
     doc = hub_load("Qwen/Qwen3-8B", tmp_path, HF_HUB_CACHE=str(tmp_path / "empty"), HF_HUB_OFFLINE="1")
     assert doc == {"error": "Qwen/Qwen3-8B is not in the local HF cache and the Hub can't be reached (offline)"}
+
+
+def test_hub_unreachable_and_not_cached_is_told_at_once(tmp_path: Path) -> None:
+    """A Hub that refuses connections (an air-gapped host's): one look, no retries (huggingface_hub's
+    own download retries five times over 23 s, logging each to stderr), and the reason in the line."""
+    with socket.socket() as s:  # a port of this machine that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    clean.update({"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": closed,
+                  "HF_HUB_CACHE": str(tmp_path / "empty")})
+    done = subprocess.run([sys.executable, "-c", LOAD, "Qwen/Qwen3-8B"], env=clean, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
+    assert error.startswith(f"Qwen/Qwen3-8B is not in the local HF cache and the Hub can't be reached ({closed}: ")
+    assert "\n" not in error and "Retrying" not in done.stderr and "thrown while requesting" not in done.stderr
 
 
 class FakeHub(http.server.BaseHTTPRequestHandler):

@@ -870,9 +870,21 @@ def _hub_settings() -> tuple[str, bool]:
     return os.path.expandvars(os.path.expanduser(cache)), offline
 
 
+def _hub_host() -> str:
+    """The Hub's address as huggingface_hub uses it (HF_ENDPOINT, read at its import)."""
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return (text[:200] + "…" if len(text) > 200 else text) or type(e).__name__
+
+
 def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
     import httpx2
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -888,6 +900,16 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
         offline = offline_now
     unreachable = f"{repo} is not in the local HF cache and the Hub can't be reached (offline)"
     try:
+        if not offline and not isinstance(try_to_load_from_cache(repo, CONFIG_FILE, cache_dir=cache_dir), str):
+            # Not cached: one look at the Hub first, without retries. hf_hub_download retries a
+            # connection that fails for a file it lacks five times over 23 s, each retry logged to
+            # stderr; a host that cannot resolve or reach the Hub (an air-gapped GPU box) is told so
+            # at once, with the reason.
+            try:
+                get_hf_file_metadata(hf_hub_url(repo, CONFIG_FILE))
+            except httpx2.ConnectError as e:
+                raise ModelError(f"{repo} is not in the local HF cache and the Hub can't be reached "
+                                 f"({_hub_host()}: {_one_line(e)})") from None
         config_file = hf_hub_download(repo, CONFIG_FILE, local_files_only=offline, cache_dir=cache_dir)
     except GatedRepoError:
         raise ModelError(
