@@ -264,13 +264,14 @@ def print_plan(facts, plan) -> None:
     from rich.syntax import Syntax
     from rich.text import Text
 
-    from ..tui.plan_view import facts_line, fit_bars, launch_text, parts_text, rules_table
+    from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 
     console = Console()
     console.print(Panel(facts_line(facts), title=f"[b]{facts.id}[/b]", title_align="left"))
     verdict_style = "green" if plan.fit.fits else "red"
     console.print(Panel(Group(Text(plan.fit.verdict, style=f"bold {verdict_style}"), fit_bars(plan)),
-                        title=f"fit on {plan.host or 'offline'}: TP{plan.tp}, GPUs {','.join(map(str, plan.gpu_ids))}",
+                        title=f"fit on {plan.host or 'offline'}: TP{plan.tp}, {where_text(plan)}"
+                        if not (plan.members or plan.replicas) else f"fit: TP{plan.tp} on {where_text(plan)}",
                         title_align="left"))
     where = (f"reuse the complete copy at {plan.model_path}" if plan.reuse_existing
              else f"download into {plan.download_dir}" if plan.download_dir else "download into the host's HF cache")
@@ -278,7 +279,7 @@ def print_plan(facts, plan) -> None:
     # where the version and the flags come from inside the panel: a title is cut at 80 columns
     checked = Text(f"SGLang {plan.sglang_version} ({plan.sglang_version_source}); flags checked against "
                    f"{plan.flags_checked_against}", style="dim")
-    console.print(Panel(Group(checked, launch_text(plan)), title=f"launch (SGLang {plan.sglang_version})",
+    console.print(Panel(Group(checked, launch_text(plan)), title=launch_title(plan),
                         title_align="left"))
     parts = parts_text(plan)
     if parts is not None:

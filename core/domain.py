@@ -407,8 +407,8 @@ class Plan(Struct, kw_only=True):
         if len({m.host for m in self.members}) != n:
             raise Invalid("members: each node on its own host")
         if self.tp % n or any(len(m.gpu_ids) != self.tp // n for m in self.members):
-            raise Invalid(f"members: TP {self.tp} over {n} nodes is {self.tp // n if not self.tp % n else '?'} "
-                          "GPU(s) on each")
+            raise Invalid(f"members: TP {self.tp} over {n} nodes is "
+                          f"{gpus(self.tp // n) if not self.tp % n else '? GPUs'} on each")
         for m in self.members:
             try:
                 validate_host_name(m.host)
@@ -526,7 +526,12 @@ class Plan(Struct, kw_only=True):
         head = [self.python or "python3"]
         if self.uses_api_key:
             head.append(launch_script or self.launch_script)
-        return [*head, "-m", "sglang_router.launch_router" if self.replicas else "sglang.launch_server", *self.argv]
+        return [*head, "-m", self.module, *self.argv]
+
+    @property
+    def module(self) -> str:
+        """What the command line runs: SGLang's server, or for replicas the router in front of them."""
+        return "sglang_router.launch_router" if self.replicas else "sglang.launch_server"
 
     @property
     def launch_script(self) -> str:
@@ -622,6 +627,11 @@ def convert(data: Any, type_: Any, source: str) -> Any:
         return msgspec.convert(data, type_)
     except msgspec.ValidationError as exc:
         raise Invalid(f"{source}: {_one_line(str(exc))}") from None
+
+
+def gpus(n: int) -> str:
+    """"1 GPU", "4 GPUs"."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
 def _one_line(text: str) -> str:

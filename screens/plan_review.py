@@ -26,7 +26,7 @@ from ..core.planning.like import load_previous
 from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
-from ..tui.plan_view import facts_line, fit_bars, launch_text, parts_text, rules_table
+from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 from ..tui.widgets import KeyFooter, TextView
 
 
@@ -68,7 +68,7 @@ class PlanReviewScreen(GpuopsScreen):
             yield TextView(id="plan-facts")
             yield TextView(id="plan-verdict")
             yield Static(id="plan-bars")
-            yield Static("Launch", classes="section")
+            yield Static("Launch", classes="section", id="plan-launch-title")
             yield Static(id="plan-launch")
             yield Static("", classes="section", id="plan-parts-title")
             yield TextView(id="plan-parts")
@@ -105,11 +105,11 @@ class PlanReviewScreen(GpuopsScreen):
             return
         plan = self.plan
         fit = plan.fit
-        where = (" + ".join(f"{m.host} GPUs {','.join(map(str, m.gpu_ids))}" for m in plan.members) if plan.members
-                 else f"GPUs {','.join(map(str, plan.gpu_ids))}")
-        verdict.set(Text(f"TP{plan.tp} on {where} · SGLang {plan.sglang_version}: "
+        verdict.set(Text(f"TP{plan.tp} on {where_text(plan)} · SGLang {plan.sglang_version}: "
                          f"{fit.verdict if fit else '?'}", style="bold green" if fit and fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
+        title = launch_title(plan)
+        self.query_one("#plan-launch-title", Static).update(title[:1].upper() + title[1:])
         self.query_one("#plan-launch", Static).update(launch_text(plan))
         self.query_one("#plan-rules", Static).update(rules_table(plan))
         parts = parts_text(plan)

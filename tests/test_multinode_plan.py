@@ -42,7 +42,7 @@ def test_tp8_over_two_4_gpu_nodes():
     assert "--nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.1:5000" in argv and plan.dist_init_addr == "10.0.0.1:5000"
     assert [(m.host, m.node_rank, m.gpu_ids) for m in plan.members] == [("gpu1", 0, (0, 1, 2, 3)),
                                                                           ("gpu2", 1, (0, 1, 2, 3))]
-    assert plan.fit.fits and "4 GPU(s) on each of 2 nodes" in plan.fit.verdict
+    assert plan.fit.fits and "4 GPUs on each of 2 nodes" in plan.fit.verdict
     ids = [r.id for r in plan.rules]
     assert "multi-node" in ids and "nccl-interface" in ids and "mtp" in ids
     # each node's own launch: its host, GPUs and node rank; node 0's NCCL interface stays node 0's
@@ -72,7 +72,7 @@ def test_busy_gpus_are_avoided_on_each_node():
 
 @pytest.mark.parametrize("nodes, wishes, says", [
     (lambda: [*two(), Node(target("gpu3"), "10.0.0.3")], Wishes(tp=8), "does not split evenly over 3 nodes"),
-    (lambda: two(), Wishes(tp=16), r"needs 8 GPU\(s\) on each: gpu1 has 4, gpu2 has 4"),
+    (lambda: two(), Wishes(tp=16), r"needs 8 GPUs on each: gpu1 has 4, gpu2 has 4"),
     (lambda: two()[:1], Wishes(tp=4), "two or more hosts"),
     (lambda: [two()[0], two()[0]], Wishes(tp=8), "distinct inventory host"),
     (lambda: two(), Wishes(tp=8, gpu_ids=(0, 1, 2, 3)), "GPU ids name one host's GPUs"),
@@ -105,7 +105,7 @@ def test_the_rendezvous_port_moves_off_a_taken_one():
     (lambda d: d["members"].reverse(), "node ranks must be 0..1 in order"),
     (lambda d: d.update(dist_init_addr="10.9.9.9:1"), "dist_init_addr"),
     (lambda d: d["members"][1].update(host=d["members"][0]["host"]), "each node on its own host"),
-    (lambda d: d["members"][1].update(gpu_ids=[0, 1]), r"GPU\(s\) on each"),
+    (lambda d: d["members"][1].update(gpu_ids=[0, 1]), r"GPUs on each"),
     (lambda d: d["members"][1]["env"].update({"1BAD": "x"}), "not an environment variable name"),
     (lambda d: d["members"][1].update(host="a b"), "members"),
 ])

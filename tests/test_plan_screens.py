@@ -54,6 +54,7 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
         await app.push_screen(screen)
         await pilot.pause(0.2)
         assert "TP4" in verdict(app) and "fits at TP4" in verdict(app)
+        assert str(screen.query_one("#plan-launch-title").render()) == "Launch (SGLang 0.5.23)"
         ids = [r.id for r in screen.plan.rules]
         assert "mtp" in ids and "mamba-extra-buffer" in ids and "tool-call-parser" in ids
         await pilot.press("minus")

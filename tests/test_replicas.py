@@ -69,6 +69,29 @@ def test_the_replicas_take_tp_gpus_each_and_too_many_are_refused_in_one_line():
         _replicated(2, gpu_ids=(0, 1))
 
 
+def test_a_replicated_plan_is_shown_as_the_router_it_launches_over_the_replicas_gpus(capsys):
+    """`gpuops plan --replicas` and the plan review show the router's own command line (not SGLang's
+    server with the router's flags), and where the replicas run (not an empty GPU list)."""
+    from gpuops.cli.plan import print_plan
+    from gpuops.tui.plan_view import fit_bars, launch_text, launch_title, where_text
+
+    plan = _replicated(2, tp=2, name="duo")
+    assert launch_text(plan).plain.startswith(f"{plan.python} -m sglang_router.launch_router \\\n  --worker-urls")
+    assert all(f"\\\n{r.python} -m sglang.launch_server \\" in launch_text(r).plain for r in plan.replicas)  # after its env
+    assert launch_title(plan) == "router (sglang-router)" and launch_title(plan.replicas[0]).startswith("launch (SGLang")
+    assert where_text(plan) == "2 replicas: gpu1 GPUs 0,1, gpu1 GPUs 2,3"
+    assert where_text(plan.replicas[1]) == "GPUs 2,3"
+    from rich.console import Console
+
+    console = Console(width=100, record=True)
+    console.print(fit_bars(plan))
+    assert [line.split()[0] for line in console.export_text().splitlines()[:-1]] == ["GPU0", "GPU1"]  # one replica's
+    print_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), plan)
+    shown = capsys.readouterr().out
+    assert "fit: TP2 on 2 replicas: gpu1 GPUs 0,1, gpu1 GPUs 2,3" in shown and "router (sglang-router)" in shown
+    assert "-m sglang_router.launch_router" in shown and "-m sglang.launch_server" not in shown
+
+
 def test_replicas_beyond_loopback_and_their_router_share_one_api_key():
     """A host whose serve_host is beyond loopback: each replica is keyed, and the router carries the
     key (sglang-router's --api-key: it checks clients with it and sends it to the replicas)."""

@@ -43,7 +43,7 @@ def fit_bars(plan, width: int = 48) -> Group:
     fit = plan.fit
     total = max(1, fit.gpu_memory_bytes)
     rows = []
-    for gpu in plan.gpu_ids:
+    for gpu in plan_gpus(plan):
         parts = [
             (fit.weights_per_gpu_bytes, "█", "bold magenta"),
             (fit.state_cache_per_gpu_bytes, "█", "cyan"),
@@ -67,13 +67,36 @@ def fit_bars(plan, width: int = 48) -> Group:
     return Group(*rows, legend)
 
 
+def plan_gpus(plan) -> list[int]:
+    """The GPUs one server of the plan uses (node 0's; the first replica's: each is fitted alike)."""
+    return list(plan.replicas[0].gpu_ids if plan.replicas else plan.gpu_ids)
+
+
+def where_text(plan) -> str:
+    """Where the plan's servers run, one line: "GPUs 0,1", "gpu1 GPUs 0-3 + gpu2 GPUs 0-3" (the nodes),
+    "2 replicas: gpu1 GPUs 0, gpu1 GPUs 1"."""
+    def gpus(ids) -> str:
+        return "GPUs " + ",".join(map(str, ids))
+
+    if plan.members:
+        return " + ".join(f"{m.host} {gpus(m.gpu_ids)}" for m in plan.members)
+    if plan.replicas:
+        return f"{len(plan.replicas)} replicas: " + ", ".join(f"{r.host} {gpus(r.gpu_ids)}" for r in plan.replicas)
+    return gpus(plan.gpu_ids)
+
+
+def launch_title(plan) -> str:
+    """The launch command's title: the router's for replicas (the replicas' own are in the parts)."""
+    return "router (sglang-router)" if plan.replicas else f"launch (SGLang {plan.sglang_version})"
+
+
 def launch_text(plan) -> Text:
     out = Text()
     for k, v in sorted(plan.env.items()):
         out.append(f"{k}={v} ", style="yellow")
     if plan.env:
         out.append("\\\n")
-    out.append(f"{plan.python} -m sglang.launch_server")
+    out.append(f"{plan.python} -m {plan.module}")
     from ..core.domain import split_flags
 
     for name, values in split_flags(plan.argv):

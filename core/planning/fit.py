@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..domain import Fit
+from ..domain import Fit, gpus
 from .flag_rules import DEFAULT_MAX_RUNNING, SPEC_MAX_RUNNING
 from .model_facts import ModelFacts
 
@@ -56,7 +56,7 @@ def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float
                 fit.verdict += f"; the smallest TP that fits is {bigger}"
                 break
         else:
-            fit.verdict += f"; no TP up to {gpu_count} GPU(s) fits"
+            fit.verdict += f"; no TP up to {gpus(gpu_count)} fits"
     return fit
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..domain import API_KEY_PLACEHOLDER, is_loopback
+from ..domain import API_KEY_PLACEHOLDER, gpus, is_loopback
 from . import sglang_versions as sv
 from .model_facts import ModelFacts, model_name
 
@@ -156,7 +156,7 @@ RULES: tuple[Rule, ...] = (
                    f"{c.wishes.served_name or served_name(c.facts)!r}" + (" (as before)" if c.wishes.served_name else "")),
     Rule("tensor-parallel", lambda c: True,
          lambda c: [("--tp-size", (str(c.tp),))],
-         lambda c: f"shard over {c.tp} GPU(s) ({', '.join(map(str, c.gpu_ids))})",
+         lambda c: f"shard over {gpus(c.tp)} ({', '.join(map(str, c.gpu_ids))})",
          env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(map(str, c.gpu_ids))}),
     Rule("bind", lambda c: True,
          lambda c: [("--host", (c.target.serve_host,)), ("--port", (str(c.wishes.port),))],

@@ -17,7 +17,7 @@ from ..config import validate_abs_path, validate_host_name
 import msgspec
 
 from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
-                      is_loopback, join_flags, replica_name)
+                      gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
 from . import sglang_versions as sv
 from .fit import compute_fit, tp_choices
@@ -200,7 +200,7 @@ def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[st
         if len(set(ids)) != len(ids):
             raise PlanError("the GPU ids list a GPU twice")
         if tp is not None and tp != len(ids):
-            raise PlanError(f"TP {tp} but the GPU ids name {len(ids)} GPU(s): they must match")
+            raise PlanError(f"TP {tp} but the GPU ids name {gpus(len(ids))}: they must match")
         return len(ids), tuple(ids)
     busy = {g.index for g in target.gpus if g.processes > 0}
     free_first = [i for i in allowed if i not in busy] + [i for i in allowed if i in busy]
@@ -212,7 +212,7 @@ def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[st
     chosen = tuple(sorted(free_first[:want]))
     taken = [i for i in chosen if i in busy]
     if taken:
-        warnings.append(f"GPU(s) {','.join(map(str, taken))} already run processes: deploy will list them and ask")
+        warnings.append(f"GPU{'s' if len(taken) > 1 else ''} {','.join(map(str, taken))} already run processes: deploy will list them and ask")
     return want, chosen
 
 
@@ -407,7 +407,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     g = tp // n
     short = [f"{h} has {c}" for h, c, in zip(hosts, per_node) if c < g]
     if short:
-        raise PlanError(f"TP{tp} over {n} nodes needs {g} GPU(s) on each: {', '.join(short)} for gpuops")
+        raise PlanError(f"TP{tp} over {n} nodes needs {gpus(g)} on each: {', '.join(short)} for gpuops")
 
     warnings: list[str] = []
     picked: list[tuple[int, ...]] = []
@@ -450,7 +450,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
         members.append(Member(host=str(node.target.host), node_rank=rank, gpu_ids=ids, python=node.target.python,
                               launcher=node.target.launcher, env=env,  # type: ignore[arg-type]
                               port=plan.port if rank == 0 else _member_port(node.target, plan.port + rank, dist_port)))
-    why = (f"TP{tp} over {n} nodes, {g} GPU(s) each ({', '.join(f'{h}: {_ids(i)}' for h, i in zip(hosts, picked))}); "
+    why = (f"TP{tp} over {n} nodes, {gpus(g)} each ({', '.join(f'{h}: {_ids(i)}' for h, i in zip(hosts, picked))}); "
            f"node 0 ({t0.host}) holds the rendezvous at {dist}; each node's own --node-rank")
     per_node_rules = [RuleFired("tensor-parallel", f"shard over {tp} GPUs: {g} on each of {n} nodes (each node's "
                                 "CUDA_VISIBLE_DEVICES: its own GPUs)", ["--tp-size", str(tp)])
@@ -467,7 +467,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
         warnings.append(f"flags unknown to SGLang {plan.sglang_version}: {', '.join(unknown)}")
     fit = plan.fit
     if fit is not None:
-        fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" ({g} GPU(s) on each of {n} nodes)")
+        fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" ({gpus(g)} on each of {n} nodes)")
     like = plan.like
     if like is not None:  # the node flags and each node's GPUs are set here again, per node
         like = msgspec.structs.replace(like, diff=tuple(
