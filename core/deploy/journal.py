@@ -304,6 +304,15 @@ def _field_text(value: Any) -> str:
 
 
 _decode = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
+# A terminal's control sequences (colours and the like: ESC [ … final byte, and two-byte escapes): a
+# server that colours its log (sglang-router does, through tracing) writes them into the journal too
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
+
+
+def shown(text: str) -> str:
+    """A log line as gpuops keeps and shows it: terminal escape sequences dropped (before the
+    secrets are looked for: a colour code inside a secret would hide it), secrets masked."""
+    return redact(_ESCAPES.sub("", text) if "\x1b" in text else text)
 
 
 class _Entry(msgspec.Struct, gc=False):
@@ -345,7 +354,10 @@ def parse_journal_line(line: str | bytes) -> Record:
     priority = _PRIORITIES.get(e.priority)
     if not cursor or priority is None or not raw_ts.isdigit():  # (each a rare case the general way says)
         return _parse_entry(line)
-    return Record(redact(e.message), int(raw_ts) / 1e6, cursor, None, "journal", priority)
+    text = e.message
+    if "\x1b" in text:  # shown(), its test inline (nearly every line has no escape)
+        text = _ESCAPES.sub("", text)
+    return Record(redact(text), int(raw_ts) / 1e6, cursor, None, "journal", priority)
 
 
 def _parse_entry(line: str | bytes) -> Record:
@@ -368,7 +380,7 @@ def _parse_entry(line: str | bytes) -> Record:
         if raw_prio.isdigit():
             priority = int(raw_prio)
     message = entry.message
-    return Record(redact(message if type(message) is str else _field_text(message)), ts, cursor, None, "journal",
+    return Record(shown(message if type(message) is str else _field_text(message)), ts, cursor, None, "journal",
                   priority)
 
 
@@ -391,7 +403,7 @@ def _parse_journal_json(line: str | bytes) -> Record:
         priority = int(raw_prio)
     message = obj.get("MESSAGE")
     return Record(
-        text=redact(message if type(message) is str else _field_text(message)),
+        text=shown(message if type(message) is str else _field_text(message)),
         ts=ts,
         cursor=cursor,
         offset=None,
@@ -691,7 +703,7 @@ class FileFollower(_Follower):
                 text = "".join(self._pieces) + text
                 self._pieces = []
             self._missing = False
-            return Record(text=redact(text), ts=None, cursor=None, offset=obj[0], source="file")
+            return Record(text=shown(text), ts=None, cursor=None, offset=obj[0], source="file")
         if not isinstance(obj, dict):
             raise ValueError("a frame is a list or an object")
         if "c" in obj:
@@ -729,7 +741,7 @@ class FileFollower(_Follower):
             part, at = obj.get("text"), obj.get("offset")
             if not isinstance(part, str) or not isinstance(at, int):
                 raise ValueError("a partial frame holds offset and text")
-            return Record(text=redact(part), ts=None, cursor=None, offset=at, source="file", notice="partial")
+            return Record(text=shown(part), ts=None, cursor=None, offset=at, source="file", notice="partial")
         raise ValueError(f"unknown frame {line[:80]!r}")
 
     def _deliver(self, rec: Record) -> None:
