@@ -254,9 +254,10 @@ class DeploymentScreen(GpuopsScreen):
         else:
             out = Text(f"Nodes ({plan.nnodes}, rendezvous {plan.dist_init_addr})\n", style="bold")
             rows = [(member_name(plan.name, m.node_rank), f"node {m.node_rank} {m.host}", False) for m in plan.members]
-        for name, where, lost in rows:
+        wide = max(len(name) for name, _, _ in rows), max(len(where) for _, where, _ in rows)
+        for name, where, lost in rows:  # (as wide as the names and places are: the pane is narrow)
             state = self.view.state if name == plan.name else self._state_of(name)
-            out.append(f"  {name:<18} {where:<22} ")
+            out.append(f"  {name:<{wide[0]}}  {where:<{wide[1]}}  ")
             out.append(state, style="green" if state == "ready" else "red" if state in ("crashed", "stalled") else "")
             if lost:
                 out.append("  lost (router)", style="bold red")

@@ -1,8 +1,9 @@
 """Plan review: the fit per GPU, every flag with its reason, the diff against `--like`; change
 TP, features, the name, port, GPUs, memory fraction, bind address, flags and env (`e`: one line,
 validated, see gpuops.core.planning.edits) and see the verdict update; `nodes H2,…` makes it one
-SGLang over several hosts (this one node 0). Ends in Deploy, which shows what will happen (fits?,
-the download, port, bind, what runs on those GPUs, the nodes) and asks first."""
+SGLang over several hosts (this one node 0), `replicas K [H2,…]` K servers behind sglang-router (on
+this host, or round it and the others). Ends in Deploy, which shows what will happen (fits?, the
+download, port, bind, what runs on those GPUs, the nodes or replicas) and asks first."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ..core.planning import PlanError
 from ..core import units
 from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
-from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan
+from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan, build_replicated_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
@@ -59,7 +60,9 @@ class PlanReviewScreen(GpuopsScreen):
         self.plan: Plan | None = None
         self.error: str | None = None
         self.edits: list[Edit] = []  # the operator's flag/env changes, applied to every rebuild
-        self.nodes: tuple[Node, ...] = ()  # the other nodes of a multi-node plan (node 0: this target)
+        self.nodes: tuple[Node, ...] = ()  # the other nodes of a multi-node plan (node 0: this target), or
+        # with replicas the other hosts the replicas go round
+        self.replicas = 0  # K servers behind sglang-router (0: one server, or one over the nodes)
         self._input_mode = "like"
 
     def compose(self) -> ComposeResult:
@@ -91,7 +94,7 @@ class PlanReviewScreen(GpuopsScreen):
 
     def rebuild(self) -> None:
         try:
-            self.plan = apply_edits(self._build(self.target, self.wishes, self.nodes), self.edits)
+            self.plan = apply_edits(self._build(self.target, self.wishes, self.nodes, self.replicas), self.edits)
             self.error = None
         except PlanError as exc:
             self.error = str(exc)
@@ -140,7 +143,9 @@ class PlanReviewScreen(GpuopsScreen):
     def action_tp(self, step: int) -> None:
         current = self.plan.tp if self.plan else (self.wishes.tp or 1)
         heads = self.facts.num_attention_heads
-        n = 1 + len(self.nodes)  # over several nodes TP goes in steps of the node count (SGLang splits it evenly)
+        # over several nodes TP goes in steps of the node count (SGLang splits it evenly); a replica's
+        # TP is on one host
+        n = 1 if self.replicas else 1 + len(self.nodes)
         gpus = n * min(len(t.gpus) for t in (self.target, *(node.target for node in self.nodes))) or 1
         tp = current
         while True:
@@ -172,7 +177,7 @@ class PlanReviewScreen(GpuopsScreen):
 
     def action_edit(self) -> None:
         self._open_input("edit", "name N · port N · tp N · gpus 0,1 · mem 0.85 · bind ADDR · nodes H2,… · "
-                         "flag --X [V] · -flag --X · env K=V · -env K")
+                         "replicas K [H2,…] · flag --X [V] · -flag --X · env K=V · -env K")
 
     @on(Input.Submitted, "#like-input")
     def _line_given(self, event: Input.Submitted) -> None:
@@ -195,6 +200,13 @@ class PlanReviewScreen(GpuopsScreen):
             if kind == "nodes":
                 self.read_nodes(value, text)
                 return True
+            if kind == "replicas":
+                count, hosts = value
+                self.read_nodes(hosts, text, replicas=count)
+                return True
+            if kind == "wish" and self.replicas and value.get("gpu_ids") is not None:
+                raise PlanError("gpus: each replica's GPUs are the planner's (tp N sets how many; replicas - for "
+                                "one server)")
             if kind == "wish":
                 wishes = replace(wishes, **value)
             elif kind == "bind":
@@ -203,7 +215,7 @@ class PlanReviewScreen(GpuopsScreen):
                 if self.plan is None:
                     raise PlanError("no plan to change: fix the error above first")
                 edits = with_edit(self.plan, edits, value)
-            plan = apply_edits(self._build(target, wishes, self.nodes), edits)
+            plan = apply_edits(self._build(target, wishes, self.nodes, self.replicas), edits)
         except PlanError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return False
@@ -212,7 +224,9 @@ class PlanReviewScreen(GpuopsScreen):
         self.notify(f"changed: {text}")
         return True
 
-    def _build(self, target: Target, wishes: Wishes, nodes: tuple[Node, ...]) -> Plan:
+    def _build(self, target: Target, wishes: Wishes, nodes: tuple[Node, ...], replicas: int) -> Plan:
+        if replicas:
+            return build_replicated_plan(self.facts, [self._node(target), *nodes], wishes, replicas)
         if not nodes:
             return build_plan(self.facts, target, wishes)
         return build_multinode_plan(self.facts, [self._node(target), *nodes], wishes)
@@ -228,35 +242,51 @@ class PlanReviewScreen(GpuopsScreen):
         return Node(target, cfg.reachable_addr, cfg.nccl_interface)
 
     @work(exclusive=True, group="nodes")
-    async def read_nodes(self, names: tuple[str, ...], text: str, tp: int | None = None) -> None:
-        """`nodes H2,…`: read each host as the model picker reads this one (its GPUs, disks, SGLang,
-        the ports its deployments hold), then plan over them all; on any error the plan stays."""
+    async def read_nodes(self, names: tuple[str, ...], text: str, tp: int | None = None, replicas: int = 0) -> None:
+        """`nodes H2,…` (or `replicas K H2,…`): read each host as the model picker reads this one (its
+        GPUs, disks, SGLang, the ports its deployments hold), then plan over them all (one SGLang over
+        the nodes, or K replicas round the hosts); on any error the plan stays."""
         from ..core.hosts.host import HostError
+        word = "replicas" if replicas else "nodes"
         nodes: list[Node] = []
         try:
-            self._node(self.target)  # node 0 first: an offline plan has no nodes to add
+            self._node(self.target)  # this host first: an offline plan has no hosts to add
+            if replicas and self.wishes.like is not None:
+                raise PlanError("replicas: a plan like an earlier deployment is one server (plan it, deploy, then "
+                                "replicas of a new plan)")
             for name in names:
                 if name == self.target.host:
-                    raise PlanError(f"nodes: {name} is node 0 already (name the other hosts)")
+                    raise PlanError(f"{word}: {name} is {'this host' if replicas else 'node 0'} already (name the "
+                                    "other hosts)")
                 host = self.app.monitor.hosts.get(name)  # type: ignore[attr-defined]
                 if host is None:
                     known = ", ".join(h for h in self.app.monitor.hosts if h != self.target.host)  # type: ignore[attr-defined]
-                    raise PlanError(f"nodes: unknown host {name!r} (others in the inventory: {known or 'none'})")
+                    raise PlanError(f"{word}: unknown host {name!r} (others in the inventory: {known or 'none'})")
                 self.notify(f"reading {name}'s GPUs, disks and SGLang…")
                 nodes.append(self._node(await self.app.ops.read_target(host)))  # type: ignore[attr-defined]
-            wishes = replace(self.wishes, gpu_ids=None, tp=tp) if bool(nodes) != bool(self.nodes) or tp else self.wishes
-            plan = apply_edits(self._build(self.target, wishes, tuple(nodes)), self.edits)
+            # a new layout (one server, nodes, replicas) starts from the planner's own TP and GPUs
+            changed = bool(nodes) != bool(self.nodes) or bool(replicas) != bool(self.replicas)
+            wishes = replace(self.wishes, gpu_ids=None, tp=tp) if changed or tp else self.wishes
+            if replicas and wishes.gpu_ids is not None:
+                wishes = replace(wishes, gpu_ids=None)
+            plan = apply_edits(self._build(self.target, wishes, tuple(nodes), replicas), self.edits)
         except PlanError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return
         except HostError as exc:
             self.notify(f"{exc.message}" + (f" — {exc.hint}" if exc.hint else ""), severity="error", timeout=8)
             return
-        self.nodes, self.wishes, self.plan, self.error = tuple(nodes), wishes, plan, None
+        self.nodes, self.replicas, self.wishes, self.plan, self.error = tuple(nodes), replicas, wishes, plan, None
         self.show()
-        self.notify(f"changed: {text} (TP{plan.tp} over {plan.nnodes} nodes)" if nodes else f"changed: {text} (one host)")
+        if replicas:
+            self.notify(f"changed: {text} ({replicas} replicas of TP{plan.tp} behind sglang-router on {plan.host})")
+        else:
+            self.notify(f"changed: {text} (TP{plan.tp} over {plan.nnodes} nodes)" if nodes else f"changed: {text} (one host)")
 
     def _like(self, text: str) -> None:
+        if self.replicas:
+            self.notify("like: replicas are planned afresh (replicas - for one server, then l)", severity="error")
+            return
         try:
             previous = load_previous(text, self._stored_plan)
         except PlanError as exc:
@@ -280,10 +310,12 @@ class PlanReviewScreen(GpuopsScreen):
             return
         plan = self.plan
         busy = self._gpu_processes(plan)
-        free = self._free_gpus(plan) if busy else []
+        free = self._free_gpus(plan) if busy and not plan.replicas else []
         other = None
         question, detail = deploy_summary(plan, busy)
-        if busy and len(free) >= plan.tp:
+        if busy and plan.replicas:
+            detail += "\nend what runs there (x on the dashboard's process list), fewer replicas, or deploy beside it"
+        elif busy and len(free) >= plan.tp:
             other = f"Use free GPUs {','.join(map(str, free[:plan.tp]))}"
         elif busy:
             detail += (f"\nonly {len(free)} of the GPUs are free for TP {plan.tp}: end what runs there (x on the "
@@ -305,7 +337,10 @@ class PlanReviewScreen(GpuopsScreen):
         return state.snapshot if state is not None else None
 
     def _gpu_processes(self, plan: Plan) -> list[str]:
-        """What runs on the plan's GPUs now, from the dashboard's samples of the host."""
+        """What runs on the plan's GPUs now, from the dashboard's samples of the host (a router's
+        plan: of each replica's host, the host named)."""
+        if plan.replicas:
+            return [f"{r.host} {line}" for r in plan.replicas for line in self._gpu_processes(r)]
         snap = self._snapshot(plan)
         if snap is None:
             return []
@@ -332,15 +367,26 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     fits = fit is None or fit.fits
     lines = [f"fit: {fit.verdict if fit else 'not checked'}"]
     size = (plan.model.checkpoint_bytes or 0) / 1e9
-    if plan.reuse_existing:
-        lines.append(f"weights: {plan.model_path} (already there, nothing to download)")
-    elif not plan.download_dir:
-        lines.append(f"weights: download {size:.1f} GB into {plan.host}'s HF cache (no model dir takes it)")
-    else:
-        lines.append(f"weights: download {size:.1f} GB into {plan.model_path}")
+    # a router's weights: each host's first replica's (the replicas on one host share its copy)
+    firsts: dict[str | None, Plan] = {}
+    for r in plan.replicas:
+        firsts.setdefault(r.host, r)
+    for server in list(firsts.values()) or [plan]:
+        on = f" on {server.host}" if plan.replicas else ""
+        if server.reuse_existing:
+            lines.append(f"weights{on}: {server.model_path} (already there, nothing to download)")
+        elif not server.download_dir:
+            lines.append(f"weights{on}: download {size:.1f} GB into {server.host}'s HF cache (no model dir takes it)")
+        else:
+            lines.append(f"weights{on}: download {size:.1f} GB into {server.model_path}")
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
                  + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
-    if plan.members:
+    if plan.replicas:
+        lines.append(f"{len(plan.replicas)} replicas behind sglang-router on {plan.host}, started one after the other, "
+                     "then the router:")
+        lines += [f"  {r.name}: {r.host} GPUs {','.join(map(str, r.gpu_ids))} (TP {r.tp}) · port {r.port} · "
+                  f"{r.launcher} launcher" for r in plan.replicas]
+    elif plan.members:
         lines.append(f"TP {plan.tp} over {plan.nnodes} nodes, started node 0 first (rendezvous {plan.dist_init_addr}):")
         lines += [f"  node {m.node_rank}: {m.host} GPUs {','.join(map(str, m.gpu_ids))} · {m.launcher} launcher"
                   for m in plan.members]
@@ -353,7 +399,8 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     warn = [] if fits else ["DOES NOT FIT"]
     if busy:
         warn.append("GPUs in use")
-    question = f"Deploy {plan.name} ({plan.model.id}) on {plan.host}?" + (f"  [{', '.join(warn)}]" if warn else "")
+    what = f"{len(plan.replicas)} replicas of {plan.model.id} and their router" if plan.replicas else plan.model.id
+    question = f"Deploy {plan.name} ({what}) on {plan.host}?" + (f"  [{', '.join(warn)}]" if warn else "")
     return question, "\n".join(lines)
 
 

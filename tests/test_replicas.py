@@ -92,6 +92,34 @@ def test_a_replicated_plan_is_shown_as_the_router_it_launches_over_the_replicas_
     assert "-m sglang_router.launch_router" in shown and "-m sglang.launch_server" not in shown
 
 
+def test_the_replicas_edit_is_read_in_one_line_and_flag_edits_go_to_each_replica():
+    """Plan review's `replicas K [H2,…]`: a count and the other hosts, or - for one server; anything
+    else one line. A flag or env edit of a replicated plan is each replica's (SGLang's flags), never
+    the router's command line."""
+    from gpuops.core.planning.edits import EditError, apply, parse, with_edit
+
+    assert parse("replicas 3") == ("replicas", (3, ()))
+    assert parse("replicas 2 gpu2,gpu3") == ("replicas", (2, ("gpu2", "gpu3")))
+    assert parse("replicas -") == ("replicas", (0, ()))
+    for bad, said in [("replicas", "a count 2..16"), ("replicas 1", "a count 2..16"), ("replicas 17", "2..16"),
+                      ("replicas two", "2..16"), ("replicas 2 gpu2,gpu2", "replicas: each host once"),
+                      ("replicas 2 -", "replicas: "), ("replicas 2 a b", "a count")]:
+        with pytest.raises(EditError, match=said):
+            parse(bad)
+    plan = _replicated(2, name="duo")
+    _, chunk = parse("flag --chunked-prefill-size 4096")
+    _, env = parse("env NCCL_DEBUG=INFO")
+    edits = with_edit(plan, with_edit(plan, [], chunk), env)
+    edited = apply(plan, edits)
+    assert edited.argv == plan.argv and edited.env == plan.env  # the router's own: as planned
+    for r in edited.replicas:
+        argv = r.exec_argv()
+        assert argv[argv.index("--chunked-prefill-size") + 1] == "4096" and r.env["NCCL_DEBUG"] == "INFO"
+    assert edited.rules[-1].id == "you" and "--chunked-prefill-size 4096" in edited.rules[-1].adds
+    with pytest.raises(EditError, match="the plan has no --max-running-requests"):
+        with_edit(plan, [], parse("-flag --max-running-requests")[1])
+
+
 def test_replicas_beyond_loopback_and_their_router_share_one_api_key():
     """A host whose serve_host is beyond loopback: each replica is keyed, and the router carries the
     key (sglang-router's --api-key: it checks clients with it and sends it to the replicas)."""
@@ -315,6 +343,73 @@ def _server_pids(root: Path, port: int) -> list[int]:
                 b" ".join(argv) + environ:
             pids.append(int(proc.name))
     return pids
+
+
+async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_router(rep, monkeypatch):
+    """The TUI's way to replicas: on plan review `e` then `replicas 2` plans two servers on the host's
+    GPUs behind sglang-router (the router's command line shown, where each replica runs); `gpus` is
+    refused in one line with the plan as it was; `d` lists the replicas and asks; yes deploys both
+    and the real router, and the router's deployment screen counts both replicas healthy."""
+    from gpuops.core.config import load_inventory
+    from gpuops.core.planning.hostfacts import read_target
+    from gpuops.core.planning.model_facts import load_model_facts
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.deployment import DeploymentScreen
+    from gpuops.screens.plan_review import PlanReviewScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import screen_text, until
+
+    cfg, env, root = rep
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(key, env[key])
+    app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        screen = PlanReviewScreen(load_model_facts("Qwen/Qwen3-8B"), await read_target(app.monitor.hosts["gpu1"]),
+                                  Wishes(name="trio"))
+        await app.push_screen(screen)
+        assert await until(pilot, lambda: screen.plan is not None), screen.error
+        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+
+        async def edit(line: str) -> None:
+            await pilot.press("e", *line, "enter")
+
+        await edit("replicas 2")
+        assert await until(pilot, lambda: screen.plan is not None and len(screen.plan.replicas) == 2, timeout=60), said()
+        plan = screen.plan
+        assert [r.gpu_ids for r in plan.replicas] == [(0,), (1,)] and plan.tp == 1
+        assert screen.query_one("#plan-verdict").text.plain.startswith("TP1 on 2 replicas: gpu1 GPUs 0, gpu1 GPUs 1")
+        assert str(screen.query_one("#plan-launch-title").render()) == "Router (sglang-router)"
+        assert "-m sglang_router.launch_router" in str(screen.query_one("#plan-launch").render())
+        assert "2 replicas behind sglang-router" in str(screen.query_one("#plan-parts-title").render())
+        await pilot.press("plus")  # TP per replica: TP2 each, on GPUs 0,1 and 2,3
+        assert await until(pilot, lambda: [r.gpu_ids for r in screen.plan.replicas] == [(0, 1), (2, 3)])
+        await pilot.press("minus")
+        assert await until(pilot, lambda: screen.plan.tp == 1)
+        await edit("gpus 2,3")
+        assert await until(pilot, lambda: any("each replica's GPUs are the planner's" in m for m in said()))
+        assert [r.gpu_ids for r in screen.plan.replicas] == [(0,), (1,)]
+        await pilot.press("d")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        box = app.screen
+        assert box.question.startswith("Deploy trio (2 replicas of Qwen/Qwen3-8B and their router) on gpu1?")
+        assert "trio-r1: gpu1 GPUs 0 (TP 1)" in box.detail and "trio-r2: gpu1 GPUs 1 (TP 1)" in box.detail, box.detail
+        await pilot.press("y")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen), timeout=60), said()
+
+        def all_ready() -> bool:
+            try:
+                return all(app.ops.deployment(n).state == "ready" for n in ("trio", "trio-r1", "trio-r2"))
+            except Exception:
+                return False
+        assert await until(pilot, all_ready, timeout=300), said()
+        import re
+
+        rows = [re.compile(r"Replicas \(2 of 2 healthy by the router\)"), re.compile(r"trio-r1  gpu1:\d+   ready"),
+                re.compile(r"trio-r2  gpu1:\d+   ready")]  # (each one line of the pane beside the phases)
+        assert await until(pilot, lambda: all(r.search(screen_text(app)) for r in rows), timeout=60), screen_text(app)
+        # the router's own log lines (sglang-router colours them) are shown without terminal escapes
+        assert await until(pilot, lambda: "http_request{method=GET" in screen_text(app), timeout=30), screen_text(app)
+        assert "\x1b" not in screen_text(app) and "[0m" not in screen_text(app)
 
 
 def test_replicas_over_several_hosts_go_round_them_with_the_key_the_router_carries():

@@ -4,6 +4,8 @@ review (or given to a script), validated before it changes anything.
     name N · port N · tp N · gpus 0,1 · mem 0.85 · bind 0.0.0.0     the planner's own choices
     nodes H2[,H3…] · nodes -                                        more hosts: one SGLang over several
                                                                     nodes (this host is node 0); - back to one
+    replicas K [H2,…] · replicas -                                  K servers behind sglang-router (on this
+                                                                    host's GPUs, or round it and H2…); - one
     flag --NAME [VALUE…] · -flag --NAME                             add/alter or drop an SGLang flag
     env NAME=VALUE · -env NAME                                      set or drop an environment variable
 
@@ -25,10 +27,11 @@ from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 from . import PlanError
 from .flag_rules import OWNED_FLAGS
 
-WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "flag", "-flag", "env", "-env")
+WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "replicas", "flag", "-flag", "env", "-env")
 _OWNED_HINT = {"--port": "port N", "--tp-size": "tp N", "--tp": "tp N", "--host": "bind ADDRESS",
                "--mem-fraction-static": "mem FRACTION", "--served-model-name": "name N (or --like)",
                "--api-key": "bind beyond loopback (gpuops keeps the key)"}
+MAX_REPLICAS = 16  # the most replicas the edit asks for
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 
@@ -55,8 +58,9 @@ class Edit:
 
 def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, Any]:
     """One typed edit: ("wish", {field: value}) for the planner's choices, ("bind", address),
-    ("nodes", (host, …)) for the other nodes of a multi-node plan (empty: one host again), ("edit",
-    Edit) for a flag or env change; EditError (one line) for anything else."""
+    ("nodes", (host, …)) for the other nodes of a multi-node plan (empty: one host again), ("replicas",
+    (K, (host, …))) for K servers behind a router on this host and those (K 0: one server again),
+    ("edit", Edit) for a flag or env change; EditError (one line) for anything else."""
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -93,6 +97,13 @@ def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, An
         return "wish", {"gpu_ids": ids, "tp": len(ids)}
     if word == "nodes":
         return "nodes", _nodes(args)
+    if word == "replicas":
+        if args == ["-"]:
+            return "replicas", (0, ())
+        if not 1 <= len(args) <= 2 or not args[0].isdigit() or not 2 <= int(args[0]) <= MAX_REPLICAS:
+            raise EditError(f"replicas takes a count 2..{MAX_REPLICAS} and the other hosts if any (replicas 2, "
+                            "replicas 4 gpu2,gpu3), or - for one server")
+        return "replicas", (int(args[0]), _nodes(args[1:], "replicas") if len(args) == 2 else ())
     if word == "mem":
         try:
             frac = float(args[0])
@@ -127,28 +138,36 @@ def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, An
     return "edit", Edit(word, name, tuple(args[1:]))
 
 
-def _nodes(args: list[str]) -> tuple[str, ...]:
-    """`nodes gpu2,gpu3`: the inventory names of the other nodes, each once; `nodes -`: none."""
+def _nodes(args: list[str], word: str = "nodes") -> tuple[str, ...]:
+    """`nodes gpu2,gpu3`: the inventory names of the other nodes, each once; `nodes -`: none. (Also
+    the other hosts of `replicas K H2,…`.)"""
     from ..config import validate_host_name
 
     if len(args) != 1:
         raise EditError("nodes takes the other hosts, comma-separated (nodes gpu2,gpu3), or - for one host")
-    if args[0] == "-":
+    if args[0] == "-" and word == "nodes":
         return ()
     names = tuple(n.strip() for n in args[0].split(","))
     try:
         names = tuple(validate_host_name(n) for n in names)
     except ValueError as exc:
-        raise EditError(f"nodes: {exc}") from None
+        raise EditError(f"{word}: {exc}") from None
     if len(set(names)) != len(names):
-        raise EditError(f"nodes: each host once, not {args[0]}")
+        raise EditError(f"{word}: each host once, not {args[0]}")
     return names
 
 
 def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:
-    """`plan` with the operator's flag and env edits (later ones win), shown as the rule "you"."""
+    """`plan` with the operator's flag and env edits (later ones win), shown as the rule "you". A
+    router's are its replicas' (SGLang's flags and env; the router's own are the planner's)."""
     if not edits:
         return plan
+    if plan.replicas:
+        replicas = [apply(r, edits) for r in plan.replicas]
+        try:
+            return plan.replace(replicas=replicas, rules=[*plan.rules, replicas[0].rules[-1]])
+        except Invalid as exc:
+            raise EditError(str(exc)) from None
     flags = split_flags(plan.argv)
     env = dict(plan.env)
     adds: list[str] = []
@@ -176,7 +195,9 @@ def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:
 
 def with_edit(plan: Plan, edits: Sequence[Edit], new: Edit) -> list[Edit]:
     """The edit list with `new` replacing any earlier edit of the same flag or variable; dropping
-    what `plan` (the plan as shown) does not have is an EditError."""
+    what `plan` (the plan as shown; a router's: its replicas') does not have is an EditError."""
+    if plan.replicas:
+        plan = plan.replicas[0]
     if new.op == "-flag" and not any(f[0] == new.name for f in split_flags(plan.argv)):
         raise EditError(f"-flag {new.name}: the plan has no {new.name}")
     if new.op == "-env" and new.name not in plan.env:

@@ -523,14 +523,14 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         t = node.target
         free = tuple(g for g in _allowed(t) if g not in used.get(t.host, set()))
         if not free:
-            raise PlanError(f"--replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
-                            f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or a smaller --tp")
+            raise PlanError(f"replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
+                            f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or a smaller TP")
         taken = {**t.ports_taken, **ours.get(node.addr, {})}
         one = replace(t, allowed_gpu_ids=free, ports_taken=taken)
         p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
         away = t.host != head.host
         if away and is_loopback(p.bind_host):
-            raise PlanError(f"--replicas: {t.host} serves on loopback only (its serve_host {p.bind_host}), so the router "
+            raise PlanError(f"replicas: {t.host} serves on loopback only (its serve_host {p.bind_host}), so the router "
                             f"on {head.host} cannot reach replica {i} there: set serve_host in [hosts.{t.host}]")
         if not p.fit or not p.fit.fits:
             raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
