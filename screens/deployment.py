@@ -168,12 +168,14 @@ class DeploymentScreen(GpuopsScreen):
         current = v.phase
         crashed = v.state == "crashed"
         ready = v.state == "ready"
-        reached = PHASES.index(current) if current in PHASES else -1
+        # a router (sglang-router in front of replicas) has no SGLang start-up: it starts, then is ready
+        phases = ("starting", "ready") if self.deployment.plan.replicas else PHASES
+        reached = phases.index(current) if current in phases else -1
         times = dict(v.phase_times(now))
         # under 120 columns two phases a line, and only the current phase's progress: the banner
         # (a crash's or a stall's findings) below them stays in view at 80x24
         narrow = self.has_class("-narrow")
-        for i, phase in enumerate(PHASES):
+        for i, phase in enumerate(phases):
             if i < reached or (phase == current and ready):
                 mark, style = "✔", "green"
             elif phase == current:

@@ -410,6 +410,9 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
         # the router's own log lines (sglang-router colours them) are shown without terminal escapes
         assert await until(pilot, lambda: "http_request{method=GET" in screen_text(app), timeout=30), screen_text(app)
         assert "\x1b" not in screen_text(app) and "[0m" not in screen_text(app)
+        # the router's own phases: it starts, then is ready (none of SGLang's start-up)
+        assert re.search(r"✔ starting +[\d.]+s", screen_text(app)) and re.search(r"✔ ready", screen_text(app))
+        assert not any(p in screen_text(app) for p in ("dist_init", "cuda_graph", "kv_cache")), screen_text(app)
 
 
 def test_replicas_over_several_hosts_go_round_them_with_the_key_the_router_carries():
