@@ -241,6 +241,8 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
             raise UsageError(f"--name: {exc}") from None
 
     made_here = not args.model.endswith(".json")
+    # beside its other nodes' (or its replicas') labelled lines, the deployment's own are labelled too
+    own = "[node 0] " if plan.members else "[router] " if plan.replicas else ""
 
     def emit(event: Any) -> None:
         if args.json:
@@ -248,7 +250,7 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
         else:
             line = describe_event(event)
             if line is not None:
-                print(line, flush=True)
+                print(own + line, flush=True)
             if made_here and getattr(event, "state", None) == "planned":
                 # what the plan made here chose on its own (a moved port, say), once it is recorded
                 # (a refusal before that stays one line)

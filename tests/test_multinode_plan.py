@@ -258,7 +258,7 @@ async def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn,
     plan = _plan(cfg, env, tmp_path, "duo")
     out = gpuops("--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--yes", env=env, timeout=300)
     assert out.returncode == 0, out.stderr + out.stdout[-3000:]
-    assert "[node 1]" in out.stdout  # node 1's events, labelled, beside node 0's
+    assert "[node 0]" in out.stdout and "[node 1]" in out.stdout  # node 1's events beside node 0's, each labelled
     node0, node1 = _status(cfg, env, "duo"), _status(cfg, env, "duo-n1")
     assert node0["state"] == "ready" and node0["host"] == "gpu1"
     assert node1["state"] == "ready" and node1["host"] == "gpu2"  # its health-check server: as ready as a node gets

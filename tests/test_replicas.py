@@ -248,6 +248,7 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
     out = gpuops("--config", str(cfg), "deploy", str(plan_file), "--host", "gpu1", "--yes", env=env, timeout=420)
     assert out.returncode == 0, out.stderr + out.stdout[-3000:]
     assert "[replica 1]" in out.stdout and "[replica 2]" in out.stdout  # each replica's events, labelled
+    assert "[router] " in out.stdout and all(ln.startswith("[") for ln in out.stdout.splitlines() if ln[:1].isdigit())
     states = {n: (_status(cfg, env, n) or {}).get("state") for n in ("trio", "trio-r1", "trio-r2")}
     assert states == {"trio": "ready", "trio-r1": "ready", "trio-r2": "ready"}, states
 
