@@ -318,13 +318,17 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
             if isinstance(exc, Refused) or not isinstance(exc, HostError):
                 raise
             d = ops.deployment(args.name)
-        return d, ops.events(d.name, run=d.run)[-50:]
+        return d, ops.events(d.name, run=d.run)[-50:], ops.parts(d)
 
-    d, events = run_use_case(inv, args, use)
+    d, events, parts = run_use_case(inv, args, use)
     if args.json:
-        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events]})
+        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events],
+                "parts": [{"name": p.name, "state": p.state, "host": p.host} for p in parts]})
     else:
         print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, run {d.run}, since {d.updated_at})")
+        kind = "node" if d.plan.members else "replica"
+        for i, p in enumerate(parts, start=1):  # the other nodes (node 0 is d) or the router's replicas
+            print(f"  {kind} {i}: {p.name} {p.state} on {p.host} (run {p.run}, since {minute(p.updated_at)})")
         for e in events:
             line = describe_event(e)
             if line is not None:

@@ -184,6 +184,21 @@ class Ops:
     def deployments(self) -> list[Deployment]:
         return self.store.deployments()
 
+    def parts(self, d: Deployment) -> list[Deployment]:
+        """The other parts of `d` that are recorded: a multi-node deployment's other nodes, a router's
+        replicas (what stop, restart and forget of `d` act on too)."""
+        return [p for p in (self.store.deployment(n) for n in d.plan.part_names) if p is not None]
+
+    def parts_said(self, d: Deployment) -> str:
+        """What else an action on `d` acts on, for its question: " and its node duo-n1 on gpu2", " and its
+        replicas trio-r1, trio-r2 on gpu1"; "" for a server of one part."""
+        parts = self.parts(d)
+        if not parts:
+            return ""
+        kind = "node" if d.plan.members else "replica"
+        hosts = sorted({p.host for p in parts})
+        return f" and its {kind}{'s' if len(parts) > 1 else ''} {', '.join(p.name for p in parts)} on {', '.join(hosts)}"
+
     async def read_target(self, host: Host) -> Target:
         """What a plan for `host` is made on: its GPUs, disks and SGLang as read now, with the ports
         of its stored deployments taken too (a planned one's server will listen on its port soon)."""
@@ -485,16 +500,16 @@ class Ops:
         self._writable("stop changes a host")
         d = self.deployment(name)
         if not confirmed:
-            raise NeedsConfirmation(f"stop {d.name} ({d.model}) on {d.host}?")
+            raise NeedsConfirmation(f"stop {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)
         await self.watches.stop(name)
         status = await (await open_launcher(host, d.plan)).stop()
         event = self.store.set_state(name, "stopped", detail=status.detail)
         self.bus.publish(name, event)
-        for member in d.plan.part_names:  # node 0 first (its shutdown reaches the others), then each node;
-            if self.store.deployment(member) is not None:  # a router first, then its replicas
-                await self.stop(member, confirmed=True)
-        return status.detail
+        said = status.detail
+        for member in self.parts(d):  # node 0 first (its shutdown reaches the others), then each node;
+            said += f"; {member.name}: {await self.stop(member.name, confirmed=True)}"  # a router first, then its replicas
+        return said
 
     async def forget(self, name: str, *, confirmed: bool = False) -> None:
         """Remove a deployment and its history from the store (asked first): refused while its
@@ -510,7 +525,8 @@ class Ops:
         if taken and d.state in ("planned", "downloading"):  # another gpuops deploys it right now
             raise Refused(taken)
         if not confirmed:
-            raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}) and its history?")
+            raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}){self.parts_said(d)} "
+                                    "and its history?")
         for member in d.plan.part_names:  # a multi-node deployment's other nodes go with it, a router's replicas
             if self.store.deployment(member) is not None:
                 await self.forget(member, confirmed=True)
@@ -525,7 +541,7 @@ class Ops:
         self._writable("a restart changes a host")
         d = self.deployment(name)
         if not confirmed:
-            raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}?")
+            raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)
         new_plan = plan or d.plan
         if new_plan.members:  # every node: stopped, then started again as a new run of each

@@ -158,20 +158,23 @@ class DeploymentsScreen(GpuopsScreen):
     def action_stop(self) -> None:
         d = self._picked()
         if d is not None:
-            self._confirmed(f"Stop {d.name} on {d.host}?", f"{d.model}, {d.state}; its server is stopped "
+            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+            self._confirmed(f"Stop {d.name} on {d.host}{also}?", f"{d.model}, {d.state}; its server is stopped "
                             f"(SIGTERM, then up to 60 s)", "Stop it", lambda: self.app.stop_deployment(d.name))  # type: ignore[attr-defined]
 
     def action_restart(self) -> None:
         d = self._picked()
         if d is not None:
-            self._confirmed(f"Restart {d.name} on {d.host}?", f"{d.model}: stopped, then started again as run "
+            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+            self._confirmed(f"Restart {d.name} on {d.host}{also}?", f"{d.model}: stopped, then started again as run "
                             f"{d.run + 1} with the same plan", "Restart",
                             lambda: self.app.restart_deployment(d.name))  # type: ignore[attr-defined]
 
     def action_forget(self) -> None:
         d = self._picked()
         if d is not None:
-            self._confirmed(f"Forget {d.name}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): removed from "
+            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+            self._confirmed(f"Forget {d.name}{also}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): removed from "
                             "the store with its history (a running server is refused: stop it first)", "Forget",
                             lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
 

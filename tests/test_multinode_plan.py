@@ -266,9 +266,14 @@ async def test_a_two_node_deploy_starts_node_0_then_node_1_and_reaches_ready(mn,
 
     port = json.loads(plan.read_text())["port"]
     assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 200  # node 0 serves
-    # stop acts on every node
+    # status of the deployment lists its other node; stop asks naming it, then acts on every node
+    shown = gpuops("--config", str(cfg), "status", "duo", env=env, timeout=120)
+    assert shown.stdout.splitlines()[1].startswith("  node 1: duo-n1 ready on gpu2 (run 1, since "), shown.stdout
+    asked = gpuops("--config", str(cfg), "stop", "duo", env=env, timeout=120)
+    assert asked.returncode != 0 and "on gpu1 and its node duo-n1 on gpu2 needs confirmation" in asked.stderr, asked.stderr
+    assert _status(cfg, env, "duo-n1")["state"] == "ready"  # nothing changed
     stop = gpuops("--config", str(cfg), "stop", "duo", "--yes", env=env, timeout=180)
-    assert stop.returncode == 0, stop.stderr
+    assert stop.returncode == 0 and "; duo-n1: " in stop.stdout, stop.stderr
     assert _status(cfg, env, "duo")["state"] == "stopped" and _status(cfg, env, "duo-n1")["state"] == "stopped"
     # restart starts every node again (a new run of each); forget takes the nodes with it
     again = restart_deployment(cfg, env, "duo", timeout=300)

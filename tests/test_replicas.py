@@ -414,6 +414,18 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
         # the router's own phases: it starts, then is ready (none of SGLang's start-up)
         assert re.search(r"✔ starting +[\d.]+s", screen_text(app)) and re.search(r"✔ ready", screen_text(app))
         assert not any(p in screen_text(app) for p in ("dist_init", "cuda_graph", "kv_cache")), screen_text(app)
+        # the deployments view's stop names the replicas it stops too (n: nothing changes)
+        from gpuops.screens.deployments import DeploymentsScreen
+
+        await pilot.press("colon", *"dep", "enter")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentsScreen))
+        assert await until(pilot, lambda: app.screen.select("trio"))
+        await pilot.press("s")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.screen.question == "Stop trio on gpu1 and its replicas trio-r1, trio-r2 on gpu1?", app.screen.question
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert all_ready()
 
 
 def test_replicas_over_several_hosts_go_round_them_with_the_key_the_router_carries():
