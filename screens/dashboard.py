@@ -152,7 +152,10 @@ def _sparkline() -> Any:
     (a host's 8 GPUs) redraw every few seconds, and Textual's takes its buckets with Fractions and
     makes each bar's colour anew (most of a millisecond a sparkline). Same buckets by integer
     arithmetic (floor(n*k/w) is int(Fraction(n, w) * k)), each bar's style made once per colour and
-    height. tests/test_fleet_dashboard.py holds it to Textual's own output."""
+    height. tests/test_fleet_dashboard.py holds it to Textual's own output. With ``bounds`` (low, high)
+    it draws on that scale instead of the data's own minimum to maximum: a GPU's utilisation on 0-100%
+    and its memory on 0 to its total, so an idle GPU's jitter of a few MiB is no full-height swing
+    and one reading is drawn at its height, not as Textual's full bars."""
     from rich.segment import Segment
     from rich.style import Style
     from textual.renderables._blend_colors import blend_colors
@@ -162,6 +165,10 @@ def _sparkline() -> Any:
     styles: dict[tuple, Any] = {}
 
     class FastSparklineRenderable(SparklineRenderable):
+        def __init__(self, *args: Any, bounds: tuple[float, float] | None = None, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.bounds = bounds
+
         @classmethod
         def _buckets(cls, data: Any, num_buckets: int) -> Any:
             n = len(data)
@@ -173,7 +180,9 @@ def _sparkline() -> Any:
         def __rich_console__(self, console: Any, options: Any) -> Any:
             width = self.width or options.max_width
             height = self.height or 1
-            data = self.data
+            data, bounds = self.data, self.bounds
+            if bounds is not None and len(data) == 1:
+                data = [data[0], data[0]]  # one reading at its height on the scale
             if len(data) <= 1:  # (Textual's own drawing of no data and of one value)
                 yield from super().__rich_console__(console, options)
                 return
@@ -181,6 +190,8 @@ def _sparkline() -> Any:
             bar_line_segments = len(bars)
             bar_segments = bar_line_segments * height - 1
             minimum, maximum = min(data), max(data)
+            if bounds is not None:
+                minimum, maximum = min(minimum, bounds[0]), max(maximum, bounds[1])
             extent = maximum - minimum or 1
             summary_function = self.summary_function
             min_color, max_color = self.min_color.color, self.max_color.color
@@ -211,8 +222,9 @@ def _sparkline() -> Any:
     class FastSparkline(Sparkline):  # (Sparkline's CSS applies to it: styles follow the bases')
         renderable_class = FastSparklineRenderable
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, bounds: tuple[float, float] | None = None, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.bounds = bounds  # the scale (see _sparkline); None: the data's own minimum to maximum
             _linkless(self)
 
         def render(self) -> Any:
@@ -220,18 +232,20 @@ def _sparkline() -> Any:
             return FastSparklineRenderable(
                 renderable.data, width=renderable.width, height=renderable.height,
                 min_color=renderable.min_color.color, max_color=renderable.max_color.color,
-                summary_function=renderable.summary_function,
+                summary_function=renderable.summary_function, bounds=self.bounds,
             )
 
     return FastSparkline
 
 
-def _visible(data: list[float], width: int, height: int) -> tuple:
+def _visible(data: list[float], width: int, height: int, bounds: tuple[float, float] | None = None) -> tuple:
     """What a sparkline of `data` draws at that size: each column's height ratio as the sparkline
     renderable works it out (its buckets, floor(n*k/w) to floor(n*(k+1)/w), their `max`, scaled
-    between the data's minimum and maximum; a bar's character and colour follow from the ratio), or
-    how many values for one value or none. Two data alike here draw alike: a history that grew or
-    scrolled without changing what its bars show is not redrawn (a flat one never is)."""
+    between the data's minimum and maximum, or on `bounds`; a bar's character and colour follow from
+    the ratio), or how many values for one value or none. Two data alike here draw alike: a history
+    that grew or scrolled without changing what its bars show is not redrawn (a flat one never is)."""
+    if bounds is not None and len(data) == 1:
+        data = [data[0], data[0]]
     n = len(data)
     if n <= 1 or width <= 0:
         return ("few", width, height, n)
@@ -242,8 +256,10 @@ def _visible(data: list[float], width: int, height: int) -> tuple:
         if end > start:
             buckets.append(max(data[start:end]))
             start = end
-    minimum = min(data)
-    extent = max(buckets) - minimum or 1
+    minimum, maximum = min(data), max(buckets)
+    if bounds is not None:
+        minimum, maximum = min(minimum, bounds[0]), max(maximum, bounds[1])
+    extent = maximum - minimum or 1
     step = len(buckets) / width
     index = 0.0
     ratios = []
@@ -269,8 +285,9 @@ class GpuRow(Horizontal):
         self._last: tuple | None = None
         self._text = _linkless(TextView(classes="gpu-text"))
         spark = _sparkline()  # (its module is made on the first GPU row, not at start-up)
-        self._mem = spark([0.0], summary_function=max, classes="mem-spark")
-        self._util = spark([0.0], summary_function=max, classes="util-spark")
+        # on absolute scales: memory from 0 to the GPU's total (1 until a sample says it), 0-100%
+        self._mem = spark([0.0], summary_function=max, classes="mem-spark", bounds=(0.0, 1.0))
+        self._util = spark([0.0], summary_function=max, classes="util-spark", bounds=(0.0, 100.0))
         self._drawn: dict[str, tuple | None] = {"mem": None, "util": None}  # what each sparkline shows
 
     def compose(self) -> ComposeResult:
@@ -292,6 +309,9 @@ class GpuRow(Horizontal):
         if key == self._last:
             return
         self._last = key
+        if not is_na(gpu.memory_total) and gpu.memory_total > 0 and self._mem.bounds != (0.0, float(gpu.memory_total)):
+            self._mem.bounds = (0.0, float(gpu.memory_total))
+            self._drawn["mem"] = None  # (drawn on the new scale at the next look at the history)
         name = (gpu.name or "GPU").replace("NVIDIA ", "")
         util_frac = gpu.util / 100 if not is_na(gpu.util) else gpu.util
         line1 = Text.assemble(
@@ -326,7 +346,7 @@ class GpuRow(Horizontal):
     def _show_spark(self, which: str, spark: Any, data: list[float]) -> None:
         spark.set_reactive(type(spark).data, data)
         size = spark.size
-        visible = _visible(data, size.width, size.height)
+        visible = _visible(data, size.width, size.height, spark.bounds)
         if visible == self._drawn[which]:
             return
         self._drawn[which] = visible

@@ -221,6 +221,8 @@ async def test_a_sparkline_is_redrawn_when_its_history_shows_something_new_and_o
         assert set(redrawn) == {(0, "mem")}
         mem = rows()[0]._mem
         assert mem.data[-1] == 90.0 * GIB and mem.data[0] == 10.0 * GIB
+        total = float(alpha.snapshot.gpus[0].memory_total)
+        assert mem.bounds == (0.0, total) and rows()[0]._util.bounds == (0.0, 100.0)  # its scales: absolute
         assert rows()[1]._mem.data[-1] == 30.0 * GIB  # (its data kept current all along)
 
         # another host selected: its histories drawn at once (not at the next look), and of them only
@@ -248,19 +250,20 @@ def test_what_a_sparkline_shows_decides_its_redraw():
     renderable = _sparkline().renderable_class
     console = Console(width=80, color_system="truecolor", force_terminal=True)
 
-    def drawn(data, width, height):
+    def drawn(data, width, height, bounds=None):
         r = renderable(data, width=width, height=height, min_color=Color.from_rgb(10, 90, 200),
-                       max_color=Color.from_rgb(250, 20, 30), summary_function=max)
+                       max_color=Color.from_rgb(250, 20, 30), summary_function=max, bounds=bounds)
         return [(s.text, s.style) for s in r.__rich_console__(console, console.options)]
 
     rng = random.Random(7)
     cases = [[5.0] * n for n in (2, 3, 40, 600)]  # flat, of any length: one look
     cases += [[0.0] * n + [1.0] for n in (1, 5, 59, 60, 61, 300)]
     cases += [[float(rng.choice((0, 1, 2))) for _ in range(rng.randrange(2, 700))] for _ in range(60)]
-    for width, height in ((34, 1), (60, 1), (20, 2)):
+    cases += [[float(rng.choice((0, 1, 2)))] for _ in range(5)]  # one value
+    for width, height, bounds in ((34, 1, None), (60, 1, None), (20, 2, None), (34, 1, (0.0, 4.0)), (20, 2, (0.0, 2.0))):
         by_key: dict[tuple, list] = {}
         for data in cases:
-            by_key.setdefault(_visible(data, width, height), []).append(drawn(data, width, height))
+            by_key.setdefault(_visible(data, width, height, bounds), []).append(drawn(data, width, height, bounds))
         looks = set()
         for key, draws in by_key.items():
             assert all(d == draws[0] for d in draws), key

@@ -507,6 +507,35 @@ def test_the_gpu_rows_sparklines_draw_what_textuals_draw():
 
 
 
+def test_the_gpu_rows_sparklines_draw_on_absolute_scales():
+    """On bounds (a GPU's utilisation 0-100%, its memory 0 to its total): an idle GPU's jitter is a
+    low flat line, not the full-height swings the data's own minimum-to-maximum scale makes of it;
+    half busy is half height; one reading is drawn at its height (Textual draws one value as full
+    bars, which made every GPU look busy until its second sample)."""
+    from rich.color import Color
+    from rich.console import Console
+
+    from gpuops.screens.dashboard import _sparkline
+
+    spark = _sparkline()
+    console = Console(width=80, force_terminal=True)
+    gib = 1024**3
+
+    def bars(data, bounds, width=20):
+        r = spark.renderable_class(data, width=width, height=1, min_color=Color.from_rgb(10, 90, 200),
+                                   max_color=Color.from_rgb(250, 20, 30), summary_function=max, bounds=bounds)
+        return "".join(s.text for s in r.__rich_console__(console, console.options))
+
+    jitter = [0.0, 1.0] * 30
+    assert bars(jitter, (0.0, 100.0)) == "▁" * 20
+    assert set(bars(jitter, None)) == {"█"}  # the data's own scale: 1% drawn full height
+    assert bars([50.0] * 30, (0.0, 100.0)) == "▄" * 20
+    assert bars([100.0], (0.0, 100.0)) == "█" * 20 and bars([0.0], (0.0, 100.0)) == "▁" * 20
+    assert bars([0.0], None) == "█" * 20  # (Textual's one value)
+    memory = [30.0 * gib + (i % 3) * 2**20 for i in range(60)]  # 30 GiB, a few MiB either way, of 140
+    assert bars(memory, (0.0, 140.0 * gib)) == "▂" * 20
+
+
 async def test_the_gpu_rows_sparkline_widget_paints_what_textuals_paints():
     """Mounted side by side with the same data and size, the GPU rows' sparkline and Textual's paint
     the same cells in the same styles."""
