@@ -94,6 +94,22 @@ def test_bar_is_the_lazy_pattern_over_the_corpus_and_random_bars():
         assert phases._bar(t) == _lazy_bar(t), repr(t)
 
 
+def test_literal_first_patterns_match_as_their_plain_forms():
+    """_ELAPSED_RE and _BS_RE, written literal first with a look back (the engine then scans for the
+    literal), find what their plain forms find, where they find it: over the corpus and random text."""
+    plain = {phases._ELAPSED_RE: re.compile(r"(?:elapsed=|Time elapsed: )" + phases._NUM),
+             phases._BS_RE: re.compile(r"\bbs[= ]\[([\d,\s]*)\]")}
+    rng = random.Random(11)
+    frags = ["bs", "bs=", "bs ", "[", "]", "1", "2.5", ",", " ", "abs", "_bs", "ébs=[", "elapsed=", "Time elapsed: ",
+             "time elapsed: ", "elapsed: ", "Time ", "-", "\n", "x", "é"]
+    texts = [line for path in LOGS for line in _lines(path)]
+    texts += ["".join(rng.choice(frags) for _ in range(rng.randint(1, 14))) for _ in range(100_000)]
+    for fast, slow in plain.items():
+        for t in texts:
+            a, b = fast.search(t), slow.search(t)
+            assert (a and (a.group(1), a.end())) == (b and (b.group(1), b.end())), (slow.pattern, t)
+
+
 def test_plain_starts_are_left_as_they_are_by_unwrap():
     """clean() skips _unwrap for SGLang's progress bars: _unwrap leaves every such line as it is."""
     rng = random.Random(15)

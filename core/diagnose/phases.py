@@ -410,7 +410,9 @@ def clean(raw: str) -> LogLine:
 # --------------------------------------------------------------------------------------------
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
-_ELAPSED_RE = re.compile(r"(?:elapsed=|Time elapsed: )" + _NUM)
+# (each literal first, then a look back: the regex engine then scans for the literal, where a leading
+# alternation or \b is tried at every character; the same matches, tested on random texts)
+_ELAPSED_RE = re.compile(r"elapsed(?:=|(?<=Time elapsed): )" + _NUM)  # "elapsed=" or "Time elapsed: "
 _MEM_USAGE_RE = re.compile(r"mem usage=" + _NUM)
 _AVAIL_RE = re.compile(r"avail mem=" + _NUM)
 _TYPE_RE = re.compile(r"type=([\w.]+)")
@@ -422,7 +424,7 @@ _MAMBA_RE = re.compile(
     r"(?: intermediate_ssm_state_cache size: " + _NUM + r" ?GB intermediate_conv_window_cache size: " + _NUM + r" ?GB)?"
 )
 _KEYVAL_RE = re.compile(r"(\w+)=" + _NUM)
-_BS_RE = re.compile(r"\bbs[= ]\[([\d,\s]*)\]")
+_BS_RE = re.compile(r"bs(?<!\wbs)[= ]\[([\d,\s]*)\]")  # \bbs[= ]\[…\]
 _CAPTURE_RE = re.compile(r"Capture (.*?)\s*\b(\w+) graph (begin|end)\b")
 # a tqdm bar: "DESC:  73%|███████▎  | 38/52 [...]" or "DESC:  50% Completed | 2/4 [...]", DESC up to the
 # first colon after which the rest follows (see _bar)
