@@ -129,3 +129,38 @@ def test_the_finding_for_a_dist_init_stall_and_for_another_phase():
     assert f["data"] == {"phase": "dist_init", "silent_s": 130, "threshold_s": 120}
     g = stall_finding(Stall("cuda_graph", 1000, 900)).to_json()
     assert g["code"] == "startup-stall" and not g["fix"]["applicable"] and g["evidence"] == []
+
+
+async def test_a_watch_reads_the_gpus_itself_while_the_monitor_has_none(tmp_path):
+    """The Monitor's first sample of a slow host can come after a short stall threshold (seen in
+    CI under load: a dist_init stall at 3 s said nothing of the GPUs). With no reading from it, the
+    watch reads the host's GPUs itself: the stall still says what they hold."""
+    from gpuops.core.config import HostConfig
+    from gpuops.core.deploy.launch import ProcessLauncher
+    from gpuops.core.deploy.store import Store
+    from gpuops.core.deploy.watch import Watch
+    from gpuops.core.hosts.host import LocalHost
+    from gpuops.sim.host import setup_simhost
+    from tests.plans import make_plan
+
+    sim = setup_simhost(tmp_path / "sim", gpus=2)
+    sim.set_gpu(1, memory_used=7 * 1024 * MIB)
+    host = LocalHost(HostConfig(name="sim", local=True, ssh=None, python=str(sim.python)))
+    store = Store(tmp_path / "store.db")
+    d = store.add_deployment("sim", make_plan("w", gpu_ids=(1,)), state="starting")
+    launcher = ProcessLauncher(host, "w", ["sleep", "120"], {}, str(tmp_path / "home"))  # a live "server"
+    await launcher.install({})
+    await launcher.start()
+    try:
+        asked: list[int] = []
+        watch = Watch(host, d, store, readings=lambda: asked.append(1), launcher=launcher)  # (None: no sample yet)
+        w, clock = watcher(dist_init=3)
+        w.progress("dist_init")
+        assert await watch._sample(w) is True and asked == [1]
+        clock.advance(4)
+        stall = w.check()
+        assert stall is not None and stall.gpu_used == {1: 7 * 1024 * MIB}
+        assert "7168 MiB used on GPU1" in stall.summary and "1 server process alive" in stall.summary
+    finally:
+        await launcher.stop()
+        store.close()

@@ -598,10 +598,10 @@ class Watch:
         if st.pid:
             tree = await process_tree(self.host, st.pid, host_python(self.host))
             watcher.processes(len(tree.pids), len(tree.ranks) or None)
-        snap: Snapshot | None
-        if self.readings is not None:
-            snap = self.readings()
-        else:
+        # the Monitor's latest; none yet (its reporter still starting on a slow host) or stale: read
+        # the host now, so a stall found early still says what the GPUs hold
+        snap: Snapshot | None = self.readings() if self.readings is not None else None
+        if snap is None:
             try:
                 snap = await snapshot(self.host)
             except HostError:
