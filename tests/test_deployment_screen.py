@@ -58,7 +58,7 @@ async def test_deploy_from_plan_review_opens_the_deployment_screen_until_ready(w
             facts = load_model_facts("Qwen/Qwen3-8B")
             target = await read_target(host)
             await app.push_screen(PlanReviewScreen(facts, target, Wishes(tp=1, name="fromtui")))
-            await pilot.pause(0.2)
+            assert await until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
             await pilot.press("d")  # the summary first, then yes
             from gpuops.screens.confirm import ConfirmScreen
             assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))

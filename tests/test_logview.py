@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 
 from gpuops.tui.logview import LogView
+from tests.tui_helpers import until
 
 
 class LogApp(App):
@@ -31,19 +32,18 @@ async def test_follow_pauses_on_scroll_up_and_counts_new_lines():
         view.focus()
         for i in range(200):
             view.append(f"line {i}")
-        await pilot.pause(0.1)  # the view sizes and scrolls once a frame
-        assert view.follow and visible(view)[-1] == "line 199"
+        # (the view sizes and scrolls once a frame: each wait is for what it shows, however slow the machine)
+        assert await until(pilot, lambda: view.follow and visible(view)[-1] == "line 199")
         await pilot.press("up")
         assert not view.follow
         top, first = view.scroll_y, visible(view)[0]
         for i in range(200, 205):
             view.append(f"line {i}")
-        await pilot.pause(0.1)
+        assert await until(pilot, lambda: view.new_lines == 5 and app.new_lines[-1:] == [5])
+        await pilot.pause()  # a frame after the lines came
         assert (view.scroll_y, visible(view)[0]) == (top, first)  # paused: the view stays where it was put
-        assert view.new_lines == 5 and app.new_lines[-1] == 5
         await pilot.press("s")
-        await pilot.pause(0.1)
-        assert view.follow and visible(view)[-1] == "line 204" and view.new_lines == 0
+        assert await until(pilot, lambda: view.follow and visible(view)[-1] == "line 204" and view.new_lines == 0)
 
 
 async def test_filter_timestamps_wrap_errors_and_copy():

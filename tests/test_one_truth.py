@@ -237,7 +237,7 @@ async def test_a_tui_deploy_runs_one_log_follower_and_one_triage_per_stall(world
             target = await read_target(app.monitor.hosts["gpu1"])
             await app.push_screen(PlanReviewScreen(load_model_facts("Qwen/Qwen3-8B"), target,
                                                    Wishes(tp=1, name="onewatch")))
-            await pilot.pause(0.2)
+            assert await until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
             await pilot.press("d")  # the deploy summary, confirmed
             from gpuops.screens.confirm import ConfirmScreen
             assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))

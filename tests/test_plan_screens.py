@@ -52,8 +52,7 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
     async with app.run_test(size=(160, 50)) as pilot:
         screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
         await app.push_screen(screen)
-        await pilot.pause(0.2)
-        assert "TP4" in verdict(app) and "fits at TP4" in verdict(app)
+        assert await until(pilot, lambda: "TP4" in verdict(app) and "fits at TP4" in verdict(app))
         assert str(screen.query_one("#plan-launch-title").render()) == "Launch (SGLang 0.5.23)"
         ids = [r.id for r in screen.plan.rules]
         assert "mtp" in ids and "mamba-extra-buffer" in ids and "tool-call-parser" in ids
@@ -65,7 +64,7 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
         await pilot.press("plus", "plus")
         assert await until(pilot, lambda: "TP4" in verdict(app))
         await pilot.press("m")
-        await pilot.pause(0.1)
+        assert await until(pilot, lambda: "mtp" not in [r.id for r in screen.plan.rules])
         ids = [r.id for r in screen.plan.rules]
         assert "mtp" not in ids and "mamba-extra-buffer" not in ids
         assert "--speculative" not in " ".join(screen.plan.argv)
@@ -75,8 +74,7 @@ async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
         assert app.screen.question.startswith("Deploy qwen3.5-122b-a10b (Qwen/Qwen3.5-122B-A10B)")
         assert "fit: fits at TP4" in app.screen.detail and "weights:" in app.screen.detail
         await pilot.press("y")
-        await pilot.pause(0.2)
-        assert any("deploy" in str(n.message) for n in app._notifications)
+        assert await until(pilot, lambda: any("deploy" in str(n.message) for n in app._notifications))
         await pilot.press("escape")
         assert not isinstance(app.screen, PlanReviewScreen)
 
@@ -90,11 +88,11 @@ async def test_plan_review_edits_without_dead_ends_and_asks_before_deploying():
     async with app.run_test(size=(160, 50)) as pilot:
         screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
         await app.push_screen(screen)
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: screen.plan is not None)
 
         async def typed(line: str) -> None:
             await pilot.press("e", *line, "enter")
-            await pilot.pause(0.1)
+            await pilot.pause()  # (an edit is applied as its line is submitted)
 
         await typed("port 31234")
         await typed("name swapped")
@@ -181,7 +179,7 @@ async def test_plan_review_like_a_previous_unit_shows_the_diff():
     async with app.run_test(size=(160, 60)) as pilot:
         screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
         await app.push_screen(screen)
-        await pilot.pause(0.1)
+        assert await until(pilot, lambda: screen.plan is not None)
         assert not screen.query_one("#plan-diff-title").display
         await pilot.press("l")
         await pilot.press(*str(DATA / "units" / "qwen397-nvfp4.service"), "enter")
@@ -191,8 +189,7 @@ async def test_plan_review_like_a_previous_unit_shows_the_diff():
         assert "- --quantization modelopt_fp4" in diff and "+ --mamba-radix-cache-strategy extra_buffer" in diff
         assert screen.query_one("#plan-diff-title").display
         await pilot.press("l", *"/no/such/unit", "enter")
-        await pilot.pause(0.1)
-        assert any("no such file" in str(n.message) for n in app._notifications)
+        assert await until(pilot, lambda: any("no such file" in str(n.message) for n in app._notifications))
         assert screen.plan.like is not None  # a bad path changes nothing
 
 
@@ -214,8 +211,7 @@ async def test_busy_gpus_are_shown_and_free_ones_offered(sim_with_model):
             target = await read_target(app.monitor.hosts["gpu1"])
             screen = PlanReviewScreen(facts(*QWEN122), target, Wishes(gpu_ids=(0, 1), sglang_version="0.5.23"))
             await app.push_screen(screen)
-            await pilot.pause(0.2)
-            assert screen.plan.gpu_ids == (0, 1)
+            assert await until(pilot, lambda: screen.plan is not None and screen.plan.gpu_ids == (0, 1))
             await pilot.press("d")
             assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             box = app.screen

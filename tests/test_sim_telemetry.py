@@ -191,9 +191,8 @@ async def test_readonly_refuses_to_end_a_process(simdir):
             await pilot.pause(0.3)
             assert not isinstance(app.screen, ConfirmScreen)
             app.end_process("sim", victim.pid, None)  # even if something calls it directly
-            await pilot.pause(0.5)
+            assert await until(pilot, lambda: any("read-only" in str(n.message) for n in app._notifications))
             assert victim.poll() is None
-            assert any("read-only" in str(n.message) for n in app._notifications)
     finally:
         victim.kill()
         victim.wait()

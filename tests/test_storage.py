@@ -546,9 +546,8 @@ async def test_screen_lists_and_deletes_after_confirmation(world, users, sshd):
         # in use: refused before any question
         table.move_cursor(row=table.get_row_index(str(world.path("tiny"))))
         await pilot.press("ctrl+d")
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: any("in-use" in str(n.message) for n in app._notifications))
         assert not isinstance(app.screen, ConfirmScreen)
-        assert any("in-use" in str(n.message) for n in app._notifications)
         # declined, then confirmed
         table.move_cursor(row=table.get_row_index(str(q)))
         await pilot.press("ctrl+d")
@@ -581,9 +580,8 @@ async def test_screen_readonly_deletes_nothing(world):
         await pilot.pause(0.3)
         assert not isinstance(app.screen, ConfirmScreen)
         app.screen.action_delete_model()  # even if something calls it directly
-        await pilot.pause(0.5)
+        assert await until(pilot, lambda: any("read-only" in str(n.message) for n in app._notifications))
         assert not isinstance(app.screen, ConfirmScreen)
-        assert any("read-only" in str(n.message) for n in app._notifications)
     assert q.exists()
 
 
@@ -596,8 +594,7 @@ async def test_screen_shows_a_scanning_state_then_the_models(world):
     async with app.run_test(size=(180, 50)) as pilot:
         await app.push_screen(StorageScreen("sim"))
         screen = app.screen
-        await pilot.pause(0.3)
-        assert screen.scanning and "scanning…" in screen_text(app)
+        assert await until(pilot, lambda: screen.scanning and "scanning…" in screen_text(app))
         await pilot.press("down")  # the UI answers while the probe runs
         assert await until(pilot, lambda: not screen.scanning, timeout=30)
         assert screen.query_one("#storage-models", DataTable).row_count == 10

@@ -83,9 +83,8 @@ async def test_the_swap_screen_benchmarks_replaces_compares_and_keeps(box, monke
         assert swap.query_one("#swap-compare").display
         assert f"{new} kept" in screen_text(app)
         await pilot.resize_terminal(80, 24)  # usable at 80x24: the outcome and the keys stay on screen
-        await pilot.pause(0.3)
-        text = screen_text(app)
-        assert f"{new} kept" in text and "Open new" in text, text
+        assert await until(pilot, lambda: f"{new} kept" in screen_text(app) and "Open new" in screen_text(app)), \
+            screen_text(app)
     assert status(box, "oldie")["state"] == "stopped"
     assert status(box, new)["state"] == "ready" and status(box, new)["port"] == box.port
 

@@ -41,9 +41,7 @@ async def test_dashboard_lists_hosts_and_shows_unreachable():
         # localhost answers (CPU/RAM/disks); deadbox refuses and says so
         assert await until(pilot, lambda: app.monitor.states["localhost"].updates >= 2)
         assert await until(pilot, lambda: app.monitor.states["deadbox"].reachable is False)
-        await pilot.pause(0.3)
-        text = screen_text(app)
-        assert "localhost" in text and "Disk /" in text and "RAM" in text
+        assert await until(pilot, lambda: all(w in screen_text(app) for w in ("localhost", "Disk /", "RAM")))
         await pilot.press("down")
         assert app.screen.selected == "deadbox"
         assert await until(pilot, lambda: "cannot connect" in screen_text(app))
@@ -82,9 +80,8 @@ async def test_jump_to_host_with_colon():
         await pilot.press("colon", *"localhost", "enter")  # `:NAME` works too
         assert app.screen.selected == "localhost"
         await pilot.press("colon", *"host nope", "enter")
-        await pilot.pause(0.1)
+        assert await until(pilot, lambda: any("no host named 'nope'" in str(n.message) for n in app._notifications))
         assert app.screen.selected == "localhost"
-        assert any("no host named 'nope'" in str(n.message) for n in app._notifications)
         await pilot.press("colon", *"host dead")  # esc abandons the command line
         await pilot.press("escape")
         assert not cmd.display and app.screen.selected == "localhost"
@@ -95,16 +92,14 @@ async def test_theme_switch_is_remembered(tmp_path):
     async with app.run_test(size=(100, 30)) as pilot:
         assert app.theme == "gpuops-dark"
         await pilot.press("ctrl+t")
-        await pilot.pause(0.1)
-        assert app.theme == "gpuops-light"
+        assert await until(pilot, lambda: app.theme == "gpuops-light")
     state = json.loads((tmp_path / "state" / "gpuops" / "ui.json").read_text())
     assert state["theme"] == "gpuops-light"
     again = GpuopsApp(inventory(), interval=0.5)
     async with again.run_test(size=(100, 30)) as pilot:
         assert again.theme == "gpuops-light"
         await pilot.press("colon", *"theme gpuops-dark", "enter")
-        await pilot.pause(0.1)
-        assert again.theme == "gpuops-dark"
+        assert await until(pilot, lambda: again.theme == "gpuops-dark")
     assert json.loads((tmp_path / "state" / "gpuops" / "ui.json").read_text())["theme"] == "gpuops-dark"
 
 
@@ -112,8 +107,7 @@ async def test_q_quits():
     app = GpuopsApp(inventory(), interval=0.5)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("q")
-        await pilot.pause(0.1)
-        assert app._exit or not app.is_running
+        assert await until(pilot, lambda: app._exit or not app.is_running)
 
 
 async def test_a_tick_while_the_app_exits_is_nothing():
@@ -130,7 +124,7 @@ async def test_a_tick_while_the_app_exits_is_nothing():
 async def test_readonly_and_simulated_are_labelled():
     app = GpuopsApp(inventory(), readonly=True, simulated=True, interval=0.5)
     async with app.run_test(size=(120, 30)) as pilot:
-        await pilot.pause(0.1)
+        assert await until(pilot, lambda: app.title == "gpuops · SIMULATED · READONLY")
         assert app.title == "gpuops · SIMULATED · READONLY"  # the header of every screen
         assert "SIMULATED" not in (app.screen.sub_title or "")  # said once, not again beside the title
         assert "READONLY" in screen_text(app)
