@@ -23,11 +23,11 @@ if [ ! -x .venv/bin/python ]; then
     echo "== creating .venv"
     "$PY" -m venv .venv
 fi
-echo "== installing gpuops (editable) with its test dependencies"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "== installing gpuops (editable) with its test dependencies, at the versions of locks/gpuops.txt"
+.venv/bin/python -m pip install -q --disable-pip-version-check -c locks/gpuops.txt -e '.[test]'
 
-echo "== the SGLang host virtualenv (real bench_serving and run_eval for the benchmark tests)"
-scripts/sglang-host-venv.sh .cache/sglang-host-venv
+echo "== the SGLang host virtualenv (real bench_serving, run_eval and the CPU server; locks/sglang-host.txt)"
+bash scripts/sglang-host-venv.sh .cache/sglang-host-venv
 export GPUOPS_TEST_SGLANG_VENV="$PWD/.cache/sglang-host-venv"
 
 echo "== running the test suite"

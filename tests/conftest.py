@@ -168,10 +168,14 @@ def models(tmp_path) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def sglang_server_venv(sglang_venv) -> Path:
     """The host venv with what the genuine `python -m sglang.launch_server --device cpu` imports and
-    SGLang 0.5.10's code beside it (the serving and 0.5.10 steps of scripts/sglang-host-venv.sh)."""
+    SGLang 0.5.10's code beside it (scripts/sglang-host-venv.sh builds both; its marker
+    .gpuops-lock-HASH says the venv was installed from locks/sglang-host.txt as it is now)."""
+    import hashlib
+
     missing = []
-    if not list(sglang_venv.glob(".gpuops-sglang-serve-*")):
-        missing.append("the SGLang server's imports")
+    lock_hash = hashlib.sha256((REPO / "locks" / "sglang-host.txt").read_bytes()).hexdigest()[:12]
+    if not (sglang_venv / f".gpuops-lock-{lock_hash}").is_file():
+        missing.append("what locks/sglang-host.txt names (the server's imports among them)")
     if not (sglang_venv / "sglang-0.5.10" / ".gpuops-ok").is_file():
         missing.append("SGLang 0.5.10's code in sglang-0.5.10/")
     if missing:

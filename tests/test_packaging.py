@@ -43,3 +43,46 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
             "gpuops/core/planning/sglang-data/sglang_versions.json"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpuops = gpuops.cli.main:main" in entry
+
+
+def _lock(name: str) -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "locks" / name).read_text().splitlines():
+        if line and not line.startswith("#"):
+            dist, _, version = line.partition("==")
+            assert version and " @ " not in line, f"locks/{name}: {line!r} is not NAME==VERSION"
+            pins[_canonical(dist)] = version
+    return pins
+
+
+def _canonical(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_test_environment_is_exactly_the_lock():
+    """A release upstream changes nothing until the lock is refreshed on purpose (scripts/lock.sh):
+    every distribution in this environment is the lock's, at the lock's version, and a dependency
+    added to pyproject.toml without refreshing the lock fails here."""
+    from importlib.metadata import distributions
+
+    pins = _lock("gpuops.txt")
+    installed = {_canonical(d.metadata["Name"]): d.version for d in distributions()}
+    for skip in ("gpuops", "pip", "setuptools", "wheel"):
+        installed.pop(skip, None)
+    assert installed == pins
+
+
+def test_the_sglang_host_venv_is_exactly_its_lock(sglang_venv):
+    pins = _lock("sglang-host.txt")
+    assert pins["sglang"] == "0.5.23" and pins["sglang-router"] == "0.3.2"
+    listing = ("from importlib.metadata import distributions\n"
+               "for d in distributions(): print(d.metadata['Name'], d.version)")
+    out = subprocess.run([str(sglang_venv / "bin" / "python"), "-I", "-c", listing],
+                         capture_output=True, text=True, timeout=120, check=True)
+    installed = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    installed = {_canonical(dist): version for dist, version in installed.items()}
+    for skip in ("pip", "setuptools", "wheel"):
+        installed.pop(skip, None)
+    assert installed == pins
