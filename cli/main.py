@@ -340,9 +340,22 @@ def _end_on_broken_pipe() -> int:
     return BROKEN_PIPE_EXIT
 
 
+def quiet_library_warnings() -> None:
+    """No warning a library raises reaches gpuops' output. A dependency's deprecation notice
+    (cryptography 51 deprecating DSA printed ten lines from asyncssh's import on every SSH verb)
+    broke one-line errors and JSON read with stderr, and would draw over the dashboard. This holds
+    whatever ``-W``/``PYTHONWARNINGS`` say: gpuops' output is a contract. Warnings raised from
+    gpuops' own modules still show."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    warnings.filterwarnings("default", module=r"gpuops(\.|$)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (and the dashboard): :func:`dispatch` with a reader that went away ending it
     quietly, exit 141."""
+    quiet_library_warnings()
     try:
         code = dispatch(argv)
         sys.stdout.flush()  # here, not at shutdown, so that a broken pipe is seen

@@ -171,3 +171,27 @@ def test_unknown_host_key_over_cli_names_the_fingerprint(env, sshd, ssh_home, tm
     fp = subprocess.run(["ssh-keygen", "-lf", f"{sshd.host_key}.pub"], capture_output=True, text=True).stdout.split()[1]
     assert box["reachable"] is False and fp in box["error"] and "ssh-keyscan" in box["hint"]
     assert (ssh_home / ".ssh" / "known_hosts").read_text() == ""
+
+
+def test_no_library_warning_reaches_the_output_of_an_ssh_verb(env, sshd, ssh_home, tmp_path):
+    """cryptography 51 deprecates DSA, and asyncssh's import printed about ten lines of warnings on
+    every SSH verb, breaking one-line errors and JSON read beside stderr. With every warning turned
+    on (PYTHONWARNINGS=always, as a developer's shell may have it), stderr stays empty."""
+    cfg = write_config(tmp_path, '[hosts.box]\nssh = "simbox"\n')
+    out = gpuops("--config", str(cfg), "hosts", "--json",
+                 env=dict(env, HOME=str(ssh_home), PYTHONWARNINGS="always"))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    assert json.loads(out.stdout)["hosts"][0]["reachable"] is True
+
+
+def test_the_warning_policy_drops_a_librarys_warnings_and_keeps_gpuops_own():
+    code = ("import warnings\n"
+            "from gpuops.cli.main import quiet_library_warnings\n"
+            "quiet_library_warnings()\n"
+            "warnings.warn_explicit('from-a-library', DeprecationWarning, 'misc.py', 32, module='asyncssh.crypto.misc')\n"
+            "warnings.warn_explicit('from-a-library-too', UserWarning, 'x.py', 1, module='gpuopsfoo')\n"
+            "warnings.warn_explicit('from-gpuops', UserWarning, 'watch.py', 9, module='gpuops.core.deploy.watch')\n")
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "from-a-library" not in out.stderr and "from-gpuops" in out.stderr
