@@ -62,6 +62,15 @@ BACKLOG_LINES = 2000
 LOG_LINES_KEPT = 20_000
 # Lines the watch takes off its queue in a row without giving the event loop a turn.
 _NOWAIT_RUN = 256
+# After the log shows a crash the server is still dying: the rest of the traceback, the other ranks'
+# errors and the parent's last words ("Received sigquit from a child process") follow, seconds later
+# on a loaded host; and when the watch learns that the server exited, its last lines may not have
+# been read yet. Either way the watch reads on until the server has exited and its log has been quiet
+# for CRASH_QUIET_S, or the log has been quiet CRASH_SILENT_S while the server lives on, at most
+# CRASH_SETTLE_MAX_S, before it records the crash.
+CRASH_QUIET_S = 1.0
+CRASH_SILENT_S = 3.0
+CRASH_SETTLE_MAX_S = 15.0
 
 Listener = Callable[[Event], Any]
 
@@ -476,6 +485,7 @@ class Watch:
                     self._changes(changes, tracker, watcher)
                     self._last_ts = line.ts or self._last_ts
                 if tracker.outcome == "crashed" and view.state != "crashed":
+                    await self._settle_after_crash(tracker, scanner, queue, reader)
                     await self._crashed(tracker, scanner, queue)
                     return "crashed"
                 if tracker.outcome == "ready" and view.state != "ready":
@@ -496,6 +506,7 @@ class Watch:
                     now = utc_now()  # (after the samples' waits)
                 if exited is not None and rec is None:  # exited, and its log has gone quiet since
                     after = " after it was ready" if view.state == "ready" else ""
+                    await self._settle_after_crash(tracker, scanner, queue, reader, exited=True)
                     await self._crashed(tracker, scanner, queue, reason=f"the server exited{after} ({exited})")
                     return "crashed"
                 stall = watcher.check()
@@ -611,6 +622,38 @@ class Watch:
             if used:
                 watcher.gpus(used)
         return True
+
+    async def _settle_after_crash(self, tracker: PhaseTracker, scanner: LogScanner, queue: asyncio.Queue,
+                                  reader: asyncio.Task, *, exited: bool = False) -> None:
+        """The lines a dying server writes after the crash the log showed (or the last ones of a
+        server found exited), read before the crash is recorded: shown, and the rules' findings are
+        over them too. Bounded by CRASH_* above, on the event loop's clock (a test's watch clock may
+        stand still)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + CRASH_SETTLE_MAX_S
+        last_line = loop.time()
+        while loop.time() < end:
+            try:
+                rec, live = await asyncio.wait_for(queue.get(), CRASH_QUIET_S)
+            except asyncio.TimeoutError:
+                if exited or reader.done() or loop.time() - last_line >= CRASH_SILENT_S:
+                    return
+                try:
+                    exited = self.launcher is None or not (await self.launcher.status()).running
+                except HostError:
+                    return
+                continue
+            last_line = loop.time()
+            if rec.notice:
+                self._log(f"gpuops: log {rec.notice}: {rec.text}")
+            else:
+                self._log(rec.text, rec.ts)
+                if live:
+                    line = clean(rec.text)
+                    if tracker.outcome != "crashed":  # a crash it has not read yet: its phase
+                        tracker.feed(line)
+                    scanner.feed(line, tracker)
+                    self._took(rec)
 
     async def _crashed(self, tracker: PhaseTracker, scanner: LogScanner, queue: asyncio.Queue,
                        reason: str | None = None) -> None:
