@@ -52,6 +52,7 @@ __all__ = [
     "PlanEvent",
     "ProgressEvent",
     "RuleFired",
+    "LIVE_STATES",
     "STATES",
     "StateEvent",
     "TriageReport",
@@ -62,6 +63,9 @@ __all__ = [
 
 SCHEMA = 1
 STATES: tuple[str, ...] = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
+# The states in which a deployment's server runs (or should, and someone should watch it): only then
+# is what its GPUs hold its own (planned, downloading, crashed and stopped ones hold nothing there).
+LIVE_STATES: tuple[str, ...] = (*PHASES, "stalled")
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 Severity = Literal["error", "warning", "info"]
 # systemd fills it from the env file; the process launcher's start script from its env file

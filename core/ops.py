@@ -28,7 +28,7 @@ from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
-from .domain import Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
+from .domain import LIVE_STATES, Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
 from .hosts.host import Host, HostError, make_host
 from .planning.plan import Target, under_any
 from .telemetry.samples import Snapshot
@@ -36,7 +36,7 @@ from .telemetry.samples import Snapshot
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
 
 # States in which a deployment's server should be running and someone should be watching it.
-LIVE = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready", "stalled")
+LIVE = LIVE_STATES
 
 
 class Refused(Exception):

@@ -27,7 +27,7 @@ from textual.widgets import Header, Input
 from ..core.config import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
-from ..core.domain import Deployment, Finding, LogEvent, member_name
+from ..core.domain import LIVE_STATES, Deployment, Finding, LogEvent, member_name
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
 from ..tui.widgets import KeyFooter, TextView
@@ -229,7 +229,9 @@ class DeploymentScreen(GpuopsScreen):
             gpus.append("GPUs (sampler)\n", style="bold")
         state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
         wanted = set(self.deployment.plan.gpu_ids)
-        if state is not None and state.snapshot is not None:
+        if wanted and v.state not in LIVE_STATES:  # its server does not run: what they hold is not its own
+            gpus.append(f"  — (no server: {v.state})\n", style="dim")
+        elif state is not None and state.snapshot is not None:
             for g in state.snapshot.gpus:
                 if g.index in wanted:
                     used = "N/A" if is_na(g.memory_used) else f"{g.memory_used / GIB:6.1f}"
