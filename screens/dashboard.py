@@ -367,7 +367,7 @@ class DashboardScreen(GpuopsScreen):
         Binding("ctrl+k", "end_process", "Kill"),
         Binding("p", "plan", "Plan"),
         Binding("s", "storage", "Storage"),
-        Binding("b", "bench", "Bench"),
+        Binding("b", "bench_runs", "Bench"),  # the runs (looking: not read-only's `bench`, which runs one)
         Binding("f", "find_host", "Find"),  # the host list: hosts whose name holds what is typed
         Binding("o", "sort_hosts", "Sort"),  # the host list: inventory, free GPU memory, util, stale
     ]
@@ -622,7 +622,7 @@ class DashboardScreen(GpuopsScreen):
         if self.selected:
             self.app.push_screen(StorageScreen(self.selected))
 
-    def action_bench(self) -> None:
+    def action_bench_runs(self) -> None:
         from .bench_runs import BenchRunsScreen
 
         self.app.push_screen(BenchRunsScreen())

@@ -204,6 +204,7 @@ class DeploymentsScreen(GpuopsScreen):
 
     def run_screen_command(self, verb: str, arg: str) -> bool:
         if verb in ("stop", "restart", "forget", "triage", "bench", "swap") and (not arg or self.select(arg)):
-            getattr(self, f"action_{verb}")()
+            if not self.refused_readonly(verb):  # (asked nothing: read-only says so at once)
+                getattr(self, f"action_{verb}")()
             return True
         return False

@@ -99,3 +99,64 @@ async def test_a_stopped_or_crashed_deployment_shows_no_gpu_memory_of_another(bo
             assert "50.0" not in shown and "GPU0" not in shown and "— (no server" in shown, shown
             await pilot.press("escape")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentsScreen))
+
+
+# ------------------------------------------------------------------ read-only says so
+
+
+def footer_keys(app) -> dict[str, str]:
+    """The footer's keys as it draws them: description -> key."""
+    from gpuops.tui.widgets import KeyFooter
+
+    keys, _ = app.screen.query_one(KeyFooter)._keys_now()
+    return {k.description: k.display for k in keys}
+
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_readonly_offers_no_action_that_changes_a_host_and_its_key_says_why(box):
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.help import HelpScreen
+
+    box.add("ro", "ready")
+    app = GpuopsApp(box.inv, interval=0.5, readonly=True)
+    async with app.run_test(size=(160, 40)) as pilot:
+        assert await until(pilot, lambda: "Plan" in footer_keys(app))
+        assert "Kill" not in footer_keys(app)  # ctrl+k ends a process: not offered
+        await pilot.press("ctrl+k")
+        assert await until(pilot, lambda: any(n.startswith("read-only: ending a process") for n in notices(app)))
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("question_mark")
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert ("^k", "Kill: off, read-only") in app.screen.off_keys
+        assert "Kill: off, read-only" in screen_text(app)
+        await pilot.press("escape")
+
+        app.open_deployments()
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentsScreen) and "ro" in app.screen.rows)
+        view = app.screen
+        offered = footer_keys(app)
+        assert "Triage" in offered and "Back" in offered
+        for off in ("Stop", "Restart", "Forget", "Bench", "Swap…"):
+            assert off not in offered, offered
+        for key, says in (("s", "stopping a server"), ("r", "a restart"), ("delete", "forgetting a deployment"),
+                          ("b", "a benchmark"), ("n", "a swap")):
+            before = len(notices(app))
+            await pilot.press(key)
+            assert await until(pilot, lambda: len(notices(app)) == before + 1), key
+            assert notices(app)[-1].startswith(f"read-only: {says}"), notices(app)[-1]
+            assert app.screen is view, key  # nothing asked, nothing opened
+        await pilot.press("colon", *"stop ro", "enter")  # the command line refuses before asking too
+        assert await until(pilot, lambda: notices(app)[-1].startswith("read-only: stopping a server"))
+        await pilot.pause(0.2)
+        assert app.screen is view
+        await pilot.press("question_mark")
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert {key for key, _ in app.screen.off_keys} == {"s", "r", "del", "b", "n"}
+    store = Store()
+    try:
+        assert store.deployment("ro").state == "ready"
+    finally:
+        store.close()

@@ -240,7 +240,9 @@ class GpuopsApp(App):
             (shown if b.show else rest).append((display, b.description))
         screen = self.screen
         title = getattr(screen, "HELP_TITLE", "") or _spaced(type(screen).__name__.removesuffix("Screen")) or "gpuops"
-        self.push_screen(HelpScreen(title, shown, rest))
+        off = [(self.get_key_display(b), f"{b.description}: off, read-only") for b, _ in
+               getattr(screen, "readonly_keys", list)() if self.get_key_display(b) not in seen]
+        self.push_screen(HelpScreen(title, shown, rest, off=off))
 
     def on_plan_review_screen_deploy_requested(self, event: Any) -> None:
         """Deploy a reviewed plan: checks, then the deployment screen while it comes up (and on:
