@@ -345,6 +345,13 @@ class DeploymentScreen(GpuopsScreen):
     def action_swap(self) -> None:
         self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
 
+    def run_screen_command(self, verb: str, arg: str) -> bool:
+        if verb == "swap" and not arg:  # `:swap` here: this deployment's
+            if not self.refused_readonly("swap"):
+                self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
+            return True
+        return False
+
     def action_bench(self) -> None:
         from .bench_launch import open_launcher
 

@@ -15,6 +15,8 @@ COMMANDS = (
     (":theme NAME", "switch theme (gpuops-dark, gpuops-light, …)"),
     (":dep NAME", "watch a deployment (reattaches to its server)"),
     (":dep", "every deployment: open, stop, restart, triage, bench, forget (d on the dashboard)"),
+    (":swap NAME [MODEL]", "replace ready deployment NAME by another model: pick it (or MODEL), plan it like "
+                           "NAME, benchmark both, keep or roll back (n on a deployment)"),
     (":bench", "benchmark runs: results, compare (b on a deployment runs one)"),
     (":help", "this help"),
     (":quit", "leave gpuops"),

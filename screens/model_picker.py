@@ -25,10 +25,11 @@ class ModelPickerScreen(GpuopsScreen):
         Binding("escape", "app.pop_screen", "Back", key_display="esc"),
     ]
 
-    def __init__(self, host_name: str, swap_from: str | None = None):
+    def __init__(self, host_name: str, swap_from: str | None = None, model: str | None = None):
         super().__init__(id="model-picker")
         self.host_name = host_name
         self.swap_from = swap_from  # a ready deployment this model replaces (the swap's picker)
+        self.model = model  # a model id given already (`:swap NAME MODEL`): planned at once
         self._typing = False  # the operator went for the id box (/ or typed): focus stays there
         self.copies: dict[str, tuple[str, str]] = {}  # row key -> (model id, path on the host)
         self.facts: ModelFacts | None = None
@@ -52,6 +53,11 @@ class ModelPickerScreen(GpuopsScreen):
                           else f"pick a model for {self.host_name}")
         self.query_one("#candidates", DataTable).add_columns("model", "kind", "size", "complete")
         self.scan()
+        if self.model:
+            box = self.query_one("#model-input", Input)
+            box.value = self.model
+            self._typing = True
+            self._plan_typed(self.model)
 
     # ---------------------------------------------------------------- scanning
 
@@ -62,6 +68,8 @@ class ModelPickerScreen(GpuopsScreen):
         title = self.query_one("#picker-title", Static)
         title.update(f"Models on {self.host_name}: scanning…")
         storage = await scan_or_error(self.host)
+        if not self.is_attached:  # left (esc) while the host was read
+            return
         table = self.query_one("#candidates", DataTable)
         table.clear()
         self.copies.clear()
@@ -119,17 +127,23 @@ class ModelPickerScreen(GpuopsScreen):
             facts = await self._facts(model_id, host_path)
         except (ModelError, HostError, ValueError) as exc:
             self.facts = None
-            view.set(Text(str(exc), style="red"))
+            if self.is_attached:
+                view.set(Text(str(exc), style="red"))
+            return
+        if not self.is_attached:  # left while it was read
             return
         self.facts = facts
         view.set(Text.assemble((f"{facts.id}\n", "bold"), facts_line(facts)))
 
     @on(Input.Submitted, "#model-input")
     def _typed(self, event: Input.Submitted) -> None:
+        self._plan_typed(event.value)
+
+    def _plan_typed(self, text: str) -> None:
         from ..core.planning.model_facts import validate_model_ref
 
         try:
-            ref = validate_model_ref(event.value.strip())
+            ref = validate_model_ref(text.strip())
         except ValueError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -157,6 +171,8 @@ class ModelPickerScreen(GpuopsScreen):
             return
         except HostError as exc:
             self.notify(f"{exc.message}" + (f" — {exc.hint}" if exc.hint else ""), severity="error")
+            return
+        if not self.is_attached:  # left (esc) while the model and the host were read: nothing opens
             return
         if self.swap_from is None:
             self.app.push_screen(PlanReviewScreen(facts, target, Wishes()))

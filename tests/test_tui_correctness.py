@@ -28,6 +28,7 @@ def box(tmp_path, monkeypatch):
                      ("XDG_CONFIG_HOME", "config")):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a model id typed is never looked up on the Hub
     sim = setup_simhost(tmp_path / "sim", gpus=2)
     inv = parse_inventory(sim.host_block("sim"), source=str(tmp_path / "config.toml"))
 
@@ -160,3 +161,44 @@ async def test_readonly_offers_no_action_that_changes_a_host_and_its_key_says_wh
         assert store.deployment("ro").state == "ready"
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ :swap
+
+
+async def test_swap_is_on_help_and_without_a_name_says_what_it_needs(box):
+    from gpuops.screens.help import HelpScreen
+    from gpuops.screens.model_picker import ModelPickerScreen
+    from textual.widgets import Input
+
+    box.add("oldie", "ready")
+    box.add("halted", "stopped")
+    app = GpuopsApp(box.inv, interval=0.5)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert ":swap NAME [MODEL]" in screen_text(app)
+        await pilot.press("escape")
+        assert await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        await pilot.press("colon", *"swap", "enter")
+        assert await until(pilot, lambda: any(n.startswith(":swap NAME [MODEL]: NAME is the ready deployment")
+                                              for n in notices(app)))
+        said = next(n for n in notices(app) if n.startswith(":swap NAME"))
+        assert "ready now: oldie" in said and "halted" not in said
+        assert not any("unknown command" in n for n in notices(app))
+        await pilot.press("colon", *"swap oldie", "enter")
+        assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        assert app.screen.swap_from == "oldie"
+        await pilot.press("escape")
+        await pilot.press("colon", *"swap oldie Qwen/Qwen3-8B", "enter")  # the model given: planned at once
+        assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                           and app.screen.query("#model-input"))
+        assert app.screen.swap_from == "oldie"
+        assert app.screen.query_one("#model-input", Input).value == "Qwen/Qwen3-8B"
+        assert await until(pilot, lambda: any(n.startswith("reading Qwen/Qwen3-8B and sim's") for n in notices(app)))
+        await pilot.press("escape")
+        assert app.open_deployment("halted")  # on a deployment's screen `:swap` is that deployment's
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen))
+        await pilot.press("colon", *"swap", "enter")
+        assert await until(pilot, lambda: any(n.startswith("halted is stopped: a swap replaces a ready deployment")
+                                              for n in notices(app)))

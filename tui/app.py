@@ -266,9 +266,10 @@ class GpuopsApp(App):
 
         self._run_use_case(work(), "deploy")
 
-    def begin_swap(self, name: str) -> None:
-        """The swap's first step: pick the model that replaces ready deployment `name` (then its
-        plan like `name`, reviewed; then the swap itself on its screen)."""
+    def begin_swap(self, name: str, model: str | None = None) -> None:
+        """The swap's first step: pick the model that replaces ready deployment `name` (`model`:
+        the one typed after it, planned at once); then its plan like `name`, reviewed; then the swap
+        itself on its screen."""
         from ..core.ops import Refused
         from ..screens.model_picker import ModelPickerScreen
 
@@ -291,7 +292,7 @@ class GpuopsApp(App):
             self.notify(f"{name} is {len(d.plan.replicas)} replicas behind a router: a swap of it is not built yet "
                         "(plan the new model with --replicas and deploy it beside)", severity="error", timeout=10)
             return
-        self.push_screen(ModelPickerScreen(d.host, swap_from=name))
+        self.push_screen(ModelPickerScreen(d.host, swap_from=name, model=model))
 
     def on_swap_review_screen_swap_requested(self, event: Any) -> None:
         from ..core.bench.runner import resolve_profile
@@ -347,8 +348,11 @@ class GpuopsApp(App):
             self.call_after_refresh(screen.select, select)
 
     def _deployment_names(self) -> list[str]:
+        return [d.name for d in self._deployments()]
+
+    def _deployments(self) -> list[Any]:
         try:
-            return [d.name for d in self.ops.deployments()]
+            return self.ops.deployments()
         except Exception:  # a store that cannot be read: the command line still opens
             return []
 
@@ -380,7 +384,7 @@ class GpuopsApp(App):
         from ..screens.command import CommandScreen, suggestions
 
         completions = suggestions(self.monitor.states, self._deployment_names(), self.available_themes)
-        placeholder = "host NAME · dep [NAME] · swap NAME · theme NAME · bench · help · quit"
+        placeholder = "host NAME · dep [NAME] · swap NAME [MODEL] · theme NAME · bench · help · quit"
 
         def done(text: str | None) -> None:
             if text:
@@ -406,7 +410,13 @@ class GpuopsApp(App):
         elif verb in ("deployment", "dep", "d", "deployments", "deps"):
             self.open_deployments()
         elif verb == "swap" and arg:
-            self.begin_swap(arg)
+            name, _, model = arg.partition(" ")
+            self.begin_swap(name, model.strip() or None)
+        elif verb == "swap":  # which one? (on a deployment's screen, `:swap` is that one's: its screen says)
+            ready = [d.name for d in self._deployments() if d.state == "ready"]
+            self.notify(":swap NAME [MODEL]: NAME is the ready deployment to replace ("
+                        + (f"ready now: {', '.join(ready[:6])}" if ready else "none is ready now") + "), MODEL the "
+                        "one to put in its place (else pick it)", severity="warning", timeout=10)
         elif verb == "theme" and arg:
             if arg not in self.available_themes:
                 self.notify(f"no theme named {arg!r}", severity="error")
@@ -423,8 +433,8 @@ class GpuopsApp(App):
         elif word in self.monitor.states and not arg:  # `:gpu2` is `:host gpu2`
             self.jump_to_host(word)
         else:
-            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME, theme NAME, bench, help, "
-                        "quit",
+            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME [MODEL], theme NAME, bench, "
+                        "help, quit",
                         severity="error")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
