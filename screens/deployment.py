@@ -114,7 +114,7 @@ class DeploymentScreen(GpuopsScreen):
                 view.append(event.line, _log_ts(event))
         self._node_unlisten = [self._follow_node(rank, member)
                                for rank, member in enumerate(d.plan.member_names, start=1)]
-        self.set_interval(1.0, self.refresh_view)
+        self.set_interval(1.0, self._tick)
         self.refresh_view()
 
     def _follow_node(self, rank: int, member: str) -> Any:
@@ -144,16 +144,44 @@ class DeploymentScreen(GpuopsScreen):
 
     def on_deployment_screen_changed(self, message: Changed) -> None:
         event = message.event
+        if event.run > self.view.run:  # a restart or a fix here: the new run (its own plan)
+            self._follow_run()
         if isinstance(event, LogEvent):
             if event.run >= self.view.run:
                 self.query_one(LogView).append(event.line, _log_ts(event))
             return
-        if event.run > self.deployment.run:  # a restart or a fix: the new run has its own plan
-            self.deployment = self.ops.deployment(self.deployment.name)
         self.view.apply(event)
         self.refresh_view()
 
+    def _follow_run(self) -> None:
+        """A newer run of the deployment than the one shown (a restart, a fix, a deploy of its name,
+        here or by another gpuops): show that one, from its stored events on, said in the log and a
+        notice; its watch (this gpuops' own, or relaying another's) carries it on."""
+        from ..core.ops import Refused
+
+        try:
+            d = self.ops.deployment(self.deployment.name)
+        except Refused:  # forgotten meanwhile: the view stays as it was
+            return
+        if d.run <= self.view.run:
+            return
+        self.deployment = d
+        self.view = RunView.of(d.name, self.ops.events(d.name, run=d.run))
+        self.check_result = None
+        self.query_one(LogView).append(f"── run {d.run} started ──")
+        self.notify(f"{d.name}: run {d.run} started (shown now)")
+        self.ops.watch(d.name)
+
     # ---------------------------------------------------------------- the view
+
+    def _tick(self) -> None:
+        """Once a second: a newer run started by another gpuops (it comes through the store, not
+        this gpuops' bus), then the view (its times go on)."""
+        try:
+            self._follow_run()
+        except NoMatches:  # the app is closing
+            return
+        self.refresh_view()
 
     def refresh_view(self) -> None:
         try:

@@ -29,7 +29,8 @@ def box(tmp_path, monkeypatch):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a model id typed is never looked up on the Hub
-    sim = setup_simhost(tmp_path / "sim", gpus=2)
+    sim = setup_simhost(tmp_path / "sim", gpus=2, pace=0.02)
+    (tmp_path / "config.toml").write_text(sim.host_block("sim"))
     inv = parse_inventory(sim.host_block("sim"), source=str(tmp_path / "config.toml"))
 
     class Box:
@@ -38,11 +39,13 @@ def box(tmp_path, monkeypatch):
     b = Box()
     b.sim, b.inv, b.tmp = sim, inv, tmp_path
 
-    def add(name: str, state: str, **fields):
+    def add(name: str, state: str, plan=None, **fields):
         store = Store()
         try:
-            plan = make_plan(name, host="sim", python=str(sim.python), **fields)
-            return store.add_deployment("sim", plan, state=state)
+            plan = plan or make_plan(name, host="sim", python=str(sim.python), **fields)
+            d = store.add_deployment("sim", plan, state=state)
+            store.release_lease(name)  # (recorded, not being deployed: another gpuops may deploy it)
+            return d
         finally:
             store.close()
 
@@ -63,6 +66,7 @@ def box(tmp_path, monkeypatch):
         proc.kill()
         proc.wait()
     sim.shutdown()
+    subprocess.run(["pkill", "-f", str(tmp_path)])  # the servers this test's deployments started
 
 
 def shown_in(screen, selector: str) -> str:
@@ -202,3 +206,49 @@ async def test_swap_is_on_help_and_without_a_name_says_what_it_needs(box):
         await pilot.press("colon", *"swap", "enter")
         assert await until(pilot, lambda: any(n.startswith("halted is stopped: a swap replaces a ready deployment")
                                               for n in notices(app)))
+
+
+# ------------------------------------------------------------------ a new run is followed
+
+
+async def test_a_deployment_screen_follows_the_run_another_gpuops_starts(box, models):
+    """The screen shows run 1 (stopped); another gpuops deploys the name again: the screen says
+    "run 2 started" and shows run 2 come up, its phases and its log."""
+    import json
+
+    from gpuops.core.domain import Plan
+    from gpuops.tui.logview import LogView
+    from tests.test_cli import GPUOPS
+    from tests.test_rules import sim_plan
+
+    doc = sim_plan(models["qwen3"], "0.5.23", 1, name="again")
+    doc.update(host="sim", launcher="process", python=str(box.sim.python))
+    box.add("again", "stopped", plan=Plan.from_json(doc))
+    (box.tmp / "again.json").write_text(json.dumps(doc))
+    app = GpuopsApp(box.inv, interval=0.5)
+    cli = None
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            assert app.open_deployment("again")
+            assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
+                               and "stopped" in shown_in(app.screen, "#dep-phases"))
+            screen = app.screen
+            assert screen.view.run == 1
+            cli = subprocess.Popen([GPUOPS, "--config", str(box.tmp / "config.toml"), "deploy",
+                                    str(box.tmp / "again.json"), "--host", "sim", "--yes"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert await until(pilot, lambda: screen.view.run == 2, timeout=60), cli.poll()
+            assert await until(pilot, lambda: any(n == "again: run 2 started (shown now)" for n in notices(app)))
+            assert await until(pilot, lambda: screen.view.state == "ready", timeout=90), \
+                (screen.view.state, cli.poll())
+            assert await until(pilot, lambda: "ready: http://127.0.0.1" in shown_in(screen, "#dep-phases"))
+            log = screen.query_one(LogView).plain_lines()
+            assert "── run 2 started ──" in log
+            assert await until(pilot, lambda: any("fired up and ready" in line
+                                                  for line in screen.query_one(LogView).plain_lines()), timeout=30)
+            assert app.screen is screen
+    finally:
+        if cli is not None:
+            cli.wait(timeout=120)
+        subprocess.run([GPUOPS, "--config", str(box.tmp / "config.toml"), "stop", "again", "--yes"],
+                       capture_output=True, timeout=120)
