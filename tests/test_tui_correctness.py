@@ -252,3 +252,54 @@ async def test_a_deployment_screen_follows_the_run_another_gpuops_starts(box, mo
             cli.wait(timeout=120)
         subprocess.run([GPUOPS, "--config", str(box.tmp / "config.toml"), "stop", "again", "--yes"],
                        capture_output=True, timeout=120)
+
+
+# ------------------------------------------------------------------ ctrl+k on a deployment's server
+
+
+def _deploy_by_cli(box, models, name: str) -> None:
+    """`name` deployed by another gpuops (the CLI), on the simulated host's GPU0, until ready."""
+    import json
+
+    from tests.test_cli import GPUOPS
+    from tests.test_rules import sim_plan
+
+    doc = sim_plan(models["qwen3"], "0.5.23", 1, name=name)
+    doc.update(host="sim", launcher="process", python=str(box.sim.python))
+    (box.tmp / f"{name}.json").write_text(json.dumps(doc))
+    out = subprocess.run([GPUOPS, "--config", str(box.tmp / "config.toml"), "deploy", str(box.tmp / f"{name}.json"),
+                          "--host", "sim", "--yes"], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+
+
+async def test_ctrl_k_on_a_deployments_server_names_it_and_stops_it(box, models):
+    """The dashboard's process table holds the server of deployment `served`: ctrl+k asks to stop
+    `served` (naming it), and yes stops it as `stop` does: recorded stopped, not crashed."""
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.tui.widgets import RowTable
+
+    _deploy_by_cli(box, models, "served")
+    app = GpuopsApp(box.inv, interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        assert await until(pilot, lambda: app.screen.query("#procs"))  # mounted after the first frame
+        procs = app.screen.query_one("#procs", RowTable)
+        assert await until(pilot, lambda: procs.row_count == 1, timeout=30)
+        procs.focus()
+        await pilot.press("ctrl+k")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=30)
+        pid = app.screen_stack[0].selected_process()[1].pid
+        assert app.screen.question == f"Stop deployment served on sim? pid {pid} is its server", app.screen.question
+        assert "recorded as stopped" in app.screen.detail
+        from gpuops.core.ops import NeedsConfirmation
+        with pytest.raises(NeedsConfirmation, match="is the server of deployment served"):  # the use case's own
+            await app.ops.end_process("sim", pid, None, confirmed=True)  # (not said which: it asks, ends nothing)
+        await pilot.press("y")
+        assert await until(pilot, lambda: any(n.startswith("served stopped (") and f"pid {pid} was its server" in n
+                                              for n in notices(app)), timeout=90), notices(app)
+    store = Store()
+    try:
+        d = store.deployment("served")
+        states = [e.state for e in store.events("served", kinds=("state",))]
+    finally:
+        store.close()
+    assert d.state == "stopped" and "crashed" not in states, states

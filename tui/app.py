@@ -208,10 +208,11 @@ class GpuopsApp(App):
 
         self.run_worker(guarded(), group=group, exit_on_error=False)
 
-    def end_process(self, host_name: str, pid: int, shown_command: str | None) -> None:
-        """End a process on a host (asked first by the screen), reporting how it went."""
+    def end_process(self, host_name: str, pid: int, shown_command: str | None, deployment: str | None = None) -> None:
+        """End a process on a host (asked first by the screen: `deployment`, the one it said the pid
+        is the server of, which is then stopped), reporting how it went."""
         async def work() -> None:
-            result = await self.ops.end_process(host_name, pid, shown_command, confirmed=True)
+            result = await self.ops.end_process(host_name, pid, shown_command, confirmed=True, deployment=deployment)
             self.notify(result.message, severity="information" if result.ended else "error")
 
         self._run_use_case(work(), "end-process")
