@@ -523,6 +523,12 @@ class Plan(Struct, kw_only=True):
     def uses_api_key(self) -> bool:
         return any(API_KEY_PLACEHOLDER in a for a in self.argv)
 
+    @property
+    def speculative(self) -> bool:
+        """Whether the server runs a draft model (speculative decoding: MTP, EAGLE, …): its start-up
+        has a draft phase."""
+        return flag_value(self.argv, "--speculative-algorithm") is not None
+
     def exec_argv(self, launch_script: str | None = None) -> list[str]:
         """The server's command line. With an API key it runs through gpuops' launcher
         (`launch_script`, the systemd launcher's by default), which fills the key in from the

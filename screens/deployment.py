@@ -196,17 +196,25 @@ class DeploymentScreen(GpuopsScreen):
         current = v.phase
         crashed = v.state == "crashed"
         ready = v.state == "ready"
-        # a router (sglang-router in front of replicas) has no SGLang start-up: it starts, then is ready
-        phases = ("starting", "ready") if self.deployment.plan.replicas else PHASES
-        reached = phases.index(current) if current in phases else -1
+        plan = self.deployment.plan
+        # a router (sglang-router in front of replicas) has no SGLang start-up: it starts, then is ready;
+        # a server without a draft model has no draft phase (unless its log shows one)
+        phases = ("starting", "ready") if plan.replicas else tuple(
+            p for p in PHASES if p != "draft" or plan.speculative or "draft" in v.phases)
+        # a crash is marked on the phase it happened in (a kv_cache crash while the last phase line
+        # seen was the weights'), else on the last phase reached
+        failed = v.crash.phase if crashed and v.crash is not None and v.crash.phase in phases else current
+        reached = phases.index(failed) if failed in phases else -1
         times = dict(v.phase_times(now))
         # under 120 columns two phases a line, and only the current phase's progress: the banner
         # (a crash's or a stall's findings) below them stays in view at 80x24
         narrow = self.has_class("-narrow")
         for i, phase in enumerate(phases):
-            if i < reached or (phase == current and ready):
+            if (i < reached or (phase == current and ready)) and phase not in v.phases:
+                mark, style = "–", "dim"  # passed without a line of its own (SGLang skipped it, or said nothing)
+            elif i < reached or (phase == current and ready):
                 mark, style = "✔", "green"
-            elif phase == current:
+            elif phase == failed:
                 mark, style = ("✖", "bold red") if crashed else ("▶", "bold yellow")
             else:
                 mark, style = "·", "dim"
@@ -221,6 +229,11 @@ class DeploymentScreen(GpuopsScreen):
             if prog is not None:
                 total = f"/{prog.total}" if prog.total else ""
                 out.append(f"  {prog.what or ''} {prog.done}{total}", style="cyan")
+            if phase == "weights" and v.draft_shards is not None:
+                d = v.draft_shards
+                out.append(f"  draft shards {d.done}" + (f"/{d.total}" if d.total else ""), style="cyan")
+            out.append("\n")
+        if narrow and len(phases) % 2:
             out.append("\n")
         prog = v.progress.get(current) if narrow and current and not (ready or crashed) else None
         if prog is not None:
@@ -241,7 +254,6 @@ class DeploymentScreen(GpuopsScreen):
         if v.state == "stopped":
             out.append("\nstopped\n", style="bold")
         if ready:
-            plan = self.deployment.plan
             out.append(f"\nready: {plan.endpoint}  (k: quick check)\n", style="bold green")
             if self.check_result:
                 out.append(self.check_result + "\n")

@@ -303,3 +303,72 @@ async def test_ctrl_k_on_a_deployments_server_names_it_and_stops_it(box, models)
     finally:
         store.close()
     assert d.state == "stopped" and "crashed" not in states, states
+
+
+# ------------------------------------------------------------------ the phase list
+
+
+def _record(name: str, *events) -> None:
+    store = Store()
+    try:
+        for event in events:
+            store.record(name, event)
+    finally:
+        store.close()
+
+
+def _started(*phases: str) -> list:
+    from gpuops.core.domain import PhaseEvent, StateEvent
+
+    out: list = [StateEvent(state="starting")]
+    for phase in phases:
+        out += [PhaseEvent(phase=phase), StateEvent(state=phase)]
+    return out
+
+
+async def _phases_of(app, pilot, name: str) -> str:
+    assert app.open_deployment(name)
+    assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
+                       and app.screen.deployment.name == name and shown_in(app.screen, "#dep-phases"))
+    return shown_in(app.screen, "#dep-phases")
+
+
+async def test_the_phase_list_marks_the_phase_that_crashed_and_only_a_draft_that_exists(box):
+    """As the simulated host's runs record them (tests: the sim's kv-cache-oom, ok, ok-with-mtp):
+    - a crash in kv_cache while the last phase line was the weights': ✖ on kv_cache, ✔ on weights;
+    - a model without a draft: no draft row;
+    - a model with one: the weights row keeps the model's 39 shards, the draft's 1 beside them."""
+    from gpuops.core.domain import Finding, FindingEvent, ProgressEvent, StateEvent
+
+    box.add("oom", "planned")
+    _record("oom", *_started("dist_init", "weights"), ProgressEvent(phase="weights", done=5, total=5, what="shards"),
+            FindingEvent.of(Finding("kv-cache-oom", "error", "No room was left for the KV cache")),
+            StateEvent(state="crashed", phase="kv_cache"))
+    box.add("plain", "planned")
+    _record("plain", *_started("dist_init", "weights", "kv_cache", "cuda_graph", "http"),
+            StateEvent(state="ready", endpoint="http://127.0.0.1:9"))
+    box.add("mtp", "planned", argv=["--model-path", "Qwen/Qwen3-8B", "--speculative-algorithm", "NEXTN"])
+    _record("mtp", *_started("dist_init", "weights"),
+            ProgressEvent(phase="weights", done=39, total=39, what="shards"),
+            ProgressEvent(phase="weights", done=0, total=1, what="draft shards"),
+            ProgressEvent(phase="weights", done=1, total=1, what="draft shards"),
+            *_started("kv_cache", "cuda_graph", "draft", "http")[1:],
+            StateEvent(state="ready", endpoint="http://127.0.0.1:9"))
+    app = GpuopsApp(box.inv, interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        oom = await _phases_of(app, pilot, "oom")
+        assert "✔ weights" in oom and "✖ kv_cache" in oom, oom
+        assert "✖ weights" not in oom and "crashed in kv_cache" in oom
+        await pilot.press("escape")
+        plain = await _phases_of(app, pilot, "plain")
+        assert "✔ http" in plain and "ready: http://127.0.0.1:" in plain
+        assert "draft" not in plain, plain
+        await pilot.press("escape")
+        mtp = await _phases_of(app, pilot, "mtp")
+        weights = next(line for line in mtp.splitlines() if "weights" in line)
+        assert "shards 39/39" in weights and "draft shards 1/1" in weights, weights
+        assert "✔ draft" in mtp
+        await pilot.resize_terminal(80, 24)  # two phases a line: every one still there
+        assert await until(pilot, lambda: app.screen.has_class("-narrow")
+                           and "✔ http" in shown_in(app.screen, "#dep-phases"))
+        assert "✔ draft" in shown_in(app.screen, "#dep-phases")

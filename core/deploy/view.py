@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from ..config import PHASES
+from ..diagnose.phases import DRAFT_SHARDS
 from ..diagnose.triage import ranked
 from ..domain import (
     ChecksEvent,
@@ -56,6 +57,7 @@ class RunView:
     phase_lines: dict[str, str] = field(default_factory=dict)
     phase_log_ts: dict[str, datetime] = field(default_factory=dict)  # the server's own time of each phase line
     progress: dict[str, ProgressEvent] = field(default_factory=dict)
+    draft_shards: ProgressEvent | None = None  # the draft model's shards (read in the weights phase too)
     numbers: dict[str, float] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     checks: list[HostCheck] | None = None
@@ -106,7 +108,10 @@ class RunView:
                 self.phase_log_ts.setdefault(event.phase, logged)
             self._progressed(event.ts)
         elif isinstance(event, ProgressEvent):
-            self.progress[event.phase] = event
+            if event.what == DRAFT_SHARDS:  # not the model's own count (the weights phase keeps that)
+                self.draft_shards = event
+            else:
+                self.progress[event.phase] = event
             if event.phase != "downloading":
                 self._progressed(event.ts)
         elif isinstance(event, NumbersEvent):
