@@ -321,16 +321,18 @@ class DeploymentScreen(GpuopsScreen):
         v = self.view
         out = Text()
         kind = ""
+        said = ""  # the stall as the finding recorded it (its silence then): not said twice
         if v.stall is not None:
             kind = "stalled"
-            out.append(f"STALLED: {v.stall.summary or v.stall.phase}\n", style="bold red")
+            said = f"{v.stall.summary}: " if v.stall.summary else ""
+            out.append(f"STALLED: {v.stall_summary()}\n", style="bold red")  # silent for as long as it lasts
             if v.checks is None:
                 out.append("triage running…\n", style="dim")
         elif v.state == "crashed":
             kind = "crashed"
         for f in v.findings[:4]:
             out.append(f"{f.severity}: {f.code}: ", style="bold red" if f.severity == "error" else "yellow")
-            out.append(f"{f.summary}\n")
+            out.append(f"{f.summary.removeprefix(said) if said else f.summary}\n")
         first_fix = self.first_fix()
         if first_fix is not None and first_fix.fix is not None:
             out.append(f"f: {first_fix.fix.summary}", style="green")

@@ -372,3 +372,41 @@ async def test_the_phase_list_marks_the_phase_that_crashed_and_only_a_draft_that
         assert await until(pilot, lambda: app.screen.has_class("-narrow")
                            and "✔ http" in shown_in(app.screen, "#dep-phases"))
         assert "✔ draft" in shown_in(app.screen, "#dep-phases")
+
+
+# ------------------------------------------------------------------ the stall banner
+
+
+async def test_the_stall_banners_silence_keeps_counting(box):
+    """A stall seen after 21 s of silence in dist_init, 40 s ago: the banner says how long it has
+    been silent now (61 s and on), and the finding under it does not repeat the 21 s of then."""
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    from gpuops.core.diagnose.stall import Stall, stall_finding
+    from gpuops.core.domain import FindingEvent, PhaseEvent, StateEvent
+
+    def ago(seconds: float) -> str:
+        return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+    stall = Stall("dist_init", 21.0, 20.0, {0: 0}, 3, 2)
+    box.add("stuck", "planned")
+    _record("stuck", StateEvent(state="starting", ts=ago(62)), PhaseEvent(phase="dist_init", ts=ago(61)),
+            StateEvent(state="dist_init", ts=ago(61)), FindingEvent.of(stall_finding(stall), ts=ago(40)),
+            StateEvent(state="stalled", phase="dist_init", silent_s=21.0, summary=stall.summary, ts=ago(40)))
+    app = GpuopsApp(box.inv, interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        assert app.open_deployment("stuck")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
+                           and "STALLED" in shown_in(app.screen, "#dep-banner"))
+
+        def silent() -> int:
+            m = re.search(r"STALLED: dist_init silent (\d+)m(\d+)s", shown_in(app.screen, "#dep-banner"))
+            return int(m.group(1)) * 60 + int(m.group(2)) if m else -1
+
+        first = silent()
+        assert first >= 61, shown_in(app.screen, "#dep-banner")
+        assert await until(pilot, lambda: silent() >= first + 2, timeout=10)  # it goes on counting
+        banner = shown_in(app.screen, "#dep-banner")
+        assert "21s" not in banner, banner
+        assert "error: nccl-init-stall: " in banner

@@ -154,6 +154,20 @@ class RunView:
         if event.state == "crashed":
             self.crash = event
 
+    def stall_summary(self, now: datetime | None = None) -> str:
+        """The stall in force as its banner says it, its silence counted up to `now` (the stored
+        summary's was the silence when the stall was seen), "" without one."""
+        from ..diagnose.stall import format_duration
+
+        stall = self.stall
+        if stall is None:
+            return ""
+        summary = stall.summary or stall.phase or "no progress"
+        head, sep, rest = summary.partition(", ")
+        if stall.phase and head.startswith(f"{stall.phase} silent ") and self.last_progress is not None:
+            head = f"{stall.phase} silent {format_duration(self.silent_s(now))}"
+        return head + sep + rest
+
     def silent_s(self, now: datetime | None = None) -> float:
         """Seconds since the run last moved (0 when nothing is known)."""
         if self.last_progress is None:
