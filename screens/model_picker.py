@@ -1,10 +1,14 @@
 """Model picker: type a model id, or pick one of the host's copies (HF cache, model dirs);
-the facts show as you move; Enter plans it for the host."""
+the facts show as you move; Enter plans it for the host.
+
+The id box has the keys from the start and keeps them: what is typed as soon as the picker shows
+lands there whole, whenever the host's scan ends. `down` goes to the copies; a letter typed there
+goes back to the box; Enter on an empty box plans the highlighted copy."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -21,6 +25,7 @@ from ..tui.widgets import KeyFooter, TextView
 class ModelPickerScreen(GpuopsScreen):
     BINDINGS = [
         Binding("slash", "focus_input", "Type an id", key_display="/"),
+        Binding("down", "focus_copies", "The host's copies", show=False),  # (from the id box: the table's own down)
         Binding("r", "rescan", "Rescan"),
         Binding("escape", "app.pop_screen", "Back", key_display="esc"),
     ]
@@ -52,6 +57,7 @@ class ModelPickerScreen(GpuopsScreen):
         self.sub_title = (f"pick the model that replaces {self.swap_from} on {self.host_name}" if self.swap_from
                           else f"pick a model for {self.host_name}")
         self.query_one("#candidates", DataTable).add_columns("model", "kind", "size", "complete")
+        self.query_one("#model-input", Input).focus()  # typing goes there from the first key
         self.scan()
         if self.model:
             box = self.query_one("#model-input", Input)
@@ -83,9 +89,9 @@ class ModelPickerScreen(GpuopsScreen):
             size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes else "?"
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
         note = f" ({storage.error})" if storage.error else ""
-        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}")
-        if storage.models and not self._typing:
-            table.focus()  # unless the operator went for the id box: the scan never takes the keys from them
+        hint = " (down: pick one)" if storage.models and self.focused is not table else ""
+        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}{hint}")
+        # the focus stays where it is: keys typed as the scan ended must not go to the table
 
     def action_rescan(self) -> None:
         self.scan()
@@ -93,6 +99,21 @@ class ModelPickerScreen(GpuopsScreen):
     def action_focus_input(self) -> None:
         self._typing = True
         self.query_one("#model-input", Input).focus()
+
+    def action_focus_copies(self) -> None:
+        table = self.query_one("#candidates", DataTable)
+        if table.row_count:
+            table.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed on the copies (not one of their keys) goes back to typing an id."""
+        table = self.query_one("#candidates", DataTable)
+        if self.focused is table and event.is_printable and event.character and event.key not in ("r", "slash"):
+            event.stop()
+            event.prevent_default()
+            box = self.query_one("#model-input", Input)
+            box.focus()
+            box.insert_text_at_cursor(event.character)
 
     @on(Input.Changed, "#model-input")
     def _typed_some(self, event: Input.Changed) -> None:
@@ -137,6 +158,12 @@ class ModelPickerScreen(GpuopsScreen):
 
     @on(Input.Submitted, "#model-input")
     def _typed(self, event: Input.Submitted) -> None:
+        table = self.query_one("#candidates", DataTable)
+        if not event.value.strip() and table.row_count:  # nothing typed: the highlighted copy
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            if key in self.copies:
+                self.plan_when_ready(*self.copies[key])
+                return
         self._plan_typed(event.value)
 
     def _plan_typed(self, text: str) -> None:

@@ -31,7 +31,7 @@ async def _to_swap_screen(app, pilot, model: str) -> SwapScreen:
 
     title = picker.query_one("#picker-title", Static)
     assert await until(pilot, lambda: "scanning" not in str(title.render()), timeout=60)
-    await pilot.press("slash", *model)
+    await pilot.press(*model)  # the id box has the keys from the start
     box_ = picker.query_one("#model-input", Input)
     assert box_.value == model, (box_.value, app.focused)
     said: list[str] = []  # every notification (they expire from the app's list while the host is read)

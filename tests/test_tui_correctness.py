@@ -410,3 +410,39 @@ async def test_the_stall_banners_silence_keeps_counting(box):
         banner = shown_in(app.screen, "#dep-banner")
         assert "21s" not in banner, banner
         assert "error: nccl-init-stall: " in banner
+
+
+# ------------------------------------------------------------------ the model picker takes what is typed
+
+
+async def test_the_model_picker_takes_an_id_typed_right_after_it_opens(box, models):
+    """Typed as soon as the picker shows (its scan of the host done before the first key or not):
+    every character lands in the id box; down goes to the host's copies, a letter there goes back to
+    typing, and Enter on an empty box plans the highlighted copy."""
+    from gpuops.screens.model_picker import ModelPickerScreen
+    from textual.widgets import DataTable, Input
+
+    inv = parse_inventory(box.sim.host_block("sim") + f'model_dirs = ["{models["qwen3"].parent}"]\n',
+                          source=str(box.tmp / "config.toml"))
+    app = GpuopsApp(inv, interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("p")  # the dashboard's Plan: the picker for the selected host
+        assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        picker = app.screen
+        title = picker.query_one("#picker-title")
+        assert await until(pilot, lambda: "scanning" not in str(title.render()), timeout=30)
+        await pilot.pause(0.3)  # (whatever the scan did with the focus, it has done)
+        await pilot.press(*"Qwen/Qwen3-8B")
+        box_ = picker.query_one("#model-input", Input)
+        assert box_.value == "Qwen/Qwen3-8B", (box_.value, app.focused)
+        table = picker.query_one("#candidates", DataTable)
+        assert table.row_count >= 1  # the host's copies: Qwen3-8B, Qwen3.5's
+        if True:
+            box_.value = ""
+            await pilot.press("down")  # to the host's copies
+            assert app.focused is table
+            await pilot.press("q")  # a letter: typing again (not the app's quit)
+            assert app.focused is box_ and box_.value == "q"
+            await pilot.press("backspace", "enter")  # Enter on an empty box: the highlighted copy
+            picked = picker.copies[table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value][0]
+            assert await until(pilot, lambda: any(n.startswith(f"reading {picked} and sim's") for n in notices(app)))
