@@ -446,3 +446,54 @@ async def test_the_model_picker_takes_an_id_typed_right_after_it_opens(box, mode
             await pilot.press("backspace", "enter")  # Enter on an empty box: the highlighted copy
             picked = picker.copies[table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value][0]
             assert await until(pilot, lambda: any(n.startswith(f"reading {picked} and sim's") for n in notices(app)))
+
+
+# ------------------------------------------------------------------ the TUI's words, not the CLI's flags
+
+
+async def test_tui_notices_name_the_tuis_way_not_a_command_line_flag(box):
+    """A port taken: the plan review's warning and the deploy's refusal say how to choose another
+    port in the TUI (its `e`, then `port N`), not `--port`; a name taken likewise."""
+    import dataclasses
+    import socket
+
+    from gpuops.core.planning.hostfacts import offline_target
+    from gpuops.core.planning.plan import Wishes, with_deployment_ports
+    from gpuops.screens.plan_review import PlanReviewScreen
+    from tests.test_plan import H200, QWEN122, facts
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        app = GpuopsApp(box.inv, interval=0.5)
+        async with app.run_test(size=(160, 50)) as pilot:
+            target = with_deployment_ports(dataclasses.replace(offline_target(4, H200), host="sim"),
+                                           [("other", "sim", "ready", port)])
+            review = PlanReviewScreen(facts(*QWEN122), target, Wishes(tp=4, port=port, sglang_version="0.5.23"))
+            await app.push_screen(review)
+            assert await until(pilot, lambda: review.plan is not None and shown_in(review, "#plan-warnings"))
+            warned = shown_in(review, "#plan-warnings")
+            assert f"port {port} is in use on sim" in warned, warned
+            assert "choose another port (plan review: e, then port N)" in warned and "--port" not in warned
+            await pilot.press("escape")
+
+            # the deploy's own check (the port listens on the host): refused, in the TUI's words
+            plan = make_plan("portfight", host="sim", python=str(box.sim.python), port=port)
+            app.post_message(PlanReviewScreen.DeployRequested(plan))
+            assert await until(pilot, lambda: any(f"port {port} is in use on sim" in n for n in notices(app)),
+                               timeout=60), notices(app)
+            said = next(n for n in notices(app) if f"port {port} is in use" in n)
+            assert said.endswith("choose another port (plan review: e, then port N)") and "--" not in said, said
+
+            # a name a running deployment has
+            box.add("taken", "ready")
+            app.post_message(PlanReviewScreen.DeployRequested(make_plan("taken", host="sim",
+                                                                        python=str(box.sim.python))))
+            assert await until(pilot, lambda: any("'taken' exists" in n for n in notices(app)), timeout=30), \
+                notices(app)
+            said = next(n for n in notices(app) if "'taken' exists" in n)
+            assert "choose another name (plan review: e, then name NEW)" in said and "--name" not in said, said
+    finally:
+        held.close()

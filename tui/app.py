@@ -189,6 +189,13 @@ class GpuopsApp(App):
             await self.ops.close()
         await self.monitor.close()
 
+    def notify(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """A notice, in the TUI's words: a remedy the use cases put as a command-line flag ("choose
+        another --port") names the TUI's way to do it (tui.wording)."""
+        from .wording import in_tui
+
+        super().notify(in_tui(message) if isinstance(message, str) else message, *args, **kwargs)
+
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""
         from ..core.hosts.host import HostError
@@ -291,7 +298,8 @@ class GpuopsApp(App):
             return
         if d.plan.replicas:
             self.notify(f"{name} is {len(d.plan.replicas)} replicas behind a router: a swap of it is not built yet "
-                        "(plan the new model with --replicas and deploy it beside)", severity="error", timeout=10)
+                        "(p on the dashboard plans the new model, e then `replicas K` on its review; deploy it beside)",
+                        severity="error", timeout=10)
             return
         self.push_screen(ModelPickerScreen(d.host, swap_from=name, model=model))
 
