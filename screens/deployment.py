@@ -24,6 +24,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Header, Input
 
+from ..core import units
 from ..core.config import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
@@ -241,9 +242,9 @@ class DeploymentScreen(GpuopsScreen):
             out.append(f"{current}: {prog.what or ''} {prog.done}{total}\n", style="cyan")
         dl = v.progress.get("downloading")
         if dl is not None and v.state == "downloading" and dl.total:
-            out.append(f"\ndownloading {dl.done / 1e9:.1f} / {dl.total / 1e9:.1f} GB", style="cyan")
+            out.append(f"\ndownloading {units.size(dl.done)} / {units.size(dl.total)}", style="cyan")
             if dl.rate_bps:
-                out.append(f" at {dl.rate_bps / 1e6:.0f} MB/s", style="cyan")
+                out.append(f" at {units.rate(dl.rate_bps)}", style="cyan")
             out.append("\n")
         if crashed and v.crash is not None and narrow and v.findings:
             # the banner under it says why (80x24: the reason twice pushed the fix out of view)

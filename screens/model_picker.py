@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static
 
+from ..core import units
 from ..core.hosts.host import Host, HostError
 from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.plan import Wishes
@@ -86,7 +87,7 @@ class ModelPickerScreen(GpuopsScreen):
             # a folder laid out as MODEL_DIR/owner/name is planned as that repo id
             model_id = (repo_id_for(m.path, self.host.config.model_dirs) or m.id) if m.kind == "dir" else m.id
             self.copies[key] = (model_id, m.path)
-            size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes else "?"
+            size = units.size(m.size_bytes) if m.size_bytes else "?"  # (as the storage screen says it)
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
         note = f" ({storage.error})" if storage.error else ""
         hint = " (down: pick one)" if storage.models and self.focused is not table else ""

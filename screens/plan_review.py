@@ -367,7 +367,7 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     fit = plan.fit
     fits = fit is None or fit.fits
     lines = [f"fit: {fit.verdict if fit else 'not checked'}"]
-    size = (plan.model.checkpoint_bytes or 0) / 1e9
+    size = units.size(plan.model.checkpoint_bytes or 0)
     # a router's weights: each host's first replica's (the replicas on one host share its copy)
     firsts: dict[str | None, Plan] = {}
     for r in plan.replicas:
@@ -377,9 +377,9 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
         if server.reuse_existing:
             lines.append(f"weights{on}: {server.model_path} (already there, nothing to download)")
         elif not server.download_dir:
-            lines.append(f"weights{on}: download {size:.1f} GB into {server.host}'s HF cache (no model dir takes it)")
+            lines.append(f"weights{on}: download {size} into {server.host}'s HF cache (no model dir takes it)")
         else:
-            lines.append(f"weights{on}: download {size:.1f} GB into {server.model_path}")
+            lines.append(f"weights{on}: download {size} into {server.model_path}")
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
                  + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
     if plan.replicas:

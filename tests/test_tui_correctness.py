@@ -497,3 +497,44 @@ async def test_tui_notices_name_the_tuis_way_not_a_command_line_flag(box):
             assert "choose another name (plan review: e, then name NEW)" in said and "--name" not in said, said
     finally:
         held.close()
+
+
+# ------------------------------------------------------------------ one unit for sizes
+
+
+async def test_sizes_are_said_in_one_unit_on_every_screen(box, models):
+    """The picker said a copy's size in GB (10^9) and storage in GiB: the same copy now reads the same
+    on both; a download's progress and rate are in the same units."""
+    from gpuops.core.domain import ProgressEvent
+    from gpuops.screens.model_picker import ModelPickerScreen
+    from gpuops.screens.storage import StorageScreen
+    from textual.widgets import DataTable
+
+    folder = models["qwen3"]
+    (folder / "model-00001-of-00005.safetensors").write_bytes(b"\1" * (3 * 1024**2 + 5))  # a shard's bytes
+    inv = parse_inventory(box.sim.host_block("sim") + f'model_dirs = ["{folder.parent}"]\n',
+                          source=str(box.tmp / "config.toml"))
+    box.add("fetching", "downloading")
+    _record("fetching", ProgressEvent(phase="downloading", done=5_583_457_484, total=17_609_365_913,
+                                      rate_bps=378_535_936))
+    app = GpuopsApp(inv, interval=0.5)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.press("p")
+        assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+        picker = app.screen
+        table = picker.query_one("#candidates", DataTable)
+        assert await until(pilot, lambda: table.row_count >= 1, timeout=30)
+        key = next(k for k, (_, path) in picker.copies.items() if path == str(folder))
+        in_picker = str(table.get_row(key)[2])
+        await pilot.press("escape")
+        await app.push_screen(StorageScreen("sim"))
+        storage = app.screen.query_one("#storage-models", DataTable)
+        assert await until(pilot, lambda: storage.row_count >= 1, timeout=30)
+        rows = [storage.get_row_at(i) for i in range(storage.row_count)]
+        in_storage = next(str(r[1]) for r in rows if str(folder) in str(r[0]) or r[0] == picker.copies[key][0])
+        assert in_picker == in_storage and in_picker.endswith("MiB"), (in_picker, in_storage)
+        await pilot.press("escape")
+        assert app.open_deployment("fetching")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
+                           and "downloading" in shown_in(app.screen, "#dep-phases"))
+        assert "downloading 5.2 GiB / 16.4 GiB at 361.0 MiB/s" in shown_in(app.screen, "#dep-phases")
