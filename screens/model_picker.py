@@ -26,7 +26,8 @@ from ..tui.widgets import KeyFooter, TextView
 class ModelPickerScreen(GpuopsScreen):
     BINDINGS = [
         Binding("slash", "focus_input", "Type an id", key_display="/"),
-        Binding("down", "focus_copies", "The host's copies", show=False),  # (from the id box: the table's own down)
+        # from the id box (before its own down, which scrolls nothing); on the table, the table's own down
+        Binding("down", "focus_copies", "Copies", key_display="↓", priority=True),
         Binding("r", "rescan", "Rescan"),
         Binding("escape", "app.pop_screen", "Back", key_display="esc"),
     ]
@@ -100,6 +101,15 @@ class ModelPickerScreen(GpuopsScreen):
     def action_focus_input(self) -> None:
         self._typing = True
         self.query_one("#model-input", Input).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        box = self.query("#model-input")
+        in_box = bool(box) and self.focused is box.first()
+        if action == "focus_input" and in_box:
+            return False  # typing there already (`/` types a path's first slash)
+        if action == "focus_copies" and not in_box:
+            return False  # (elsewhere down is the focused widget's own)
+        return super().check_action(action, parameters)
 
     def action_focus_copies(self) -> None:
         table = self.query_one("#candidates", DataTable)
