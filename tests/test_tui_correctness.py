@@ -538,3 +538,42 @@ async def test_sizes_are_said_in_one_unit_on_every_screen(box, models):
         assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
                            and "downloading" in shown_in(app.screen, "#dep-phases"))
         assert "downloading 5.2 GiB / 16.4 GiB at 361.0 MiB/s" in shown_in(app.screen, "#dep-phases")
+
+
+# ------------------------------------------------------------------ the swap's last question
+
+
+async def test_the_swaps_last_question_y_keeps_the_new_one_and_r_rolls_back(box):
+    """y goes ahead as everywhere: after the comparison it keeps the new deployment; the rollback is
+    its own key (r), and esc changes nothing (keeps). After a crash the question proposes the
+    rollback: y rolls back, n leaves it."""
+    import asyncio
+
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.swap import SwapScreen
+
+    app = GpuopsApp(box.inv, interval=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        swap = SwapScreen("oldie", make_plan("newbie", host="sim"), None)  # its question alone (no swap runs)
+
+        async def ask(what: dict, *keys: str) -> bool:
+            task = asyncio.ensure_future(swap._keep(what))
+            assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            dialog = app.screen
+            assert await until(pilot, lambda: dialog.query("Button"))
+            dialog.labels = [str(b.label) for b in dialog.query("Button")]
+            await pilot.press(*keys)
+            assert await until(pilot, task.done)
+            return dialog, task.result()
+
+        dialog, keep = await ask({"compare": {}}, "y")
+        assert dialog.question == "Keep newbie, or roll back to oldie?"
+        assert "y keeps newbie serving in oldie's place; r stops newbie and restarts oldie" in dialog.detail
+        assert dialog.labels == ["Keep newbie (y)", "Roll back to oldie (r)"], dialog.labels
+        assert keep is True
+        assert (await ask({"compare": {}}, "r"))[1] is False  # r: roll back
+        assert (await ask({"compare": {}}, "escape"))[1] is True  # esc: nothing stopped
+        assert (await ask({"compare": {}}, "enter"))[1] is True  # Enter: the button in focus, Keep
+        dialog, keep = await ask({"failed": "newbie crashed"}, "y")
+        assert dialog.question == "newbie crashed: roll back to oldie now?" and keep is False  # y: the rollback
+        assert (await ask({"failed": "newbie crashed"}, "n"))[1] is True  # n: left as it is
