@@ -1,6 +1,6 @@
 """What every gpuops screen shares: `:` opens the command line, and `--readonly` turns off the
-actions that change a host: they leave the footer, `?` lists them as off, and their key says why
-(one notice a press) instead of doing nothing."""
+actions that change a host: the footer shows them struck through (off), `?` lists them as off, and
+their key says why (one notice a press) instead of doing nothing."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class GpuopsScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MUTATING_ACTIONS and self.readonly:
-            return False  # not offered: out of the footer (`?` lists it as off; its key says why)
+            return None  # off: struck through in the footer, `?` lists it as off, its key says why
         return True
 
     def refused_readonly(self, action: str) -> bool:
@@ -86,22 +86,9 @@ class GpuopsScreen(Screen):
             return True
         return False
 
-    def readonly_keys(self) -> list[tuple[Binding, str]]:
-        """This screen's keys that read-only turns off, with their actions (for `?`)."""
-        out: list[tuple[Binding, str]] = []
-        if not self.readonly:
-            return out
-        seen: set[str] = set()
-        for bindings in self._bindings.key_to_bindings.values():
-            for binding in bindings:
-                if binding.action in MUTATING_ACTIONS and binding.description and binding.action not in seen:
-                    seen.add(binding.action)
-                    out.append((binding, binding.action))
-        return out
-
     def on_key(self, event: events.Key) -> None:
-        """In read-only, the key of an action that changes a host says so (its binding is off, so
-        nothing else would answer it), unless a widget in focus has a key of its own there (an
+        """In read-only, the key of an action that changes a host says so (its binding is off: it
+        would do nothing, silently), unless a widget in focus has a key of its own there (an
         input's ctrl+k)."""
         if not self.readonly:
             return

@@ -109,12 +109,21 @@ async def test_a_stopped_or_crashed_deployment_shows_no_gpu_memory_of_another(bo
 # ------------------------------------------------------------------ read-only says so
 
 
-def footer_keys(app) -> dict[str, str]:
-    """The footer's keys as it draws them: description -> key."""
+def footer_keys(app, enabled: bool = True) -> dict[str, str]:
+    """The footer's keys as it draws them (those on, or those off): description -> key."""
     from gpuops.tui.widgets import KeyFooter
 
     keys, _ = app.screen.query_one(KeyFooter)._keys_now()
-    return {k.description: k.display for k in keys}
+    return {k.description: k.display for k in keys if k.enabled == enabled}
+
+
+def struck(app, description: str) -> bool:
+    """Whether the footer draws a key's description struck through and dim (off)."""
+    from gpuops.tui.widgets import KeyFooter
+
+    footer = app.screen.query_one(KeyFooter)
+    seg = next(seg for seg in footer.render_line(0) if seg.text.strip() == description)
+    return bool(seg.style and seg.style.strike and seg.style.dim)
 
 
 def notices(app) -> list[str]:
@@ -129,7 +138,8 @@ async def test_readonly_offers_no_action_that_changes_a_host_and_its_key_says_wh
     app = GpuopsApp(box.inv, interval=0.5, readonly=True)
     async with app.run_test(size=(160, 40)) as pilot:
         assert await until(pilot, lambda: "Plan" in footer_keys(app))
-        assert "Kill" not in footer_keys(app)  # ctrl+k ends a process: not offered
+        assert "Kill" not in footer_keys(app) and "Kill" in footer_keys(app, enabled=False)  # ctrl+k ends a process
+        assert struck(app, "Kill") and not struck(app, "Plan")  # off, and drawn so
         await pilot.press("ctrl+k")
         assert await until(pilot, lambda: any(n.startswith("read-only: ending a process") for n in notices(app)))
         assert not isinstance(app.screen, ConfirmScreen)
@@ -145,7 +155,8 @@ async def test_readonly_offers_no_action_that_changes_a_host_and_its_key_says_wh
         offered = footer_keys(app)
         assert "Triage" in offered and "Back" in offered
         for off in ("Stop", "Restart", "Forget", "Bench", "Swap…"):
-            assert off not in offered, offered
+            assert off not in offered and off in footer_keys(app, enabled=False), offered
+        assert struck(app, "Stop")
         for key, says in (("s", "stopping a server"), ("r", "a restart"), ("delete", "forgetting a deployment"),
                           ("b", "a benchmark"), ("n", "a swap")):
             before = len(notices(app))

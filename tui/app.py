@@ -69,6 +69,7 @@ class GpuopsApp(App):
         self.config_path = config_path or inventory.source
         self._config_seen = _file_stamp(self.config_path)
         self.readonly = readonly
+        self.update_classes({"-readonly": readonly}, update=False)  # (the footer strikes its keys that are off)
         self.simulated = simulated
         self.interval = interval
         self.monitor = Monitor(inventory, interval=interval, hosts=hosts)
@@ -239,17 +240,19 @@ class GpuopsApp(App):
         shown: list[tuple[str, str]] = []
         rest: list[tuple[str, str]] = []
         seen: set[str] = set()
+        off: list[tuple[str, str]] = []  # keys whose action is off now (read-only's)
         for key, active in self.screen.active_bindings.items():
             b = active.binding
             display = self.get_key_display(b)
             if not b.description or display in seen or not _own_binding(active.node, b):
                 continue
             seen.add(display)
-            (shown if b.show else rest).append((display, b.description))
+            if not active.enabled:
+                off.append((display, f"{b.description}: off" + (", read-only" if self.readonly else "")))
+            else:
+                (shown if b.show else rest).append((display, b.description))
         screen = self.screen
         title = getattr(screen, "HELP_TITLE", "") or _spaced(type(screen).__name__.removesuffix("Screen")) or "gpuops"
-        off = [(self.get_key_display(b), f"{b.description}: off, read-only") for b, _ in
-               getattr(screen, "readonly_keys", list)() if self.get_key_display(b) not in seen]
         self.push_screen(HelpScreen(title, shown, rest, off=off))
 
     def on_plan_review_screen_deploy_requested(self, event: Any) -> None:
