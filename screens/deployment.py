@@ -158,11 +158,11 @@ class DeploymentScreen(GpuopsScreen):
         """A newer run of the deployment than the one shown (a restart, a fix, a deploy of its name,
         here or by another gpuops): show that one, from its stored events on, said in the log and a
         notice; its watch (this gpuops' own, or relaying another's) carries it on."""
-        from ..core.ops import Refused
+        from ..core.ops import Refused, StoreError
 
         try:
             d = self.ops.deployment(self.deployment.name)
-        except Refused:  # forgotten meanwhile: the view stays as it was
+        except (Refused, StoreError):  # forgotten meanwhile, or the store unreadable now: the view stays
             return
         if d.run <= self.view.run:
             return
@@ -171,7 +171,10 @@ class DeploymentScreen(GpuopsScreen):
         self.check_result = None
         self.query_one(LogView).append(f"── run {d.run} started ──")
         self.notify(f"{d.name}: run {d.run} started (shown now)")
-        self.ops.watch(d.name)
+        try:
+            self.ops.watch(d.name)
+        except StoreError as exc:
+            self.notify(str(exc), severity="error")
 
     # ---------------------------------------------------------------- the view
 
