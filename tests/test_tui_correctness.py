@@ -130,6 +130,11 @@ def notices(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
+def toasts(app) -> list[str]:
+    """The notices as drawn (their markup, if any, applied)."""
+    return [getattr(t.render(), "plain", str(t.render())).replace("\n", " ") for t in app.screen.query("Toast")]
+
+
 async def test_readonly_offers_no_action_that_changes_a_host_and_its_key_says_why(box):
     from gpuops.screens.confirm import ConfirmScreen
     from gpuops.screens.help import HelpScreen
@@ -189,7 +194,7 @@ async def test_swap_is_on_help_and_without_a_name_says_what_it_needs(box):
     box.add("oldie", "ready")
     box.add("halted", "stopped")
     app = GpuopsApp(box.inv, interval=0.5)
-    async with app.run_test(size=(160, 40)) as pilot:
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:  # (the notices drawn)
         await pilot.press("question_mark")
         assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert ":swap NAME [MODEL]" in screen_text(app)
@@ -200,6 +205,7 @@ async def test_swap_is_on_help_and_without_a_name_says_what_it_needs(box):
                                               for n in notices(app)))
         said = next(n for n in notices(app) if n.startswith(":swap NAME"))
         assert "ready now: oldie" in said and "halted" not in said
+        assert await until(pilot, lambda: any(t.startswith(":swap NAME [MODEL]: NAME is the ready") for t in toasts(app)))
         assert not any("unknown command" in n for n in notices(app))
         await pilot.press("colon", *"swap oldie", "enter")
         assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))

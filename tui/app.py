@@ -428,7 +428,7 @@ class GpuopsApp(App):
             ready = [d.name for d in self._deployments() if d.state == "ready"]
             self.notify(":swap NAME [MODEL]: NAME is the ready deployment to replace ("
                         + (f"ready now: {', '.join(ready[:6])}" if ready else "none is ready now") + "), MODEL the "
-                        "one to put in its place (else pick it)", severity="warning", timeout=10)
+                        "one to put in its place (else pick it)", severity="warning", timeout=10, markup=False)
         elif verb == "theme" and arg:
             if arg not in self.available_themes:
                 self.notify(f"no theme named {arg!r}", severity="error")
@@ -446,8 +446,7 @@ class GpuopsApp(App):
             self.jump_to_host(word)
         else:
             self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME [MODEL], theme NAME, bench, "
-                        "help, quit",
-                        severity="error")
+                        "help, quit", severity="error", markup=False)  # (its brackets are text)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
