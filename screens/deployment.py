@@ -218,8 +218,12 @@ class DeploymentScreen(GpuopsScreen):
                 mark, style = "–", "dim"  # passed without a line of its own (SGLang skipped it, or said nothing)
             elif i < reached or (phase == current and ready):
                 mark, style = "✔", "green"
+            elif phase == failed and crashed:
+                mark, style = "✖", "bold red"
+            elif phase == failed and v.state == "stopped":  # stopped there (a ready one had got there: ✔)
+                mark, style = ("✔", "green") if phase == "ready" else ("■", "bold")
             elif phase == failed:
-                mark, style = ("✖", "bold red") if crashed else ("▶", "bold yellow")
+                mark, style = "▶", "bold yellow"
             else:
                 mark, style = "·", "dim"
             took = times.get(phase)

@@ -371,8 +371,19 @@ async def test_the_phase_list_marks_the_phase_that_crashed_and_only_a_draft_that
             ProgressEvent(phase="weights", done=1, total=1, what="draft shards"),
             *_started("kv_cache", "cuda_graph", "draft", "http")[1:],
             StateEvent(state="ready", endpoint="http://127.0.0.1:9"))
+    box.add("halted", "planned")  # ready, then stopped: it got to ready (no phase is still under way)
+    _record("halted", *_started("dist_init", "weights", "kv_cache", "cuda_graph", "http"),
+            StateEvent(state="ready", endpoint="http://127.0.0.1:9"), StateEvent(state="stopped"))
+    box.add("early", "planned")  # stopped in weights: where it stopped
+    _record("early", *_started("dist_init", "weights"), StateEvent(state="stopped"))
     app = GpuopsApp(box.inv, interval=0.5)
     async with app.run_test(size=(160, 45)) as pilot:
+        halted = await _phases_of(app, pilot, "halted")
+        assert "✔ ready" in halted and "▶" not in halted, halted
+        await pilot.press("escape")
+        early = await _phases_of(app, pilot, "early")
+        assert "✔ dist_init" in early and "■ weights" in early and "▶" not in early, early
+        await pilot.press("escape")
         oom = await _phases_of(app, pilot, "oom")
         assert "✔ weights" in oom and "✖ kv_cache" in oom, oom
         assert "✖ weights" not in oom and "crashed in kv_cache" in oom
