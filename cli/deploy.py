@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..core import units
 from ..core.config import Inventory
 from .common import OperationFailed, UsageError, minute, run_use_case
 
@@ -199,7 +200,7 @@ def describe_event(event: Any) -> str | None:
         return None
     if isinstance(event, ProgressEvent):
         if event.phase == "downloading" and event.total:
-            return f"{when}  downloading {event.done / 1e9:.1f}/{event.total / 1e9:.1f} GB"
+            return f"{when}  downloading {units.size(event.done)}/{units.size(event.total)}"
         total = f"/{event.total}" if event.total else ""
         return f"{when}  {event.phase}: {event.what or ''} {event.done}{total}".rstrip()
     if isinstance(event, StateEvent):

@@ -28,7 +28,7 @@ from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
-from .domain import Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
+from .domain import LIVE_STATES, Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
 from .hosts.host import Host, HostError, make_host
 from .planning.plan import Target, under_any
 from .telemetry.samples import Snapshot
@@ -36,7 +36,7 @@ from .telemetry.samples import Snapshot
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
 
 # States in which a deployment's server should be running and someone should be watching it.
-LIVE = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready", "stalled")
+LIVE = LIVE_STATES
 
 
 class Refused(Exception):
@@ -735,16 +735,46 @@ class Ops:
         except DeleteRefused as exc:
             raise Refused(f"refused ({exc.rule}): {exc.message}; nothing deleted") from None
 
+    async def process_owner(self, host_name: str, pid: int) -> Deployment | None:
+        """The stored deployment whose server `pid` belongs to on `host_name` (its launcher's process
+        or one of that one's descendants: a rank), or None."""
+        from .hosts.host import host_python
+        from .hosts.procs import process_tree
+
+        host = self.host(host_name)
+        if host is None:
+            return None
+        for d in self.store.deployments():
+            if d.host != host_name or d.state in ("planned", "stopped"):
+                continue
+            status = await (await open_launcher(host, d.plan)).status()
+            if not status.running or not status.pid:
+                continue
+            if status.pid == pid or pid in (await process_tree(host, status.pid, host_python(host))).pids:
+                return d
+        return None
+
     async def end_process(self, host_name: str, pid: int, shown_command: str | None, *,
-                          confirmed: bool = False) -> Any:
-        from .hosts.procs import end_process
+                          confirmed: bool = False, deployment: str | None = None) -> Any:
+        """End a process on a host (asked first). One of a stored deployment's server is ended as the
+        deployment is: by `stop` (recorded stopped, never a crash); `deployment` is the one the
+        operator was asked about: a pid found to be another's (or a deployment's, when none was
+        named) is asked about again."""
+        from .hosts.procs import EndResult, end_process
 
         self._writable("gpuops changes nothing on the hosts")
-        if not confirmed:
-            raise NeedsConfirmation(f"end pid {pid} on {host_name} ({shown_command or '?'})?")
         host = self.host(host_name)
         if host is None:
             raise Refused(f"unknown host {host_name!r}")
+        owner = await self.process_owner(host_name, pid)
+        if owner is not None:
+            if not confirmed or deployment != owner.name:
+                raise NeedsConfirmation(f"pid {pid} on {host_name} is the server of deployment {owner.name} "
+                                        f"({owner.model}): stop {owner.name}{self.parts_said(owner)}?")
+            said = await self.stop(owner.name, confirmed=True)
+            return EndResult(pid, True, f"{owner.name} stopped ({said}): pid {pid} was its server")
+        if not confirmed:
+            raise NeedsConfirmation(f"end pid {pid} on {host_name} ({shown_command or '?'})?")
         return await end_process(host, pid, shown_command)
 
     # ---------------------------------------------------------------- benchmarks

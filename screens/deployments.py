@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Header
 
 from ..core import units
 from ..core.deploy.view import parse_ts
-from ..core.domain import Deployment
+from ..core.domain import LIVE_STATES, Deployment
 from ..core.telemetry.samples import memory_used
 from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
@@ -76,6 +76,8 @@ class DeploymentsScreen(GpuopsScreen):
     # ---------------------------------------------------------------- rows
 
     def _gpu_mem(self, d: Deployment) -> str:
+        if d.state not in LIVE_STATES:  # no server of its own: what its GPUs hold is another's
+            return "—"
         state = self.app.monitor.states.get(d.host)  # type: ignore[attr-defined]
         snap = state.snapshot if state is not None else None
         if snap is None or not snap.gpus:
@@ -202,6 +204,7 @@ class DeploymentsScreen(GpuopsScreen):
 
     def run_screen_command(self, verb: str, arg: str) -> bool:
         if verb in ("stop", "restart", "forget", "triage", "bench", "swap") and (not arg or self.select(arg)):
-            getattr(self, f"action_{verb}")()
+            if not self.refused_readonly(verb):  # (asked nothing: read-only says so at once)
+                getattr(self, f"action_{verb}")()
             return True
         return False

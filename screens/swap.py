@@ -150,22 +150,33 @@ class SwapScreen(GpuopsScreen):
             self.post_message(self.Progress(""))
 
     async def _keep(self, what: dict) -> bool:
-        """The swap's question, asked on top of whatever screen is showing: after a failure, roll
-        back now?; after the comparison, roll back or keep? (n and esc keep: nothing is stopped)."""
+        """The swap's question, asked on top of whatever screen is showing. After a failure: roll
+        back now? (y rolls back, what the question proposes; n and esc leave it). After the
+        comparison: keep the new one? y keeps it (goes ahead, as y does everywhere), r rolls back,
+        n and esc keep it too (nothing is stopped)."""
         import asyncio
 
         answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         new, old = self.plan.name, self.old
+
+        def answered(keep: bool) -> None:
+            if not answer.done():
+                answer.set_result(keep)
+
         if "failed" in what:
-            question, no = f"{what['failed']}: roll back to {old} now?", "Leave it"  # 'NEW crashed'
+            question = f"{what['failed']}: roll back to {old} now?"  # 'NEW crashed'
             detail = (f"y stops {new} and restarts {old} with its plan on port {self.plan.port}; "
                       f"n leaves {new} as it is (its log and triage tell why) and {old} stopped")
+            dialog = ConfirmScreen(question, detail, yes=f"Roll back to {old}", no="Leave it")
+            self.app.push_screen(dialog, lambda rollback: answered(rollback is not True))
         else:
-            question, no = f"Roll back to {old}, or keep {new}?", f"Keep {new}"
+            question = f"Keep {new}, or roll back to {old}?"
             detail = "\n".join(self._compare_lines(what.get("compare") or {})
-                               + [f"y stops {new} and restarts {old}; n keeps {new}"])
-        self.app.push_screen(ConfirmScreen(question, detail, yes="Roll back", no=no),
-                             lambda yes: answer.set_result(not yes) if not answer.done() else None)
+                               + [f"y keeps {new} serving in {old}'s place; r stops {new} and restarts {old}; "
+                                  "esc keeps it too (nothing is stopped)"])
+            dialog = ConfirmScreen(question, detail, yes=f"Keep {new}", other=f"Roll back to {old}", other_key="r",
+                                   no=None)
+            self.app.push_screen(dialog, lambda choice: answered(choice != "other"))
         return await answer
 
     @staticmethod

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from ..core import units
+
 GIB = 1024**3
 
 
@@ -33,7 +35,7 @@ def facts_line(facts) -> Text:
     params = f"{facts.params / 1e9:.1f}B params"
     if facts.active_params and facts.active_params != facts.params:
         params += f" ({facts.active_params / 1e9:.1f}B active)"
-    size.append(f"\n{params}, checkpoint {facts.checkpoint_bytes / 1e9:.1f} GB "
+    size.append(f"\n{params}, checkpoint {units.size(facts.checkpoint_bytes)} "
                 f"({facts.checkpoint_bytes_source})", style="dim")
     return size
 

@@ -14,6 +14,7 @@ import os
 import time
 from typing import Any, Callable
 
+from .. import units
 from ..domain import Finding, FindingEvent, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
 from ..hosts.host import Host, host_python
@@ -96,8 +97,8 @@ class Deployer:
             free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
             need = int((plan.model.checkpoint_bytes or 0) * 1.1)
             if free is not None and free < need:
-                raise DeployError(f"{plan.download_dir} on {host.name} has {free / 1e9:.0f} GB free; "
-                                  f"the model needs {need / 1e9:.0f} GB")
+                raise DeployError(f"{plan.download_dir} on {host.name} has {units.size(free)} free; "
+                                  f"the model needs {units.size(need)}")
 
     def begin(self) -> None:
         """Record the deployment (a new run of its name); StoreError: refused, nothing changed."""
