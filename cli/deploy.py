@@ -7,20 +7,22 @@ import asyncio
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core.config import Inventory
 from .common import OperationFailed, UsageError, minute, run_use_case
+from .plan import add_planning_options
 
 SCHEMA = 1
 
 
 def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("deploy", parents=[common], help="download, start and watch a model's server on a host")
-    p.add_argument("model", metavar="MODEL|PLAN.json", help="a model (planned with defaults) or a plan from `gpuops plan --json`")
-    p.add_argument("--host", metavar="H", required=True)
-    p.add_argument("--name", metavar="N", help="deployment name (default: the plan's)")
+    p.add_argument("model", metavar="MODEL|PLAN.json", help="a model (planned here, with the options `gpuops plan` "
+                   "takes) or a plan from `gpuops plan --json`")
+    add_planning_options(p, host_help="the inventory host it runs on")
     p.add_argument("--yes", action="store_true", help="don't ask (GPUs already in use, …)")
     p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
 
@@ -145,12 +147,17 @@ def run_triage(inv: Inventory, args: argparse.Namespace) -> int:
 
 
 def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
-    """The plan to deploy: a plan JSON (decoded and validated as a Plan), or one made here with
-    the defaults for the model."""
+    """The plan to deploy: a plan JSON (decoded and validated as a Plan), or one made here from
+    the model and the planning options `plan` takes (--tp, --gpu-ids, --port, --download-dir, …)."""
     from ..core.domain import Invalid, Plan
+    from .plan import PLANNING_DESTS, PlanRequest, make_plan
 
     ref = args.model
     if ref.endswith(".json") and Path(ref).is_file():
+        given = [f"--{dest.replace('_', '-')}" for dest in PLANNING_DESTS if getattr(args, dest) not in (None, False)]
+        if given:
+            raise UsageError(f"{ref} is a plan already: {', '.join(given)} plan a MODEL (give the model instead, or "
+                             "plan again with them: gpuops plan MODEL … --json)")
         try:
             doc = json.loads(Path(ref).read_text())
         except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -159,23 +166,10 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
             return Plan.from_json(doc, ref)
         except Invalid as exc:
             raise UsageError(str(exc)) from None
-    plan = _plan_here(inv, ref, args.host, args.name)
+    plan = make_plan(inv, PlanRequest.from_args(args))[1]
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
     return plan
-
-
-def _plan_here(inv: Inventory, model: str, host: str, name: str | None, *, gpu_ids: str | None = None,
-               like: str | None = None, hosts: str | None = None, tp: int | None = None) -> Any:
-    """`gpuops plan`'s plan of `model` on `host` with its defaults (the default port or the next free
-    one; `like` a stored deployment, `gpu_ids` "0,1"; `hosts` "H0,H1" with `tp`: over those nodes),
-    for the verbs that plan on their own. (Its bad input is plan's PlanUsageError, a UsageError.)"""
-    from .plan import run_plan_object
-
-    ns = argparse.Namespace(model=model, host=None if hosts else host, hosts=hosts, tp=tp, gpus=None,
-                            gpu_memory=None, gpu_ids=gpu_ids, sglang_version=None, like=like, download_dir=None,
-                            no_mtp=False, name=name, explicit_port=None)
-    return run_plan_object(inv, ns)[1]
 
 
 def _hf_token() -> str | None:
@@ -229,16 +223,25 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
 
     if getattr(args, "readonly", False):
         raise UsageError("read-only: deploy changes a host")
-    try:
-        inv.host(args.host)
-    except KeyError:
-        raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
-    plan = _load_plan(inv, args)
+    if args.hosts and args.host:
+        raise UsageError("give --host (one host) or --hosts (several: node 0 is the first), not both")
+    if not args.hosts and not args.host:
+        raise UsageError("deploy: name the host it runs on (--host H, or --hosts H1,H2 for several)")
+    if args.host:
+        try:
+            inv.host(args.host)
+        except KeyError:
+            raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
     if args.name:
         try:
-            plan = plan.replace(name=validate_host_name(args.name))
+            validate_host_name(args.name)
         except ValueError as exc:
             raise UsageError(f"--name: {exc}") from None
+    plan = _load_plan(inv, args)
+    if args.name:
+        plan = plan.replace(name=args.name)
+    host_name = args.host or plan.host  # --hosts: the plan's node 0
+
 
     made_here = not args.model.endswith(".json")
     # beside its other nodes' (or its replicas') labelled lines, the deployment's own are labelled too
@@ -273,7 +276,7 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
             ops.bus.listen(member, emit_part(f"node {rank}"))
         for index, replica in enumerate(plan.replica_names, start=1):
             ops.bus.listen(replica, emit_part(f"replica {index}"))
-        return await ops.deploy(plan, args.host, yes=args.yes,
+        return await ops.deploy(plan, host_name, yes=args.yes,
                                 ask=lambda q: sys.stdin.isatty() and input(f"{q}\ncontinue? [y/N] ").strip().lower()
                                 in ("y", "yes"), hf_token=_hf_token())
 
@@ -390,10 +393,12 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
                          "yet (plan the new model with --replicas and deploy it beside, or stop the old one first)")
     # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them); a
     # multi-node one over the same nodes at the same TP
+    from .plan import PlanRequest, make_plan
+
     nodes = [m.host for m in old.plan.members]
-    plan = _plan_here(inv, args.model, old.host, args.name, like=old.name,
-                      **({"hosts": ",".join(nodes), "tp": old.plan.tp} if nodes else
-                         {"gpu_ids": ",".join(map(str, old.plan.gpu_ids))}))
+    where = (PlanRequest(args.model, hosts=",".join(nodes), tp=old.plan.tp) if nodes else
+             PlanRequest(args.model, host=old.host, gpu_ids=",".join(map(str, old.plan.gpu_ids))))
+    plan = make_plan(inv, replace(where, name=args.name, like=old.name))[1]
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
     held = (f"port {old.plan.port} is in use", "already run processes")  # the old server's own: freed by the stop

@@ -294,10 +294,10 @@ def check_path_args(args: argparse.Namespace) -> None:
     checks: list[tuple[object, str, bool]] = []  # (value, what, '..' allowed)
     if getattr(args, "config", None) is not None:
         checks.append((args.config, "--config", True))
-    if verb == "plan":
+    if verb in ("plan", "deploy"):  # deploy MODEL plans with plan's options
         checks.append((args.like, "--like", True))
         checks.append((args.download_dir, "--download-dir", False))
-    elif verb == "deploy" and args.model.endswith(".json"):
+    if verb == "deploy" and args.model.endswith(".json"):
         checks.append((args.model, "PLAN.json", True))
     elif verb == "triage" and args.logfile not in (None, "-"):
         checks.append((args.logfile, "LOGFILE", True))
