@@ -405,11 +405,13 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             from .models import run_models
 
             return run_models(inv, args)
-        if args.verb in ("deploy", "logs", "stop", "forget", "swap", "status", "triage"):
+        if args.verb in ("deploy", "logs", "stop", "restart", "fix", "forget", "swap", "status", "triage"):
             from . import deploy as cli_deploy
 
             return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs, "stop": cli_deploy.run_stop,
-                    "forget": cli_deploy.run_forget, "swap": cli_deploy.run_swap, "status": cli_deploy.run_status, "triage": cli_deploy.run_triage}[args.verb](inv, args)
+                    "restart": cli_deploy.run_restart, "fix": cli_deploy.run_fix, "forget": cli_deploy.run_forget,
+                    "swap": cli_deploy.run_swap, "status": cli_deploy.run_status,
+                    "triage": cli_deploy.run_triage}[args.verb](inv, args)
         if args.verb == "bench":
             from .bench import run_bench
 

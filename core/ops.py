@@ -586,6 +586,14 @@ class Ops:
         why = PlanEvent(code=code, summary=summary, diff=diff)
         return await self.restart(name, confirmed=True, plan=new_plan, why=why, until=until, keep_on=keep_on)
 
+    def findings(self, name: str) -> list[Any]:
+        """The findings of the deployment's current run as its screen shows them (the view rebuilt
+        from the store: one per code, errors first; a stall's are gone once the run moved on)."""
+        from .deploy.view import RunView
+
+        d = self.deployment(name)
+        return RunView.of(d.name, self.store.events(d.name, run=d.run)).findings
+
     def fix_diff(self, name: str, patch: dict) -> list[tuple[str, str]]:
         """What a fix would change in the deployment's plan (shown before asking)."""
         try:

@@ -116,3 +116,62 @@ def test_deploy_model_takes_the_planning_options_of_plan(world):
     out = world.run("deploy", "Qwen/Qwen3-8B", "--yes")
     assert out.returncode == 2 and "--host" in one_line(out)
 
+
+# ------------------------------------------------------------------ restart and fix
+
+
+def test_restart_and_fix_from_the_command_line(world):
+    """`gpuops restart NAME` and `gpuops fix NAME [CODE]` go through the TUI's use cases: each asks
+    first (without --yes and a terminal: refused, nothing changed), begins a new run, streams its
+    events and exits 0 only when it is ready; a fix is the finding's plan patch, recorded with its
+    code. A code that has no applicable fix, or --readonly, is refused in one line."""
+    world.host("gpu1")
+    world.host("gpu2", scenario="kv-cache-oom")
+    assert world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "svc", "--yes").returncode == 0
+    out = world.run("restart", "svc")
+    assert out.returncode == 2 and one_line(out).endswith("needs confirmation: add --yes"), out.stderr
+    assert world.deployment("svc").run == 1
+    out = world.run("restart", "svc", "--yes", "--json")
+    assert out.returncode == 0, out.stderr
+    seen = events(out)
+    assert seen[-1]["state"] == "ready" and {(e["deployment"], e["run"]) for e in seen} == {("svc", 2)}
+    assert world.deployment("svc").run == 2
+
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu2", "--name", "oomy", "--yes")
+    assert out.returncode == 1 and "kv-cache-oom" in out.stdout
+    out = world.run("fix", "oomy")
+    assert out.returncode == 2 and one_line(out).endswith("needs confirmation: add --yes") and out.stdout == ""
+    out = world.run("fix", "oomy", "nccl-init-stall", "--yes")
+    assert out.returncode == 2 and one_line(out) == (
+        "gpuops: oomy's run 1 has no applicable fix for nccl-init-stall; applicable: kv-cache-oom")
+    out = world.run("--readonly", "fix", "oomy", "--yes")
+    assert out.returncode == 2 and "read-only" in one_line(out)
+    assert world.deployment("oomy").run == 1
+    before = world.deployment("oomy").plan.argv
+    out = world.run("fix", "oomy", "kv-cache-oom", "--yes", "--json")
+    assert out.returncode == 1, out.stderr  # the simulated host runs out of KV cache again
+    seen = events(out)
+    (changed,) = [e for e in seen if e["event"] == "plan"]
+    assert changed["code"] == "kv-cache-oom" and changed["run"] == 2
+    assert ["+", "--mem-fraction-static 0.85"] in changed["diff"]
+    assert seen[-1]["state"] == "crashed" and "+ --mem-fraction-static 0.85" in out.stderr  # shown before it ran
+    after = world.deployment("oomy")
+    assert after.run == 2 and after.plan.argv != before
+    assert after.plan.argv[after.plan.argv.index("--mem-fraction-static") + 1] == "0.85"
+    # without CODE the run's only applicable fix is the one (again: the next step up)
+    out = world.run("fix", "oomy", "--yes")
+    assert out.returncode == 1 and "fix for kv-cache-oom" in out.stdout and "+ --mem-fraction-static 0.9" in out.stdout
+    assert world.deployment("oomy").run == 3
+
+
+def test_a_stalled_deploy_says_what_holds_the_gpus_and_what_to_do(world):
+    """A deploy that stalls exits 1 and says so: its server still runs and holds the plan's GPUs,
+    and the next steps (triage, stop) by name."""
+    world.host("gpu1", scenario="hang-at-dist-init")
+    world.stall(dist_init=3)
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "hung", "--gpu-ids", "2", "--yes")
+    assert out.returncode == 1, out.stderr
+    assert "hung is stalled in dist_init: its server still runs on gpu1 and holds GPU 2." in out.stderr
+    assert "gpuops triage --deployment hung" in out.stderr and "gpuops stop hung (frees the GPUs)" in out.stderr
+    status = json.loads(world.run("status", "hung", "--json").stdout)
+    assert status["deployment"]["state"] == "stalled"
