@@ -238,6 +238,23 @@ class Ops:
         return await self._deploy_one(plan, host_name, yes=yes, ask=ask, hf_token=hf_token, until=until,
                                       on_begin=on_begin, keep_on=keep_on)
 
+    async def deploy_refusal(self, plan: Plan, host_name: str) -> str | None:
+        """Why :meth:`deploy` of `plan` on `host_name` would be refused now for a conflict, asked
+        before the operator is asked to confirm it (None: it would go on): read-only, the plan not
+        this host's, a name (of any part) taken, a port in use. Nothing changes (the deploy checks
+        again, and the rest: SGLang there, disk space)."""
+        try:
+            self._writable("deploy changes a host")
+            if (plan.members or plan.replicas) and host_name != plan.host:
+                return f"{plan.name} is planned with {plan.host} first, not {host_name}"
+            parts = ([plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)] if plan.members
+                     else [*plan.replicas, plan] if plan.replicas else [bind_plan(plan, self.host_config(host_name))])
+            for deployer in self._deployers(parts, yes=False, ask=None, hf_token=None):
+                await deployer.check_ports()
+        except (Refused, DeployError, StoreError) as exc:
+            return str(exc)
+        return None
+
     async def _deploy_one(self, plan: Plan, host_name: str, *, yes: bool, ask: Callable[[str], bool] | None,
                           hf_token: str | None, until: tuple[str, ...],
                           on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool,
@@ -293,11 +310,12 @@ class Ops:
         deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token)
         begun: list[Deployer] = []
         try:
-            for dep in deployers:
-                try:
-                    await dep.preflight()
-                except DeployError as exc:
-                    raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
+            for confirm in (False, True):  # every node's refusals before any node's question
+                for dep in deployers:
+                    try:
+                        await (dep.confirm_gpus() if confirm else dep.checks())
+                    except DeployError as exc:
+                        raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
             for dep in deployers:
                 dep.begin()
                 begun.append(dep)
@@ -383,8 +401,10 @@ class Ops:
         that does not get ready leaves the router unstarted (its state says why)."""
         deployers = self._deployers([*plan.replicas, plan], yes=yes, ask=ask, hf_token=hf_token)
         try:
+            for deployer in deployers:  # every part's refusals before any part's question
+                await deployer.checks()
             for deployer in deployers:
-                await deployer.preflight()
+                await deployer.confirm_gpus()
             router = deployers[-1]
             router.begin()
         except (DeployError, StoreError) as exc:

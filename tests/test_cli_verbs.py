@@ -175,3 +175,83 @@ def test_a_stalled_deploy_says_what_holds_the_gpus_and_what_to_do(world):
     assert "gpuops triage --deployment hung" in out.stderr and "gpuops stop hung (frees the GPUs)" in out.stderr
     status = json.loads(world.run("status", "hung", "--json").stdout)
     assert status["deployment"]["state"] == "stalled"
+
+
+# ------------------------------------------------------------------ refusals before questions
+
+
+def test_what_refuses_a_deploy_is_said_before_anything_is_asked(world):
+    """A deploy that would be refused (here: too little room in --download-dir) is refused before
+    the question about GPUs already in use: on a terminal nothing is asked, the reason is the
+    refusal's. With room it asks as before."""
+    import pty
+
+    from tests.test_store_hardening import tmpfs
+
+    sim = world.host("gpu1")
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        sim.set_gpu(0, processes=[{"pid": other.pid, "used": 40 * 1024**3}], memory_used=40 * 1024**3)
+        with tmpfs("4m") as small:
+            for into, refused in ((small, "GB free; the model needs"), (world.root / "roomy", "(refusing without --yes)")):
+                master, slave = pty.openpty()  # stdin a terminal: a question would be asked there
+                try:
+                    os.write(master, b"n\n")  # the answer, if it is asked
+                    out = subprocess.run([GPUOPS, "--config", str(world.cfg), "deploy", "Qwen/Qwen3-8B", "--host",
+                                          "gpu1", "--name", "second", "--gpu-ids", "0", "--download-dir", str(into),
+                                          "--port", str(free_port())],
+                                         stdin=slave, capture_output=True, text=True, env=world.env, timeout=120)
+                finally:
+                    os.close(slave)
+                    os.close(master)
+                assert out.returncode == 2 and refused in one_line(out), out.stderr
+                asked = "continue? [y/N]" in out.stdout
+                assert asked == (into != small), out.stdout
+                assert world.deployment("second") is None  # nothing recorded
+    finally:
+        other.kill()
+        other.wait()
+
+
+async def test_plan_review_says_a_taken_name_or_port_before_asking(world, monkeypatch):
+    """Plan review's `d` checks what would refuse the deploy (a name in use, a port in use) before
+    its summary asks: the operator is never asked to confirm a deploy that will be refused."""
+    from gpuops.core.config import load_inventory
+    from gpuops.core.planning.hostfacts import read_target
+    from gpuops.core.planning.model_facts import load_model_facts
+    from gpuops.core.planning.plan import Wishes
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.plan_review import PlanReviewScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    world.host("gpu1")
+    port = free_port()
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "taken", "--port", str(port), "--yes")
+    assert out.returncode == 0, out.stderr
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(key, world.env[key])
+    app = GpuopsApp(load_inventory(str(world.cfg)), interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        target = await read_target(app.monitor.hosts["gpu1"])
+        facts = load_model_facts("Qwen/Qwen3-8B")
+        for wishes, says in ((Wishes(tp=1, name="taken"), "a deployment named 'taken' exists (ready on gpu1)"),
+                             (Wishes(tp=1, name="other", port=port), f"port {port} is in use on gpu1"),
+                             (Wishes(tp=1, name="fresh"), None)):
+            screen = PlanReviewScreen(facts, target, wishes)
+            await app.push_screen(screen)
+            assert await until(pilot, lambda: screen.plan is not None)
+            await pilot.press("d")
+            if says is None:  # nothing refuses it: the summary asks
+                assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=30)
+                await pilot.press("n")
+                assert await until(pilot, lambda: app.screen is screen)
+            else:
+                assert await until(pilot, lambda: any(says in str(n.message) for n in app._notifications),
+                                   timeout=30), [str(n.message) for n in app._notifications]
+                await pilot.pause(0.5)
+                assert app.screen is screen  # never asked
+            await pilot.press("escape")
+            assert await until(pilot, lambda: app.screen is not screen)
+    assert world.deployment("other") is None and world.deployment("fresh") is None
+

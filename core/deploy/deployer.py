@@ -72,6 +72,14 @@ class Deployer:
     # ---------------------------------------------------------------- checks
 
     async def preflight(self) -> None:
+        """Every refusal first (:meth:`checks`), then the question about GPUs in use: an operator is
+        never asked to confirm a deploy that would then be refused."""
+        await self.checks()
+        await self.confirm_gpus()
+
+    async def checks(self) -> None:
+        """What refuses the deploy (DeployError), nothing asked: SGLang (or the router) installed
+        there, the ports free, room for the download."""
         plan, host = self.plan, self.host
         if plan.replicas:  # a router: sglang-router where it runs, its ports free
             res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
@@ -80,24 +88,35 @@ class Deployer:
                                   "pip install sglang-router there first")
         elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
-        ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
-        for port in ports:
-            res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
-            if not res.ok:
-                raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
-        snap = await snapshot(host)
-        busy = [(g.index, p) for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
-        if busy:
-            listing = "; ".join(f"GPU{i}: pid {p.pid} {p.user or '?'} {p.command or '?'}" for i, p in busy)
-            question = f"the plan's GPUs already run processes: {listing}"
-            if not self.yes and not (self.ask and self.ask(question)):
-                raise DeployError(question + " (refusing without --yes)")
+        await self.check_ports()
         if plan.download_dir and not plan.reuse_existing:
             free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
             need = int((plan.model.checkpoint_bytes or 0) * 1.1)
             if free is not None and free < need:
                 raise DeployError(f"{plan.download_dir} on {host.name} has {free / 1e9:.0f} GB free; "
                                   f"the model needs {need / 1e9:.0f} GB")
+
+    async def check_ports(self) -> None:
+        """The plan's ports (a router's metrics port too) free to bind on the host; DeployError when
+        one is not."""
+        plan, host = self.plan, self.host
+        ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
+        for port in ports:
+            res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
+            if not res.ok:
+                raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
+
+    async def confirm_gpus(self) -> None:
+        """The plan's GPUs already run processes: go on only when the operator says so (--yes, or
+        `ask`); DeployError otherwise."""
+        plan = self.plan
+        snap = await snapshot(self.host)
+        busy = [(g.index, p) for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
+        if busy:
+            listing = "; ".join(f"GPU{i}: pid {p.pid} {p.user or '?'} {p.command or '?'}" for i, p in busy)
+            question = f"the plan's GPUs already run processes: {listing}"
+            if not self.yes and not (self.ask and self.ask(question)):
+                raise DeployError(question + " (refusing without --yes)")
 
     def begin(self) -> None:
         """Record the deployment (a new run of its name); StoreError: refused, nothing changed."""
