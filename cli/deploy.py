@@ -457,22 +457,34 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
             if isinstance(exc, Refused) or not isinstance(exc, HostError):
                 raise
             d = ops.deployment(args.name)
-        return d, ops.events(d.name, run=d.run)[-50:], ops.parts(d)
+        return d, ops.events(d.name, run=d.run), ops.parts(d)
 
     d, events, parts = run_use_case(inv, args, use)
     if args.json:
-        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events],
+        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events[-50:]],
                 "parts": [{"name": p.name, "state": p.state, "host": p.host} for p in parts]})
     else:
         print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, run {d.run}, since {d.updated_at})")
         kind = "node" if d.plan.members else "replica"
         for i, p in enumerate(parts, start=1):  # the other nodes (node 0 is d) or the router's replicas
             print(f"  {kind} {i}: {p.name} {p.state} on {p.host} (run {p.run}, since {minute(p.updated_at)})")
-        for e in events:
-            line = describe_event(e)
-            if line is not None:
-                print("  " + line.replace("\n", "\n  "))
+        lines = [line for e in latest_progress(events) if (line := describe_event(e)) is not None]
+        for line in lines[-50:]:
+            print("  " + line.replace("\n", "\n  "))
     return 0
+
+
+def latest_progress(events: list) -> list:
+    """The run's events with only the latest progress of each kind (a phase's shards, its graph batch
+    sizes, the download): where it got to, not every step on the way (one run had 48 such lines)."""
+    from ..core.domain import ProgressEvent
+
+    last: dict[tuple[str, str | None], int] = {}
+    for i, e in enumerate(events):
+        if isinstance(e, ProgressEvent):
+            last[(e.phase, e.what)] = i
+    kept = set(last.values())
+    return [e for i, e in enumerate(events) if not isinstance(e, ProgressEvent) or i in kept]
 
 
 def run_logs(inv: Inventory, args: argparse.Namespace) -> int:

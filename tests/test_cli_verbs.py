@@ -255,3 +255,25 @@ async def test_plan_review_says_a_taken_name_or_port_before_asking(world, monkey
             assert await until(pilot, lambda: app.screen is not screen)
     assert world.deployment("other") is None and world.deployment("fresh") is None
 
+
+# ------------------------------------------------------------------ what status and piped tables print
+
+
+def test_status_of_a_deployment_shows_the_latest_progress_of_each_kind(world):
+    """`status NAME` prints where each kind of progress got to (shards 5/5, batch sizes 37/37), not
+    every step (a run of Qwen3-8B had 48 progress lines, pushing its first events out)."""
+    world.host("gpu1")
+    assert world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "st", "--port", str(free_port()),
+                     "--yes").returncode == 0
+    out = world.run("status", "st")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    shards = [line for line in lines if "weights: shards" in line]
+    graphs = [line for line in lines if "cuda_graph: batch sizes" in line]
+    assert len(shards) == 1 and shards[0].endswith("shards 5/5"), lines
+    assert len(graphs) == 1 and graphs[0].endswith("batch sizes 37/37"), lines
+    assert len([line for line in lines if " downloading " in line and " GB" in line]) == 1
+    assert lines[1].endswith("  planned") and lines[-2].split()[1] == "ready", lines  # the run from its start
+    stored = json.loads(world.run("status", "st", "--json").stdout)["events"]  # JSON: the stored events
+    assert sum(e["event"] == "progress" for e in stored) > 10
+
