@@ -201,8 +201,9 @@ def gpus_document(results: list[tuple[HostConfig, Any, Exception | None]]) -> di
 
 
 def _print_hosts(doc: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .common import console
 
     from ..core import units
 
@@ -217,16 +218,16 @@ def _print_hosts(doc: dict) -> None:
                       disks or (h["error"] or "-"))
         if h["error"]:
             table.add_row("", "", f"[red]{h['error']}[/]" + (f"\n[i]hint: {h['hint']}[/]" if h["hint"] else ""))
-    Console().print(table)
+    console().print(table)
 
 
 def _print_gpus(doc: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..core import units
+    from .common import console as make_console
 
-    console = Console()
+    console = make_console()
     for h in doc["hosts"]:
         head = f"[bold]{h['name']}[/]" + (f"  driver {h['driver_version']}" if h["driver_version"] else "")
         console.print(head)

@@ -277,3 +277,19 @@ def test_status_of_a_deployment_shows_the_latest_progress_of_each_kind(world):
     stored = json.loads(world.run("status", "st", "--json").stdout)["events"]  # JSON: the stored events
     assert sum(e["event"] == "progress" for e in stored) > 10
 
+
+def test_piped_tables_print_every_cell_whole(world):
+    """Piped (`| grep`, `> file`), a table never wraps a cell: a model folder's long path is on its
+    row's line, whole (at 80 columns it was cut into pieces over several lines)."""
+    deep = world.root / ("models-on-a-volume-with-a-long-name/" * 3).rstrip("/")
+    folder = deep / "Qwen3-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text((Path(__file__).parent / "data/configs/qwen3__Qwen3-8B.json").read_text())
+    world.host("gpu1", extra=f'model_dirs = ["{deep}"]\n')
+    out = world.run("models", "--host", "gpu1")
+    assert out.returncode == 0, out.stderr
+    (row,) = [line for line in out.stdout.splitlines() if str(folder) in line]
+    assert row.split()[:2] == [str(folder), "dir"]
+    assert f"({deep}, " in out.stdout  # the mount's line names the model dir whole too
+    out = world.run("hosts")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 2, out.stdout  # the header and one row
