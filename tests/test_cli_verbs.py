@@ -293,3 +293,36 @@ def test_piped_tables_print_every_cell_whole(world):
     assert f"({deep}, " in out.stdout  # the mount's line names the model dir whole too
     out = world.run("hosts")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 2, out.stdout  # the header and one row
+
+
+async def test_forgetting_a_running_deployment_is_refused_without_asking(world, monkeypatch):
+    """The deployments view's forget (del) on a deployment whose server runs says so and asks
+    nothing (it asked y/n and then refused); once stopped it asks, and yes forgets it."""
+    from gpuops.core.config import load_inventory
+    from gpuops.screens.confirm import ConfirmScreen
+    from gpuops.screens.deployments import DeploymentsScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    world.host("gpu1")
+    assert world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "up", "--port", str(free_port()),
+                     "--yes").returncode == 0
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, world.env[key])
+    app = GpuopsApp(load_inventory(str(world.cfg)), interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.open_deployments(select="up")
+        assert await until(pilot, lambda: isinstance(app.screen, DeploymentsScreen) and "up" in app.screen.rows)
+        view = app.screen
+        assert view.select("up")
+        await pilot.press("delete")
+        assert await until(pilot, lambda: any("up's server runs on gpu1" in str(n.message) and "stop it first" in
+                                              str(n.message) for n in app._notifications), timeout=30)
+        await pilot.pause(0.5)
+        assert app.screen is view  # never asked
+        assert world.run("stop", "up", "--yes").returncode == 0
+        await pilot.press("delete")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=30)
+        await pilot.press("y")
+        assert await until(pilot, lambda: world.deployment("up") is None, timeout=30)
+
