@@ -329,7 +329,12 @@ def print_plan(facts, plan) -> None:
             diff.append(f"{change.op} {change.text}\n", style={"+": "green", "-": "red", "~": "yellow"}[change.op])
         console.print(Panel(diff, title=f"against {plan.like.source}", title_align="left"))
     if plan.launcher == "systemd":
-        console.print(Panel(Syntax(plan.unit_text(), "ini", theme="ansi_dark", word_wrap=True),
+        from ..tui.plan_view import HOST_PYTHON
+
+        unit = plan.unit_text()
+        if plan.python is None:  # planned offline: the unit runs the host's python (bound at deploy), not python3
+            unit = re.sub(r"^ExecStart=python3 ", f"ExecStart={HOST_PYTHON} ", unit, count=1, flags=re.M)
+        console.print(Panel(Syntax(unit, "ini", theme="ansi_dark", word_wrap=True),
                             title=f"{plan.unit_name}", title_align="left"))
         console.print(Panel(plan.env_file_text().rstrip(), title=plan.env_file, title_align="left"))
     for w in plan.warnings:  # plain text: a warning may hold brackets ([hosts.NAME]) that are no markup

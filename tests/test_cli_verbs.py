@@ -326,3 +326,16 @@ async def test_forgetting_a_running_deployment_is_refused_without_asking(world, 
         await pilot.press("y")
         assert await until(pilot, lambda: world.deployment("up") is None, timeout=30)
 
+
+def test_an_offline_plan_says_the_hosts_python_runs_it(world):
+    """A plan made offline has no python yet (the host's is bound at deploy): it says so, never
+    `None -m sglang.launch_server`; a host's plan names that host's python."""
+    out = world.run("plan", "Qwen/Qwen3-8B", "--gpus", "2", "--gpu-memory", "80")
+    assert out.returncode == 0, out.stderr
+    assert "None" not in out.stdout
+    assert "<host python> -m sglang.launch_server" in out.stdout
+    assert "ExecStart=<host python> -m sglang.launch_server" in out.stdout  # the unit it shows, the same
+    sim = world.host("gpu1")
+    out = world.run("plan", "Qwen/Qwen3-8B", "--host", "gpu1")
+    assert out.returncode == 0 and str(sim.python) in out.stdout and "<host python>" not in out.stdout
+
