@@ -339,3 +339,41 @@ def test_an_offline_plan_says_the_hosts_python_runs_it(world):
     out = world.run("plan", "Qwen/Qwen3-8B", "--host", "gpu1")
     assert out.returncode == 0 and str(sim.python) in out.stdout and "<host python>" not in out.stdout
 
+
+# ------------------------------------------------------------------ bench: a record without a max concurrency
+
+
+async def test_a_record_without_max_concurrency_is_labelled_c_infinity_everywhere(world, monkeypatch):
+    """bench_serving run without --max-concurrency records null: compare (text and JSON), the
+    markdown export and the TUI's compare label it c=∞, never c=None."""
+    from textual.widgets import DataTable
+
+    from gpuops.screens.bench_results import BenchCompareScreen
+    from gpuops.tui.app import GpuopsApp
+    from tests.tui_helpers import until
+
+    source = Path(__file__).parent / "data" / "bench" / "bench_serving-0.5.23.jsonl"
+    records = [json.loads(line) for line in source.read_text().splitlines()]
+    records[1]["max_concurrency"] = None  # the second step ran unlimited
+    jsonl = world.tmp / "unlimited.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = world.run("bench", "import", str(jsonl), "--json")
+    assert out.returncode == 0, out.stderr
+    run = str(json.loads(out.stdout)["run"]["id"])
+    for what, out in (("compare", world.run("bench", "compare", run, run)),
+                      ("md", world.run("bench", "export", run, "--format", "md"))):
+        assert out.returncode == 0 and "None" not in out.stdout, (what, out.stdout)
+        assert f"#{run} c=∞" in out.stdout and f"#{run} c=1" in out.stdout, (what, out.stdout)
+    out = world.run("bench", "compare", run, run, "--json")
+    assert out.returncode == 0, out.stderr
+    labels = [c["label"] for c in json.loads(out.stdout)["columns"]]
+    assert labels == [f"#{run} c=1", f"#{run} c=∞"] * 2
+    for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(key, world.env[key])
+    app = GpuopsApp(__import__("gpuops.core.config", fromlist=["x"]).parse_inventory("", source="t.toml"),
+                    interval=0.5)
+    async with app.run_test(size=(170, 50)) as pilot:
+        await app.push_screen(BenchCompareScreen([int(run), int(run)]))
+        assert await until(pilot, lambda: app.screen.query(DataTable) and len(app.screen.query_one(DataTable).columns) > 1)
+        shown = [str(c.label) for c in app.screen.query_one(DataTable).columns.values()]
+        assert shown[1:] == labels, shown
