@@ -319,7 +319,7 @@ class PlanReviewScreen(GpuopsScreen):
         async def check() -> None:
             refusal = await self.app.ops.deploy_refusal(plan, host)  # type: ignore[attr-defined]
             if refusal:
-                self.notify(f"not deployed: {refusal}", severity="error", timeout=12)
+                self.notify(f"not deployed: {refusal}", severity="error", timeout=12, markup=False)
             elif self.is_current and self.plan is plan:  # still on this plan: ask
                 self._ask_to_deploy(plan)
 
