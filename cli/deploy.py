@@ -312,8 +312,8 @@ def _after(ops: Any, name: str, state: str) -> str | None:
     stall = next((e for e in reversed(ops.events(name, run=d.run)) if getattr(e, "state", None) == "stalled"), None)
     phase = getattr(stall, "phase", None)
     if phase is None:  # the download stalled: no server was started
-        return (f"{name}: the download stalled; no server runs and no GPU is held: `gpuops triage --deployment "
-                f"{name}` says what was on disk, `gpuops stop {name}` then deploy again resumes it")
+        return (f"{name}: the download stalled; no server runs and no GPU is held: `gpuops stop {name}`, then deploy "
+                "it again: the download resumes from the disk (the finding above says what the disk and network show)")
     gpus = ",".join(map(str, d.plan.gpu_ids))
     parts = ops.parts(d)
     also = f" (and its {len(parts)} other part{'s' if len(parts) > 1 else ''} theirs)" if parts else ""

@@ -377,3 +377,29 @@ async def test_a_record_without_max_concurrency_is_labelled_c_infinity_everywher
         assert await until(pilot, lambda: app.screen.query(DataTable) and len(app.screen.query_one(DataTable).columns) > 1)
         shown = [str(c.label) for c in app.screen.query_one(DataTable).columns.values()]
         assert shown[1:] == labels, shown
+
+
+# ------------------------------------------------------------------ a download that stalls
+
+
+def test_a_stalled_download_says_its_code_once_and_how_to_resume(world):
+    """A download that stops growing is one download-stalled finding: its code said once, the bytes
+    on disk and the room left as evidence, and a fix to act on (stop, deploy again: it resumes; if it
+    stalls again, the host's network), and the deploy's last word says no GPU is held."""
+    models = world.root / "models"
+    models.mkdir()
+    world.host("gpu1", scenario="slow-download", extra=f'model_dirs = ["{models}"]\n')
+    world.stall(download=3)
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "slowdl", "--port", str(free_port()),
+                    "--yes")
+    assert out.returncode == 1, out.stderr
+    (line,) = [line for line in out.stdout.splitlines() if "error: download-stalled" in line]
+    assert "error: download-stalled: no bytes for " in line and line.count("download-stalled") == 1, line
+    assert "fix: `gpuops stop slowdl`, then deploy it again with --name slowdl: the download resumes from the disk" \
+        in out.stdout and "does not reach the Hub" in out.stdout
+    assert "no server runs and no GPU is held" in out.stderr
+    doc = json.loads(world.run("status", "slowdl", "--json").stdout)
+    (finding,) = [e for e in doc["events"] if e["event"] == "finding"]
+    readings = {e["source"]: e["reading"] for e in finding["evidence"]}
+    assert readings["disk"].endswith(f"GB of 16.38 GB in {models}/Qwen/Qwen3-8B") and "GB free" in readings["df"]
+    assert finding["data"]["done_bytes"] > 0 and finding["data"]["free_bytes"] > 0

@@ -14,12 +14,12 @@ import os
 import time
 from typing import Any, Callable
 
-from ..domain import Finding, FindingEvent, Plan, ProgressEvent, StateEvent, flag_value
+from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
-from ..hosts.host import Host, host_python
+from ..hosts.host import Host, HostError, host_python
 from ..planning.hostfacts import free_space, sglang_version
 from ..telemetry.samples import snapshot
-from .download import Download, DownloadError
+from .download import Download, DownloadError, bytes_on_disk
 from .launch import Launcher, open_launcher
 from .store import Store
 from .watch import Bus, log_end
@@ -160,11 +160,43 @@ class Deployer:
                                           eta_s=None if p.eta_s is None else round(p.eta_s, 1)))
         except DownloadError as exc:
             stalled = exc.message.startswith("download-stalled")
-            self.record(FindingEvent.of(Finding("download-stalled" if stalled else "download-failed", "error",
-                                                exc.message)))
+            self.record(FindingEvent.of(await self._download_finding(exc, stalled, dl)))
             self.record(StateEvent(state="stalled" if stalled else "crashed", reason=exc.message))
             return False
         return True
+
+    async def _download_finding(self, exc: DownloadError, stalled: bool, dl: Download) -> Finding:
+        """What a download that failed or stalled says, with what the host's disk shows: how much is
+        there and how much room is left; the fix follows it (room for the rest: deploy again, the
+        download resumes from the disk, and look at the network if it stalls again; no room: free
+        it first)."""
+        if not stalled:
+            return Finding("download-failed", "error", exc.message, fix=Fix(exc.hint) if exc.hint else None)
+        name, host, into = self.name, self.host.name, dl.into
+        done = free = None
+        try:
+            done = await bytes_on_disk(self.host, into) if (dl.local_dir or dl.cache_folder) else None
+            free = (await free_space(self.host, (into,))).get(into)
+        except HostError:
+            pass  # the host is gone too: the finding says what the download said
+        total = self.plan.model.checkpoint_bytes
+        evidence = []
+        if done is not None:
+            evidence.append(Evidence("disk", reading=f"{done / 1e9:.2f} GB" + (f" of {total / 1e9:.2f} GB" if total else "")
+                                     + f" in {into}"))
+        if free is not None:
+            evidence.append(Evidence("df", reading=f"{free / 1e9:.2f} GB free where {into} is"))
+        again = f"`gpuops stop {name}`, then deploy it again with --name {name}: the download resumes from the disk"
+        left = (total or 0) - (done or 0)
+        if free is not None and left > free:
+            fix = (f"the disk is full for it: {left / 1e9:.1f} GB are still to come and {free / 1e9:.1f} GB are free "
+                   f"where {into} is on {host}: free room there (or plan another download folder), then {again}")
+        else:
+            fix = (f"{again}" + (f" (from the {done / 1e9:.1f} GB there)" if done else "")
+                   + f"; if it stalls again, {host} does not reach the Hub: check its network (a proxy, HF_ENDPOINT) "
+                   "and the Hub's status")
+        return Finding("download-stalled", "error", exc.message.removeprefix("download-stalled: "), tuple(evidence),
+                       Fix(fix), data={"done_bytes": done, "total_bytes": total, "free_bytes": free, "into": into})
 
     async def launch(self, *, new_run: bool = False, why: Any = None) -> None:
         """Install and start the server. Its run's log begins where the log ends now (a restart's
