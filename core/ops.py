@@ -680,12 +680,25 @@ class Ops:
         else:
             results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
         report = triage_log(lines, d.plan)
-        report.findings = ranked([*report.findings, *check_findings(results)])  # errors first, causes first
+        report.findings = ranked([*self._as_its_screen(d, report.findings, results), *check_findings(results)])
         report.checks = [r.summary() for r in results]
         report.stacks = stacks(results)
         report.running = status.running
         report.log_error = log_error
         return report
+
+    def _as_its_screen(self, d: Deployment, found: list[Any], results: list[Any]) -> list[Any]:
+        """The log's findings as the deployment's screen says them: a stall in force is the stall
+        watcher's finding (one finding, one severity, one fix) in place of the log's silence; else
+        the silence's fix made again from the host's P2P check (errors first, causes first after)."""
+        from .diagnose.stall import with_p2p_check
+
+        stalled = [f for f in self.findings(d.name) if f.code == "nccl-init-stall" and "silent_s" in f.data] \
+            if d.state == "stalled" else []
+        if stalled:
+            return [f for f in found if f.code != "nccl-init-stall"] + stalled[:1]
+        p2p_ok = next((r.ok for r in results if r.name == "p2p-unavailable"), None)
+        return [with_p2p_check(f, p2p_ok, d.plan.env.get("NCCL_P2P_DISABLE") == "1") for f in found]
 
     async def _node_checks(self, plan: Plan, host0: Host, status0: Any) -> list[Any]:
         """A multi-node deployment's host checks: node 0's as for one host, each other node's with its

@@ -403,3 +403,42 @@ def test_a_stalled_download_says_its_code_once_and_how_to_resume(world):
     readings = {e["source"]: e["reading"] for e in finding["evidence"]}
     assert readings["disk"].endswith(f"GB of 16.38 GB in {models}/Qwen/Qwen3-8B") and "GB free" in readings["df"]
     assert finding["data"]["done_bytes"] > 0 and finding["data"]["free_bytes"] > 0
+
+
+# ------------------------------------------------------------------ a stall: one finding everywhere
+
+
+def test_a_stall_is_one_finding_on_its_screen_and_in_triage_and_its_fix_follows_the_evidence(world):
+    """A start stuck in NCCL's init: the stall watcher's finding (what the deployment screen shows)
+    and `triage --deployment` are one finding: one severity, one fix. Without NCCL's log the fix
+    turns it on; with it on and the P2P check passed, nothing is patched and NCCL_P2P_DISABLE is
+    never suggested (triage offered it as an experiment while its own P2P check said ok)."""
+    world.host("gpu1", scenario="hang-at-dist-init")
+    world.stall(dist_init=3)
+
+    def stall_and_triage() -> tuple[dict, dict, dict]:
+        doc = json.loads(world.run("status", "hung", "--json").stdout)
+        (stall,) = [e for e in doc["events"] if e["event"] == "finding" and e["code"] == "nccl-init-stall"]
+        out = world.run("triage", "--deployment", "hung", "--json")
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        (said,) = [f for f in report["findings"] if f["code"] == "nccl-init-stall"]
+        assert (said["severity"], said["fix"]) == (stall["severity"], stall["fix"]), (said, stall)
+        assert said["summary"] == stall["summary"]
+        return stall, said, report
+
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "hung", "--tp", "2", "--gpu-ids", "0,1",
+                    "--port", str(free_port()), "--yes")
+    assert out.returncode == 1, out.stderr
+    stall, _, report = stall_and_triage()
+    assert stall["severity"] == "error" and stall["fix"]["applicable"]
+    assert stall["fix"]["plan_patch"] == {"set_env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P"}}
+    # its fix applied: NCCL's INFO lines now show the communicators' Init START that never completes
+    out = world.run("fix", "hung", "nccl-init-stall", "--yes", "--json")
+    assert out.returncode == 1 and any(e["event"] == "log" and "NCCL INFO" in e["line"] for e in events(out))
+    stall, said, report = stall_and_triage()
+    (p2p,) = [c for c in report["checks"] if c["name"] == "p2p-unavailable"]
+    assert p2p["ok"] is True, p2p
+    assert stall["severity"] == "error" and not stall["fix"]["applicable"] and stall["fix"]["plan_patch"] is None
+    assert "the P2P check passed" in stall["fix"]["summary"]
+    assert "NCCL_P2P_DISABLE" not in json.dumps([f["fix"] for f in report["findings"]])
