@@ -238,6 +238,23 @@ class Ops:
         return await self._deploy_one(plan, host_name, yes=yes, ask=ask, hf_token=hf_token, until=until,
                                       on_begin=on_begin, keep_on=keep_on)
 
+    async def deploy_refusal(self, plan: Plan, host_name: str) -> str | None:
+        """Why :meth:`deploy` of `plan` on `host_name` would be refused now for a conflict, asked
+        before the operator is asked to confirm it (None: it would go on): read-only, the plan not
+        this host's, a name (of any part) taken, a port in use. Nothing changes (the deploy checks
+        again, and the rest: SGLang there, disk space)."""
+        try:
+            self._writable("deploy changes a host")
+            if (plan.members or plan.replicas) and host_name != plan.host:
+                return f"{plan.name} is planned with {plan.host} first, not {host_name}"
+            parts = ([plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)] if plan.members
+                     else [*plan.replicas, plan] if plan.replicas else [bind_plan(plan, self.host_config(host_name))])
+            for deployer in self._deployers(parts, yes=False, ask=None, hf_token=None):
+                await deployer.check_ports()
+        except (Refused, DeployError, StoreError) as exc:
+            return str(exc)
+        return None
+
     async def _deploy_one(self, plan: Plan, host_name: str, *, yes: bool, ask: Callable[[str], bool] | None,
                           hf_token: str | None, until: tuple[str, ...],
                           on_begin: Callable[[Deployment], Awaitable[Any]] | None, keep_on: bool,
@@ -293,11 +310,12 @@ class Ops:
         deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token)
         begun: list[Deployer] = []
         try:
-            for dep in deployers:
-                try:
-                    await dep.preflight()
-                except DeployError as exc:
-                    raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
+            for confirm in (False, True):  # every node's refusals before any node's question
+                for dep in deployers:
+                    try:
+                        await (dep.confirm_gpus() if confirm else dep.checks())
+                    except DeployError as exc:
+                        raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
             for dep in deployers:
                 dep.begin()
                 begun.append(dep)
@@ -383,8 +401,10 @@ class Ops:
         that does not get ready leaves the router unstarted (its state says why)."""
         deployers = self._deployers([*plan.replicas, plan], yes=yes, ask=ask, hf_token=hf_token)
         try:
+            for deployer in deployers:  # every part's refusals before any part's question
+                await deployer.checks()
             for deployer in deployers:
-                await deployer.preflight()
+                await deployer.confirm_gpus()
             router = deployers[-1]
             router.begin()
         except (DeployError, StoreError) as exc:
@@ -586,6 +606,14 @@ class Ops:
         why = PlanEvent(code=code, summary=summary, diff=diff)
         return await self.restart(name, confirmed=True, plan=new_plan, why=why, until=until, keep_on=keep_on)
 
+    def findings(self, name: str) -> list[Any]:
+        """The findings of the deployment's current run as its screen shows them (the view rebuilt
+        from the store: one per code, errors first; a stall's are gone once the run moved on)."""
+        from .deploy.view import RunView
+
+        d = self.deployment(name)
+        return RunView.of(d.name, self.store.events(d.name, run=d.run)).findings
+
     def fix_diff(self, name: str, patch: dict) -> list[tuple[str, str]]:
         """What a fix would change in the deployment's plan (shown before asking)."""
         try:
@@ -652,12 +680,25 @@ class Ops:
         else:
             results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
         report = triage_log(lines, d.plan)
-        report.findings = ranked([*report.findings, *check_findings(results)])  # errors first, causes first
+        report.findings = ranked([*self._as_its_screen(d, report.findings, results), *check_findings(results)])
         report.checks = [r.summary() for r in results]
         report.stacks = stacks(results)
         report.running = status.running
         report.log_error = log_error
         return report
+
+    def _as_its_screen(self, d: Deployment, found: list[Any], results: list[Any]) -> list[Any]:
+        """The log's findings as the deployment's screen says them: a stall in force is the stall
+        watcher's finding (one finding, one severity, one fix) in place of the log's silence; else
+        the silence's fix made again from the host's P2P check (errors first, causes first after)."""
+        from .diagnose.stall import with_p2p_check
+
+        stalled = [f for f in self.findings(d.name) if f.code == "nccl-init-stall" and "silent_s" in f.data] \
+            if d.state == "stalled" else []
+        if stalled:
+            return [f for f in found if f.code != "nccl-init-stall"] + stalled[:1]
+        p2p_ok = next((r.ok for r in results if r.name == "p2p-unavailable"), None)
+        return [with_p2p_check(f, p2p_ok, d.plan.env.get("NCCL_P2P_DISABLE") == "1") for f in found]
 
     async def _node_checks(self, plan: Plan, host0: Host, status0: Any) -> list[Any]:
         """A multi-node deployment's host checks: node 0's as for one host, each other node's with its

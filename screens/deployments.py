@@ -173,12 +173,28 @@ class DeploymentsScreen(GpuopsScreen):
                             lambda: self.app.restart_deployment(d.name))  # type: ignore[attr-defined]
 
     def action_forget(self) -> None:
+        """Refused at once (its server runs, another gpuops deploys it: the use case says) or asked."""
         d = self._picked()
-        if d is not None:
-            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
-            self._confirmed(f"Forget {d.name}{also}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): removed from "
-                            "the store with its history (a running server is refused: stop it first)", "Forget",
-                            lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
+        if d is None:
+            return
+
+        async def check() -> None:
+            from ..core.hosts.host import HostError
+            from ..core.ops import NeedsConfirmation, Refused
+
+            try:
+                await self.app.ops.forget(d.name, confirmed=False)  # type: ignore[attr-defined]
+            except NeedsConfirmation:  # nothing refuses it: ask
+                also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+                self._confirmed(f"Forget {d.name}{also}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): "
+                                "removed from the store with its history", "Forget",
+                                lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
+            except Refused as exc:
+                self.notify(f"not forgotten: {exc}", severity="error", timeout=10, markup=False)
+            except HostError as exc:
+                self.notify(f"not forgotten: {exc.message}", severity="error", timeout=10, markup=False)
+
+        self.run_worker(check(), group="forget-check", exclusive=True, exit_on_error=False)
 
     def action_triage(self) -> None:
         from .triage import TriageScreen

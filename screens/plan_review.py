@@ -306,10 +306,28 @@ class PlanReviewScreen(GpuopsScreen):
             return None
 
     def action_deploy(self) -> None:
+        """What would refuse the deploy (a name or port taken, …) is said first; only a deploy that
+        would go on is summarised and asked for."""
         if self.plan is None:
             self.notify("no valid plan to deploy", severity="error")
             return
         plan = self.plan
+        host = plan.host
+        if host is None or host not in self.app.monitor.hosts:  # type: ignore[attr-defined]
+            self._ask_to_deploy(plan)  # an offline plan: the summary, then the app says where to plan it
+            return
+
+        async def check() -> None:
+            refusal = await self.app.ops.deploy_refusal(plan, host)  # type: ignore[attr-defined]
+            if refusal:
+                self.notify(f"not deployed: {refusal}", severity="error", timeout=12, markup=False)
+            elif self.is_current and self.plan is plan:  # still on this plan: ask
+                self._ask_to_deploy(plan)
+
+        self.notify(f"checking {plan.host} before deploying {plan.name} …", timeout=3)
+        self.run_worker(check(), group="deploy-check", exclusive=True, exit_on_error=False)
+
+    def _ask_to_deploy(self, plan: Plan) -> None:
         busy = self._gpu_processes(plan)
         free = self._free_gpus(plan) if busy and not plan.replicas else []
         other = None

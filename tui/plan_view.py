@@ -92,13 +92,17 @@ def launch_title(plan) -> str:
     return "router (sglang-router)" if plan.replicas else f"launch (SGLang {plan.sglang_version})"
 
 
+# what a plan made offline runs the server with: the python of the host it is deployed on (bound then)
+HOST_PYTHON = "<host python>"
+
+
 def launch_text(plan) -> Text:
     out = Text()
     for k, v in sorted(plan.env.items()):
         out.append(f"{k}={v} ", style="yellow")
     if plan.env:
         out.append("\\\n")
-    out.append(f"{plan.python} -m {plan.module}")
+    out.append(f"{plan.python or HOST_PYTHON} -m {plan.module}")
     from ..core.domain import split_flags
 
     for name, values in split_flags(plan.argv):

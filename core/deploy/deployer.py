@@ -15,12 +15,12 @@ import time
 from typing import Any, Callable
 
 from .. import units
-from ..domain import Finding, FindingEvent, Plan, ProgressEvent, StateEvent, flag_value
+from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
-from ..hosts.host import Host, host_python
+from ..hosts.host import Host, HostError, host_python
 from ..planning.hostfacts import free_space, sglang_version
 from ..telemetry.samples import snapshot
-from .download import Download, DownloadError
+from .download import Download, DownloadError, bytes_on_disk
 from .launch import Launcher, open_launcher
 from .store import Store
 from .watch import Bus, log_end
@@ -73,6 +73,14 @@ class Deployer:
     # ---------------------------------------------------------------- checks
 
     async def preflight(self) -> None:
+        """Every refusal first (:meth:`checks`), then the question about GPUs in use: an operator is
+        never asked to confirm a deploy that would then be refused."""
+        await self.checks()
+        await self.confirm_gpus()
+
+    async def checks(self) -> None:
+        """What refuses the deploy (DeployError), nothing asked: SGLang (or the router) installed
+        there, the ports free, room for the download."""
         plan, host = self.plan, self.host
         if plan.replicas:  # a router: sglang-router where it runs, its ports free
             res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
@@ -81,24 +89,35 @@ class Deployer:
                                   "pip install sglang-router there first")
         elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
-        ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
-        for port in ports:
-            res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
-            if not res.ok:
-                raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
-        snap = await snapshot(host)
-        busy = [(g.index, p) for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
-        if busy:
-            listing = "; ".join(f"GPU{i}: pid {p.pid} {p.user or '?'} {p.command or '?'}" for i, p in busy)
-            question = f"the plan's GPUs already run processes: {listing}"
-            if not self.yes and not (self.ask and self.ask(question)):
-                raise DeployError(question + " (refusing without --yes)")
+        await self.check_ports()
         if plan.download_dir and not plan.reuse_existing:
             free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
             need = int((plan.model.checkpoint_bytes or 0) * 1.1)
             if free is not None and free < need:
                 raise DeployError(f"{plan.download_dir} on {host.name} has {units.size(free)} free; "
                                   f"the model needs {units.size(need)}")
+
+    async def check_ports(self) -> None:
+        """The plan's ports (a router's metrics port too) free to bind on the host; DeployError when
+        one is not."""
+        plan, host = self.plan, self.host
+        ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
+        for port in ports:
+            res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
+            if not res.ok:
+                raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
+
+    async def confirm_gpus(self) -> None:
+        """The plan's GPUs already run processes: go on only when the operator says so (--yes, or
+        `ask`); DeployError otherwise."""
+        plan = self.plan
+        snap = await snapshot(self.host)
+        busy = [(g.index, p) for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
+        if busy:
+            listing = "; ".join(f"GPU{i}: pid {p.pid} {p.user or '?'} {p.command or '?'}" for i, p in busy)
+            question = f"the plan's GPUs already run processes: {listing}"
+            if not self.yes and not (self.ask and self.ask(question)):
+                raise DeployError(question + " (refusing without --yes)")
 
     def begin(self) -> None:
         """Record the deployment (a new run of its name); StoreError: refused, nothing changed."""
@@ -142,11 +161,43 @@ class Deployer:
                                           eta_s=None if p.eta_s is None else round(p.eta_s, 1)))
         except DownloadError as exc:
             stalled = exc.message.startswith("download-stalled")
-            self.record(FindingEvent.of(Finding("download-stalled" if stalled else "download-failed", "error",
-                                                exc.message)))
+            self.record(FindingEvent.of(await self._download_finding(exc, stalled, dl)))
             self.record(StateEvent(state="stalled" if stalled else "crashed", reason=exc.message))
             return False
         return True
+
+    async def _download_finding(self, exc: DownloadError, stalled: bool, dl: Download) -> Finding:
+        """What a download that failed or stalled says, with what the host's disk shows: how much is
+        there and how much room is left; the fix follows it (room for the rest: deploy again, the
+        download resumes from the disk, and look at the network if it stalls again; no room: free
+        it first)."""
+        if not stalled:
+            return Finding("download-failed", "error", exc.message, fix=Fix(exc.hint) if exc.hint else None)
+        name, host, into = self.name, self.host.name, dl.into
+        done = free = None
+        try:
+            done = await bytes_on_disk(self.host, into) if (dl.local_dir or dl.cache_folder) else None
+            free = (await free_space(self.host, (into,))).get(into)
+        except HostError:
+            pass  # the host is gone too: the finding says what the download said
+        total = self.plan.model.checkpoint_bytes
+        evidence = []
+        if done is not None:
+            evidence.append(Evidence("disk", reading=units.size(done) + (f" of {units.size(total)}" if total else "")
+                                     + f" in {into}"))
+        if free is not None:
+            evidence.append(Evidence("df", reading=f"{units.size(free)} free where {into} is"))
+        again = f"`gpuops stop {name}`, then deploy it again with --name {name}: the download resumes from the disk"
+        left = (total or 0) - (done or 0)
+        if free is not None and left > free:
+            fix = (f"the disk is full for it: {units.size(left)} are still to come and {units.size(free)} are free "
+                   f"where {into} is on {host}: free room there (or plan another download folder), then {again}")
+        else:
+            fix = (f"{again}" + (f" (from the {units.size(done)} there)" if done else "")
+                   + f"; if it stalls again, {host} does not reach the Hub: check its network (a proxy, HF_ENDPOINT) "
+                   "and the Hub's status")
+        return Finding("download-stalled", "error", exc.message.removeprefix("download-stalled: "), tuple(evidence),
+                       Fix(fix), data={"done_bytes": done, "total_bytes": total, "free_bytes": free, "into": into})
 
     async def launch(self, *, new_run: bool = False, why: Any = None) -> None:
         """Install and start the server. Its run's log begins where the log ends now (a restart's
