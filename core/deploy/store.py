@@ -50,7 +50,7 @@ from ..domain import (
     event_kind,
     utc_now,
 )
-from ..paths import state_dir
+from ..paths import private_dir, state_dir
 
 __all__ = ["MIGRATIONS", "REDEPLOYABLE", "STATES", "Lease", "NameTaken", "RunMoved", "Store", "StoreError",
            "default_path", "explain", "utc_now"]
@@ -254,7 +254,7 @@ class Store:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)  # 0700, its files 0600 (tightened when an older gpuops made them)
             if self.path.exists() and not self.path.is_file():
                 raise StoreError(f"{self.path} is not a file (a folder?): move it aside, and gpuops starts a new store")
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT_S)
@@ -267,6 +267,7 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
             self._check_tables()
+            private_dir(self.path.parent)  # the database, -wal and -shm just made: 0600
         except (sqlite3.Error, StoreError) as exc:
             self._db.close()
             raise (exc if isinstance(exc, StoreError) else explain(self.path, exc)) from None
