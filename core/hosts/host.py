@@ -801,6 +801,8 @@ class SshHost(Host):
         except Exception:
             return None
         if not trust.trusted:
+            if trust.authorities:  # only certificate algorithms were offered: the server has no certificate
+                return _ca_only_verdict(self.name, trust, await self._server_key())
             return None  # every algorithm was offered: a plain reset, not a key problem
         key = await self._server_key()
         if key is None or _same_key(key, (e.key for e in trust.trusted)):
@@ -958,6 +960,14 @@ class _Trust:
         return [e for e in chosen if e.marker is None]
 
     @property
+    def authorities(self) -> list[_KnownKey]:
+        """The @cert-authority entries for the host (chosen as `trusted` chooses): a host key is
+        trusted only as a certificate one of them signed."""
+        with_port = [e for e in self.entries if e.with_port and e.marker != "revoked"]
+        chosen = with_port or [e for e in self.entries if not e.with_port and e.marker != "revoked"]
+        return [e for e in chosen if e.marker == "cert-authority"]
+
+    @property
     def revoked(self) -> list[_KnownKey]:
         return [e for e in self.entries if e.marker == "revoked"]
 
@@ -1104,6 +1114,24 @@ def _keyscan(trust: _Trust, key: Any) -> str:
     if trust.alias:  # keyscan names the line after the address: HostKeyAlias looks it up by the alias
         command += " | sed " + shlex.quote(f"s/^[^ ]*/{trust.alias}/")
     return command
+
+
+def _ca_only_verdict(name: str, trust: _Trust, key: Any) -> HostKeyRefused:
+    """known_hosts trusts only a certificate authority for the host, and the server presents a plain
+    key (no certificate): asyncssh offered certificate algorithms only, so the server closed the
+    connection. Say that, and how to trust the host's key (or certify it)."""
+    ca = trust.authorities[0]
+    more = f" (and {len(trust.authorities) - 1} more)" if len(trust.authorities) > 1 else ""
+    shown = f"a plain {_key_text(key)} key" if key is not None else "no certificate gpuops could read back"
+    target = _show_path(trust.files[0]) if trust.files else "your known_hosts"
+    return HostKeyRefused(
+        f"{name}: host key for {trust.lookup} not trusted: known_hosts trusts only a certificate authority "
+        f"for it (@cert-authority, {ca.where()}{more}), and the server offers {shown} with no certificate "
+        "signed by it; refusing to connect",
+        f"have the host's admin sign its host key with that CA (sshd's HostCertificate), or, if the fingerprint is "
+        f"the host's (ask its admin): {_keyscan(trust, key)} >> {target}",
+        key.get_fingerprint() if key is not None else None,
+    )
 
 
 def _host_key_verdict(name: str, trust: _Trust, key: Any, revoked_hint: bool, reason: str) -> HostKeyRefused:
