@@ -496,19 +496,33 @@ class Ops:
     # ---------------------------------------------------------------- stop, restart, fix
 
     async def stop(self, name: str, *, confirmed: bool = False) -> str:
-        """Stop the server (asked first); the state becomes stopped. Returns the launcher's word."""
+        """Stop the server (asked first); the state becomes stopped. Returns the launcher's word.
+        Stopping never waits on the store: every server (and part) is stopped first, then recorded;
+        a record that fails (a full disk) is a StoreError saying the servers are stopped."""
         self._writable("stop changes a host")
         d = self.deployment(name)
         if not confirmed:
             raise NeedsConfirmation(f"stop {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)
-        await self.watches.stop(name)
+        try:
+            await self.watches.stop(name)
+        except StoreError:
+            pass  # the watch's last write failed: it ended all the same
         status = await (await open_launcher(host, d.plan)).stop()
-        event = self.store.set_state(name, "stopped", detail=status.detail)
-        self.bus.publish(name, event)
+        unrecorded: list[str] = []
+        try:
+            self.bus.publish(name, self.store.set_state(name, "stopped", detail=status.detail))
+        except StoreError as exc:
+            unrecorded.append(f"{name}'s server on {d.host} is stopped ({status.detail}), but the store could not "
+                              f"record it: {exc}")
         said = status.detail
         for member in self.parts(d):  # node 0 first (its shutdown reaches the others), then each node;
-            said += f"; {member.name}: {await self.stop(member.name, confirmed=True)}"  # a router first, then its replicas
+            try:  # a router first, then its replicas
+                said += f"; {member.name}: {await self.stop(member.name, confirmed=True)}"
+            except StoreError as exc:
+                unrecorded.append(str(exc).split(f"; run `gpuops stop {member.name}`")[0])
+        if unrecorded:
+            raise StoreError("; ".join(unrecorded) + f"; run `gpuops stop {name}` again once it can be written")
         return said
 
     async def forget(self, name: str, *, confirmed: bool = False) -> None:
