@@ -7,6 +7,10 @@ group too: without a pty, sshd leaves a remote command running after its channel
 closes, and it ignores signal requests for root sessions. The guard starts the
 command in its own session and watches the channel's stdin; end-of-file there
 means gpuops went away, and the guard kills the command's process group.
+
+Local commands run under the same guard, their lifeline a pipe only gpuops holds: a SIGTERM,
+SIGHUP or even a SIGKILL of gpuops closes it, and the guard ends what gpuops started (a
+follower, a download) instead of leaving it to run on in a session of its own.
 """
 
 from __future__ import annotations
@@ -235,7 +239,7 @@ class _LocalStream(Stream):
         self._stderr_task: asyncio.Task | None = None
 
     async def _start(self) -> None:
-        self._proc = await self._host._spawn(self._argv, stdin=asyncio.subprocess.DEVNULL)
+        self._proc = await self._host._spawn(self._argv)
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:
@@ -256,14 +260,30 @@ class _LocalStream(Stream):
 
     async def _terminate(self) -> None:
         if self._proc is not None:
-            await _kill_group(self._proc)
+            await _end_local(self._proc, guarded=True)
             self.returncode = self._proc.returncode
         if self._stderr_task:
             self._stderr_task.cancel()
 
 
+async def _end_local(proc: asyncio.subprocess.Process, guarded: bool) -> None:
+    """End a local command and everything it started. A guarded one as over SSH: its lifeline
+    closed, the guard ends the command's process group (TERM, then KILL) and exits; the guard's own
+    group is killed if it lingers (an unguarded one's group at once)."""
+    if proc.returncode is not None:
+        return
+    if guarded and proc.stdin is not None:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S + 3.0)
+            return
+        except asyncio.TimeoutError:
+            pass
+    await _kill_group(proc)
+
+
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """End a local command and everything it started (it leads its own session)."""
+    """End a local command's session leader and its group."""
     if proc.returncode is not None:
         return
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
@@ -276,6 +296,15 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
             return
         except asyncio.TimeoutError:
             continue
+
+
+def _found(command: str, path: str) -> bool:
+    """Whether `command` can be run (a path, or a name on `path`): what an exec would find."""
+    import shutil
+
+    if "/" in command:
+        return os.access(command, os.X_OK) and not os.path.isdir(command)
+    return shutil.which(command, path=path) is not None
 
 
 class LocalHost(Host):
@@ -293,14 +322,19 @@ class LocalHost(Host):
             env["PATH"] = f"{prefix}:{env.get('PATH', '')}"
         return env
 
-    async def _spawn(self, argv: list[str], stdin: Any) -> asyncio.subprocess.Process:
+    async def _spawn(self, argv: list[str], guarded: bool = True) -> asyncio.subprocess.Process:
+        """`argv` in a session of its own; `guarded`: under the guard, its stdin the lifeline (else
+        stdin is the command's: a short write, as over SSH)."""
+        env = self._full_env()
+        if not _found(argv[0], env.get("PATH", "")):
+            raise HostError(f"{argv[0]}: command not found on {self.name}", None)
         try:
             return await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=stdin,
+                *(["sh", "-c", _GUARD, "gpuops", *argv] if guarded else argv),
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._full_env(),
+                env=env,
                 start_new_session=True,
                 limit=LINE_LIMIT,
             )
@@ -309,18 +343,23 @@ class LocalHost(Host):
 
     async def run(self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None) -> Result:
         argv = _validate_argv(argv)
+        guarded = input is None
         try:
-            proc = await self._spawn(
-                argv, asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
-            )
+            proc = await self._spawn(argv, guarded=guarded)
         except HostError as exc:
             return Result(argv, 127, "", exc.message)
         try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(input.encode() if input is not None else None), timeout
-            )
+            if guarded:  # the lifeline stays open while the command runs (communicate() would close it)
+                assert proc.stdout is not None and proc.stderr is not None
+                out, err, _ = await asyncio.wait_for(
+                    asyncio.gather(proc.stdout.read(), proc.stderr.read(), proc.wait()), timeout)
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            else:
+                out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None),
+                                                  timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            await _kill_group(proc)
+            await _end_local(proc, guarded)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
