@@ -59,6 +59,14 @@ wait "$p"; rc=$?
 kill "$w" 2>/dev/null
 exit "$rc"
 """
+# Over SSH the host's environment (its `env`, an HF_TOKEN say) comes first on stdin, one NAME=VALUE a
+# line up to an empty line, never in the command line (every user of the host reads argv in
+# /proc/PID/cmdline for as long as the command runs). `read` takes a pipe a byte at a time, so what
+# follows the empty line is left for the guard (its lifeline) or the command (its input).
+_ENV_IN = r"""
+while IFS= read -r gpuops_kv && [ -n "$gpuops_kv" ]; do export "$gpuops_kv"; done
+unset gpuops_kv
+"""
 # For commands fed on stdin (short writes): no watcher, stdin goes to the command.
 _PLAIN = r"""
 if [ -n "${GPUOPS_PATH_PREFIX:-}" ]; then PATH="$GPUOPS_PATH_PREFIX:$PATH"; export PATH; fi
@@ -886,13 +894,17 @@ class SshHost(Host):
 
     # -- commands ------------------------------------------------------------
 
-    def _command(self, argv: list[str], guard: str) -> str:
+    def _env_lines(self) -> str:
+        """The host's environment as sent on stdin before anything else ("" when it has none)."""
         env = [f"{k}={v}" for k, v in self._env().items()]
         prefix = self.config.path_prefix()
         if prefix is not None:
             env.insert(0, f"GPUOPS_PATH_PREFIX={prefix}")
-        head = ["env", *env] if env else []
-        return shlex.join([*head, "sh", "-c", guard, "gpuops", *argv])
+        return "".join(f"{line}\n" for line in env) + "\n" if env else ""
+
+    def _command(self, argv: list[str], guard: str) -> str:
+        """The command line: names and programs only; the environment's values travel on stdin."""
+        return shlex.join(["sh", "-c", (_ENV_IN if self._env_lines() else "") + guard, "gpuops", *argv])
 
     async def _open(self, command: str) -> Any:
         # A connection that died since its last use fails before the command
@@ -913,6 +925,9 @@ class SshHost(Host):
             try:
                 chan, session = await conn.create_session(cast(Any, functools.partial(_LineSession, binary)),
                                                           command, encoding=None)
+                env = self._env_lines()
+                if env:
+                    chan.write(env.encode())
                 return chan, cast(_LineSession, session)
             except Exception as exc:
                 self._connection_lost(exc)
@@ -924,6 +939,9 @@ class SshHost(Host):
         argv = _validate_argv(argv)
         proc = await self._open(self._command(argv, _GUARD if input is None else _PLAIN))
         try:
+            env = self._env_lines()
+            if env:
+                proc.stdin.write(env)
             if input is not None:
                 proc.stdin.write(input)
                 proc.stdin.write_eof()
