@@ -263,6 +263,8 @@ class _LocalStream(Stream):
     async def _finish(self) -> None:
         assert self._proc
         self.returncode = await self._proc.wait()
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()  # the lifeline of a command that ended
         if self._stderr_task:
             await self._stderr_task
 
@@ -278,16 +280,25 @@ async def _end_local(proc: asyncio.subprocess.Process, guarded: bool) -> None:
     """End a local command and everything it started. A guarded one as over SSH: its lifeline
     closed, the guard ends the command's process group (TERM, then KILL) and exits; the guard's own
     group is killed if it lingers (an unguarded one's group at once)."""
+    if proc.stdin is not None:
+        proc.stdin.close()  # (also once it ended: a pipe left open keeps its transport from closing)
     if proc.returncode is not None:
         return
-    if guarded and proc.stdin is not None:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S + 3.0)
-            return
-        except asyncio.TimeoutError:
-            pass
-    await _kill_group(proc)
+    try:
+        if guarded and proc.stdin is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S + 3.0)
+                return
+            except asyncio.TimeoutError:
+                pass
+        await _kill_group(proc)
+    except asyncio.CancelledError:
+        # cancelled while waiting (a loop shutting down): the guard is left to end the command
+        # (its lifeline is closed), and the transport is closed now, not collected after the loop
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+        raise
 
 
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:
