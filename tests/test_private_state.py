@@ -105,3 +105,54 @@ def test_ui_json_is_written_0600(open_home, monkeypatch):
     assert mode(path) == 0o600
     path.parent.chmod(0o755)
     assert not other_user_reads(path)
+
+
+SERVER = """
+import os, sys, time
+open(os.path.join(sys.argv[1], "made-by-the-server"), "w").close()
+print("serving", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_the_process_launchers_files_on_the_host_are_its_users_alone(open_home):
+    """The deployment's folder on the host (env, cmd, launch.py, log, pid, pid.start): 0700 and
+    0600, unreadable by a second user; the server's own umask is left as it was."""
+    import sys
+
+    from gpuops.core.config import HostConfig
+    from gpuops.core.deploy.launch import ProcessLauncher
+    from gpuops.core.hosts.host import LocalHost
+    from tests.test_hosts import wait_until
+    from tests.test_launch import own_pids
+
+    host = LocalHost(HostConfig(name="localhost", local=True, ssh=None, python=None, env=(("HOME", str(open_home)),)))
+    marker = f"gpuops-private-{os.getpid()}"
+    out = open_home / "server-out"
+    out.mkdir(mode=0o755)
+    launcher = ProcessLauncher(host, marker, [], {}, str(open_home))
+    # (the launch.py path in its argv: it is written too)
+    launcher.exec_argv = [sys.executable, "-c", SERVER, str(out), marker, launcher.launch_path]
+    old = os.umask(0o022)
+    try:
+        await launcher.install({"GPUOPS_API_KEY": "sk-gpuops-not-for-others"})
+        await launcher.start()
+        assert await wait_until(lambda: "serving" in Path(launcher.log_path).read_text(), timeout=20)
+        folder = Path(launcher.dir)
+        files = sorted(p.name for p in folder.iterdir())
+        assert {"env", "cmd", "log", "pid", "pid.start", "launch.py"} <= set(files), files
+        assert mode(folder) == 0o700
+        for path in folder.iterdir():
+            assert mode(path) == 0o600, (path.name, oct(mode(path)))
+        for parent in (folder.parent, folder.parent.parent):
+            parent.chmod(0o755)
+        folder.chmod(0o755)  # even were the folder opened, the files refuse the second user
+        for name in ("env", "cmd", "log", "pid"):
+            assert not other_user_reads(folder / name), name
+        assert mode(out / "made-by-the-server") == 0o644  # the server's umask: the operator's, not 077
+        assert (await launcher.stop()).detail == "stopped"
+    finally:
+        os.umask(old)
+        for pid in own_pids(marker):
+            os.kill(pid, 9)
+        await host.close()

@@ -96,9 +96,12 @@ class Launcher:
         self.exec_argv = exec_argv
         self.env = env
 
+    private_files = False  # every file 0600 (the process launcher's folder, as the store's)
+
     async def _write_launch_script(self) -> None:
         if self.launch_path and self.launch_path in self.exec_argv:
-            await write_file(self.host, self.launch_path, script_source(launcher_program))
+            write = write_private_file if self.private_files else write_file
+            await write(self.host, self.launch_path, script_source(launcher_program))
 
     async def install(self, secrets_env: dict[str, str]) -> None:
         raise NotImplementedError
@@ -115,6 +118,7 @@ class Launcher:
 
 class ProcessLauncher(Launcher):
     kind = "process"
+    private_files = True
 
     def __init__(self, host: Host, name: str, exec_argv: list[str], env: dict[str, str], home: str):
         super().__init__(host, name, exec_argv, env)
@@ -130,24 +134,25 @@ class ProcessLauncher(Launcher):
         await write_private_file(self.host, self.env_path, env_file_text(
             {**self.env, **secrets_env}, f"gpuops: environment of deployment {self.name} (mode 0600)"))
         await self._write_launch_script()
-        # the command, one shell-quoted word per line, for `gpuops` and for people
-        await write_file(self.host, self.cmd_path, shlex.join(self.exec_argv) + "\n")
+        # the command, shell-quoted, for `gpuops` and for people
+        await write_private_file(self.host, self.cmd_path, shlex.join(self.exec_argv) + "\n")
 
     async def start(self) -> None:
         # `set -a` exports what the env file sets (the launcher reads the API key from it: the
         # argv keeps the placeholder, so no process listing shows the key). The server's start time
-        # and the boot id go beside its pid (`pid.start`, first: a reader finds the pid's own).
+        # and the boot id go beside its pid (`pid.start`, first: a reader finds the pid's own). Its
+        # files are 0600 (the server's own umask is left as it is).
         script = _OURS + r"""
 d=$1; shift
 cd "$d" || exit 3
 if ours "$d"; then echo "already running: $p" >&2; exit 4; fi
 set -a; . ./env; set +a
-: >> log
+(umask 077; : >> log) && chmod 600 log
 setsid "$@" </dev/null >>log 2>&1 &
 p=$!
 st=$(started "$p")
-echo "$p ${st:--} $(boot_id)" > pid.start.tmp && mv -f pid.start.tmp pid.start
-echo "$p" > pid.tmp && mv -f pid.tmp pid
+(umask 077; echo "$p ${st:--} $(boot_id)" > pid.start.tmp) && mv -f pid.start.tmp pid.start
+(umask 077; echo "$p" > pid.tmp) && mv -f pid.tmp pid
 cat pid
 """
         res = await self.host.run(["sh", "-c", script, "gpuops-start", self.dir, *self.exec_argv], timeout=30)
