@@ -223,3 +223,20 @@ def test_a_plan_holding_a_secret_value_is_refused_before_anything_changes(world,
         assert name not in status.stdout
     finally:
         sim.shutdown()
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("python -m sglang.launch_server --admin-api-key adm-1 --ssl-keyfile-password pw-2 --api-key k-3",
+     "python -m sglang.launch_server --admin-api-key *** --ssl-keyfile-password *** --api-key ***"),
+    ("--admin-api-key=adm-1 --ssl-keyfile-password=pw-2", "--admin-api-key=*** --ssl-keyfile-password=***"),
+    ("server_args={'admin_api_key': 'adm-1', 'ssl_keyfile_password': 'pw-2', 'api_key': None}",
+     "server_args={'admin_api_key': '***', 'ssl_keyfile_password': '***', 'api_key': None}"),
+    ("ServerArgs(admin_api_key='adm-1', ssl_keyfile_password=None)",
+     "ServerArgs(admin_api_key='***', ssl_keyfile_password=None)"),
+])
+def test_a_server_started_by_hand_shows_no_secret_flag(text, shown):
+    """What gpuops shows of a server it did not start (its command line, its server_args line):
+    SGLang's other secret flags are masked as --api-key is."""
+    from gpuops.core.redact import _redact_everywhere, redact
+
+    assert redact(text) == shown == _redact_everywhere(text)
