@@ -165,3 +165,39 @@ def test_gpuops_stop_and_forget_leave_the_stranger_alone(tmp_path, home, strange
     res = gpuops("forget", name, "--yes")
     assert res.returncode == 0, res.stderr
     assert untouched(stranger)
+
+
+ORPHANING = """
+import os, signal, sys, time
+if os.fork() == 0:  # a rank that outlives the server's own process, ignoring SIGTERM
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("rank", flush=True)
+    while True:
+        time.sleep(0.1)
+time.sleep(0.5)
+print("leader exits", flush=True)
+"""
+
+
+async def test_a_group_whose_leader_is_gone_is_still_stopped(home):  # noqa: F811
+    """The server's own process has exited but a member of its group lives on (holding GPU memory):
+    stop ends that member (it started after the server, in the server's group)."""
+    host = make_host("local", None, home)
+    marker = f"gpuops-orphan-{os.getpid()}"
+    launcher = ProcessLauncher(host, marker, [sys.executable, "-c", ORPHANING, marker], {}, str(home))
+    launcher.grace_s = 1
+    try:
+        await launcher.install({})
+        await launcher.start()
+        leader = int(Path(launcher.dir, "pid").read_text())
+        assert await wait_until(lambda: "leader exits" in Path(launcher.log_path).read_text(), timeout=20)
+        assert await wait_until(lambda: not Path(f"/proc/{leader}").exists() or
+                                Path(f"/proc/{leader}/stat").read_text().split(") ")[1][0] == "Z", timeout=10)
+        assert own_pids(marker)  # the rank
+        assert not (await launcher.status()).running
+        assert (await launcher.stop()).detail == "killed"
+        assert await wait_until(lambda: not own_pids(marker), timeout=10)
+    finally:
+        for pid in own_pids(marker):
+            os.kill(pid, signal.SIGKILL)
+        await host.close()

@@ -181,7 +181,7 @@ leader() { [ "$(started "$p")" = "$st" ]; }
 if ours "$1"; then
     :
 elif [ -n "${p:-}" ] && [ -z "${st:-}" ] && [ -f "$1/pid.start" ] && read -r rp rst rboot < "$1/pid.start" \
-        && [ "$rp" = "$p" ] && [ "$rboot" = "$(boot_id)" ] && [ "$(members "$p" "$rst")" -gt 0 ]; then
+        && [ "$rp" = "$p" ] && [ "$rst" != "-" ] && [ "$rboot" = "$(boot_id)" ] && [ "$(members "$p" "$rst")" -gt 0 ]; then
     st=$rst  # the leader is gone, members of its group live on
 else
     echo "$why"; exit 0
