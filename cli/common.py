@@ -32,14 +32,27 @@ def ask_terminal(question: str) -> bool:
 
 
 def run_use_case(inv: Inventory, args: argparse.Namespace, use: Callable[[Any, bool], Awaitable[T]], *,
-                 yes: bool = False) -> T:
+                 yes: bool = False, store_read_only: bool = False) -> T:
     """``use(ops, confirmed)`` on a fresh :class:`~gpuops.core.ops.Ops`; asks (or wants --yes) when the
-    use case needs a confirmation, then calls it again confirmed."""
+    use case needs a confirmation, then calls it again confirmed. ``store_read_only``: a store that
+    cannot be opened to write (a full disk) is read only instead (stop: the server is stopped, and the
+    use case says what it could not record)."""
+    from ..core.deploy.store import NameTaken, Store, StoreError
     from ..core.hosts.host import HostError
     from ..core.ops import NeedsConfirmation, Ops, Refused
 
     async def go() -> T:
-        ops = Ops(inv, readonly=bool(getattr(args, "readonly", False)))
+        readonly = bool(getattr(args, "readonly", False))
+        try:
+            ops = Ops(inv, readonly=readonly)
+        except StoreError as exc:
+            if not store_read_only or isinstance(exc, NameTaken):
+                raise
+            try:
+                store = Store.read_only(str(exc))
+            except StoreError:
+                raise exc from None
+            ops = Ops(inv, readonly=readonly, store=store)
         try:
             try:
                 return await use(ops, yes)

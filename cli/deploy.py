@@ -511,7 +511,8 @@ def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
     if getattr(args, "readonly", False):
         raise UsageError("read-only: stop changes a host")
     try:
-        detail = run_use_case(inv, args, lambda ops, yes: ops.stop(args.name, confirmed=yes), yes=args.yes)
+        detail = run_use_case(inv, args, lambda ops, yes: ops.stop(args.name, confirmed=yes), yes=args.yes,
+                              store_read_only=True)  # a full disk never keeps a server running
     except OperationFailed as exc:
         return _failed(exc)
     print(f"{args.name}: stopped ({detail})")

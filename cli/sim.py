@@ -11,9 +11,13 @@ from .main import run_dashboard
 
 
 def cmd_sim_setup(args: argparse.Namespace) -> int:
-    from ..core.config import SshTarget
+    from ..core.config import SshTarget, validate_host_name
     from ..sim.host import check_setup_dir, setup_simhost
 
+    try:  # every argument checked before anything is written
+        validate_host_name(args.name)
+    except ValueError as exc:
+        raise UsageError(f"--name: {exc}") from None
     if args.gpus < 1 or args.gpus > 64:
         raise UsageError(f"--gpus must be 1..64, got {args.gpus}")
     if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:

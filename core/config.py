@@ -187,6 +187,13 @@ class SshTarget:
                 '"user@host:port" or "[ipv6]:port"'
             )
         host = m["host"]
+        if host is not None and (len(host) > 253 or any(len(label) > 63 for label in host.split("."))):
+            # what the resolver would refuse later (as a traceback from the IDNA codec)
+            raise ValueError(f"invalid ssh target {_show(text)}: the host name is {len(host)} characters long; "
+                             "a host name is at most 253, each dot-separated part at most 63")
+        if m["user"] is not None and len(m["user"]) > 255:
+            raise ValueError(f"invalid ssh target {_show(text)}: the user name is {len(m['user'])} characters long "
+                             "(at most 255)")
         if m["ipv6"] is not None:
             try:
                 ipaddress.IPv6Address(m["ipv6"])
@@ -696,8 +703,11 @@ def parse_inventory(text: str, source: str) -> Inventory:
     """Parse and validate config text; ``source`` names the file in errors and in the result."""
     import tomllib  # (here: a start with no config file, the dashboard's default, never reads TOML)
 
+    too_deep = "invalid TOML: arrays or inline tables nested too deeply"
     try:
         doc = tomllib.loads(text)
+    except RecursionError:  # tomllib descends once per level: thousands of `[` exhaust the stack
+        raise ConfigError(source, None, too_deep) from None
     except tomllib.TOMLDecodeError as e:
         message = str(e)
         if at := _AT_RE.search(message):
@@ -707,7 +717,10 @@ def parse_inventory(text: str, source: str) -> Inventory:
             line = text.rstrip().count("\n") + 1
         problem = message[: at.start()] if at else message
         raise ConfigError(source, line, f"invalid TOML: {problem}") from None
-    return _Checker(text, source).inventory(doc)
+    try:
+        return _Checker(text, source).inventory(doc)
+    except RecursionError:  # a value nested just shallow enough for tomllib, too deep to show
+        raise ConfigError(source, None, too_deep) from None
 
 
 def default_config_path() -> Path:

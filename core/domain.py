@@ -29,6 +29,9 @@ from .config import PHASES, validate_host_name
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
+    "SECRET_FLAGS",
+    "is_secret_env",
+    "placeholder",
     "BenchRun",
     "ChecksEvent",
     "Deployment",
@@ -70,6 +73,24 @@ SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 Severity = Literal["error", "warning", "info"]
 # systemd fills it from the env file; the process launcher's start script from its env file
 API_KEY_PLACEHOLDER = "${GPUOPS_API_KEY}"
+# SGLang's flags whose value is a secret, and the env file's variable that holds it: the command line
+# carries only the placeholder ``${NAME}``, which gpuops' launcher fills in inside the server
+SECRET_FLAGS: dict[str, str] = {"--api-key": "GPUOPS_API_KEY", "--admin-api-key": "GPUOPS_ADMIN_API_KEY",
+                                "--ssl-keyfile-password": "GPUOPS_SSL_KEYFILE_PASSWORD"}
+_PLACEHOLDER = re.compile(r"\$\{(GPUOPS_[A-Z0-9_]+)\}")
+# environment variables whose value is a secret (HF_TOKEN, OPENAI_API_KEY, SGLANG_API_KEY, …)
+_SECRET_ENV = re.compile(r"[A-Za-z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD|PASSWD|ACCESS_KEY)|[A-Za-z0-9_]*SECRET[A-Za-z0-9_]*",
+                         re.IGNORECASE)
+
+
+def placeholder(name: str) -> str:
+    """The command line's stand-in for the secret held in env file variable `name`."""
+    return "${" + name + "}"
+
+
+def is_secret_env(name: str) -> bool:
+    """Whether an environment variable's value is a secret (kept in the 0600 env file only)."""
+    return bool(_SECRET_ENV.fullmatch(name))
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -354,6 +375,10 @@ class Plan(Struct, kw_only=True):
     # argv are the router's flags, it holds no GPUs); each replica is a one-host plan of its own
     replicas: list["Plan"] = []
     replica_of: str | None = None  # a replica's own plan: the replicated deployment it belongs to
+    # the secrets --like carried from a previous deployment: variables set only in the deployment's 0600
+    # env file (HF_TOKEN, …, and a secret flag's GPUOPS_API_KEY, …), their values never in a plan, the
+    # store or a command line; read again where --like read them at deploy
+    secret_env: list[str] = []
 
     def __post_init__(self) -> None:
         self.check()
@@ -371,6 +396,11 @@ class Plan(Struct, kw_only=True):
         for key in self.env:
             if not _ENV_NAME.fullmatch(key):
                 raise Invalid(f"env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        for key in self.secret_env:
+            if not _ENV_NAME.fullmatch(key):
+                raise Invalid(f"secret_env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            if key in self.env:
+                raise Invalid(f"secret_env: {key} is a secret: its value is never in the plan's env")
         if not 1 <= self.port <= 65535:
             raise Invalid(f"port: must be 1..65535, not {self.port}")
         if self.tp < 1:
@@ -529,12 +559,37 @@ class Plan(Struct, kw_only=True):
         has a draft phase."""
         return flag_value(self.argv, "--speculative-algorithm") is not None
 
+    @property
+    def secret_placeholders(self) -> list[str]:
+        """The env file's variables the command line stands in for (``${GPUOPS_…}``), in order."""
+        return list(dict.fromkeys(m[1] for a in self.argv if (m := _PLACEHOLDER.fullmatch(a))))
+
+    @property
+    def literal_secrets(self) -> list[str]:
+        """The secret flags whose value the argv holds itself, not as ``${GPUOPS_…}`` (a plan written
+        by hand, or stored by a gpuops before --like took secrets out): never deployed so."""
+        found = []
+        for i, arg in enumerate(self.argv):
+            name = arg.partition("=")[0]
+            var = SECRET_FLAGS.get(name)
+            if var is None:
+                continue
+            value = arg.partition("=")[2] if "=" in arg else (self.argv[i + 1] if i + 1 < len(self.argv) else "")
+            if value and value != placeholder(var) and not value.startswith("--"):
+                found.append(name)
+        return found
+
+    @property
+    def secret_names(self) -> list[str]:
+        """Every secret the deployment's env file holds: the placeholders' and `secret_env`."""
+        return list(dict.fromkeys([*self.secret_placeholders, *self.secret_env]))
+
     def exec_argv(self, launch_script: str | None = None) -> list[str]:
-        """The server's command line. With an API key it runs through gpuops' launcher
-        (`launch_script`, the systemd launcher's by default), which fills the key in from the
-        environment inside the process and masks it in the output: no command line holds it."""
+        """The server's command line. With an API key (or another secret flag) it runs through gpuops'
+        launcher (`launch_script`, the systemd launcher's by default), which fills the secrets in from
+        the environment inside the process and masks them in the output: no command line holds one."""
         head = [self.python or "python3"]
-        if self.uses_api_key:
+        if self.secret_placeholders:
             head.append(launch_script or self.launch_script)
         return [*head, "-m", self.module, *self.argv]
 
@@ -583,9 +638,15 @@ class Plan(Struct, kw_only=True):
         """The env file as it will be written (mode 0600), secrets only as placeholders."""
         lines = [f"# gpuops: environment of {self.unit_name} (mode 0600)"]
         lines += [f"{k}={_env_quote(v)}" for k, v in sorted(self.env.items())]
-        if self.uses_api_key:
-            lines.append("GPUOPS_API_KEY=<generated at deploy, never shown>")
-        lines.append("# HF_TOKEN=<passed from your environment at download time, if set>")
+        source = self.like.source if self.like is not None else None
+        for name in self.secret_names:
+            if name == "GPUOPS_API_KEY":
+                where = f"kept from {source} or " if source else ""
+                lines.append(f"{name}=<{where}generated at deploy, never shown>")
+            else:
+                lines.append(f"{name}=<kept from {source or 'the env file'} at deploy, never shown>")
+        if "HF_TOKEN" not in self.secret_env:
+            lines.append("# HF_TOKEN=<passed from your environment at download time, if set>")
         return "\n".join(lines) + "\n"
 
     # -------------------------------------------------------------- JSON

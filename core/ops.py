@@ -55,6 +55,10 @@ def bind_plan(plan: Plan, cfg: HostConfig, source: str = "the plan") -> Plan:
     """`plan` as it will run on `cfg`'s host. A plan made offline (no host) takes the host's
     python and launcher; one made for this host must agree with its policy."""
     python = cfg.python or "python3"
+    if plan.literal_secrets:
+        flags = ", ".join(plan.literal_secrets)
+        raise Refused(f"{source} puts the value of {flags} in the server's command line, which every user of the "
+                      "host can read: plan again with --like (secrets go to the deployment's 0600 env file only)")
     if plan.host is not None and plan.host != cfg.name:
         raise Refused(f"{source} was planned for {plan.host}, not {cfg.name}: plan again for it")
     if plan.host is None or plan.python is None:
@@ -267,7 +271,8 @@ class Ops:
         if refusal:
             raise Refused(refusal)
         deployer = Deployer(host, plan, self.store, self.bus, yes=yes, ask=ask, stall=dict(self.inventory.stall),
-                            hf_token=hf_token, journal_dir=cfg.journal_dir, api_key=api_key)
+                            hf_token=hf_token, journal_dir=cfg.journal_dir, api_key=api_key,
+                            secrets=await self.carried_secrets(plan))
         try:
             await deployer.preflight()
             deployer.begin()
@@ -307,7 +312,7 @@ class Ops:
         state returned is node 0's, and "ready" only once every node is (else the first other node's
         state); a stall in the rendezvous names the nodes that never joined."""
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
-        deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token)
+        deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token, secrets=await self.carried_secrets(plan))
         begun: list[Deployer] = []
         try:
             for confirm in (False, True):  # every node's refusals before any node's question
@@ -374,8 +379,41 @@ class Ops:
                     return member
         return state
 
+    async def carried_secrets(self, plan: Plan) -> dict[str, str]:
+        """The values of the secrets `plan` carries from the deployment it was planned like (its
+        secret_names), read again where `--like` read them, never from the plan: a unit or plan file
+        on this machine, or a stored deployment (its env file on its host). What cannot be read is
+        left out: the deployment's own env file may hold it (a redeploy), else the deploy is refused."""
+        from .deploy.store import StoreError
+        from .hosts.files import read_env_value
+        from .planning import PlanError
+        from .planning.like import load_previous, previous_from_plan
+
+        names = plan.secret_names
+        if plan.like is None or not names:
+            return {}
+        source = plan.like.source
+        values: dict[str, str] = {}
+        try:
+            if source.startswith("deployment "):
+                old = self.store.deployment(source[len("deployment "):])
+                if old is None:
+                    return {}
+                values = dict(previous_from_plan(old.plan, source).secrets)  # (an older gpuops' plan held them)
+                host = self.host(old.host)
+                if host is not None and any(n not in values for n in names):
+                    env_path = getattr(await open_launcher(host, old.plan), "env_path")
+                    for name in names:
+                        if name not in values and (value := await read_env_value(host, env_path, name)):
+                            values[name] = value
+            else:
+                values = dict(load_previous(source).secrets)
+        except (PlanError, HostError, StoreError, OSError):
+            pass  # what was read so far; the rest from the deployment's own env file, or refused
+        return {n: v for n, v in values.items() if n in names}
+
     def _deployers(self, plans: list[Plan], *, yes: bool, ask: Callable[[str], bool] | None,
-                   hf_token: str | None) -> list[Deployer]:
+                   hf_token: str | None, secrets: dict[str, str] | None = None) -> list[Deployer]:
         """A deployer for each part of a multi-part deployment (bound to its host); Refused when one
         is being deployed by another gpuops."""
         deployers: list[Deployer] = []
@@ -388,7 +426,8 @@ class Ops:
             if refusal:
                 raise Refused(refusal)
             deployers.append(Deployer(host, bound, self.store, self.bus, yes=yes, ask=ask,
-                                      stall=dict(self.inventory.stall), hf_token=hf_token, journal_dir=cfg.journal_dir))
+                                      stall=dict(self.inventory.stall), hf_token=hf_token, journal_dir=cfg.journal_dir,
+                                      secrets=secrets))
         return deployers
 
     async def _deploy_replicas(self, plan: Plan, *, yes: bool, ask: Callable[[str], bool] | None,
@@ -516,19 +555,33 @@ class Ops:
     # ---------------------------------------------------------------- stop, restart, fix
 
     async def stop(self, name: str, *, confirmed: bool = False) -> str:
-        """Stop the server (asked first); the state becomes stopped. Returns the launcher's word."""
+        """Stop the server (asked first); the state becomes stopped. Returns the launcher's word.
+        Stopping never waits on the store: every server (and part) is stopped first, then recorded;
+        a record that fails (a full disk) is a StoreError saying the servers are stopped."""
         self._writable("stop changes a host")
         d = self.deployment(name)
         if not confirmed:
             raise NeedsConfirmation(f"stop {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)
-        await self.watches.stop(name)
+        try:
+            await self.watches.stop(name)
+        except StoreError:
+            pass  # the watch's last write failed: it ended all the same
         status = await (await open_launcher(host, d.plan)).stop()
-        event = self.store.set_state(name, "stopped", detail=status.detail)
-        self.bus.publish(name, event)
+        unrecorded: list[str] = []
+        try:
+            self.bus.publish(name, self.store.set_state(name, "stopped", detail=status.detail))
+        except StoreError as exc:
+            unrecorded.append(f"{name}'s server on {d.host} is stopped ({status.detail}), but the store could not "
+                              f"record it: {exc}")
         said = status.detail
         for member in self.parts(d):  # node 0 first (its shutdown reaches the others), then each node;
-            said += f"; {member.name}: {await self.stop(member.name, confirmed=True)}"  # a router first, then its replicas
+            try:  # a router first, then its replicas
+                said += f"; {member.name}: {await self.stop(member.name, confirmed=True)}"
+            except StoreError as exc:
+                unrecorded.append(str(exc).split(f"; run `gpuops stop {member.name}`")[0])
+        if unrecorded:
+            raise StoreError("; ".join(unrecorded) + f"; run `gpuops stop {name}` again once it can be written")
         return said
 
     async def forget(self, name: str, *, confirmed: bool = False) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,35 @@ from typing import Any
 def state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "gpuops"
+
+
+def _tighten(path: Path, keep: int) -> None:
+    """Drop every permission bit of `path` outside `keep` (never adds one: a folder made read-only on
+    purpose stays so); only what this user owns; a failure leaves it as it was."""
+    try:
+        st = path.lstat()
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) and mode & ~keep:
+            os.chmod(path, mode & keep)
+    except OSError:
+        pass
+
+
+def private_dir(path: Path) -> Path:
+    """gpuops' own folder on this machine (the state folder): made 0700, and kept so: a folder
+    made earlier 0755, and every file in it (the store, its -wal and -shm, ui.json), loses what
+    other users could read (the store holds every plan and log line gpuops recorded). Called again
+    once files were made in it: a new file takes the umask's mode (0644), which only this user can
+    reach inside the 0700 folder until it is tightened too."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(path, 0o700)
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return path
+    for entry in entries:
+        _tighten(entry, 0o700 if entry.is_dir() else 0o600)
+    return path
 
 
 def ui_state_path() -> Path:
@@ -31,9 +61,12 @@ def save_ui_state(**changes: Any) -> None:
     data = load_ui_state()
     data.update(changes)
     path = ui_state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.chmod(tmp, 0o600)  # a tmp file left 0644 by an older gpuops
     os.replace(tmp, path)
 
 

@@ -6,7 +6,8 @@ their output); this catches the rest: a server started by hand or by another too
 deployment, an HF token someone put in a command line. What is masked, as SGLang and the usual
 tools print it:
 
-- ``--api-key KEY``, ``--api-key=KEY``, and in a printed list ``'--api-key', 'KEY'``;
+- ``--api-key KEY``, ``--api-key=KEY``, and in a printed list ``'--api-key', 'KEY'`` (also
+  ``--admin-api-key`` and ``--ssl-keyfile-password``);
 - ``api_key='KEY'``, ``'api_key': 'KEY'``, ``"api_key": "KEY"``, ``api_key=KEY`` (also ``hf_token``, ``access_token``,
   ``auth_token``, ``password``, ``secret`` fields of that form, a name with ``_``, ``-`` or nothing
   inside: ``hfToken``; not a bare ``token``: SGLang's ``#token: N``); ``None``/``null``/empty stay;
@@ -35,10 +36,11 @@ _FIELD = r"(?:api[_-]?key|hf[_-]?token|access[_-]?token|auth[_-]?token|password|
 # A start may be shorter than the spellings it stands for (``hf`` for ``hf_token``, ``hf-token``,
 # ``hftoken``): each start costs a scan of the whole text, the place it is found a `match` try.
 _PATTERNS = (
-    # --api-key KEY / --api-key=KEY / '--api-key', 'KEY'
-    (re.compile(r"""(--api-key(?:=|['"]?,?\s+['"]?))""" + _VALUE), ("--api-key",), ("--api-key",)),
-    # api_key='KEY' / 'api_key': 'KEY' / "api_key": "KEY" / api_key=KEY
-    (re.compile(r"""(\b""" + _FIELD + r"""['"]?\s*[:=]\s*['"]?)""" + _VALUE, re.IGNORECASE),
+    # --api-key KEY / --api-key=KEY / '--api-key', 'KEY' (and SGLang's other secret flags)
+    (re.compile(r"""(--(?:api-key|admin-api-key|ssl-keyfile-password)(?:=|['"]?,?\s+['"]?))""" + _VALUE),
+     ("--api-key", "--admin-api-key", "--ssl-keyfile-password"), ("--api-key", "--admin-api-key", "--ssl-keyfile-password")),
+    # api_key='KEY' / 'api_key': 'KEY' / "api_key": "KEY" / api_key=KEY (also admin_api_key, ssl_keyfile_password)
+    (re.compile(r"""((?<![A-Za-z0-9])""" + _FIELD + r"""['"]?\s*[:=]\s*['"]?)""" + _VALUE, re.IGNORECASE),
      ("api_key", "api-key", "apikey", "hf_token", "hf-token", "hftoken", "access_token", "access-token",
       "accesstoken", "auth_token", "auth-token", "authtoken", "passw", "secret"),
      ("api", "hf", "access", "auth", "passw", "secret")),

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -281,3 +283,53 @@ async def test_key_type_change_raises_host_key_refused_with_the_servers_fingerpr
     assert info.value.message.startswith(f"box: CHANGED host key for [127.0.0.1]:{server.port}: ")
     assert f"-t ecdsa 127.0.0.1 >> {known}" in info.value.hint
     assert known.read_text() == f"[127.0.0.1]:{server.port} {kind} {blob}\n"
+
+
+def test_a_known_hosts_of_only_a_cert_authority_says_so(tmp_path, servers):
+    """known_hosts trusts the host only through @cert-authority, and the server has no certificate:
+    not "connection lost" but what is wrong (no certificate signed by that CA) and the two ways out;
+    the hint's command works. A server whose key that CA signed connects."""
+    server = servers["ed25519"]
+    op = Operator(tmp_path, server)
+    ca = tmp_path / "ca"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ca)], check=True)
+    kind, blob = pub(Path(f"{ca}.pub"))
+    for pattern in (f"[127.0.0.1]:{server.port}", "*"):
+        op.known_hosts.write_text(f"# our CA\n@cert-authority {pattern} {kind} {blob}\n")
+        error, hint = op.refused()
+        fp = fingerprint(server.host_key.with_suffix(".pub"))
+        assert error == (f"box: host key for [127.0.0.1]:{server.port} not trusted: known_hosts trusts only a "
+                         f"certificate authority for it (@cert-authority, {KH} line 2), and the server offers a plain "
+                         f"ssh-ed25519 {fp} key with no certificate signed by it; refusing to connect"), error
+        assert "Connection" not in error and "HostCertificate" in hint
+        assert hint.endswith(f"ssh-keyscan -p {server.port} -t ed25519 127.0.0.1 >> {KH}"), hint
+    op.run_hint(hint)
+    op.connects()
+
+    # the same CA, and a server whose host key it signed: trusted as a certificate
+    root = Path(tempfile.mkdtemp(prefix="gpuops-hostcert-"))
+    root.chmod(0o755)
+    certified = start_sshd(root / "sshd")
+    try:
+        subprocess.run(["ssh-keygen", "-q", "-s", str(ca), "-I", "gpuops-test", "-h", "-n", "127.0.0.1",
+                        str(certified.host_key.with_suffix(".pub"))], check=True)
+        certified.stop()
+        config = certified.root / "sshd_config"
+        config.write_text(config.read_text() + f"HostCertificate {certified.host_key}-cert.pub\n")
+        certified.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+                                          stderr=open(certified.root / "sshd2.log", "wb"))
+        deadline = time.monotonic() + 20
+        while True:  # until the restarted sshd listens
+            try:
+                socket.create_connection(("127.0.0.1", certified.port), timeout=0.5).close()
+                break
+            except OSError:
+                assert certified.proc.poll() is None and time.monotonic() < deadline, \
+                    (certified.root / "sshd2.log").read_text()
+                time.sleep(0.05)
+        op2 = Operator(tmp_path / "certified", certified)
+        op2.known_hosts.write_text(f"@cert-authority * {kind} {blob}\n")
+        op2.connects()
+    finally:
+        certified.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 import uuid
@@ -273,3 +274,68 @@ async def test_ssh_agent_is_honoured(sshd, tmp_path, monkeypatch):
     finally:
         agent.terminate()
         agent.wait()
+
+
+WATCH_CMDLINES = r"""
+import os, sys, time
+needle, until = sys.stdin.readline().strip().encode(), time.monotonic() + float(sys.argv[1])
+seen = 0
+print("watching", flush=True)
+while time.monotonic() < until:
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    line = f.read()
+            except OSError:
+                continue
+            seen += 1
+            if needle in line:
+                print("SEEN", pid, line.replace(b"\0", b" ")[:300].decode("utf-8", "replace"), flush=True)
+print("scanned", seen, flush=True)
+"""
+
+
+@pytest.mark.parametrize("login", ["root", "user"])
+async def test_a_hosts_secret_env_is_never_in_a_command_line(sshd, login):
+    """A host's env = {HF_TOKEN = …}: while a command and a stream run over the real sshd, a second
+    OS user scanning every /proc/PID/cmdline never sees the value; the command still gets it, exactly
+    (spaces, quotes, $, backslashes), with the host's PATH prefix; input still reaches the command."""
+    other = sshd.other_user
+    if other is None:
+        pytest.skip("needs root to make a second user")
+    token = f"hf_{os.getpid()}SecretTokenValue{int(time.time())}"
+    odd = "a b 'c' \"d\" $HOME `id` \\n \\ end "
+    env = (("PATH", "/opt/fake/bin:$PATH"), ("HF_TOKEN", token), ("ODD", odd))
+    cfg = ssh_config(sshd, env=env)
+    if login == "user":
+        cfg = HostConfig(name="box", local=False, ssh=SshTarget(other, "127.0.0.1", sshd.port), python=None, env=env)
+    host = SshHost(cfg, connect_options=sshd.options())
+    watcher = subprocess.Popen(["runuser", "-u", other, "--", "/usr/bin/python3", "-c", WATCH_CMDLINES, "6"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        watcher.stdin.write(token + "\n")  # (not in its own command line)
+        watcher.stdin.close()
+        assert watcher.stdout.readline() == "watching\n"
+        script = 'printf "%s|%s|%s\\n" "$HF_TOKEN" "$ODD" "${PATH%%:*}"; sleep 2'
+        res, streamed = await asyncio.gather(
+            host.run(["sh", "-c", script]),
+            collect(host.stream(["sh", "-c", script + "; echo done"])))
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == f"{token}|{odd}|/opt/fake/bin\n"
+        assert streamed == [f"{token}|{odd}|/opt/fake/bin", "done"]
+        fed = await host.run(["sh", "-c", 'cat; printf "%s" "$HF_TOKEN" | wc -c'], input="line on stdin\n")
+        assert fed.stdout.split() == ["line", "on", "stdin", str(len(token))]
+        out = watcher.stdout.read()
+        watcher.wait(30)
+        assert "SEEN" not in out, out
+        assert int(out.split()[-1]) > 100  # it did scan the host's processes
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+        await host.close()
+
+
+async def collect(stream) -> list[str]:
+    async with stream as s:
+        return [line async for line in s]

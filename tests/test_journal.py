@@ -253,6 +253,11 @@ async def test_journal_very_long_binary_message(jdir, host):
     assert texts == ["before", "w" * 100_000, "after"] and f.skipped == 0  # (its codes dropped)
 
 
+def journalctls(jdir) -> list[str]:
+    """The journalctl processes reading `jdir` ("PID USER ARGS")."""
+    return [row for row in processes_matching(f"--directory={jdir}") if row.split(None, 2)[2].startswith("journalctl ")]
+
+
 async def test_journal_local_process_killed_resumes_without_loss(jdir):
     """Locally a 'drop' is the journalctl process dying: the follower starts it again
     after the last cursor."""
@@ -263,13 +268,13 @@ async def test_journal_local_process_killed_resumes_without_loss(jdir):
     try:
         for k in range(3):
             await c.wait(50 * (k + 1))
-            [victim] = processes_matching(f"--directory={jdir}")
+            [victim] = journalctls(jdir)  # (not the guard around it: its command line names it too)
             os.kill(int(victim.split()[0]), signal.SIGKILL)
             assert await wait_until(lambda: f.reconnects == k + 1)
             w.append([f"m{i}" for i in range(50 * (k + 1), 50 * (k + 2))])
         await c.wait(200)
         assert c.texts == [f"m{i}" for i in range(200)]
-        assert await wait_until(lambda: len(processes_matching(f"--directory={jdir}")) == 1)
+        assert await wait_until(lambda: len(journalctls(jdir)) == 1)
     finally:
         await c.stop()
     assert await wait_until(lambda: not processes_matching(str(jdir)))

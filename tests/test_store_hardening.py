@@ -373,3 +373,92 @@ def test_a_name_whose_deploy_failed_before_install_can_be_stopped_forgotten_and_
     assert res.returncode == 0 and f"{name}: forgotten" in res.stdout, res.stderr
     res = gpuops(cfg, env, "status", name)
     assert res.returncode == 2 and "no deployment named" in one_line(res)
+
+
+SLEEPER = "import sys, time; print('serving', sys.argv[1], flush=True); time.sleep(300)"
+
+
+async def a_running_server(db: Path, home: Path, name: str) -> None:
+    """A ready process deployment `name` on host `here`, its server (a sleeper) running under HOME."""
+    import sys
+
+    from gpuops.core.deploy.launch import ProcessLauncher
+    from tests.test_launch import make_host
+
+    store = Store(db)
+    store.add_deployment("here", make_plan(name, launcher="process"))
+    store.set_state(name, "ready")
+    store.release_lease(name)
+    store.close()
+    host = make_host("local", None, home)
+    launcher = ProcessLauncher(host, name, [sys.executable, "-c", SLEEPER, name], {}, str(home))
+    await launcher.install({})
+    await launcher.start()
+    await host.close()
+    deadline = time.monotonic() + 20
+    while "serving" not in Path(launcher.log_path).read_text():
+        assert time.monotonic() < deadline, "the server never started"
+        time.sleep(0.05)
+
+
+async def test_stop_stops_the_server_on_a_full_disk_and_says_what_it_could_not_record(local, tmp_path):
+    """The store's disk is full (SQLite cannot even open it to write): `gpuops stop` still reads the
+    plan, stops the server, and says in one line that the stop is not recorded (exit 1), writing
+    nothing; once there is room, stop again records it."""
+    from tests.test_launch import own_pids
+
+    cfg, env, _ = local
+    name = f"fullstop{os.getpid()}"
+    home = Path(tempfile.mkdtemp(prefix="gpuops-home-"))
+    try:
+        with tmpfs("2m") as root:
+            db = root / "gpuops" / "gpuops.db"
+            await a_running_server(db, home, name)
+            assert own_pids(name)
+            filler = fill(root)
+            before = db.read_bytes()
+            env = dict(env, XDG_STATE_HOME=str(root), HOME=str(home))
+            res = gpuops(cfg, env, "stop", name, "--yes")
+            line = one_line(res)
+            assert res.returncode == 1, line
+            assert line == (f"gpuops: {name}'s server on here is stopped (stopped), but the store could not record it: "
+                            f"cannot write {db}: the disk is full: free space on its file system, then try again; run "
+                            f"`gpuops stop {name}` again once it can be written"), line
+            assert not own_pids(name)  # stopped, though nothing could be written
+            assert db.read_bytes() == before  # (SQLite's own failed open may leave an empty -wal, a short -shm)
+            filler.unlink()
+            res = gpuops(cfg, env, "stop", name, "--yes")
+            assert res.returncode == 0 and res.stdout.strip() == f"{name}: stopped (not running)", res
+            assert Store(db).deployment(name).state == "stopped"
+    finally:
+        for pid in own_pids(name):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def test_a_store_that_fills_up_while_open_does_not_keep_the_server_running(tmp_path):
+    """The TUI's case: the store was opened before the disk filled; stop stops the server first and
+    then says the record failed."""
+    from gpuops.core.config import parse_inventory
+    from gpuops.core.ops import Ops
+    from tests.test_launch import own_pids
+
+    name = f"fullopen{os.getpid()}"
+    home = Path(tempfile.mkdtemp(prefix="gpuops-home-"))
+    try:
+        with tmpfs("2m") as root:
+            db = root / "gpuops" / "gpuops.db"
+            await a_running_server(db, home, name)
+            inv = parse_inventory(f'[hosts.here]\nlocal = true\nenv = {{ HOME = "{home}" }}\n', "test")
+            ops = Ops(inv, store=Store(db))
+            try:
+                fill(root)
+                with pytest.raises(Exception, match=f"{name}'s server on here is stopped .* could not record it"):
+                    await ops.stop(name, confirmed=True)
+                assert not own_pids(name)
+            finally:
+                await ops.close()
+    finally:
+        for pid in own_pids(name):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)

@@ -21,7 +21,7 @@ from ..hosts.host import Host, HostError, host_python
 from ..planning.hostfacts import free_space, sglang_version
 from ..telemetry.samples import snapshot
 from .download import Download, DownloadError, bytes_on_disk
-from .launch import Launcher, open_launcher
+from .launch import Launcher, LaunchError, open_launcher
 from .store import Store
 from .watch import Bus, log_end
 
@@ -47,7 +47,8 @@ class Deployer:
 
     def __init__(self, host: Host, plan: Plan, store: Store, bus: Bus, *, yes: bool = False,
                  ask: Callable[[str], bool] | None = None, stall: dict[str, float] | None = None,
-                 hf_token: str | None = None, journal_dir: str | None = None, api_key: str | None = None):
+                 hf_token: str | None = None, journal_dir: str | None = None, api_key: str | None = None,
+                 secrets: dict[str, str] | None = None):
         self.host = host
         self.plan = plan
         self.name = plan.name
@@ -61,6 +62,9 @@ class Deployer:
         # the key of a deployment of several parts, one for all (the router sends it to its replicas);
         # None: this part's own, kept in its env file from an earlier run, or a new one
         self.api_key = api_key
+        # the values of the plan's secrets (its secret_names) carried from where --like read them;
+        # one not given is the deployment's own, from its env file (a restart)
+        self.secrets = dict(secrets or {})
         self.launcher: Launcher | None = None
         self.run = 0
         self._beat_at = -1e9
@@ -90,6 +94,7 @@ class Deployer:
         elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
         await self.check_ports()
+        await self.check_secrets()
         if plan.download_dir and not plan.reuse_existing:
             free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
             need = int((plan.model.checkpoint_bytes or 0) * 1.1)
@@ -106,6 +111,24 @@ class Deployer:
             res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
             if not res.ok:
                 raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
+
+    async def check_secrets(self) -> None:
+        """The secrets carried from a previous deployment (secret_env) and any other placeholder's at
+        hand (given, or in the deployment's env file on the host); only gpuops' own API key may be a
+        new one. DeployError naming the missing ones."""
+        plan, host = self.plan, self.host
+        missing = [n for n in plan.secret_names if not self.secrets.get(n)
+                   and not (n == "GPUOPS_API_KEY" and (self.api_key or n not in plan.secret_env))]
+        if not missing:
+            return
+        env_path = getattr(await open_launcher(host, plan), "env_path")
+        missing = [n for n in missing if not await read_env_value(host, env_path, n)]
+        if missing:
+            source = plan.like.source if plan.like is not None else "the plan"
+            raise DeployError(f"{plan.name} needs the secret{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                              f"(carried from {source}), which gpuops cannot read now ({source} is gone, or not on "
+                              f"this machine) and {env_path} on {host.name} does not hold: plan again "
+                              "where the previous deployment can be read")
 
     async def confirm_gpus(self) -> None:
         """The plan's GPUs already run processes: go on only when the operator says so (--yes, or
@@ -212,10 +235,16 @@ class Deployer:
         else:
             self.store.begin_log(self.name, run=self.run or None, **position)
         secrets_env: dict[str, str] = {}
-        if plan.uses_api_key:
-            env_path = getattr(self.launcher, "env_path")
-            secrets_env["GPUOPS_API_KEY"] = (self.api_key or await read_env_value(self.host, env_path, "GPUOPS_API_KEY")
-                                             or new_api_key())
+        env_path = getattr(self.launcher, "env_path")
+        for name in plan.secret_names:  # given (carried by --like), else kept from the env file
+            value = (self.api_key if name == "GPUOPS_API_KEY" else None) or self.secrets.get(name) \
+                or await read_env_value(self.host, env_path, name)
+            if not value and name == "GPUOPS_API_KEY":
+                value = new_api_key()
+            if not value:
+                raise LaunchError(f"{plan.name}: the secret {name} is not at hand (its env file {env_path} on "
+                                  f"{self.host.name} lost it): plan again like the previous deployment")
+            secrets_env[name] = value
         await self.launcher.install(secrets_env)
         await self.launcher.start()
         self.record(StateEvent(state="starting", launcher=self.launcher.kind))

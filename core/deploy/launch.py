@@ -5,8 +5,10 @@ Two launchers:
   ``/etc/gpuops/{name}.env`` (mode 0600), ``systemctl daemon-reload``/start/stop; logs
   in the journal.
 - ``process``: for hosts without systemd; ``~/.local/state/gpuops/deployments/{name}/``
-  holds ``env`` (0600), ``pid`` and ``log``; the server runs in its own session
-  (``setsid``) so it outlives gpuops and the SSH channel that started it.
+  holds ``env`` (0600), ``pid`` (with ``pid.start``: the server's start time and the boot id)
+  and ``log``; the server runs in its own session (``setsid``) so it outlives gpuops and the SSH
+  channel that started it. A pid is signalled only while it is still the server's: a process that
+  took the pid since (another start time, another boot) is never signalled, and stop says so.
 
 Secrets (the API key, an HF token) only ever travel inside the 0600 env file, written
 through stdin: never in argv, never printed. A server with an API key runs through gpuops'
@@ -26,10 +28,47 @@ from ..hosts.host import Host, HostError, script_source
 from ..hosts.programs import launcher as launcher_program
 
 STOP_GRACE_S = 60
-# A shell function: is pid $1 alive? A zombie is not: where PID 1 reaps late (a container's
-# init), an ended server lingers as a zombie that `kill -0` still answers.
-_ALIVE = r"""
-alive() { kill -0 "$1" 2>/dev/null && [ "$(sed -n 's/.*) \([A-Z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+# Shell functions: which process the deployment's pid file names, checked before it is signalled or
+# reported running. A pid is reused once its process is gone: the server's start time (clock ticks
+# since boot, /proc/PID/stat field 22) and the boot id are kept beside it (`pid.start`: "PID START
+# BOOT_ID", written at start), and a process now holding the pid with another start time, or a pid
+# recorded before the host restarted, is a stranger: never signalled, never "running". A pid file from
+# before `pid.start` existed: the process must have started before the pid file was written.
+#   started PID   its start time, empty when it is gone or a zombie
+#   ours DIR      sets p (the pid), st (its start time) and why (when it returns 1: why not ours)
+_OURS = r"""
+boot_id() { cat /proc/sys/kernel/random/boot_id 2>/dev/null; }
+started() {
+    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    s=${s##*) }
+    set -- $s
+    [ "$1" = Z ] || echo "${20}"
+}
+ours() {
+    p=$(cat "$1/pid" 2>/dev/null) && [ -n "$p" ] || { why="not started"; return 1; }
+    case "$p" in *[!0-9]*) why="not started (the pid file holds no pid)"; return 1 ;; esac
+    st=$(started "$p")
+    [ -n "$st" ] || { why="not running"; return 1; }
+    if [ -f "$1/pid.start" ] && read -r rp rst rboot < "$1/pid.start" && [ "$rp" = "$p" ]; then
+        if [ "$rboot" != "$(boot_id)" ]; then
+            why="not running: pid $p was recorded before the host restarted, and is now another process: not signalled"
+            return 1
+        fi
+        if [ "$rst" != "$st" ]; then
+            why="not running: pid $p is now another process (it started later than the server): not signalled"
+            return 1
+        fi
+        return 0
+    fi
+    hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
+    btime=$(sed -n 's/^btime //p' /proc/stat)
+    written=$(stat -c %Y "$1/pid" 2>/dev/null) || written=0
+    if [ -n "$btime" ] && [ $(( btime + st / hz )) -gt $(( written + 2 )) ]; then
+        why="not running: pid $p is now another process (it started after the pid file was written): not signalled"
+        return 1
+    fi
+    return 0
+}
 """
 
 
@@ -57,9 +96,12 @@ class Launcher:
         self.exec_argv = exec_argv
         self.env = env
 
+    private_files = False  # every file 0600 (the process launcher's folder, as the store's)
+
     async def _write_launch_script(self) -> None:
         if self.launch_path and self.launch_path in self.exec_argv:
-            await write_file(self.host, self.launch_path, script_source(launcher_program))
+            write = write_private_file if self.private_files else write_file
+            await write(self.host, self.launch_path, script_source(launcher_program))
 
     async def install(self, secrets_env: dict[str, str]) -> None:
         raise NotImplementedError
@@ -76,6 +118,7 @@ class Launcher:
 
 class ProcessLauncher(Launcher):
     kind = "process"
+    private_files = True
 
     def __init__(self, host: Host, name: str, exec_argv: list[str], env: dict[str, str], home: str):
         super().__init__(host, name, exec_argv, env)
@@ -91,20 +134,25 @@ class ProcessLauncher(Launcher):
         await write_private_file(self.host, self.env_path, env_file_text(
             {**self.env, **secrets_env}, f"gpuops: environment of deployment {self.name} (mode 0600)"))
         await self._write_launch_script()
-        # the command, one shell-quoted word per line, for `gpuops` and for people
-        await write_file(self.host, self.cmd_path, shlex.join(self.exec_argv) + "\n")
+        # the command, shell-quoted, for `gpuops` and for people
+        await write_private_file(self.host, self.cmd_path, shlex.join(self.exec_argv) + "\n")
 
     async def start(self) -> None:
         # `set -a` exports what the env file sets (the launcher reads the API key from it: the
-        # argv keeps the placeholder, so no process listing shows the key).
-        script = _ALIVE + r"""
+        # argv keeps the placeholder, so no process listing shows the key). The server's start time
+        # and the boot id go beside its pid (`pid.start`, first: a reader finds the pid's own). Its
+        # files are 0600 (the server's own umask is left as it is).
+        script = _OURS + r"""
 d=$1; shift
 cd "$d" || exit 3
-if [ -f pid ] && alive "$(cat pid)"; then echo "already running: $(cat pid)" >&2; exit 4; fi
+if ours "$d"; then echo "already running: $p" >&2; exit 4; fi
 set -a; . ./env; set +a
-: >> log
+(umask 077; : >> log) && chmod 600 log
 setsid "$@" </dev/null >>log 2>&1 &
-echo $! > pid.tmp && mv -f pid.tmp pid
+p=$!
+st=$(started "$p")
+(umask 077; echo "$p ${st:--} $(boot_id)" > pid.start.tmp) && mv -f pid.start.tmp pid.start
+(umask 077; echo "$p" > pid.tmp) && mv -f pid.tmp pid
 cat pid
 """
         res = await self.host.run(["sh", "-c", script, "gpuops-start", self.dir, *self.exec_argv], timeout=30)
@@ -113,33 +161,49 @@ cat pid
                               f"{res.stderr.strip() or 'exit ' + str(res.returncode)}")
 
     async def status(self) -> LaunchStatus:
-        script = _ALIVE + 'p=$(cat "$1" 2>/dev/null) || { echo none; exit 0; }; if alive "$p"; then ' \
-                 'echo "running $p"; else echo "exited $p"; fi'
-        res = await self.host.run(["sh", "-c", script, "gpuops-status", self.pid_path], timeout=15)
+        # running only when the pid is still the server's (a reused pid is "exited")
+        script = _OURS + 'if ours "$1"; then echo "running $p"; elif [ -n "${p:-}" ]; then echo "exited $p"; ' \
+                 'else echo none; fi'
+        res = await self.host.run(["sh", "-c", script, "gpuops-status", self.dir], timeout=15)
         word, _, pid = res.stdout.strip().partition(" ")
         return LaunchStatus(word == "running", int(pid) if pid.isdigit() else None, word or "unknown")
 
     async def stop(self) -> LaunchStatus:
         # The server is its own process group (setsid): stopped means every member is gone, not
         # just the leader (a rank or multiprocessing's resource tracker outlived it, still holding
-        # GPU memory), so the wait and the KILL are for the group.
-        script = _ALIVE + r"""
-members() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" '{ sub(/^.*\) /, ""); if ($3 == g && $1 != "Z") n++ } END { print n + 0 }'; }
-p=$(cat "$1" 2>/dev/null) || { echo "not started"; exit 0; }
-alive "$p" || [ "$(members "$p")" -gt 0 ] || { echo "not running"; exit 0; }
-kill -TERM -"$p" 2>/dev/null || kill -TERM "$p"
+        # GPU memory), so the wait and the KILL are for the group. Only the server's own: the leader
+        # when it is still the process started (its start time), and the members of its group that
+        # started with or after it (a group's id is not reused while one member lives). A process
+        # that holds the pid now but is not the server is named and never signalled.
+        script = _OURS + r"""
+members() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" -v t="$2" '{ sub(/^.*\) /, ""); if ($3 == g && $1 != "Z" && $20 >= t) n++ } END { print n + 0 }'; }
+leader() { [ "$(started "$p")" = "$st" ]; }
+if ours "$1"; then
+    :
+elif [ -n "${p:-}" ] && [ -z "${st:-}" ] && [ -f "$1/pid.start" ] && read -r rp rst rboot < "$1/pid.start" \
+        && [ "$rp" = "$p" ] && [ "$rst" != "-" ] && [ "$rboot" = "$(boot_id)" ] && [ "$(members "$p" "$rst")" -gt 0 ]; then
+    st=$rst  # the leader is gone, members of its group live on
+else
+    echo "$why"; exit 0
+fi
+sig() {
+    if leader; then kill "-$1" -"$p" 2>/dev/null || kill "-$1" "$p"
+    else kill "-$1" -"$p" 2>/dev/null; fi
+}
+gone() { ! leader && [ "$(members "$p" "$st")" -eq 0 ]; }
+sig TERM
 i=0
-while { alive "$p" || [ "$(members "$p")" -gt 0 ]; } && [ "$i" -lt "$(( $2 * 5 ))" ]; do sleep 0.2; i=$((i + 1)); done
-if alive "$p" || [ "$(members "$p")" -gt 0 ]; then
-    kill -KILL -"$p" 2>/dev/null || kill -KILL "$p"
+while ! gone && [ "$i" -lt "$(( $2 * 5 ))" ]; do sleep 0.2; i=$((i + 1)); done
+if ! gone; then
+    sig KILL
     i=0
-    while [ "$(members "$p")" -gt 0 ] && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    while [ "$(members "$p" "$st")" -gt 0 ] && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
     echo killed
 else
     echo stopped
 fi
 """
-        res = await self.host.run(["sh", "-c", script, "gpuops-stop", self.pid_path, str(self.grace_s)],
+        res = await self.host.run(["sh", "-c", script, "gpuops-stop", self.dir, str(self.grace_s)],
                                   timeout=self.grace_s + 30)
         return LaunchStatus(False, None, res.stdout.strip() or res.stderr.strip())
 

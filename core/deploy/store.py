@@ -50,7 +50,7 @@ from ..domain import (
     event_kind,
     utc_now,
 )
-from ..paths import state_dir
+from ..paths import private_dir, state_dir
 
 __all__ = ["MIGRATIONS", "REDEPLOYABLE", "STATES", "Lease", "NameTaken", "RunMoved", "Store", "StoreError",
            "default_path", "explain", "utc_now"]
@@ -172,9 +172,19 @@ def explain(path: Path, exc: BaseException) -> StoreError:
                           "XDG_STATE_HOME to a writable folder")
     if "unable to open" in low:
         return StoreError(f"cannot open {path}: make {path.parent} a writable folder (or set XDG_STATE_HOME)")
+    if "disk i/o" in low and _full(path.parent):  # SQLite could not make its -shm: no byte left
+        return StoreError(f"cannot write {path}: the disk is full: free space on its file system, then try again")
     if "disk i/o" in low:
         return StoreError(f"cannot read or write {path}: an I/O error ({text}): is its disk full or failing?")
     return StoreError(f"{path}: {text}")
+
+
+def _full(folder: Path) -> bool:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024 or st.f_favail == 0
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -187,6 +197,8 @@ def _guarded(method: F) -> F:
         if isinstance(exc, _Damaged):
             return StoreError(f"{self.path}: {exc}: the store is damaged; move it aside (mv {self.path} "
                               f"{self.path}.damaged) and gpuops starts an empty store")
+        if self.unwritable is not None and "readonly" in str(exc).lower():
+            return StoreError(self.unwritable)  # read because it could not be written: why it could not
         return explain(self.path, exc)
 
     if inspect.isgeneratorfunction(method):
@@ -251,10 +263,12 @@ def default_path() -> Path:
 
 
 class Store:
+    unwritable: str | None = None  # a store only read: why it could not be opened to write
+
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)  # 0700, its files 0600 (tightened when an older gpuops made them)
             if self.path.exists() and not self.path.is_file():
                 raise StoreError(f"{self.path} is not a file (a folder?): move it aside, and gpuops starts a new store")
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT_S)
@@ -267,9 +281,38 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
             self._check_tables()
+            private_dir(self.path.parent)  # the database, -wal and -shm just made: 0600
         except (sqlite3.Error, StoreError) as exc:
             self._db.close()
             raise (exc if isinstance(exc, StoreError) else explain(self.path, exc)) from None
+
+    @classmethod
+    def read_only(cls, why: str, path: str | Path | None = None) -> "Store":
+        """The store read without writing a byte (no -wal or -shm made, no lock taken), for what must
+        work when it cannot be written (a full disk: SQLite cannot even make its -shm to read): stop
+        reads the plan and stops the server. Every write raises StoreError(`why`), the reason the
+        store could not be opened as usual. What another gpuops has not yet checkpointed from its
+        -wal is not seen."""
+        from urllib.parse import quote
+
+        self = cls.__new__(cls)
+        self.path = Path(path) if path is not None else default_path()
+        self.unwritable = why
+        if not self.path.is_file():
+            raise StoreError(why)
+        try:
+            self._db = sqlite3.connect(f"file:{quote(str(self.path))}?immutable=1", uri=True, isolation_level=None)
+        except sqlite3.Error:
+            raise StoreError(why) from None
+        try:
+            self._db.row_factory = sqlite3.Row
+            if self._db.execute("PRAGMA user_version").fetchone()[0] != len(MIGRATIONS):
+                raise StoreError(why)  # an older schema it cannot migrate, or a newer one
+            self._check_tables()
+        except (sqlite3.Error, StoreError):
+            self._db.close()
+            raise StoreError(why) from None
+        return self
 
     def _check_tables(self) -> None:
         have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

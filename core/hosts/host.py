@@ -7,6 +7,10 @@ group too: without a pty, sshd leaves a remote command running after its channel
 closes, and it ignores signal requests for root sessions. The guard starts the
 command in its own session and watches the channel's stdin; end-of-file there
 means gpuops went away, and the guard kills the command's process group.
+
+Local commands run under the same guard, their lifeline a pipe only gpuops holds: a SIGTERM,
+SIGHUP or even a SIGKILL of gpuops closes it, and the guard ends what gpuops started (a
+follower, a download) instead of leaving it to run on in a session of its own.
 """
 
 from __future__ import annotations
@@ -54,6 +58,14 @@ exec 3<&-
 wait "$p"; rc=$?
 kill "$w" 2>/dev/null
 exit "$rc"
+"""
+# Over SSH the host's environment (its `env`, an HF_TOKEN say) comes first on stdin, one NAME=VALUE a
+# line up to an empty line, never in the command line (every user of the host reads argv in
+# /proc/PID/cmdline for as long as the command runs). `read` takes a pipe a byte at a time, so what
+# follows the empty line is left for the guard (its lifeline) or the command (its input).
+_ENV_IN = r"""
+while IFS= read -r gpuops_kv && [ -n "$gpuops_kv" ]; do export "$gpuops_kv"; done
+unset gpuops_kv
 """
 # For commands fed on stdin (short writes): no watcher, stdin goes to the command.
 _PLAIN = r"""
@@ -235,7 +247,7 @@ class _LocalStream(Stream):
         self._stderr_task: asyncio.Task | None = None
 
     async def _start(self) -> None:
-        self._proc = await self._host._spawn(self._argv, stdin=asyncio.subprocess.DEVNULL)
+        self._proc = await self._host._spawn(self._argv)
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:
@@ -251,19 +263,46 @@ class _LocalStream(Stream):
     async def _finish(self) -> None:
         assert self._proc
         self.returncode = await self._proc.wait()
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()  # the lifeline of a command that ended
         if self._stderr_task:
             await self._stderr_task
 
     async def _terminate(self) -> None:
         if self._proc is not None:
-            await _kill_group(self._proc)
+            await _end_local(self._proc, guarded=True)
             self.returncode = self._proc.returncode
         if self._stderr_task:
             self._stderr_task.cancel()
 
 
+async def _end_local(proc: asyncio.subprocess.Process, guarded: bool) -> None:
+    """End a local command and everything it started. A guarded one as over SSH: its lifeline
+    closed, the guard ends the command's process group (TERM, then KILL) and exits; the guard's own
+    group is killed if it lingers (an unguarded one's group at once)."""
+    if proc.stdin is not None:
+        proc.stdin.close()  # (also once it ended: a pipe left open keeps its transport from closing)
+    if proc.returncode is not None:
+        return
+    try:
+        if guarded and proc.stdin is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S + 3.0)
+                return
+            except asyncio.TimeoutError:
+                pass
+        await _kill_group(proc)
+    except asyncio.CancelledError:
+        # cancelled while waiting (a loop shutting down): the guard is left to end the command
+        # (its lifeline is closed), and the transport is closed now, not collected after the loop
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+        raise
+
+
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """End a local command and everything it started (it leads its own session)."""
+    """End a local command's session leader and its group."""
     if proc.returncode is not None:
         return
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
@@ -276,6 +315,15 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
             return
         except asyncio.TimeoutError:
             continue
+
+
+def _found(command: str, path: str) -> bool:
+    """Whether `command` can be run (a path, or a name on `path`): what an exec would find."""
+    import shutil
+
+    if "/" in command:
+        return os.access(command, os.X_OK) and not os.path.isdir(command)
+    return shutil.which(command, path=path) is not None
 
 
 class LocalHost(Host):
@@ -293,14 +341,19 @@ class LocalHost(Host):
             env["PATH"] = f"{prefix}:{env.get('PATH', '')}"
         return env
 
-    async def _spawn(self, argv: list[str], stdin: Any) -> asyncio.subprocess.Process:
+    async def _spawn(self, argv: list[str], guarded: bool = True) -> asyncio.subprocess.Process:
+        """`argv` in a session of its own; `guarded`: under the guard, its stdin the lifeline (else
+        stdin is the command's: a short write, as over SSH)."""
+        env = self._full_env()
+        if not _found(argv[0], env.get("PATH", "")):
+            raise HostError(f"{argv[0]}: command not found on {self.name}", None)
         try:
             return await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=stdin,
+                *(["sh", "-c", _GUARD, "gpuops", *argv] if guarded else argv),
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self._full_env(),
+                env=env,
                 start_new_session=True,
                 limit=LINE_LIMIT,
             )
@@ -309,18 +362,23 @@ class LocalHost(Host):
 
     async def run(self, argv: Sequence[str], timeout: float = 30.0, input: str | None = None) -> Result:
         argv = _validate_argv(argv)
+        guarded = input is None
         try:
-            proc = await self._spawn(
-                argv, asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL
-            )
+            proc = await self._spawn(argv, guarded=guarded)
         except HostError as exc:
             return Result(argv, 127, "", exc.message)
         try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(input.encode() if input is not None else None), timeout
-            )
+            if guarded:  # the lifeline stays open while the command runs (communicate() would close it)
+                assert proc.stdout is not None and proc.stderr is not None
+                out, err, _ = await asyncio.wait_for(
+                    asyncio.gather(proc.stdout.read(), proc.stderr.read(), proc.wait()), timeout)
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            else:
+                out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None),
+                                                  timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            await _kill_group(proc)
+            await _end_local(proc, guarded)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
@@ -801,6 +859,8 @@ class SshHost(Host):
         except Exception:
             return None
         if not trust.trusted:
+            if trust.authorities:  # only certificate algorithms were offered: the server has no certificate
+                return _ca_only_verdict(self.name, trust, await self._server_key())
             return None  # every algorithm was offered: a plain reset, not a key problem
         key = await self._server_key()
         if key is None or _same_key(key, (e.key for e in trust.trusted)):
@@ -845,13 +905,17 @@ class SshHost(Host):
 
     # -- commands ------------------------------------------------------------
 
-    def _command(self, argv: list[str], guard: str) -> str:
+    def _env_lines(self) -> str:
+        """The host's environment as sent on stdin before anything else ("" when it has none)."""
         env = [f"{k}={v}" for k, v in self._env().items()]
         prefix = self.config.path_prefix()
         if prefix is not None:
             env.insert(0, f"GPUOPS_PATH_PREFIX={prefix}")
-        head = ["env", *env] if env else []
-        return shlex.join([*head, "sh", "-c", guard, "gpuops", *argv])
+        return "".join(f"{line}\n" for line in env) + "\n" if env else ""
+
+    def _command(self, argv: list[str], guard: str) -> str:
+        """The command line: names and programs only; the environment's values travel on stdin."""
+        return shlex.join(["sh", "-c", (_ENV_IN if self._env_lines() else "") + guard, "gpuops", *argv])
 
     async def _open(self, command: str) -> Any:
         # A connection that died since its last use fails before the command
@@ -872,6 +936,9 @@ class SshHost(Host):
             try:
                 chan, session = await conn.create_session(cast(Any, functools.partial(_LineSession, binary)),
                                                           command, encoding=None)
+                env = self._env_lines()
+                if env:
+                    chan.write(env.encode())
                 return chan, cast(_LineSession, session)
             except Exception as exc:
                 self._connection_lost(exc)
@@ -883,6 +950,9 @@ class SshHost(Host):
         argv = _validate_argv(argv)
         proc = await self._open(self._command(argv, _GUARD if input is None else _PLAIN))
         try:
+            env = self._env_lines()
+            if env:
+                proc.stdin.write(env)
             if input is not None:
                 proc.stdin.write(input)
                 proc.stdin.write_eof()
@@ -956,6 +1026,14 @@ class _Trust:
         with_port = [e for e in self.entries if e.with_port and e.marker != "revoked"]
         chosen = with_port or [e for e in self.entries if not e.with_port and e.marker != "revoked"]
         return [e for e in chosen if e.marker is None]
+
+    @property
+    def authorities(self) -> list[_KnownKey]:
+        """The @cert-authority entries for the host (chosen as `trusted` chooses): a host key is
+        trusted only as a certificate one of them signed."""
+        with_port = [e for e in self.entries if e.with_port and e.marker != "revoked"]
+        chosen = with_port or [e for e in self.entries if not e.with_port and e.marker != "revoked"]
+        return [e for e in chosen if e.marker == "cert-authority"]
 
     @property
     def revoked(self) -> list[_KnownKey]:
@@ -1104,6 +1182,24 @@ def _keyscan(trust: _Trust, key: Any) -> str:
     if trust.alias:  # keyscan names the line after the address: HostKeyAlias looks it up by the alias
         command += " | sed " + shlex.quote(f"s/^[^ ]*/{trust.alias}/")
     return command
+
+
+def _ca_only_verdict(name: str, trust: _Trust, key: Any) -> HostKeyRefused:
+    """known_hosts trusts only a certificate authority for the host, and the server presents a plain
+    key (no certificate): asyncssh offered certificate algorithms only, so the server closed the
+    connection. Say that, and how to trust the host's key (or certify it)."""
+    ca = trust.authorities[0]
+    more = f" (and {len(trust.authorities) - 1} more)" if len(trust.authorities) > 1 else ""
+    shown = f"a plain {_key_text(key)} key" if key is not None else "no certificate gpuops could read back"
+    target = _show_path(trust.files[0]) if trust.files else "your known_hosts"
+    return HostKeyRefused(
+        f"{name}: host key for {trust.lookup} not trusted: known_hosts trusts only a certificate authority "
+        f"for it (@cert-authority, {ca.where()}{more}), and the server offers {shown} with no certificate "
+        "signed by it; refusing to connect",
+        f"have the host's admin sign its host key with that CA (sshd's HostCertificate), or, if the fingerprint is "
+        f"the host's (ask its admin): {_keyscan(trust, key)} >> {target}",
+        key.get_fingerprint() if key is not None else None,
+    )
 
 
 def _host_key_verdict(name: str, trust: _Trust, key: Any, revoked_hint: bool, reason: str) -> HostKeyRefused:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
+from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join_flags, placeholder, split_flags
 from . import PlanError
 from . import sglang_versions as sv
 from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, SPEC_FLAGS, Ctx, _is_fp4
@@ -23,11 +23,54 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 @dataclass(frozen=True)
 class Previous:
-    """A previous deployment's launch: where it came from, its argv flags and env."""
+    """A previous deployment's launch: where it came from, its argv flags and env. Its secrets (a
+    secret flag's value, a secret variable's) are taken out as it is read: the argv holds the
+    placeholder, `secret_env` the variables' names, `secrets` the values (what the source said; a
+    stored deployment's are in its env file on its host), which never reach a plan."""
 
     source: str
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[str, ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:  # never the values
+        return f"Previous({self.source!r}, secrets={[k for k, _ in self.secrets]})"
+
+
+def _without_secrets(prev: Previous) -> Previous:
+    """`prev` with its secrets out of its argv and env (see :class:`Previous`)."""
+    argv: list[str] = []
+    secrets: dict[str, str] = {}
+    args = list(prev.argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in SECRET_FLAGS:
+            var = SECRET_FLAGS[name]
+            if not eq:  # the value is the next argument
+                if i + 1 >= len(args):
+                    argv.append(arg)
+                    break
+                value = args[i + 1]
+                i += 1
+            if value != placeholder(var):
+                secrets[var] = value
+            argv += [name, placeholder(var)]
+        else:
+            argv.append(arg)
+        i += 1
+    env: list[tuple[str, str]] = []
+    secret_env: list[str] = []
+    for key, value in prev.env:
+        if is_secret_env(key) and not key.startswith("GPUOPS_"):
+            secrets[key] = value
+            secret_env.append(key)
+        elif not key.startswith("GPUOPS_"):
+            env.append((key, value))
+    return Previous(prev.source, tuple(argv), tuple(env), tuple(dict.fromkeys([*prev.secret_env, *secret_env])),
+                    tuple({**dict(prev.secrets), **secrets}.items()))
 
 
 
@@ -154,15 +197,21 @@ def _strip_launcher(argv: Sequence[str]) -> list[str]:
 
 
 def _checked(prev: Previous) -> Previous:
-    """Refuse a previous launch whose argv or env could not go into a unit or a shell as is."""
+    """Refuse a previous launch whose argv or env could not go into a unit or a shell as is; its
+    secrets taken out first (a refusal never shows one)."""
+    for key, _ in prev.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise PlanError(f"--like {prev.source}: {key[:40]!r} is not an environment variable name")
+    prev = _without_secrets(prev)
     for i, arg in enumerate(prev.argv):
         if _CONTROL.search(arg):
             raise PlanError(f"--like {prev.source}: argument {i + 1} ({arg[:40]!r}) contains a control character")
     for key, value in prev.env:
-        if not _ENV_NAME.fullmatch(key):
-            raise PlanError(f"--like {prev.source}: {key[:40]!r} is not an environment variable name")
         if _CONTROL.search(value):
             raise PlanError(f"--like {prev.source}: the value of {key} contains a control character")
+    for key, value in prev.secrets:
+        if _CONTROL.search(value):
+            raise PlanError(f"--like {prev.source}: the secret {key} (not shown) contains a control character")
     return prev
 
 
@@ -198,7 +247,7 @@ def previous_from_unit(text: str, source: str) -> Previous:
 
 
 def previous_from_plan(plan: Plan, source: str) -> Previous:
-    return _checked(Previous(source, tuple(plan.argv), tuple(plan.env.items())))
+    return _checked(Previous(source, tuple(plan.argv), tuple(plan.env.items()), tuple(plan.secret_env)))
 
 
 def load_previous(ref: str, stored: Callable[[str], Plan | None] | None = None) -> Previous:
@@ -220,8 +269,8 @@ def load_previous(ref: str, stored: Callable[[str], Plan | None] | None = None) 
             doc = json.loads(text)
         except ValueError as exc:
             raise PlanError(f"--like {ref}: invalid JSON: {exc}") from None
-        return previous_from_plan_json(doc, str(path))
-    return previous_from_unit(text, str(path))
+        return previous_from_plan_json(doc, str(path.absolute()))
+    return previous_from_unit(text, str(path.absolute()))  # (deploy reads its secrets there again)
 
 
 def previous_from_plan_json(data: object, source: str) -> Previous:

@@ -347,6 +347,18 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         produced, env, like_diff = apply_like(wishes.like, produced, env, ctx, fired)
 
     argv = join_flags(produced)
+    # the secrets --like carries (the values the source had: a secret flag's, a secret variable's):
+    # their names only, the values read again from the source at deploy, into the 0600 env file
+    secret_env: list[str] = []
+    if wishes.like is not None:
+        had = dict(wishes.like.secrets)
+        flagged = [a[2:-1] for a in argv if a.startswith("${GPUOPS_") and a.endswith("}")]
+        secret_env = list(dict.fromkeys([*(n for n in flagged if n in had),
+                                         *(k for k in wishes.like.secret_env if k not in env)]))
+        if secret_env:
+            fired.append(RuleFired("like-secrets", f"secrets of {wishes.like.source}: kept only in the deployment's "
+                                   "0600 env file (read there again at deploy), never in the plan, a command line or "
+                                   "the store", secret_env))
     unknown = sorted({n for n, _ in produced if n not in flags})
     if unknown:
         warnings.append(f"flags unknown to SGLang {version}: {', '.join(unknown)} — deploy would fail; "
@@ -362,6 +374,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
             sglang_version_source=version_source, python=target.python, env=env, argv=argv,
             download_dir=download_dir, model_path=model_path, reuse_existing=reuse, fit=fit, rules=fired,
             warnings=warnings, flags_checked_against=checked_against, unknown_flags=unknown, like=like,
+            secret_env=secret_env,
         )
     except Invalid as exc:  # a value from the host, a model folder or --like that no plan may hold
         raise PlanError(str(exc)) from None

@@ -1,5 +1,7 @@
-"""gpuops' server launcher: starts ``python -m MODULE ARGS`` with the API key kept out of every
-process listing and every log line.
+"""gpuops' server launcher: starts ``python -m MODULE ARGS`` with the API key (and every other
+secret flag's value: ``${GPUOPS_ADMIN_API_KEY}``, ``${GPUOPS_SSL_KEYFILE_PASSWORD}``, each filled in
+from the env file's variable of that name, each masked) kept out of every process listing and
+every log line.
 
 SGLang takes ``--api-key`` from its command line only, and a command line is world-readable
 (``/proc/PID/cmdline``, ``ps -ww``). So the command line holds the placeholder
@@ -17,6 +19,7 @@ Standard library only, Python 3.6 and newer; written beside the env file at depl
 """
 
 import os
+import re
 import runpy
 import select
 import signal
@@ -24,6 +27,7 @@ import sys
 import time
 
 PLACEHOLDER = "${GPUOPS_API_KEY}"
+_PLACEHOLDER = re.compile(r"\$\{(GPUOPS_[A-Z0-9_]+)\}$")
 MASK = b"***"
 DRAIN_S = 2.0  # after the child ends: how long its children may still be writing
 
@@ -52,8 +56,9 @@ def write_all(fd, data):
         data = data[n:]
 
 
-def relay(read_fd, key, child):
-    """Copy `read_fd` to stdout with `key` masked until EOF (or DRAIN_S after the child ended)."""
+def relay(read_fd, keys, child):
+    """Copy `read_fd` to stdout with every one of `keys` masked until EOF (or DRAIN_S after the
+    child ended)."""
     pending = b""
     status = None
     deadline = None
@@ -70,8 +75,10 @@ def relay(read_fd, key, child):
                 continue
             if not chunk:
                 break
-            buf = (pending + chunk).replace(key, MASK)
-            keep = held_back(buf, key)
+            buf = pending + chunk
+            for key in keys:
+                buf = buf.replace(key, MASK)
+            keep = max(held_back(buf, key) for key in keys)
             pending = buf[len(buf) - keep:] if keep else b""
             write_all(1, buf[:len(buf) - keep] if keep else buf)
         if status is None:
@@ -81,7 +88,9 @@ def relay(read_fd, key, child):
                 deadline = time.monotonic() + DRAIN_S
         elif not ready and time.monotonic() >= deadline:
             break
-    write_all(1, pending.replace(key, MASK))
+    for key in keys:
+        pending = pending.replace(key, MASK)
+    write_all(1, pending)
     if status is None:
         status = os.waitpid(child, 0)[1]
     return status
@@ -91,14 +100,21 @@ def main(argv):
     if len(argv) < 2 or argv[0] != "-m":
         return usage("usage: launch.py -m MODULE ARGS...")
     module, args = argv[1], argv[2:]
-    key = os.environ.pop("GPUOPS_API_KEY", "")
-    if PLACEHOLDER in args and not key:
-        return usage("GPUOPS_API_KEY is not set (it comes from the deployment's env file)")
-    if not key:  # nothing to hide: run the module as `python -m` would
+    # the secrets the command line stands in for, each from the env file's variable of its name
+    # (taken out of the environment: the server's own children never see them)
+    wanted = [m.group(1) for m in (_PLACEHOLDER.match(a) for a in args) if m]
+    values = {}
+    for name in set(wanted) | {"GPUOPS_API_KEY"}:
+        value = os.environ.pop(name, "")
+        if value:
+            values[name] = value
+        elif name in wanted:
+            return usage("%s is not set (it comes from the deployment's env file)" % name)
+    if not values:  # nothing to hide: run the module as `python -m` would
         sys.argv = [module] + args
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
-    secret = key.encode()
+    secrets = sorted({v.encode() for v in values.values()}, key=len, reverse=True)
     read_fd, write_fd = os.pipe()
     child = os.fork()
     if child == 0:
@@ -106,14 +122,18 @@ def main(argv):
         os.dup2(write_fd, 1)
         os.dup2(write_fd, 2)
         os.close(write_fd)
-        sys.argv = [module] + [key if a == PLACEHOLDER else a for a in args]
-        del key
+
+        def filled(a):
+            m = _PLACEHOLDER.match(a)
+            return values[m.group(1)] if m and m.group(1) in values else a
+        sys.argv = [module] + [filled(a) for a in args]
+        values.clear()
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     os.close(write_fd)
-    status = relay(read_fd, secret, child)
+    status = relay(read_fd, secrets, child)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.signal(sig, signal.SIG_DFL)
