@@ -88,7 +88,7 @@ def test_full_deploy_over_ssh_then_status_logs_and_stop(world):
     assert json.loads(out.stdout)["deployment"]["state"] == "stopped"
     # a second deploy reuses the downloaded copy: no download this time
     rc, events, err = deploy(cfg, env, "--name", "qwen8b")
-    assert rc == 0, err
+    assert rc == 0, err + "\n".join(map(json.dumps, events[-25:]))
     assert "downloading" not in states(events)
     subprocess.run([GPUOPS, "--config", str(cfg), "stop", "qwen8b", "--yes"], capture_output=True, env=env)
 
