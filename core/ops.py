@@ -36,6 +36,8 @@ from .telemetry.samples import Snapshot
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
 
 # States in which a deployment's server should be running and someone should be watching it.
+# (UNSTARTED: its deploy has not started the server yet; the gpuops that deploys it holds its lease.)
+UNSTARTED = ("planned", "downloading")
 LIVE = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready", "stalled")
 
 
@@ -131,6 +133,8 @@ class Ops:
         self.watches.stall = dict(inventory.stall)
 
     async def close(self) -> None:
+        for name in sorted(self.deploying):  # what this process deploys ends with it: its leases go
+            self._release(name)
         await self.watches.close()
         if self._own_monitor is not None:
             await self._own_monitor.close()
@@ -179,10 +183,71 @@ class Ops:
         if d is None:
             known = ", ".join(x.name for x in self.store.deployments()) or "none"
             raise Refused(f"no deployment named {name!r} (known: {known})")
-        return d
+        return self.reconcile_deploy(d)
 
     def deployments(self) -> list[Deployment]:
-        return self.store.deployments()
+        return [self.reconcile_deploy(d) for d in self.store.deployments()]
+
+    def reconcile_deploy(self, d: Deployment) -> Deployment:
+        """`d` as it is: a deployment still planned or downloading whose deploy runs nowhere any more
+        (the gpuops that ran it was closed or killed: nobody holds the name's lease, and this process
+        does not deploy it) started no server and downloads nothing. It is recorded as stopped, with
+        a finding that says where its download got to and that deploying again resumes it (a stalled
+        download's downloader still runs: that one is `stalled`). Only the store is read: no host."""
+        if d.state not in UNSTARTED or d.name in self.deploying:
+            return d
+        try:
+            owner = self.store.lease_owner(d.name)
+            if owner is not None and owner[0].alive(owner[1]):
+                return d  # a live gpuops (this one's leases are released when its deploys end) deploys it
+            self._record_interrupted(d)
+        except StoreError:
+            return d  # a store that cannot be written: it says what it said
+        return self.store.deployment(d.name) or d
+
+    def downloads(self) -> list[tuple[str, int | None, int | None]]:
+        """The downloads this process runs now (a deploy's, a restart's, a swap's): (name, bytes on
+        disk, bytes expected) each, from what was recorded. Ending this process interrupts them."""
+        from .domain import ProgressEvent
+
+        out: list[tuple[str, int | None, int | None]] = []
+        for name in sorted(self.deploying):
+            d = self.store.deployment(name)
+            if d is None or d.state != "downloading":
+                continue
+            last = [e for e in self.store.events(name, run=d.run, kinds=("progress",)) if isinstance(e, ProgressEvent)]
+            out.append((name, last[-1].done if last else None, last[-1].total if last else None))
+        return out
+
+    def _record_interrupted(self, d: Deployment) -> None:
+        from .deploy.store import RunMoved
+        from .domain import Finding, FindingEvent, Fix, ProgressEvent
+
+        progress = [e for e in self.store.events(d.name, run=d.run, kinds=("progress",))
+                    if isinstance(e, ProgressEvent) and e.phase == "downloading"]
+        if d.state == "downloading":
+            where = d.plan.model_path if (d.plan.model_path or "").startswith("/") else "the host's HF cache"
+            got = (f" at {progress[-1].done / 1e9:.1f} of {progress[-1].total / 1e9:.1f} GB"
+                   if progress and progress[-1].total else "")
+            finding = Finding("download-interrupted", "warning",
+                              f"the download of {d.model} into {where} on {d.host} stopped{got}: the gpuops that ran "
+                              "it was closed or killed",
+                              fix=Fix(f"deploy again (r on the deployments view restarts it): the download resumes "
+                                      f"from what is on {d.host}'s disk"),
+                              data={"done_bytes": progress[-1].done if progress else None,
+                                    "total_bytes": progress[-1].total if progress else None})
+            reason = "download interrupted: deploy again to resume"
+        else:
+            finding = Finding("deploy-interrupted", "warning",
+                              f"the deploy of {d.model} on {d.host} stopped before its server started: the gpuops "
+                              "that ran it was closed or killed",
+                              fix=Fix("deploy again (r on the deployments view restarts it)"))
+            reason = "deploy interrupted before the server started: deploy again"
+        try:
+            for event in (FindingEvent.of(finding), StateEvent(state="stopped", reason=reason)):
+                self.bus.publish(d.name, self.store.record(d.name, event, run=d.run))
+        except RunMoved:
+            pass  # a new run began meanwhile: it is that one's to say
 
     def parts(self, d: Deployment) -> list[Deployment]:
         """The other parts of `d` that are recorded: a multi-node deployment's other nodes, a router's

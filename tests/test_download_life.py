@@ -1,5 +1,7 @@
 """A deployment's download when gpuops goes away in the middle of it, on the simulated host, locally
-and over a real sshd: `kill -9` of the deployer ends the host's downloader with it."""
+and over a real sshd: `kill -9` of the deployer ends the host's downloader with it; `status` (the
+list and NAME) and the deployment screen say the download was interrupted (not "downloading"
+forever); and `q` in the TUI asks first while gpuops itself downloads."""
 
 from __future__ import annotations
 
@@ -15,10 +17,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuops.core.config import load_inventory
+from gpuops.core.domain import Plan
 from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE, kill_marked, operator_hub
+from tests.tui_helpers import screen_text, until
 from tests.test_cli import GPUOPS
 from tests.test_hosts import processes_matching
+from gpuops.screens.confirm import ConfirmScreen
+from gpuops.tui.app import GpuopsApp
 
 SLOW = 4 << 20  # bytes/s of the simulated hf, / PACE: ~80 MB/s, 16.4 GB would take minutes
 FAST = 400 << 20  # ~8 GB/s: the rest of the download in a couple of seconds
@@ -87,6 +94,13 @@ def deploy_and_kill_mid_download(box) -> int:
     return done
 
 
+def events(box, name: str = "dl") -> tuple[dict, list[dict]]:
+    out = gpuops(box, "status", name, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    return doc["deployment"], doc["events"]
+
+
 def on_disk(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
@@ -99,3 +113,89 @@ def test_a_killed_deployer_takes_its_download_along(box):
     size = on_disk(box.folder)
     time.sleep(1.0)  # nothing may grow the folder now: a second later it is as it was
     assert on_disk(box.folder) == size
+
+
+def test_a_download_whose_deployer_was_killed_says_interrupted(box):
+    killed_at = deploy_and_kill_mid_download(box)
+    # the list says what is true: nothing downloads, the deployment is not stuck "downloading"
+    listing = gpuops(box, "status")
+    assert listing.returncode == 0 and "dl  stopped" in listing.stdout and "downloading" not in listing.stdout, \
+        listing.stdout
+    d, evs = events(box)
+    assert d["state"] == "stopped"
+    (finding,) = [e for e in evs if e["event"] == "finding"]
+    assert finding["code"] == "download-interrupted" and finding["severity"] == "warning"
+    assert f"{killed_at / 1e9:.1f}" in finding["summary"] or "GB" in finding["summary"]
+    assert "deploy again" in finding["fix"]["summary"]
+    last = [e for e in evs if e["event"] == "state"][-1]
+    assert last["state"] == "stopped" and last["reason"] == "download interrupted: deploy again to resume"
+    human = gpuops(box, "status", "dl")
+    assert "dl: stopped" in human.stdout and "download interrupted: deploy again to resume" in human.stdout
+    # reconciled once: asking again records nothing more
+    assert len(events(box)[1]) == len(evs)
+
+
+def _tui_env(box, monkeypatch) -> None:
+    for var in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+        if var in box.env:
+            monkeypatch.setenv(var, box.env[var])
+
+
+def _plan(box) -> Plan:
+    out = gpuops(box, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "dl", "--json")
+    assert out.returncode == 0, out.stderr
+    return Plan.from_json(json.loads(out.stdout))
+
+
+async def test_quit_asks_while_gpuops_downloads(box, monkeypatch):
+    """q while this gpuops downloads: a question (n stays, the download goes on); y quits, and the
+    host's download ends with it."""
+    if box.kind == "ssh":
+        pytest.skip("the question is the TUI's own: one host kind is enough")
+    _tui_env(box, monkeypatch)
+    plan = _plan(box)
+    app = GpuopsApp(load_inventory(str(box.cfg)), interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.run_worker(app.ops.deploy(plan, "gpu1", yes=True, keep_on=True), group="deploy", exit_on_error=False)
+        assert await until(pilot, lambda: any(done for _, done, _ in app.ops.downloads()), timeout=60)
+        await pilot.press("q")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.screen.question.startswith("Quit while gpuops downloads dl (")
+        assert "resumes it from what is on disk" in app.screen.detail
+        await pilot.press("q")  # asked already: not asked twice
+        await pilot.press("n")  # stay: nothing was interrupted
+        assert await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert app.is_running and not app._exit and processes_matching(box.hf)
+        await pilot.press("q")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        assert await until(pilot, lambda: app._exit or not app.is_running)
+    assert wait_for(lambda: not processes_matching(box.hf), timeout=15)
+    listing = gpuops(box, "status")
+    assert "dl  stopped" in listing.stdout, listing.stdout
+
+
+async def test_the_deployment_screen_says_when_the_download_lost_its_downloader(box, monkeypatch):
+    """A CLI deploy downloads; the TUI's deployment screen shows its progress; kill -9 of the deploy:
+    the screen says the download was interrupted instead of a frozen "x / y GB"."""
+    _tui_env(box, monkeypatch)
+    proc = subprocess.Popen([GPUOPS, "--config", str(box.cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1",
+                             "--name", "dl", "--yes", "--json"], stdout=subprocess.PIPE, text=True, env=box.env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if json.loads(line).get("phase") == "downloading":
+                break
+        app = GpuopsApp(load_inventory(str(box.cfg)), interval=0.5)
+        async with app.run_test(size=(160, 45)) as pilot:
+            assert app.open_deployment("dl")
+            assert await until(pilot, lambda: "downloading" in screen_text(app) and " MB/s" in screen_text(app),
+                               timeout=30), screen_text(app)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert await until(pilot, lambda: "stopped: download interrupted: deploy again to resume"
+                               in screen_text(app), timeout=30), screen_text(app)
+            assert "download-interrupted" in screen_text(app) and " MB/s" not in screen_text(app), screen_text(app)
+    finally:
+        proc.kill()
+        proc.wait()

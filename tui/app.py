@@ -218,6 +218,29 @@ class GpuopsApp(App):
 
     # ---------------------------------------------------------------- actions
 
+    async def action_quit(self) -> None:
+        """Quit; while gpuops itself downloads a model (a deploy, a restart, a swap), ask first:
+        quitting interrupts the download (deploying again resumes it from what is on disk)."""
+        from ..screens.confirm import ConfirmScreen
+
+        if isinstance(self.screen, ConfirmScreen) and getattr(self.screen, "quitting", False):
+            return  # already asked
+        try:
+            downloads = self.ops.downloads() if "ops" in self.__dict__ else []
+        except Exception:  # a store that cannot be read: nothing to say about it, quit
+            downloads = []
+        if not downloads:
+            self.exit()
+            return
+        said = "; ".join(f"{name} ({done / 1e9:.1f} of {total / 1e9:.1f} GB)" if done is not None and total
+                         else name for name, done, total in downloads)
+        ask = ConfirmScreen(f"Quit while gpuops downloads {said}?",
+                            "Quitting interrupts the download: nothing goes on downloading on the host. Deploying "
+                            "again (or r on the deployments view) resumes it from what is on disk.",
+                            yes="Quit", no="Stay")
+        ask.quitting = True  # type: ignore[attr-defined]
+        self.push_screen(ask, lambda yes: self.exit() if yes is True else None)
+
     def action_toggle_theme(self) -> None:
         self.theme = toggled(self.theme)
 
@@ -417,7 +440,7 @@ class GpuopsApp(App):
         elif verb in ("help", "?"):
             self.action_help()
         elif verb in ("q", "quit"):
-            self.exit()
+            self.run_worker(self.action_quit(), group="quit")
         elif word in self.monitor.states and not arg:  # `:gpu2` is `:host gpu2`
             self.jump_to_host(word)
         else:

@@ -360,6 +360,17 @@ class Store:
                        " WHERE name = ? AND lease_pid = ? AND lease_host = ?", (name, lease.pid, lease.host))
 
     @_guarded
+    def lease_owner(self, name: str) -> tuple[Lease, str | None] | None:
+        """Which process holds the name's lease (deploys it now or did until it died), with the
+        heartbeat it wrote last; None when nobody does."""
+        row = self._db.execute("SELECT lease_pid, lease_host, lease_start, watch_beat FROM deployments"
+                               " WHERE name = ?", (name,)).fetchone()
+        if row is None or row["lease_pid"] is None:
+            return None
+        return (Lease(int(row["lease_pid"]), str(row["lease_host"] or ""), float(row["lease_start"] or 0.0)),
+                row["watch_beat"])
+
+    @_guarded
     def deployment(self, name: str) -> Deployment | None:
         row = self._db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
         return _deployment(row) if row else None
