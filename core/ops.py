@@ -602,7 +602,8 @@ class Ops:
                       why: PlanEvent | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
                       keep_on: bool = False) -> str:
         """Stop the server and start it again (with `plan` and its reason `why`: a fix), as a new
-        run watched from where its log ends now."""
+        run watched from where its log ends now. As deploy does, the weights are checked on the host
+        first and what is missing is downloaded (resumed from the disk) before the server starts."""
         self._writable("a restart changes a host")
         d = self.deployment(name)
         if not confirmed:
@@ -619,16 +620,24 @@ class Ops:
                                                on_begin=None, keep_on=keep_on)
         cfg = self.host_config(d.host)
         await self.watches.stop(name)
+        deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, journal_dir=cfg.journal_dir)
+        try:  # the new run first: it takes the name's lease (refused while another gpuops deploys it)
+            deployer.begin_run(why or PlanEvent(code="restart", summary="restarted by the operator"))
+        except StoreError as exc:
+            raise Refused(str(exc)) from None
         self.deploying.add(name)
         try:
             await (await open_launcher(host, d.plan)).stop()
-            deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, journal_dir=cfg.journal_dir)
-            if why is None:
-                why = PlanEvent(code="restart", summary="restarted by the operator")
-            await deployer.launch(new_run=True, why=why)
+            # as deploy does: the weights checked on the host, and what is missing downloaded
+            # (resumed from the disk) before the server starts: never a server on half a model
+            if not await deployer.download():
+                self.store.release_watch(name, os.getpid())
+                return self.deployment(name).state
+            await deployer.launch()
         except HostError as exc:
             return self._host_error(name, exc)
         finally:
+            self._release(name)
             self.deploying.discard(name)
         return await self._watch(name, host, until, keep_on)
 

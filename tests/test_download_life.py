@@ -1,7 +1,8 @@
 """A deployment's download when gpuops goes away in the middle of it, on the simulated host, locally
 and over a real sshd: `kill -9` of the deployer ends the host's downloader with it; `status` (the
 list and NAME) and the deployment screen say the download was interrupted (not "downloading"
-forever); and `q` in the TUI asks first while gpuops itself downloads."""
+forever); a restart (the deployments view's r, a fix) resumes the download before it starts the
+server; and `q` in the TUI asks first while gpuops itself downloads."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 from gpuops.core.config import load_inventory
 from gpuops.core.domain import Plan
 from gpuops.sim.host import setup_simhost
-from tests.conftest import PACE, kill_marked, operator_hub
+from tests.conftest import PACE, kill_marked, operator_hub, restart_deployment
 from tests.tui_helpers import screen_text, until
 from tests.test_cli import GPUOPS
 from tests.test_hosts import processes_matching
@@ -133,6 +135,59 @@ def test_a_download_whose_deployer_was_killed_says_interrupted(box):
     assert "dl: stopped" in human.stdout and "download interrupted: deploy again to resume" in human.stdout
     # reconciled once: asking again records nothing more
     assert len(events(box)[1]) == len(evs)
+
+
+def test_a_restart_after_an_interrupted_download_resumes_it_before_starting(box):
+    """The deployments view's r (Ops.restart in a process of its own): the copy on the host is checked
+    first; the rest is downloaded (from what is on disk) as a new run, then the server starts on a
+    complete folder."""
+    killed_at = deploy_and_kill_mid_download(box)
+    assert wait_for(lambda: not processes_matching(box.hf), timeout=15)
+    box.sim.set_sim(download_rate=FAST)
+    out = restart_deployment(box.cfg, box.env, "dl", timeout=300)
+    assert out.stdout.strip() == "ready", out.stdout + out.stderr
+    d, evs = events(box)
+    assert d["run"] == 2
+    states = [e["state"] for e in evs if e["event"] == "state"]
+    assert states.index("downloading") < states.index("starting"), states
+    downloads = [e for e in evs if e["event"] == "progress" and e["phase"] == "downloading"]
+    assert downloads[0]["done"] >= killed_at and downloads[-1]["done"] >= 0.99 * downloads[-1]["total"]
+    models = json.loads(gpuops(box, "models", "--host", "gpu1", "--json").stdout)
+    (copy,) = [m for m in models["hosts"][0]["models"] if m["path"] == str(box.folder)]
+    assert copy["complete"] is True
+    # a second restart finds the copy complete: no download this time (no hf run, nothing recorded)
+    assert restart_deployment(box.cfg, box.env, "dl", timeout=300).stdout.strip() == "ready"
+    d, evs = events(box)
+    assert d["run"] == 3 and "downloading" not in [e["state"] for e in evs if e["event"] == "state"]
+
+
+FIX = ("import asyncio, sys\n"
+       "from gpuops.core.config import load_inventory\n"
+       "from gpuops.core.ops import Ops\n"
+       "async def main():\n"
+       "    ops = Ops(load_inventory(sys.argv[1]))\n"
+       "    try:\n"
+       "        print(await ops.apply_fix('dl', {'set_env': {'NCCL_DEBUG': 'INFO'}}, code='nccl-init-stall',\n"
+       "                                  confirmed=True))\n"
+       "    finally:\n"
+       "        await ops.close()\n"
+       "asyncio.run(main())\n")
+
+
+def test_a_fix_applied_after_an_interrupted_download_resumes_it_too(box):
+    """A fix begins a new run with the patched plan: the same check and download come first."""
+    if box.kind == "ssh":
+        pytest.skip("the restart's own path: over SSH the restart test covers it")
+    deploy_and_kill_mid_download(box)
+    assert wait_for(lambda: not processes_matching(box.hf), timeout=15)
+    box.sim.set_sim(download_rate=FAST)
+    out = subprocess.run([sys.executable, "-c", FIX, str(box.cfg)], capture_output=True, text=True, env=box.env,
+                         timeout=300)
+    assert out.stdout.strip() == "ready", out.stdout + out.stderr
+    d, evs = events(box)
+    assert d["run"] == 2
+    kinds = [e.get("state") or e["event"] for e in evs if e["event"] in ("state", "plan")]
+    assert kinds.index("plan") < kinds.index("downloading") < kinds.index("starting"), kinds
 
 
 def _tui_env(box, monkeypatch) -> None:
