@@ -216,6 +216,8 @@ class Ops:
             if d is None or d.state != "downloading":
                 continue
             last = [e for e in self.store.events(name, run=d.run, kinds=("progress",)) if isinstance(e, ProgressEvent)]
+            if last and last[-1].total and last[-1].done >= last[-1].total:
+                continue  # fetched (a swap's new weights, waiting for the old server to stop)
             out.append((name, last[-1].done if last else None, last[-1].total if last else None))
         return out
 
@@ -356,12 +358,38 @@ class Ops:
         state); a stall in the rendezvous names the nodes that never joined."""
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
         deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token)
+        await self._begin_parts(deployers)
+        names = [dep.name for dep in deployers]
+        launching = False
+        try:
+            if on_begin is not None:
+                await on_begin(self.deployment(plan.name))
+            try:
+                failed = await self._fetch_parts(plan, deployers)
+            except HostError as exc:
+                for dep in deployers:
+                    self.store.release_watch(dep.name, os.getpid())
+                return self._host_error(plan.name, exc)
+            if failed is not None:
+                return failed
+            launching = True
+            return await self._launch_parts(plan, deployers, until, keep_on)
+        finally:
+            if not launching:  # (_launch_parts releases them itself)
+                self._end_parts(names)
+
+    async def _begin_parts(self, deployers: list[Deployer], *, held: bool = False) -> None:
+        """Every part checked before anything changes (Refused: nothing changed), then each recorded
+        as a deployment of its own, its lease this process's. `held`: the port and GPUs are the
+        replaced deployment's (a swap's): checked once it is stopped (:meth:`_launch_parts`)."""
         begun: list[Deployer] = []
         try:
             for dep in deployers:
                 try:
-                    await dep.preflight()
+                    await dep.preflight(held=held)
                 except DeployError as exc:
+                    if len(deployers) == 1:
+                        raise
                     raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
             for dep in deployers:
                 dep.begin()
@@ -371,45 +399,73 @@ class Ops:
                 self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=f"not started: {exc}"))
                 self._release(dep.name)
             raise Refused(str(exc)) from None
+        self.deploying.update(dep.name for dep in deployers)
+
+    def _end_parts(self, names: list[str]) -> None:
+        """This process's deploy of these parts is over: their leases go."""
+        for name in names:
+            self._release(name)
+        self.deploying.difference_update(names)
+
+    async def _fetch_parts(self, plan: Plan, deployers: list[Deployer]) -> str | None:
+        """The weights on every part's host (each checked, what is missing downloaded): node 0 first,
+        then the others at once (on a shared mount they then find the files there: two downloads into
+        one folder at once trip over each other). None when every part has them; else the state the
+        deployment ends in (the failed part's own is recorded; the others are stopped, not started)."""
+        fetched = [await deployers[0].download()]
+        if fetched[0]:
+            fetched += await asyncio.gather(*(dep.download() for dep in deployers[1:]))
+        else:
+            fetched += [True] * (len(deployers) - 1)
+        if all(fetched):
+            return None
+        failed = [dep for dep, ok in zip(deployers, fetched) if not ok]
+        for dep, ok in zip(deployers, fetched):
+            self.store.release_watch(dep.name, os.getpid())
+            if ok:
+                self.bus.publish(dep.name, self.store.set_state(
+                    dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s download failed"))
+        return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
+
+    async def _launch_parts(self, plan: Plan, deployers: list[Deployer], until: tuple[str, ...], keep_on: bool,
+                            *, check_held: bool = False) -> str:
+        """Start every part (node 0 first: it holds the rendezvous the others join) and watch each.
+        The state returned is node 0's, and "ready" only once every node is (else the first other
+        node's state); a stall in the rendezvous names the nodes that never joined. `check_held`:
+        the ports and GPUs are checked first (a swap's: the old server held them until now); one
+        still taken is a crash of the new deployment, nothing started."""
         names = [dep.name for dep in deployers]
-        self.deploying.update(names)
         try:
-            if on_begin is not None:
-                await on_begin(self.deployment(plan.name))
-            try:
-                # node 0 first: on a shared mount the others then find the files there (two
-                # downloads into one folder at once trip over each other)
-                fetched = [await deployers[0].download()]
-                if fetched[0]:
-                    fetched += await asyncio.gather(*(dep.download() for dep in deployers[1:]))
-                else:
-                    fetched += [True] * (len(deployers) - 1)
-                if not all(fetched):
-                    failed = [dep for dep, ok in zip(deployers, fetched) if not ok]
-                    for dep, ok in zip(deployers, fetched):
+            if check_held:
+                try:
+                    for dep in deployers:
+                        await dep.check_held()
+                except DeployError as exc:
+                    from .domain import Finding, FindingEvent
+
+                    why = f"not started: {exc}"
+                    for dep in deployers:
                         self.store.release_watch(dep.name, os.getpid())
-                        if ok:
-                            self.bus.publish(dep.name, self.store.set_state(
-                                dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s "
-                                "download failed"))
-                    return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
-                for dep in deployers:  # node 0 first: it holds the rendezvous the others join
-                    await dep.launch()
-            except HostError as exc:
-                for dep in deployers:
-                    self.store.release_watch(dep.name, os.getpid())
-                return self._host_error(plan.name, exc)
-            finally:
-                for name in names:
-                    self._release(name)
+                        if dep.name != plan.name:
+                            self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=why))
+                    for event in (FindingEvent.of(Finding("port-in-use", "error", str(exc))),
+                                  StateEvent(state="crashed", reason=why)):
+                        self.bus.publish(plan.name, self.store.record(plan.name, event))
+                    return "crashed"
+            for dep in deployers:
+                await dep.launch()
+        except HostError as exc:
+            for dep in deployers:
+                self.store.release_watch(dep.name, os.getpid())
+            return self._host_error(plan.name, exc)
         finally:
-            self.deploying.difference_update(names)
+            self._end_parts(names)
         for dep in deployers[1:]:  # the other nodes' watches go on beside node 0's
             self._ensure_readings(dep.host)
             await self.watches.stop(dep.name)
             self.watches.watch(dep.name, until=until, keep_on=True)
         state = await self._watch(plan.name, deployers[0].host, until, keep_on)
-        if state == "stalled":
+        if state == "stalled" and plan.members:
             self._name_missing_nodes(plan)
         elif state == "ready":  # the deployment is ready when every node is (each goes on being watched)
             for dep in deployers[1:]:
@@ -831,19 +887,30 @@ class Ops:
 
     # ---------------------------------------------------------------- swap
 
+    BENCH_OLD = ("reuse", "run", "none")
+
     async def swap(self, old: str, plan: Plan, profile: Any, *, confirmed: bool = False,
                    rollback_on_failure: bool = False, keep: Callable[[dict], Awaitable[bool]] | None = None,
                    emit: Callable[[dict], Any] = lambda step: None,
-                   bench_emit: Callable[[Any], Any] = lambda e: None) -> dict:
+                   bench_emit: Callable[[Any], Any] = lambda e: None, bench_old: str = "reuse",
+                   bench_new: bool = True, hf_token: str | None = None) -> dict:
         """Replace ready deployment `old` by `plan` (planned like it: same host, GPUs, port, bind,
-        served name) as one action: benchmark `old` with `profile` (or reuse its latest ok run of
-        that profile), stop it, deploy the new one and watch it, benchmark it the same way, compare,
-        then keep it or roll back (restart `old` with its plan: a new run of its name). A new one
-        that crashes or stalls is rolled back at once when `rollback_on_failure`. Every step is
-        one `emit`ted dict ({"step": …}); both deployments keep their whole history."""
+        served name) as one action: the new weights fetched on the host and checked while `old`
+        still serves; `old` benchmarked with `profile` (`bench_old`: "reuse" its latest ok run of
+        that profile, else run one; "run" one; "none"); `old` stopped; the new one started and
+        watched; benchmarked the same way (unless not `bench_new`); compared; then kept or rolled
+        back (`old` restarted with its plan: a new run of its name). A new one that crashes or
+        stalls is rolled back at once when `rollback_on_failure`. Every step is one `emit`ted dict
+        ({"step": …}); the outage (no server ready: from the stop of `old` until the new one, or
+        `old` again, is ready) is measured, `outage_s` in the result and the last step. Both
+        deployments keep their whole history."""
+        import time
+
         from .bench.runner import compare
 
         self._writable("a swap stops and starts servers")
+        if bench_old not in self.BENCH_OLD:
+            raise Refused(f"bench_old must be one of {', '.join(self.BENCH_OLD)}, not {bench_old!r}")
         d = self.deployment(old)
         if d.state != "ready":
             raise Refused(f"{old} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)")
@@ -851,61 +918,131 @@ class Ops:
             raise Refused(f"the new deployment needs its own name (not {old!r}, which a rollback restarts): give --name")
         if plan.host != d.host:
             raise Refused(f"{plan.name} is planned for {plan.host}, {old} runs on {d.host}: a swap stays on the host")
+        if plan.replicas:
+            raise Refused(f"{plan.name} is replicas behind a router: a swap to it is not built yet")
         taken = self.store.refusal(plan.name)
         if taken:
             raise Refused(taken)
         diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
         if not confirmed:
-            raise NeedsConfirmation(f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: benchmark "
-                                    f"{old} ({profile.name}), stop it, deploy {plan.name} on GPUs "
-                                    f"{','.join(map(str, plan.gpu_ids))}, port {plan.port}, benchmark it, compare?")
+            measured = {"reuse": f"benchmark {old} ({profile.name}; its latest ok run of it is reused)",
+                        "run": f"benchmark {old} ({profile.name})", "none": None}[bench_old]
+            raise NeedsConfirmation(
+                f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: fetch {plan.model.id} there "
+                f"while {old} serves, " + (f"{measured}, " if measured else "") + f"stop {old}, start {plan.name} on "
+                f"GPUs {','.join(map(str, plan.gpu_ids))}, port {plan.port}"
+                + (", benchmark it, compare?" if measured and bench_new else
+                   ", benchmark it?" if bench_new else "?"))
         emit({"step": "plan", "old": old, "new": plan.name, "model": plan.model.id, "diff": diff})
 
-        reused = next((r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
-                       and r.status == "ok"), None)
-        if reused is not None:
-            before = reused
-            emit({"step": "bench-old", "run": before.id, "reused": True})
-        else:
-            emit({"step": "bench-old", "run": None, "reused": False})
-            before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
-            emit({"step": "bench-old", "run": before.id, "status": before.status})
-            if before.status != "ok":
-                return {"outcome": "not-swapped", "reason": f"the benchmark of {old} {before.status}",
-                        "old": old, "new": plan.name}
+        # the new weights first, while the old server serves: the outage is a start-up, not a download
+        plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
+        deployers = self._deployers(plans, yes=True, ask=None, hf_token=hf_token)
+        await self._begin_parts(deployers, held=True)
+        names = [dep.name for dep in deployers]
+        launching = False
+        unstarted = "the swap ended before it started"
 
-        emit({"step": "stop-old", "old": old})
-        await self.stop(old, confirmed=True)
-        emit({"step": "deploy-new", "new": plan.name})
-        state = await self.deploy(plan, d.host, yes=True)  # the GPUs were the old one's: freed by the stop
-        emit({"step": "new-" + state, "new": plan.name})
+        def not_swapped(reason: str) -> dict:
+            nonlocal unstarted
+            unstarted = reason
+            return {"outcome": "not-swapped", "reason": reason, "old": old, "new": plan.name, "outage_s": 0.0}
+
+        try:
+            emit({"step": "fetch-new", "old": old, "new": plan.name, "model": plan.model.id})
+            try:
+                failed = await self._fetch_parts(plan, deployers)
+            except HostError as exc:
+                for dep in deployers:
+                    self.store.release_watch(dep.name, os.getpid())
+                failed = self._host_error(plan.name, exc)
+            if failed is not None:
+                emit({"step": "fetch-new", "old": old, "new": plan.name, "status": failed})
+                return not_swapped(f"the download of {plan.model.id} for {plan.name} {failed}; {old} serves on")
+            got = deployers[0].fetched
+            emit({"step": "fetch-new", "old": old, "new": plan.name, "status": "ok",
+                  "present": bool(got.get("present", True)),
+                  "bytes": got.get("bytes", 0), "seconds": got.get("seconds", 0.0)})
+
+            before = None
+            if bench_old == "none":
+                emit({"step": "bench-old", "old": old, "run": None, "skipped": True})
+            else:
+                reused = None if bench_old == "run" else next(
+                    (r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
+                     and r.status == "ok"), None)
+                if reused is not None:
+                    before = reused
+                    emit({"step": "bench-old", "run": before.id, "reused": True})
+                else:
+                    emit({"step": "bench-old", "run": None, "reused": False})
+                    before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
+                    emit({"step": "bench-old", "run": before.id, "status": before.status})
+                    if before.status != "ok":
+                        return not_swapped(f"the benchmark of {old} {before.status}")
+
+            emit({"step": "stop-old", "old": old})
+            down_at: float | None = time.monotonic()
+            await self.stop(old, confirmed=True)
+            emit({"step": "deploy-new", "new": plan.name})
+            launching = True
+            state = await self._launch_parts(plan, deployers, ("ready", "crashed", "stalled"), False, check_held=True)
+        finally:
+            if not launching:
+                for name in names:  # recorded, never started: said so (not an interrupted download)
+                    try:
+                        part = self.store.deployment(name)
+                        if part is not None and part.state in UNSTARTED:
+                            self.bus.publish(name, self.store.set_state(name, "stopped",
+                                                                        detail=f"not started: {unstarted}"))
+                    except StoreError:
+                        pass
+                self._end_parts(names)
+        outage = 0.0
+        if state == "ready":
+            outage += time.monotonic() - (down_at or time.monotonic())
+            down_at = None
+        emit({"step": "new-" + state, "new": plan.name,
+              **({"outage_s": round(outage, 1)} if state == "ready" else {})})
 
         async def rollback(why: str) -> dict:
+            nonlocal down_at, outage
             emit({"step": "rollback", "old": old, "why": why})
             new = self.store.deployment(plan.name)
+            if down_at is None:
+                down_at = time.monotonic()  # the new one served until now
             if new is not None and new.state not in ("stopped", "planned", "downloading"):
                 await self.stop(plan.name, confirmed=True)
             back = await self.restart(old, confirmed=True,
                                       why=PlanEvent(code="rollback", summary=f"rolled back from {plan.name}: {why}"))
-            emit({"step": "old-" + back, "old": old})
+            total = round(outage + time.monotonic() - down_at, 1) if back == "ready" else None
+            emit({"step": "old-" + back, "old": old, "outage_s": total})
             return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
-                    "new": plan.name, "old_state": back, "before": before.id}
+                    "new": plan.name, "old_state": back, "before": before.id if before else None, "outage_s": total}
 
         if state != "ready":
             why = f"{plan.name} {state}"
             if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
                 return await rollback(why)
-            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name, "before": before.id}
+            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name,
+                    "before": before.id if before else None, "outage_s": None}
 
-        after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
-        emit({"step": "bench-new", "run": after.id, "status": after.status})
-        doc = compare([before, after])
-        emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
-        if keep is not None and not await keep({"compare": doc, "before": before.id, "after": after.id}):
+        after = None
+        if bench_new:
+            after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
+            emit({"step": "bench-new", "run": after.id, "status": after.status})
+        else:
+            emit({"step": "bench-new", "new": plan.name, "run": None, "skipped": True})
+        doc = None
+        if before is not None and after is not None:
+            doc = compare([before, after])
+            emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
+        ids = {"before": before.id if before else None, "after": after.id if after else None}
+        if keep is not None and not await keep({"compare": doc, **ids}):
             return await rollback("the operator chose the old one")
-        emit({"step": "kept", "new": plan.name})
-        return {"outcome": "swapped", "old": old, "new": plan.name, "before": before.id, "after": after.id,
-                "compare": doc}
+        emit({"step": "kept", "new": plan.name, "outage_s": round(outage, 1)})
+        return {"outcome": "swapped", "old": old, "new": plan.name, **ids, "compare": doc,
+                "outage_s": round(outage, 1)}
 
     async def bench_target(self, *, deployment: str | None = None, url: str | None = None,
                            host_name: str | None = None) -> Any:

@@ -414,10 +414,11 @@ class SwapReviewScreen(PlanReviewScreen):
     BINDINGS = [Binding("d", "deploy", "Swap")]
 
     class SwapRequested(Message):
-        def __init__(self, old: str, plan: Plan) -> None:
+        def __init__(self, old: str, plan: Plan, bench: bool = True) -> None:
             super().__init__()
             self.old = old
             self.plan = plan
+            self.bench = bench  # False: neither is benchmarked
 
     def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes, old: Any):
         super().__init__(facts, target, wishes)
@@ -462,13 +463,16 @@ class SwapReviewScreen(PlanReviewScreen):
         shown = plan.replace(warnings=[w for w in plan.warnings if not self._held_by_old(w)])
         _, summary = deploy_summary(shown, [])
         diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
-        detail = "\n".join([f"benchmark {self.old.name} ({profile.name}; its latest ok run of it is reused), stop "
-                            f"it, deploy {plan.name}, benchmark it, compare, then keep it or roll back", summary,
+        fetch = (f"{plan.model.id}: on the host already" if plan.reuse_existing
+                 else f"fetch {plan.model.id} while {self.old.name} serves")
+        detail = "\n".join([f"{fetch}; then", f"benchmark {self.old.name} ({profile.name}; its latest ok run of it is "
+                            f"reused), stop it, start {plan.name}, benchmark it, compare, then keep it or roll back "
+                            "(o: the same without benchmarks)", summary,
                             *(["against " + self.old.name + ":"] + [f"  {d}" for d in diff[:10]] if diff else [])])
         question = f"Swap {self.old.name} ({self.old.model}) for {plan.name} ({plan.model.id}) on {self.old.host}?"
 
         def answered(yes: bool | str | None) -> None:
-            if yes is True:
-                self.post_message(self.SwapRequested(self.old.name, plan))
+            if yes is True or yes == "other":
+                self.post_message(self.SwapRequested(self.old.name, plan, bench=yes is True))
 
-        self.app.push_screen(ConfirmScreen(question, detail, yes="Swap"), answered)
+        self.app.push_screen(ConfirmScreen(question, detail, yes="Swap", other="No benchmarks"), answered)

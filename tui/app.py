@@ -318,7 +318,8 @@ class GpuopsApp(App):
         from ..core.bench.runner import resolve_profile
         from ..screens.swap import SwapScreen
 
-        self.push_screen(SwapScreen(event.old, event.plan, resolve_profile("smoke", self.inventory.bench_profiles)))
+        self.push_screen(SwapScreen(event.old, event.plan, resolve_profile("smoke", self.inventory.bench_profiles),
+                                    bench=getattr(event, "bench", True)))
 
     def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None) -> None:
         """A fix applied to deployment `name`: its plan patched, the server restarted with it and

@@ -74,7 +74,10 @@ class Deployer:
 
     # ---------------------------------------------------------------- checks
 
-    async def preflight(self) -> None:
+    async def preflight(self, *, held: bool = False) -> None:
+        """The checks before anything changes. `held`: the port and GPUs are held by the deployment
+        this one replaces (a swap fetches the new weights while the old server still serves): they
+        are checked by :meth:`check_held` once that one is stopped."""
         plan, host = self.plan, self.host
         if plan.replicas:  # a router: sglang-router where it runs, its ports free
             res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
@@ -83,6 +86,18 @@ class Deployer:
                                   "pip install sglang-router there first")
         elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
+        if not held:
+            await self.check_held()
+        if plan.download_dir and not plan.reuse_existing:
+            free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
+            need = int((plan.model.checkpoint_bytes or 0) * 1.1)
+            if free is not None and free < need:
+                raise DeployError(f"{plan.download_dir} on {host.name} has {free / 1e9:.0f} GB free; "
+                                  f"the model needs {need / 1e9:.0f} GB")
+
+    async def check_held(self) -> None:
+        """The plan's ports free on its host, its GPUs free (or the processes on them confirmed)."""
+        plan, host = self.plan, self.host
         ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
         for port in ports:
             res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
@@ -95,12 +110,6 @@ class Deployer:
             question = f"the plan's GPUs already run processes: {listing}"
             if not self.yes and not (self.ask and self.ask(question)):
                 raise DeployError(question + " (refusing without --yes)")
-        if plan.download_dir and not plan.reuse_existing:
-            free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
-            need = int((plan.model.checkpoint_bytes or 0) * 1.1)
-            if free is not None and free < need:
-                raise DeployError(f"{plan.download_dir} on {host.name} has {free / 1e9:.0f} GB free; "
-                                  f"the model needs {need / 1e9:.0f} GB")
 
     def begin_run(self, why: Any = None) -> None:
         """A restart's (or a fix's) new run of the deployment, begun before anything is stopped or
