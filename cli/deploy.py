@@ -171,15 +171,17 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
 
 
 def _plan_here(inv: Inventory, model: str, host: str, name: str | None, *, gpu_ids: str | None = None,
-               like: str | None = None, hosts: str | None = None, tp: int | None = None) -> Any:
+               like: str | None = None, hosts: str | None = None, tp: int | None = None,
+               replacing: str | None = None) -> Any:
     """`gpuops plan`'s plan of `model` on `host` with its defaults (the default port or the next free
-    one; `like` a stored deployment, `gpu_ids` "0,1"; `hosts` "H0,H1" with `tp`: over those nodes),
-    for the verbs that plan on their own. (Its bad input is plan's PlanUsageError, a UsageError.)"""
+    one; `like` a stored deployment, `gpu_ids` "0,1"; `hosts` "H0,H1" with `tp`: over those nodes;
+    `replacing` the deployment a swap stops first: its port is not a conflict), for the verbs that plan
+    on their own. (Its bad input is plan's PlanUsageError, a UsageError.)"""
     from .plan import run_plan_object
 
     ns = argparse.Namespace(model=model, host=None if hosts else host, hosts=hosts, tp=tp, gpus=None,
                             gpu_memory=None, gpu_ids=gpu_ids, sglang_version=None, like=like, download_dir=None,
-                            no_mtp=False, name=name, explicit_port=None)
+                            no_mtp=False, name=name, explicit_port=None, replacing=replacing)
     return run_plan_object(inv, ns)[1]
 
 
@@ -399,13 +401,13 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them); a
     # multi-node one over the same nodes at the same TP
     nodes = [m.host for m in old.plan.members]
-    plan = _plan_here(inv, args.model, old.host, args.name, like=old.name,
+    plan = _plan_here(inv, args.model, old.host, args.name, like=old.name, replacing=old.name,
                       **({"hosts": ",".join(nodes), "tp": old.plan.tp} if nodes else
                          {"gpu_ids": ",".join(map(str, old.plan.gpu_ids))}))
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
-    held = (f"port {old.plan.port} is in use", "already run processes")  # the old server's own: freed by the stop
-    warnings = [w for w in plan.warnings if not any(h in w for h in held)]
+    # the old server's GPUs: freed by the stop (its port is no conflict for the planner: `replacing`)
+    warnings = [w for w in plan.warnings if "already run processes" not in w]
 
     def emit(step: dict) -> None:
         if args.json:

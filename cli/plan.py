@@ -198,7 +198,7 @@ def run_plan_object(inv: Inventory, args: argparse.Namespace):
     wishes = Wishes(
         tp=args.tp, gpu_ids=_gpu_ids(args.gpu_ids), mtp=not args.no_mtp, download_dir=args.download_dir,
         port=port, name=args.name, sglang_version=_version(args.sglang_version),
-        like=load_like(args.like) if args.like else None,
+        like=load_like(args.like) if args.like else None, replacing=getattr(args, "replacing", None),
     )
     hosts = getattr(args, "hosts", None)
     if hosts and args.host:

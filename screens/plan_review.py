@@ -433,8 +433,9 @@ class SwapReviewScreen(PlanReviewScreen):
             self.read_nodes(nodes, f"nodes {','.join(nodes)}", tp=self.old.plan.tp)
 
     def _held_by_old(self, warning: str) -> bool:
-        """A warning about what OLD holds (its port, its GPUs): freed by the swap's stop."""
-        return (f"port {self.old.plan.port} is in use" in warning) or "already run processes" in warning
+        """A warning about what OLD holds (its GPUs): freed by the swap's stop. (Its port is no
+        conflict for the planner: the plan is made `replacing` it.)"""
+        return "already run processes" in warning
 
     def action_deploy(self) -> None:
         from ..core.bench.runner import BenchInputError, resolve_profile

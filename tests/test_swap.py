@@ -103,6 +103,9 @@ def test_swap_benchmarks_replaces_compares_and_keeps(box):
     assert bench_old["reused"] is True and bench_old["run"] == stored
     plan_step = events[0]
     assert plan_step["model"] == NEW and any("--model-path" in d for d in plan_step["diff"])
+    # Qwen3-8B's reasoning parser was its rule's: Qwen2.5-7B-Instruct never thinks, so it is not carried
+    assert any(d.startswith("- --reasoning-parser qwen3  (the planner added it for deployment oldie (rule "
+                            "reasoning-parser") for d in plan_step["diff"]), plan_step["diff"]
     result = events[-1]
     assert result["event"] == "swap-result" and result["outcome"] == "swapped"
     assert result["outage_s"] > 0 and events[-2]["outage_s"] == result["outage_s"]  # the last step says it too
@@ -113,6 +116,9 @@ def test_swap_benchmarks_replaces_compares_and_keeps(box):
     store = Store(box.db)
     try:
         assert store.deployment("newbie").plan.served_name == store.deployment("oldie").plan.served_name
+        assert "--reasoning-parser" not in store.deployment("newbie").plan.argv
+        # oldie's own port is not a conflict for the plan that replaces it (no "port N is in use")
+        assert not [w for w in store.deployment("newbie").plan.warnings if "is in use" in w]
     finally:
         store.close()
     (bench_new,) = [e for e in events if e.get("step") == "bench-new"]

@@ -44,8 +44,9 @@ async def _to_swap_screen(app, pilot, model: str, answer: str = "y") -> SwapScre
     review = app.screen
     assert await until(pilot, lambda: review.plan is not None)
     old = app.ops.deployment("oldie")
-    # like oldie: its GPUs and port, the diff shown
+    # like oldie: its GPUs and port (oldie's own: no warning that it is in use), the diff shown
     assert review.plan.gpu_ids == old.plan.gpu_ids and review.plan.port == old.plan.port
+    assert not [w for w in review.plan.warnings if "is in use" in w], review.plan.warnings
     assert review.plan.like is not None and review.plan.like.diff
     await pilot.press("e", *"name oldie", "enter")  # a swap needs a new name: refused, nothing asked
     await pilot.press("d")
