@@ -254,3 +254,30 @@ async def test_the_deployment_screen_says_when_the_download_lost_its_downloader(
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_r_on_the_deployments_view_resumes_an_interrupted_download_first(box, monkeypatch):
+    """The operator's way: kill -9 mid-download, then r on the deployments view (it asks): the rest of
+    the weights come down as run 2 (the screen shows them downloading) before the server starts."""
+    if box.kind == "ssh":
+        pytest.skip("the view's r is Ops.restart: over SSH the restart test covers it")
+    killed_at = deploy_and_kill_mid_download(box)
+    assert wait_for(lambda: not processes_matching(box.hf), timeout=15)
+    box.sim.set_sim(download_rate=FAST // 8)  # a few seconds of it: seen on the screen
+    _tui_env(box, monkeypatch)
+    app = GpuopsApp(load_inventory(str(box.cfg)), interval=0.5)
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.open_deployments(select="dl")
+        assert await until(pilot, lambda: "dl" in screen_text(app) and "stopped" in screen_text(app))
+        await pilot.press("r")
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "weights are checked on the host first" in app.screen.detail
+        await pilot.press("y")
+        assert await until(pilot, lambda: app.ops.deployment("dl").run == 2 and
+                           app.ops.deployment("dl").state == "downloading", timeout=60)
+        assert await until(pilot, lambda: app.ops.deployment("dl").state == "ready", timeout=240)
+    d, evs = events(box)
+    states = [e["state"] for e in evs if e["event"] == "state"]
+    assert d["run"] == 2 and states.index("downloading") < states.index("starting"), states
+    downloads = [e for e in evs if e["event"] == "progress" and e["phase"] == "downloading"]
+    assert downloads[0]["done"] >= killed_at
