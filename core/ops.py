@@ -662,6 +662,12 @@ class Ops:
         first and what is missing is downloaded (resumed from the disk) before the server starts."""
         self._writable("a restart changes a host")
         d = self.deployment(name)
+        if name in self.deploying:
+            raise Refused(f"{name} is being deployed by this gpuops ({d.state}): wait for it, or stop it first")
+        owner = self.store.lease_owner(name)
+        if owner is not None and owner[0].pid != os.getpid() and owner[0].alive(owner[1]):
+            raise Refused(f"{name} is being deployed by gpuops pid {owner[0].pid} ({d.state}): wait for it, or stop "
+                          "it first")
         if not confirmed:
             raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)

@@ -21,6 +21,7 @@ import pytest
 
 from gpuops.core.config import load_inventory
 from gpuops.core.domain import Plan
+from gpuops.core.ops import Refused
 from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE, kill_marked, operator_hub, restart_deployment
 from tests.tui_helpers import screen_text, until
@@ -213,6 +214,8 @@ async def test_quit_asks_while_gpuops_downloads(box, monkeypatch):
     async with app.run_test(size=(160, 45)) as pilot:
         app.run_worker(app.ops.deploy(plan, "gpu1", yes=True, keep_on=True), group="deploy", exit_on_error=False)
         assert await until(pilot, lambda: any(done for _, done, _ in app.ops.downloads()), timeout=60)
+        with pytest.raises(Refused, match="dl is being deployed by this gpuops \\(downloading\\)"):
+            await app.ops.restart("dl", confirmed=True)  # a restart beside its own download: refused
         await pilot.press("q")
         assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert app.screen.question.startswith("Quit while gpuops downloads dl (")
@@ -246,6 +249,9 @@ async def test_the_deployment_screen_says_when_the_download_lost_its_downloader(
             assert app.open_deployment("dl")
             assert await until(pilot, lambda: "downloading" in screen_text(app) and " MB/s" in screen_text(app),
                                timeout=30), screen_text(app)
+            with pytest.raises(Refused, match=f"dl is being deployed by gpuops pid {proc.pid} \\(downloading\\)"):
+                await app.ops.restart("dl", confirmed=True)  # the CLI's download goes on: not restarted beside it
+            assert processes_matching(box.hf)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             assert await until(pilot, lambda: "stopped: download interrupted: deploy again to resume"
