@@ -76,8 +76,9 @@ def _runs(store, args: argparse.Namespace, least: int, most: int | None = None) 
 
 
 def _table(header: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .common import console
 
     table = Table(box=None, header_style="bold", padding=(0, 1))
     for col in header:
@@ -85,7 +86,7 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    console().print(table)
 
 
 def _short_model(model: str | None) -> str:

@@ -60,6 +60,19 @@ def run_use_case(inv: Inventory, args: argparse.Namespace, use: Callable[[Any, b
         raise OperationFailed(exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")) from None
 
 
+# Piped or redirected (`| grep`, `> file`): wide enough that no cell of a table is ever wrapped (a
+# path is printed whole on its row's line); lines are as long as what they hold, never padded to it.
+PIPED_WIDTH = 1 << 16
+
+
+def console() -> Any:
+    """The Rich console the verbs print their tables with: a terminal's own width (a long cell wraps
+    in its column), or, when stdout is not a terminal, :data:`PIPED_WIDTH`."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
+
+
 class OperationFailed(Exception):
     """The operation ran and failed (exit 1): the message goes to stderr."""
 

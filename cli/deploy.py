@@ -7,20 +7,23 @@ import asyncio
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..core import units
 from ..core.config import Inventory
 from .common import OperationFailed, UsageError, minute, run_use_case
+from .plan import add_planning_options
 
 SCHEMA = 1
 
 
 def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("deploy", parents=[common], help="download, start and watch a model's server on a host")
-    p.add_argument("model", metavar="MODEL|PLAN.json", help="a model (planned with defaults) or a plan from `gpuops plan --json`")
-    p.add_argument("--host", metavar="H", required=True)
-    p.add_argument("--name", metavar="N", help="deployment name (default: the plan's)")
+    p.add_argument("model", metavar="MODEL|PLAN.json", help="a model (planned here, with the options `gpuops plan` "
+                   "takes) or a plan from `gpuops plan --json`")
+    add_planning_options(p, host_help="the inventory host it runs on")
     p.add_argument("--yes", action="store_true", help="don't ask (GPUs already in use, …)")
     p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
 
@@ -36,6 +39,20 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
     p = sub.add_parser("stop", parents=[common], help="stop a deployment's server (asks first)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--yes", action="store_true", help="don't ask")
+
+    p = sub.add_parser("restart", parents=[common], help="stop a deployment's server and start it again with its "
+                       "plan, as a new run, watched until ready, crashed or stalled (asks first)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--yes", action="store_true", help="don't ask")
+    p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+
+    p = sub.add_parser("fix", parents=[common], help="apply a finding's fix to a deployment (the TUI's f): its plan "
+                       "patched, the server restarted with it and watched (shows the change and asks first)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("code", metavar="CODE", nargs="?", help="the finding's code (default: the run's only applicable "
+                   "fix; on a terminal, pick one from the list)")
+    p.add_argument("--yes", action="store_true", help="don't ask")
+    p.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
 
     p = sub.add_parser("forget", parents=[common], help="remove a deployment whose server is not running from "
                        "the store, with its history (asks first)")
@@ -150,12 +167,17 @@ def run_triage(inv: Inventory, args: argparse.Namespace) -> int:
 
 
 def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
-    """The plan to deploy: a plan JSON (decoded and validated as a Plan), or one made here with
-    the defaults for the model."""
+    """The plan to deploy: a plan JSON (decoded and validated as a Plan), or one made here from
+    the model and the planning options `plan` takes (--tp, --gpu-ids, --port, --download-dir, …)."""
     from ..core.domain import Invalid, Plan
+    from .plan import PLANNING_DESTS, PlanRequest, make_plan
 
     ref = args.model
     if ref.endswith(".json") and Path(ref).is_file():
+        given = [f"--{dest.replace('_', '-')}" for dest in PLANNING_DESTS if getattr(args, dest) not in (None, False)]
+        if given:
+            raise UsageError(f"{ref} is a plan already: {', '.join(given)} plan a MODEL (give the model instead, or "
+                             "plan again with them: gpuops plan MODEL … --json)")
         try:
             doc = json.loads(Path(ref).read_text())
         except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -164,25 +186,10 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
             return Plan.from_json(doc, ref)
         except Invalid as exc:
             raise UsageError(str(exc)) from None
-    plan = _plan_here(inv, ref, args.host, args.name)
+    plan = make_plan(inv, PlanRequest.from_args(args))[1]
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
     return plan
-
-
-def _plan_here(inv: Inventory, model: str, host: str, name: str | None, *, gpu_ids: str | None = None,
-               like: str | None = None, hosts: str | None = None, tp: int | None = None,
-               replacing: str | None = None) -> Any:
-    """`gpuops plan`'s plan of `model` on `host` with its defaults (the default port or the next free
-    one; `like` a stored deployment, `gpu_ids` "0,1"; `hosts` "H0,H1" with `tp`: over those nodes;
-    `replacing` the deployment a swap stops first: its port is not a conflict), for the verbs that plan
-    on their own. (Its bad input is plan's PlanUsageError, a UsageError.)"""
-    from .plan import run_plan_object
-
-    ns = argparse.Namespace(model=model, host=None if hosts else host, hosts=hosts, tp=tp, gpus=None,
-                            gpu_memory=None, gpu_ids=gpu_ids, sglang_version=None, like=like, download_dir=None,
-                            no_mtp=False, name=name, explicit_port=None, replacing=replacing)
-    return run_plan_object(inv, ns)[1]
 
 
 def _hf_token() -> str | None:
@@ -206,7 +213,7 @@ def describe_event(event: Any) -> str | None:
         return None
     if isinstance(event, ProgressEvent):
         if event.phase == "downloading" and event.total:
-            return f"{when}  downloading {event.done / 1e9:.1f}/{event.total / 1e9:.1f} GB"
+            return f"{when}  downloading {units.size(event.done)}/{units.size(event.total)}"
         total = f"/{event.total}" if event.total else ""
         return f"{when}  {event.phase}: {event.what or ''} {event.done}{total}".rstrip()
     if isinstance(event, StateEvent):
@@ -232,41 +239,62 @@ def describe_event(event: Any) -> str | None:
 
 def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
     from ..core.config import validate_host_name
-    from ..core.domain import event_json
 
     if getattr(args, "readonly", False):
         raise UsageError("read-only: deploy changes a host")
-    try:
-        inv.host(args.host)
-    except KeyError:
-        raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
-    plan = _load_plan(inv, args)
+    if args.hosts and args.host:
+        raise UsageError("give --host (one host) or --hosts (several: node 0 is the first), not both")
+    if not args.hosts and not args.host:
+        raise UsageError("deploy: name the host it runs on (--host H, or --hosts H1,H2 for several)")
+    if args.host:
+        try:
+            inv.host(args.host)
+        except KeyError:
+            raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
     if args.name:
         try:
-            plan = plan.replace(name=validate_host_name(args.name))
+            validate_host_name(args.name)
         except ValueError as exc:
             raise UsageError(f"--name: {exc}") from None
+    plan = _load_plan(inv, args)
+    if args.name:
+        plan = plan.replace(name=args.name)
+    host_name = args.host or plan.host  # --hosts: the plan's node 0
 
     made_here = not args.model.endswith(".json")
+
+    async def use(ops: Any, yes: bool) -> tuple[str, Any]:
+        # what the plan made here chose on its own (a moved port, say) is said once it is recorded
+        # (a refusal before that stays one line)
+        _listen(ops, plan, args, warnings=plan.warnings if made_here else ())
+        state = await ops.deploy(plan, host_name, yes=args.yes,
+                                 ask=lambda q: sys.stdin.isatty() and input(f"{q}\ncontinue? [y/N] ").strip().lower()
+                                 in ("y", "yes"), hf_token=_hf_token())
+        return state, _after(ops, plan.name, state)
+
+    return _ended(inv, args, use)
+
+
+def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -> None:
+    """Print the events of `plan`'s deployment as they come (one JSON object a line with --json):
+    its own, and each other node's or replica's, each human line labelled with its part."""
+    from ..core.domain import event_json
+
     # beside its other nodes' (or its replicas') labelled lines, the deployment's own are labelled too
     own = "[node 0] " if plan.members else "[router] " if plan.replicas else ""
 
     def emit(event: Any) -> None:
         if args.json:
             print(json.dumps(event_json(event)), flush=True)
-        else:
-            line = describe_event(event)
-            if line is not None:
-                print(own + line, flush=True)
-            if made_here and getattr(event, "state", None) == "planned":
-                # what the plan made here chose on its own (a moved port, say), once it is recorded
-                # (a refusal before that stays one line)
-                for warning in plan.warnings:
-                    print(f"          plan: {warning}", flush=True)
+            return
+        line = describe_event(event)
+        if line is not None:
+            print(own + line, flush=True)
+        if getattr(event, "state", None) == "planned":
+            for warning in warnings:
+                print(f"          plan: {warning}", flush=True)
 
     def emit_part(label: str) -> Any:
-        """A multi-node deployment's node, a replicated one's replica: its events too, each human
-        line labelled with it."""
         def out(event: Any) -> None:
             if args.json:
                 print(json.dumps(event_json(event)), flush=True)
@@ -274,21 +302,131 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
                 print(f"[{label}] {line}", flush=True)
         return out
 
-    async def use(ops: Any, yes: bool) -> str:
-        ops.bus.listen(plan.name, emit)
-        for rank, member in enumerate(plan.member_names, start=1):
-            ops.bus.listen(member, emit_part(f"node {rank}"))
-        for index, replica in enumerate(plan.replica_names, start=1):
-            ops.bus.listen(replica, emit_part(f"replica {index}"))
-        return await ops.deploy(plan, args.host, yes=args.yes,
-                                ask=lambda q: sys.stdin.isatty() and input(f"{q}\ncontinue? [y/N] ").strip().lower()
-                                in ("y", "yes"), hf_token=_hf_token())
+    ops.bus.listen(plan.name, emit)
+    for rank, member in enumerate(plan.member_names, start=1):
+        ops.bus.listen(member, emit_part(f"node {rank}"))
+    for index, replica in enumerate(plan.replica_names, start=1):
+        ops.bus.listen(replica, emit_part(f"replica {index}"))
 
+
+def _after(ops: Any, name: str, state: str) -> str | None:
+    """What an operator needs to hear when a deploy, restart or fix ended stalled: what still
+    holds the GPUs and what to do next (None for any other outcome)."""
+    if state != "stalled":
+        return None
+    d = ops.deployment(name)
+    stall = next((e for e in reversed(ops.events(name, run=d.run)) if getattr(e, "state", None) == "stalled"), None)
+    phase = getattr(stall, "phase", None)
+    if phase is None:  # the download stalled: no server was started
+        return (f"{name}: the download stalled; no server runs and no GPU is held: `gpuops stop {name}`, then deploy "
+                "it again: the download resumes from the disk (the finding above says what the disk and network show)")
+    gpus = ",".join(map(str, d.plan.gpu_ids))
+    parts = ops.parts(d)
+    also = f" (and its {len(parts)} other part{'s' if len(parts) > 1 else ''} theirs)" if parts else ""
+    fixable = applicable_fixes(ops.findings(name))
+    fix = (f"gpuops fix {name} (restart with the fix for {fixable[0].code}"
+           + (f"; {len(fixable)} to choose from" if len(fixable) > 1 else "") + ") · ") if fixable else ""
+    return (f"{name} is stalled in {phase}: its server still runs on {d.host} and holds GPU"
+            f"{'s' if len(d.plan.gpu_ids) > 1 else ''} {gpus}{also}.\n"
+            f"next: gpuops triage --deployment {name} (why, with the host's checks) · {fix}"
+            f"gpuops stop {name} (frees the GPUs)")
+
+
+def _ended(inv: Inventory, args: argparse.Namespace, use: Any, *, yes: bool = False) -> int:
+    """Run a use case that ends in a deployment's state (deploy, restart, fix): 0 when it is ready,
+    1 otherwise, with what holds the GPUs after a stall on stderr."""
     try:
-        outcome = run_use_case(inv, args, use)
+        state, said = run_use_case(inv, args, use, yes=yes)
     except OperationFailed as exc:
         return _failed(exc)
-    return 0 if outcome == "ready" else 1
+    except KeyboardInterrupt:
+        return 130
+    if said:
+        print("gpuops: " + said, file=sys.stderr, flush=True)
+    return 0 if state == "ready" else 1
+
+
+# ------------------------------------------------------------------ restart, fix
+
+
+def run_restart(inv: Inventory, args: argparse.Namespace) -> int:
+    """`gpuops restart NAME`: the deployment stopped and started again with its plan, as a new run
+    (Ops.restart, as the deployments view's r), watched until ready, crashed or stalled."""
+    if getattr(args, "readonly", False):
+        raise UsageError("read-only: a restart changes a host")
+
+    listening: list[bool] = []
+
+    async def use(ops: Any, yes: bool) -> tuple[str, Any]:
+        if not listening:  # once (asked first: the use case is called again, confirmed)
+            listening.append(True)
+            _listen(ops, ops.deployment(args.name).plan, args)
+        state = await ops.restart(args.name, confirmed=yes)
+        return state, _after(ops, args.name, state)
+
+    return _ended(inv, args, use, yes=args.yes)
+
+
+def applicable_fixes(findings: list) -> list:
+    """The findings whose fix gpuops can apply (a plan patch), in the order `f` takes them."""
+    return [f for f in findings if f.fix is not None and f.fix.applicable and f.fix.plan_patch]
+
+
+def run_fix(inv: Inventory, args: argparse.Namespace) -> int:
+    """`gpuops fix NAME [CODE]`: a finding's fix applied as the TUI's `f` applies it (Ops.apply_fix:
+    the plan patched, its diff recorded, the server restarted with it). Without CODE: the only
+    applicable fix of the current run, or, on a terminal, the one picked from the list."""
+    if getattr(args, "readonly", False):
+        raise UsageError("read-only: a fix restarts the server")
+    from ..core.ops import Refused
+
+    async def pick(ops: Any) -> Any:
+        d = ops.deployment(args.name)
+        findings = ops.findings(d.name)
+        fixable = applicable_fixes(findings)
+        if args.code is not None:
+            chosen = [f for f in fixable if f.code == args.code]
+            if not chosen:
+                known = ", ".join(f.code for f in fixable) or "none"
+                seen = " (its fix is not one gpuops can apply)" if any(f.code == args.code for f in findings) else ""
+                raise Refused(f"{d.name}'s run {d.run} has no applicable fix for {args.code}{seen}; applicable: {known}")
+            return chosen[0]
+        if not fixable:
+            said = f" (findings: {', '.join(f.code for f in findings)})" if findings else ""
+            raise Refused(f"{d.name}'s run {d.run} has no fix gpuops can apply{said}: `gpuops triage --deployment "
+                          f"{d.name}` says what to look at")
+        if len(fixable) == 1:
+            return fixable[0]
+        if not sys.stdin.isatty():
+            raise Refused(f"{d.name} has {len(fixable)} applicable fixes ({', '.join(f.code for f in fixable)}): "
+                          f"name one: gpuops fix {d.name} CODE")
+        out = sys.stderr if args.json else sys.stdout
+        for i, f in enumerate(fixable, start=1):
+            print(f"{i}. {f.severity}: {f.code}: {f.summary}\n   fix: {f.fix.summary}", file=out)
+        answer = (await asyncio.to_thread(input, f"which fix? [1-{len(fixable)}, empty: none] ")).strip()
+        if not answer.isdigit() or not 1 <= int(answer) <= len(fixable):
+            raise Refused("not done (no fix chosen)")
+        return fixable[int(answer) - 1]
+
+    chosen: list[Any] = []
+
+    async def use(ops: Any, yes: bool) -> tuple[str, Any]:
+        if not chosen:
+            finding = await pick(ops)
+            chosen.append(finding)
+            diff = ops.fix_diff(args.name, finding.fix.plan_patch)
+            if yes or sys.stdin.isatty():  # what it changes, before the question (without either: refused)
+                out = sys.stderr if args.json else sys.stdout
+                print(f"fix for {finding.code}: {finding.fix.summary}", file=out)
+                for op, text in diff:
+                    print(f"  {op} {text}", file=out, flush=True)
+            _listen(ops, ops.deployment(args.name).plan, args)  # once (the use case is called again, confirmed)
+        finding = chosen[0]
+        state = await ops.apply_fix(args.name, finding.fix.plan_patch, code=finding.code, summary=finding.fix.summary,
+                                    confirmed=yes)
+        return state, _after(ops, args.name, state)
+
+    return _ended(inv, args, use, yes=args.yes)
 
 
 # ------------------------------------------------------------------ status, logs, stop
@@ -325,22 +463,34 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
             if isinstance(exc, Refused) or not isinstance(exc, HostError):
                 raise
             d = ops.deployment(args.name)
-        return d, ops.events(d.name, run=d.run)[-50:], ops.parts(d)
+        return d, ops.events(d.name, run=d.run), ops.parts(d)
 
     d, events, parts = run_use_case(inv, args, use)
     if args.json:
-        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events],
+        _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events[-50:]],
                 "parts": [{"name": p.name, "state": p.state, "host": p.host} for p in parts]})
     else:
         print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, run {d.run}, since {d.updated_at})")
         kind = "node" if d.plan.members else "replica"
         for i, p in enumerate(parts, start=1):  # the other nodes (node 0 is d) or the router's replicas
             print(f"  {kind} {i}: {p.name} {p.state} on {p.host} (run {p.run}, since {minute(p.updated_at)})")
-        for e in events:
-            line = describe_event(e)
-            if line is not None:
-                print("  " + line.replace("\n", "\n  "))
+        lines = [line for e in latest_progress(events) if (line := describe_event(e)) is not None]
+        for line in lines[-50:]:
+            print("  " + line.replace("\n", "\n  "))
     return 0
+
+
+def latest_progress(events: list) -> list:
+    """The run's events with only the latest progress of each kind (a phase's shards, its graph batch
+    sizes, the download): where it got to, not every step on the way (one run had 48 such lines)."""
+    from ..core.domain import ProgressEvent
+
+    last: dict[tuple[str, str | None], int] = {}
+    for i, e in enumerate(events):
+        if isinstance(e, ProgressEvent):
+            last[(e.phase, e.what)] = i
+    kept = set(last.values())
+    return [e for i, e in enumerate(events) if not isinstance(e, ProgressEvent) or i in kept]
 
 
 def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
@@ -400,10 +550,12 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
                          "yet (plan the new model with --replicas and deploy it beside, or stop the old one first)")
     # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them); a
     # multi-node one over the same nodes at the same TP
+    from .plan import PlanRequest, make_plan
+
     nodes = [m.host for m in old.plan.members]
-    plan = _plan_here(inv, args.model, old.host, args.name, like=old.name, replacing=old.name,
-                      **({"hosts": ",".join(nodes), "tp": old.plan.tp} if nodes else
-                         {"gpu_ids": ",".join(map(str, old.plan.gpu_ids))}))
+    where = (PlanRequest(args.model, hosts=",".join(nodes), tp=old.plan.tp) if nodes else
+             PlanRequest(args.model, host=old.host, gpu_ids=",".join(map(str, old.plan.gpu_ids))))
+    plan = make_plan(inv, replace(where, name=args.name, like=old.name, replacing=old.name))[1]
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
     # the old server's GPUs: freed by the stop (its port is no conflict for the planner: `replacing`)
@@ -424,7 +576,7 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
             print(f"fetching {step['model']} for {step['new']} ({args.old} serves meanwhile)", flush=True)
         elif name == "fetch-new":
             print(f"{step['new']}'s weights: " + ("already on the host" if step.get("present") else
-                  f"{(step.get('bytes') or 0) / 1e9:.1f} GB in {step.get('seconds') or 0:.0f} s"
+                  f"{units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
                   if step["status"] == "ok" else str(step["status"])), flush=True)
         elif name in ("bench-old", "bench-new") and step.get("skipped"):
             print(f"benchmark of {args.old if name == 'bench-old' else step.get('new', 'the new one')}: skipped")

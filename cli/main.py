@@ -201,8 +201,9 @@ def gpus_document(results: list[tuple[HostConfig, Any, Exception | None]]) -> di
 
 
 def _print_hosts(doc: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .common import console
 
     from ..core import units
 
@@ -217,16 +218,16 @@ def _print_hosts(doc: dict) -> None:
                       disks or (h["error"] or "-"))
         if h["error"]:
             table.add_row("", "", f"[red]{h['error']}[/]" + (f"\n[i]hint: {h['hint']}[/]" if h["hint"] else ""))
-    Console().print(table)
+    console().print(table)
 
 
 def _print_gpus(doc: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..core import units
+    from .common import console as make_console
 
-    console = Console()
+    console = make_console()
     for h in doc["hosts"]:
         head = f"[bold]{h['name']}[/]" + (f"  driver {h['driver_version']}" if h["driver_version"] else "")
         console.print(head)
@@ -294,10 +295,10 @@ def check_path_args(args: argparse.Namespace) -> None:
     checks: list[tuple[object, str, bool]] = []  # (value, what, '..' allowed)
     if getattr(args, "config", None) is not None:
         checks.append((args.config, "--config", True))
-    if verb == "plan":
+    if verb in ("plan", "deploy"):  # deploy MODEL plans with plan's options
         checks.append((args.like, "--like", True))
         checks.append((args.download_dir, "--download-dir", False))
-    elif verb == "deploy" and args.model.endswith(".json"):
+    if verb == "deploy" and args.model.endswith(".json"):
         checks.append((args.model, "PLAN.json", True))
     elif verb == "triage" and args.logfile not in (None, "-"):
         checks.append((args.logfile, "LOGFILE", True))
@@ -405,11 +406,13 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             from .models import run_models
 
             return run_models(inv, args)
-        if args.verb in ("deploy", "logs", "stop", "forget", "swap", "status", "triage"):
+        if args.verb in ("deploy", "logs", "stop", "restart", "fix", "forget", "swap", "status", "triage"):
             from . import deploy as cli_deploy
 
             return {"deploy": cli_deploy.run_deploy, "logs": cli_deploy.run_logs, "stop": cli_deploy.run_stop,
-                    "forget": cli_deploy.run_forget, "swap": cli_deploy.run_swap, "status": cli_deploy.run_status, "triage": cli_deploy.run_triage}[args.verb](inv, args)
+                    "restart": cli_deploy.run_restart, "fix": cli_deploy.run_fix, "forget": cli_deploy.run_forget,
+                    "swap": cli_deploy.run_swap, "status": cli_deploy.run_status,
+                    "triage": cli_deploy.run_triage}[args.verb](inv, args)
         if args.verb == "bench":
             from .bench import run_bench
 

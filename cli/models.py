@@ -107,13 +107,13 @@ def _used_label(used_by: list[dict]) -> str:
 
 
 def print_models(doc: dict) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from ..core import units
+    from .common import console as make_console
 
-    console = Console()
+    console = make_console()
     for h in doc["hosts"]:
         console.print(f"[bold]{escape(h['name'])}[/]")
         if h["error"]:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import re
+from dataclasses import dataclass
 
 from ..core.config import HostConfig, Inventory
 from .common import UsageError
@@ -15,10 +16,44 @@ class PlanUsageError(UsageError):
     """Bad input: one line, exit 2."""
 
 
-def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("plan", parents=[common], help="a checked, explained SGLang deployment plan for a model")
-    p.add_argument("model", metavar="MODEL", help="an HF repo id (owner/name) or a local folder holding config.json")
-    p.add_argument("--host", metavar="H", help="plan for this inventory host (its GPUs, disks and SGLang are read)")
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the operator asks a plan for: `gpuops plan`'s options, which `deploy MODEL` shares (and
+    `swap` fills in for the new model). :func:`make_plan` turns it into a checked plan."""
+
+    model: str
+    host: str | None = None
+    hosts: str | None = None  # "H1,H2": one deployment over several hosts
+    replicas: int | None = None
+    tp: int | None = None
+    gpus: int | None = None
+    gpu_memory: float | None = None
+    gpu_ids: str | None = None  # "0,1" as typed
+    sglang_version: str | None = None
+    like: str | None = None  # NAME|PLAN.json|UNIT
+    download_dir: str | None = None
+    mtp: bool = True
+    name: str | None = None
+    port: int | None = None  # never moved; None: the default port, or the next free one
+    replacing: str | None = None  # the deployment a swap stops first: its port is no conflict
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, model: str | None = None) -> "PlanRequest":
+        """The planning options as :func:`add_planning_options` parsed them."""
+        return cls(model=args.model if model is None else model, host=args.host, hosts=args.hosts,
+                   replicas=args.replicas, tp=args.tp, gpus=args.gpus, gpu_memory=args.gpu_memory,
+                   gpu_ids=args.gpu_ids, sglang_version=args.sglang_version, like=args.like,
+                   download_dir=args.download_dir, mtp=not args.no_mtp, name=args.name, port=args.port)
+
+
+# the planning options' destinations beside --host and --name (what a PLAN.json given to deploy refuses)
+PLANNING_DESTS = ("hosts", "replicas", "tp", "gpus", "gpu_memory", "gpu_ids", "sglang_version", "like",
+                  "download_dir", "no_mtp", "port")
+
+
+def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
+    """The options that make a plan: one definition for `plan MODEL` and `deploy MODEL`."""
+    p.add_argument("--host", metavar="H", help=host_help)
     p.add_argument("--hosts", metavar="H1,H2,..", help="one deployment over several hosts (multi-node TP: node 0 "
                    "first, --tp split evenly over them)")
     p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on --host (or round "
@@ -32,9 +67,14 @@ def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--download-dir", metavar="PATH", help="where the weights go on the host")
     p.add_argument("--no-mtp", action="store_true", help="no speculative decoding even if the model has MTP layers")
     p.add_argument("--name", metavar="N", help="deployment name (default: from the model id)")
-    # its own dest: a namespace made without this parser (deploy MODEL's) names no explicit port
-    p.add_argument("--port", type=int, dest="explicit_port", default=None,
+    p.add_argument("--port", type=int, default=None,
                    help="server port, never moved (default: 30000, or the next free one when the host uses it)")
+
+
+def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("plan", parents=[common], help="a checked, explained SGLang deployment plan for a model")
+    p.add_argument("model", metavar="MODEL", help="an HF repo id (owner/name) or a local folder holding config.json")
+    add_planning_options(p, host_help="plan for this inventory host (its GPUs, disks and SGLang are read)")
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
 
@@ -124,50 +164,50 @@ def _stored_ports() -> list[tuple[str, str, str, int]]:
         store.close()
 
 
-def make_target(inv: Inventory, args: argparse.Namespace):
+def make_target(inv: Inventory, req: PlanRequest):
     from dataclasses import replace
 
     from ..core.planning.hostfacts import offline_target
     from ..core.hosts.host import HostError
     from ..core.planning.plan import GpuInfo, with_deployment_ports
 
-    if args.gpus is not None and not 1 <= args.gpus <= 64:
-        raise PlanUsageError(f"--gpus must be 1..64, got {args.gpus}")
-    if args.gpu_memory is not None and not 1 <= args.gpu_memory <= 4096:
-        raise PlanUsageError(f"--gpu-memory must be 1..4096 GiB, got {args.gpu_memory:g}")
-    if args.host is None:
-        if args.gpus is None or args.gpu_memory is None:
+    if req.gpus is not None and not 1 <= req.gpus <= 64:
+        raise PlanUsageError(f"--gpus must be 1..64, got {req.gpus}")
+    if req.gpu_memory is not None and not 1 <= req.gpu_memory <= 4096:
+        raise PlanUsageError(f"--gpu-memory must be 1..4096 GiB, got {req.gpu_memory:g}")
+    if req.host is None:
+        if req.gpus is None or req.gpu_memory is None:
             raise PlanUsageError("give --host H (its GPUs are read) or --gpus N and --gpu-memory GIB to plan offline")
-        return offline_target(args.gpus, args.gpu_memory)
+        return offline_target(req.gpus, req.gpu_memory)
     try:
-        cfg = inv.host(args.host)
+        cfg = inv.host(req.host)
     except KeyError:
-        raise PlanUsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
+        raise PlanUsageError(f"unknown host {req.host!r} (known: {', '.join(inv.names())})") from None
     try:
         target = with_deployment_ports(asyncio.run(_host_target(cfg)), _stored_ports())
     except HostError as exc:
-        if args.gpus is None or args.gpu_memory is None:
+        if req.gpus is None or req.gpu_memory is None:
             hint = f" ({exc.hint})" if exc.hint else ""
             raise PlanUsageError(f"{exc.message}{hint}; to plan without it give --gpus N --gpu-memory GIB") from None
         # its GPUs could not be read, its SGLang may still be there: ask (the plan would otherwise
         # say "SGLang is not installed" where it is)
         version, flags, asked = asyncio.run(_host_sglang(cfg))
-        target = replace(offline_target(args.gpus, args.gpu_memory, launcher=cfg.launcher), host=cfg.name,
+        target = replace(offline_target(req.gpus, req.gpu_memory, launcher=cfg.launcher), host=cfg.name,
                          python=cfg.python or "python3", model_dirs=cfg.model_dirs,
                          forbidden_paths=cfg.forbidden_paths, serve_host=cfg.serve_host,
                          allowed_gpu_ids=cfg.gpu_ids, sglang_version=version, help_flags=flags,
                          sglang_asked=asked)
         return target
-    if args.gpus is not None or args.gpu_memory is not None:
-        count = args.gpus if args.gpus is not None else len(target.gpus)
-        mem = int(args.gpu_memory * 1024**3) if args.gpu_memory is not None else min(
+    if req.gpus is not None or req.gpu_memory is not None:
+        count = req.gpus if req.gpus is not None else len(target.gpus)
+        mem = int(req.gpu_memory * 1024**3) if req.gpu_memory is not None else min(
             (g.memory_total for g in target.gpus), default=0)
         target = replace(target, gpus=tuple(GpuInfo(i, mem) for i in range(count)))
     return target
 
 
 def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
-    facts, plan = run_plan_object(inv, args)
+    facts, plan = make_plan(inv, PlanRequest.from_args(args))
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
@@ -175,45 +215,43 @@ def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
     return 0
 
 
-def run_plan_object(inv: Inventory, args: argparse.Namespace):
-    """(the model's facts, the plan) the `plan` verb's arguments ask for (PlanUsageError on bad input)."""
+def make_plan(inv: Inventory, req: PlanRequest):
+    """(the model's facts, the plan) that `req` asks for: the planning use case of `plan`, `deploy
+    MODEL` and `swap` (PlanUsageError on bad input, nothing changed)."""
     from ..core.planning import PlanError
     from ..core.planning.model_facts import ModelError, load_model_facts, validate_model_ref
-    from ..core.planning.plan import DEFAULT_PORT, Wishes, build_plan
+    from ..core.planning.plan import Wishes, build_plan
 
     try:
-        ref = validate_model_ref(args.model)
+        ref = validate_model_ref(req.model)
     except ValueError as exc:
         raise PlanUsageError(f"MODEL: {exc}") from None
-    if args.download_dir is not None:
+    if req.download_dir is not None:
         from ..core.config import validate_abs_path
 
         try:
-            validate_abs_path(args.download_dir, "--download-dir")
+            validate_abs_path(req.download_dir, "--download-dir")
         except ValueError as exc:
             raise PlanUsageError(str(exc)) from None
-    port = getattr(args, "explicit_port", None)
-    if port is None and getattr(args, "port", None) not in (None, DEFAULT_PORT):
-        port = args.port  # a caller's namespace that names a port of its own (the default is no wish)
     wishes = Wishes(
-        tp=args.tp, gpu_ids=_gpu_ids(args.gpu_ids), mtp=not args.no_mtp, download_dir=args.download_dir,
-        port=port, name=args.name, sglang_version=_version(args.sglang_version),
-        like=load_like(args.like) if args.like else None, replacing=getattr(args, "replacing", None),
+        tp=req.tp, gpu_ids=_gpu_ids(req.gpu_ids), mtp=req.mtp, download_dir=req.download_dir,
+        port=req.port, name=req.name, sglang_version=_version(req.sglang_version),
+        like=load_like(req.like) if req.like else None, replacing=req.replacing,
     )
-    hosts = getattr(args, "hosts", None)
-    if hosts and args.host:
+    hosts = req.hosts
+    if hosts and req.host:
         raise PlanUsageError("give --host (one host) or --hosts (several), not both")
-    if hosts and (args.gpus is not None or args.gpu_memory is not None):
+    if hosts and (req.gpus is not None or req.gpu_memory is not None):
         raise PlanUsageError("--hosts reads every node's GPUs: --gpus/--gpu-memory plan one host offline")
-    replicas = getattr(args, "replicas", None)
+    replicas = req.replicas
     if replicas is not None:
-        if args.gpus is not None or args.gpu_memory is not None:
+        if req.gpus is not None or req.gpu_memory is not None:
             raise PlanUsageError("--replicas reads the hosts' GPUs: --gpus/--gpu-memory plan one server offline")
-        if not hosts and not args.host:
+        if not hosts and not req.host:
             raise PlanUsageError("--replicas: name the host (--host) or hosts (--hosts) they run on")
-    nodes = _nodes(inv, hosts or args.host, least=1 if replicas is not None else 2) \
+    nodes = _nodes(inv, hosts or req.host, least=1 if replicas is not None else 2) \
         if hosts or replicas is not None else None
-    target = make_target(inv, args) if nodes is None else None
+    target = make_target(inv, req) if nodes is None else None
     try:
         facts = load_model_facts(ref)
     except ModelError as exc:
@@ -253,8 +291,8 @@ def _nodes(inv: Inventory, hosts: str, least: int = 2) -> list:
             raise PlanUsageError(f"--hosts: {exc}") from None
         except KeyError:
             raise PlanUsageError(f"--hosts: unknown host {name!r} (known: {', '.join(inv.names())})") from None
-        one = argparse.Namespace(host=name, gpus=None, gpu_memory=None)
-        nodes.append(Node(make_target(inv, one), cfg.reachable_addr, cfg.nccl_interface))
+        nodes.append(Node(make_target(inv, PlanRequest(model="", host=name)), cfg.reachable_addr,
+                          cfg.nccl_interface))
     return nodes
 
 
@@ -292,7 +330,12 @@ def print_plan(facts, plan) -> None:
             diff.append(f"{change.op} {change.text}\n", style={"+": "green", "-": "red", "~": "yellow"}[change.op])
         console.print(Panel(diff, title=f"against {plan.like.source}", title_align="left"))
     if plan.launcher == "systemd":
-        console.print(Panel(Syntax(plan.unit_text(), "ini", theme="ansi_dark", word_wrap=True),
+        from ..tui.plan_view import HOST_PYTHON
+
+        unit = plan.unit_text()
+        if plan.python is None:  # planned offline: the unit runs the host's python (bound at deploy), not python3
+            unit = re.sub(r"^ExecStart=python3 ", f"ExecStart={HOST_PYTHON} ", unit, count=1, flags=re.M)
+        console.print(Panel(Syntax(unit, "ini", theme="ansi_dark", word_wrap=True),
                             title=f"{plan.unit_name}", title_align="left"))
         console.print(Panel(plan.env_file_text().rstrip(), title=plan.env_file, title_align="left"))
     for w in plan.warnings:  # plain text: a warning may hold brackets ([hosts.NAME]) that are no markup

@@ -52,6 +52,7 @@ __all__ = [
     "PlanEvent",
     "ProgressEvent",
     "RuleFired",
+    "LIVE_STATES",
     "STATES",
     "StateEvent",
     "TriageReport",
@@ -62,6 +63,9 @@ __all__ = [
 
 SCHEMA = 1
 STATES: tuple[str, ...] = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
+# The states in which a deployment's server runs (or should, and someone should watch it): only then
+# is what its GPUs hold its own (planned, downloading, crashed and stopped ones hold nothing there).
+LIVE_STATES: tuple[str, ...] = (*PHASES, "stalled")
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 Severity = Literal["error", "warning", "info"]
 # systemd fills it from the env file; the process launcher's start script from its env file
@@ -518,6 +522,12 @@ class Plan(Struct, kw_only=True):
     @property
     def uses_api_key(self) -> bool:
         return any(API_KEY_PLACEHOLDER in a for a in self.argv)
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the server runs a draft model (speculative decoding: MTP, EAGLE, …): its start-up
+        has a draft phase."""
+        return flag_value(self.argv, "--speculative-algorithm") is not None
 
     def exec_argv(self, launch_script: str | None = None) -> list[str]:
         """The server's command line. With an API key it runs through gpuops' launcher

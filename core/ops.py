@@ -18,6 +18,7 @@ import asyncio
 import os
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
+from . import units
 from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
 from .deploy.launch import open_launcher
@@ -28,7 +29,7 @@ from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
-from .domain import Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
+from .domain import LIVE_STATES, Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
 from .hosts.host import Host, HostError, make_host
 from .planning.plan import Target, under_any
 from .telemetry.samples import Snapshot
@@ -36,9 +37,9 @@ from .telemetry.samples import Snapshot
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
 
 # States in which a deployment's server should be running and someone should be watching it.
+LIVE = LIVE_STATES
 # (UNSTARTED: its deploy has not started the server yet; the gpuops that deploys it holds its lease.)
 UNSTARTED = ("planned", "downloading")
-LIVE = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready", "stalled")
 
 
 class Refused(Exception):
@@ -229,7 +230,7 @@ class Ops:
                     if isinstance(e, ProgressEvent) and e.phase == "downloading"]
         if d.state == "downloading":
             where = d.plan.model_path if (d.plan.model_path or "").startswith("/") else "the host's HF cache"
-            got = (f" at {progress[-1].done / 1e9:.1f} of {progress[-1].total / 1e9:.1f} GB"
+            got = (f" at {units.size(progress[-1].done)} of {units.size(progress[-1].total)}"
                    if progress and progress[-1].total else "")
             finding = Finding("download-interrupted", "warning",
                               f"the download of {d.model} into {where} on {d.host} stopped{got}: the gpuops that ran "
@@ -304,6 +305,23 @@ class Ops:
                                                on_begin=on_begin, keep_on=keep_on)
         return await self._deploy_one(plan, host_name, yes=yes, ask=ask, hf_token=hf_token, until=until,
                                       on_begin=on_begin, keep_on=keep_on)
+
+    async def deploy_refusal(self, plan: Plan, host_name: str) -> str | None:
+        """Why :meth:`deploy` of `plan` on `host_name` would be refused now for a conflict, asked
+        before the operator is asked to confirm it (None: it would go on): read-only, the plan not
+        this host's, a name (of any part) taken, a port in use. Nothing changes (the deploy checks
+        again, and the rest: SGLang there, disk space)."""
+        try:
+            self._writable("deploy changes a host")
+            if (plan.members or plan.replicas) and host_name != plan.host:
+                return f"{plan.name} is planned with {plan.host} first, not {host_name}"
+            parts = ([plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)] if plan.members
+                     else [*plan.replicas, plan] if plan.replicas else [bind_plan(plan, self.host_config(host_name))])
+            for deployer in self._deployers(parts, yes=False, ask=None, hf_token=None):
+                await deployer.check_ports()
+        except (Refused, DeployError, StoreError) as exc:
+            return str(exc)
+        return None
 
     async def _deploy_one(self, plan: Plan, host_name: str, *, yes: bool, ask: Callable[[str], bool] | None,
                           hf_token: str | None, until: tuple[str, ...],
@@ -384,13 +402,16 @@ class Ops:
         replaced deployment's (a swap's): checked once it is stopped (:meth:`_launch_parts`)."""
         begun: list[Deployer] = []
         try:
-            for dep in deployers:
-                try:
-                    await dep.preflight(held=held)
-                except DeployError as exc:
-                    if len(deployers) == 1:
-                        raise
-                    raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
+            for confirm in (False, True):  # every part's refusals before any part's question
+                for dep in deployers:
+                    if confirm and held:
+                        continue  # the GPUs are the replaced deployment's: asked about once it is stopped
+                    try:
+                        await (dep.confirm_gpus() if confirm else dep.checks(held=held))
+                    except DeployError as exc:
+                        if len(deployers) == 1:
+                            raise
+                        raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
             for dep in deployers:
                 dep.begin()
                 begun.append(dep)
@@ -504,8 +525,10 @@ class Ops:
         that does not get ready leaves the router unstarted (its state says why)."""
         deployers = self._deployers([*plan.replicas, plan], yes=yes, ask=ask, hf_token=hf_token)
         try:
+            for deployer in deployers:  # every part's refusals before any part's question
+                await deployer.checks()
             for deployer in deployers:
-                await deployer.preflight()
+                await deployer.confirm_gpus()
             router = deployers[-1]
             router.begin()
         except (DeployError, StoreError) as exc:
@@ -722,6 +745,14 @@ class Ops:
         why = PlanEvent(code=code, summary=summary, diff=diff)
         return await self.restart(name, confirmed=True, plan=new_plan, why=why, until=until, keep_on=keep_on)
 
+    def findings(self, name: str) -> list[Any]:
+        """The findings of the deployment's current run as its screen shows them (the view rebuilt
+        from the store: one per code, errors first; a stall's are gone once the run moved on)."""
+        from .deploy.view import RunView
+
+        d = self.deployment(name)
+        return RunView.of(d.name, self.store.events(d.name, run=d.run)).findings
+
     def fix_diff(self, name: str, patch: dict) -> list[tuple[str, str]]:
         """What a fix would change in the deployment's plan (shown before asking)."""
         try:
@@ -788,12 +819,25 @@ class Ops:
         else:
             results = await run_checks(host, d.plan, server_pids=[status.pid] if status.running and status.pid else [])
         report = triage_log(lines, d.plan)
-        report.findings = ranked([*report.findings, *check_findings(results)])  # errors first, causes first
+        report.findings = ranked([*self._as_its_screen(d, report.findings, results), *check_findings(results)])
         report.checks = [r.summary() for r in results]
         report.stacks = stacks(results)
         report.running = status.running
         report.log_error = log_error
         return report
+
+    def _as_its_screen(self, d: Deployment, found: list[Any], results: list[Any]) -> list[Any]:
+        """The log's findings as the deployment's screen says them: a stall in force is the stall
+        watcher's finding (one finding, one severity, one fix) in place of the log's silence; else
+        the silence's fix made again from the host's P2P check (errors first, causes first after)."""
+        from .diagnose.stall import with_p2p_check
+
+        stalled = [f for f in self.findings(d.name) if f.code == "nccl-init-stall" and "silent_s" in f.data] \
+            if d.state == "stalled" else []
+        if stalled:
+            return [f for f in found if f.code != "nccl-init-stall"] + stalled[:1]
+        p2p_ok = next((r.ok for r in results if r.name == "p2p-unavailable"), None)
+        return [with_p2p_check(f, p2p_ok, d.plan.env.get("NCCL_P2P_DISABLE") == "1") for f in found]
 
     async def _node_checks(self, plan: Plan, host0: Host, status0: Any) -> list[Any]:
         """A multi-node deployment's host checks: node 0's as for one host, each other node's with its
@@ -871,16 +915,46 @@ class Ops:
         except DeleteRefused as exc:
             raise Refused(f"refused ({exc.rule}): {exc.message}; nothing deleted") from None
 
+    async def process_owner(self, host_name: str, pid: int) -> Deployment | None:
+        """The stored deployment whose server `pid` belongs to on `host_name` (its launcher's process
+        or one of that one's descendants: a rank), or None."""
+        from .hosts.host import host_python
+        from .hosts.procs import process_tree
+
+        host = self.host(host_name)
+        if host is None:
+            return None
+        for d in self.store.deployments():
+            if d.host != host_name or d.state in ("planned", "stopped"):
+                continue
+            status = await (await open_launcher(host, d.plan)).status()
+            if not status.running or not status.pid:
+                continue
+            if status.pid == pid or pid in (await process_tree(host, status.pid, host_python(host))).pids:
+                return d
+        return None
+
     async def end_process(self, host_name: str, pid: int, shown_command: str | None, *,
-                          confirmed: bool = False) -> Any:
-        from .hosts.procs import end_process
+                          confirmed: bool = False, deployment: str | None = None) -> Any:
+        """End a process on a host (asked first). One of a stored deployment's server is ended as the
+        deployment is: by `stop` (recorded stopped, never a crash); `deployment` is the one the
+        operator was asked about: a pid found to be another's (or a deployment's, when none was
+        named) is asked about again."""
+        from .hosts.procs import EndResult, end_process
 
         self._writable("gpuops changes nothing on the hosts")
-        if not confirmed:
-            raise NeedsConfirmation(f"end pid {pid} on {host_name} ({shown_command or '?'})?")
         host = self.host(host_name)
         if host is None:
             raise Refused(f"unknown host {host_name!r}")
+        owner = await self.process_owner(host_name, pid)
+        if owner is not None:
+            if not confirmed or deployment != owner.name:
+                raise NeedsConfirmation(f"pid {pid} on {host_name} is the server of deployment {owner.name} "
+                                        f"({owner.model}): stop {owner.name}{self.parts_said(owner)}?")
+            said = await self.stop(owner.name, confirmed=True)
+            return EndResult(pid, True, f"{owner.name} stopped ({said}): pid {pid} was its server")
+        if not confirmed:
+            raise NeedsConfirmation(f"end pid {pid} on {host_name} ({shown_command or '?'})?")
         return await end_process(host, pid, shown_command)
 
     # ---------------------------------------------------------------- benchmarks

@@ -18,7 +18,8 @@ def gib(value: Any, digits: int = 1) -> str:
 
 
 def size(value: Any) -> str:
-    """Bytes in the largest binary unit that keeps the number under 1024."""
+    """Bytes in the largest binary unit that keeps the number under 1024: every size gpuops shows
+    (the screens and the command line) is written by this one, in KiB, MiB, GiB, TiB."""
     if is_na(value):
         return "N/A"
     n = float(value)
@@ -27,6 +28,11 @@ def size(value: Any) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"  # pragma: no cover
+
+
+def rate(bytes_per_s: Any) -> str:
+    """A transfer rate in the units of `size`: "361.2 MiB/s"."""
+    return f"{size(bytes_per_s)}/s"
 
 
 def percent(value: Any, digits: int = 0) -> str:

@@ -1,17 +1,38 @@
-"""What every gpuops screen shares: `:` opens the command line, and `--readonly` disables the
-actions that change a host."""
+"""What every gpuops screen shares: `:` opens the command line, and `--readonly` turns off the
+actions that change a host: the footer shows them struck through (off), `?` lists them as off, and
+their key says why (one notice a press) instead of doing nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual._context import active_app
 from textual.binding import Binding
 from textual.screen import Screen
 
-# Actions that change a host; `--readonly` disables every one of them.
-MUTATING_ACTIONS: frozenset[str] = frozenset({"end_process", "delete_model", "apply_fix", "nccl_debug",
-                                              "stop", "restart", "forget", "swap"})
+# Actions that change a host (or the store), and what a press of one says in `--readonly` (the
+# use cases refuse them there too: core/ops.py). A screen's action of another name that only looks
+# (the dashboard's `b`: the benchmark runs) is named otherwise.
+READONLY_SAYS: dict[str, str] = {
+    "end_process": "ending a process changes a host",
+    "delete_model": "deleting a model changes a host",
+    "apply_fix": "a fix restarts the server",
+    "nccl_debug": "a restart with NCCL's logging restarts the server",
+    "stop": "stopping a server changes a host",
+    "restart": "a restart changes a host",
+    "forget": "forgetting a deployment changes the store",
+    "swap": "a swap stops and starts servers",
+    "deploy": "a deploy starts a server",
+    "bench": "a benchmark loads the server and writes on its host",
+    "new_run": "a benchmark loads the server and writes on its host",
+}
+MUTATING_ACTIONS: frozenset[str] = frozenset(READONLY_SAYS)
+
+
+def readonly_notice(action: str) -> str:
+    """What pressing `action`'s key says in a read-only gpuops."""
+    return f"read-only: {READONLY_SAYS.get(action, 'it changes a host')}; this gpuops changes nothing"
 
 
 class GpuopsScreen(Screen):
@@ -48,7 +69,37 @@ class GpuopsScreen(Screen):
         """A `:` command of this screen (True: it was one); the app's commands come after."""
         return False
 
+    @property
+    def readonly(self) -> bool:
+        return bool(getattr(self.app, "readonly", False))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in MUTATING_ACTIONS and getattr(self.app, "readonly", False):
-            return None  # shown disabled in the footer; pressing it does nothing
+        if action in MUTATING_ACTIONS and self.readonly:
+            return None  # off: struck through in the footer, `?` lists it as off, its key says why
         return True
+
+    def refused_readonly(self, action: str) -> bool:
+        """True (and the operator told why, once) when `action` changes a host and this gpuops is
+        read-only: for the ways to an action that are not its key (a `:` command, a button)."""
+        if action in MUTATING_ACTIONS and self.readonly:
+            self.app.notify(readonly_notice(action), severity="warning", timeout=6)
+            return True
+        return False
+
+    def on_key(self, event: events.Key) -> None:
+        """In read-only, the key of an action that changes a host says so (its binding is off: it
+        would do nothing, silently), unless a widget in focus has a key of its own there (an
+        input's ctrl+k)."""
+        if not self.readonly:
+            return
+        actions = [b.action for b in self._bindings.key_to_bindings.get(event.key, ()) if b.action in MUTATING_ACTIONS]
+        if not actions:
+            return
+        node = self.focused
+        while node is not None and node is not self:
+            if event.key in node._bindings.key_to_bindings:
+                return
+            node = node.parent  # type: ignore[assignment]
+        event.stop()
+        event.prevent_default()
+        self.refused_readonly(actions[0])

@@ -1,8 +1,12 @@
 """A yes/no question before anything destructive; `n`, `esc` and Enter on No all decline. It may
-offer one other way forward (`o`: deploy on other GPUs, say), answered as the string "other"."""
+offer one other way forward (`o`, or the key given: deploy on other GPUs, roll back), answered as
+the string "other". `y` always goes ahead with what the question proposes; a question whose safe
+answer is to go ahead (keep what runs) has no No button and `n`/`esc` answer it as declining the
+other way (`no=None`, the Yes button in focus)."""
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -14,18 +18,18 @@ class ConfirmScreen(ModalScreen["bool | str"]):
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n", "answer(False)", "No"),
-        Binding("o", "other", "Other", show=False),
         Binding("escape", "answer(False)", "Cancel", key_display="esc"),
     ]
 
     def __init__(self, question: str, detail: str = "", yes: str = "Yes", other: str | None = None,
-                 no: str = "No"):
+                 no: str | None = "No", other_key: str = "o"):
         super().__init__(classes="confirm")
         self.question = question
         self.detail = detail
         self.yes_label = yes
-        self.no_label = no
+        self.no_label = no  # None: no No button (n and esc still answer False), Yes is in focus
         self.other_label = other  # the third answer's label (None: a plain yes/no)
+        self.other_key = other_key
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
@@ -34,19 +38,22 @@ class ConfirmScreen(ModalScreen["bool | str"]):
                 with VerticalScroll(id="confirm-detail-box"):
                     yield Static(self.detail, id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
-                yield Button(f"{self.yes_label} (y)", variant="error", id="yes")
+                yield Button(f"{self.yes_label} (y)", variant="error" if self.no_label else "primary", id="yes")
                 if self.other_label:
-                    yield Button(f"{self.other_label} (o)", variant="warning", id="other")
-                yield Button(f"{self.no_label} (n)", variant="primary", id="no")
+                    yield Button(f"{self.other_label} ({self.other_key})", variant="warning", id="other")
+                if self.no_label:
+                    yield Button(f"{self.no_label} (n)", variant="primary", id="no")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()  # the safe answer is the default
+        # the safe answer is the default: No, or Yes where going ahead changes nothing
+        self.query_one("#no" if self.no_label else "#yes", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss("other" if event.button.id == "other" else event.button.id == "yes")
 
-    def action_other(self) -> None:
-        if self.other_label:
+    def on_key(self, event: events.Key) -> None:
+        if self.other_label and event.key == self.other_key:
+            event.stop()
             self.dismiss("other")
 
     def action_answer(self, yes: bool) -> None:

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -367,7 +367,7 @@ class DashboardScreen(GpuopsScreen):
         Binding("ctrl+k", "end_process", "Kill"),
         Binding("p", "plan", "Plan"),
         Binding("s", "storage", "Storage"),
-        Binding("b", "bench", "Bench"),
+        Binding("b", "bench_runs", "Bench"),  # the runs (looking: not read-only's `bench`, which runs one)
         Binding("f", "find_host", "Find"),  # the host list: hosts whose name holds what is typed
         Binding("o", "sort_hosts", "Sort"),  # the host list: inventory, free GPU memory, util, stale
     ]
@@ -622,7 +622,7 @@ class DashboardScreen(GpuopsScreen):
         if self.selected:
             self.app.push_screen(StorageScreen(self.selected))
 
-    def action_bench(self) -> None:
+    def action_bench_runs(self) -> None:
         from .bench_runs import BenchRunsScreen
 
         self.app.push_screen(BenchRunsScreen())
@@ -649,17 +649,36 @@ class DashboardScreen(GpuopsScreen):
         if picked is None:
             self.notify("select a process in the processes table first (tab)", severity="warning")
             return
-        host, proc = picked
-        detail = f"{proc.command or '?'}\nuser {proc.user or '?'}, holding {units.size(proc.used_bytes)} of GPU memory"
-        question = f"End pid {proc.pid} on {host}? (SIGTERM, then wait 10 s)"
+        self._ask_end(*picked)
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.gapp.end_process(host, proc.pid, proc.command)
-
+    @work(exclusive=True, group="end-process")
+    async def _ask_end(self, host: str, proc: Any) -> None:
+        """Ask before ending `proc`: a deployment's server is named, and ending it stops that
+        deployment (as `s` on the deployments view does); any other process is ended by itself."""
+        from ..core.hosts.host import HostError
         from .confirm import ConfirmScreen
 
-        self.app.push_screen(ConfirmScreen(question, detail, yes="End it"), answered)
+        held = f"user {proc.user or '?'}, holding {units.size(proc.used_bytes)} of GPU memory"
+        try:
+            owner = await self.gapp.ops.process_owner(host, proc.pid)
+        except HostError as exc:
+            self.notify(f"pid {proc.pid}: cannot tell whose it is ({exc.message}); nothing ended", severity="error")
+            return
+        if owner is not None:
+            also = self.gapp.ops.parts_said(owner)
+            question = f"Stop deployment {owner.name} on {host}{also}? pid {proc.pid} is its server"
+            detail = (f"{owner.model}, {owner.state}; {proc.command or '?'}\n{held}\nits server is stopped as `s` "
+                      "on the deployments view does (SIGTERM, then up to 60 s): recorded as stopped")
+            yes = f"Stop {owner.name}"
+        else:
+            question = f"End pid {proc.pid} on {host}? (SIGTERM, then wait 10 s)"
+            detail, yes = f"{proc.command or '?'}\n{held}", "End it"
+
+        def answered(answer: bool | str | None) -> None:
+            if answer is True:
+                self.gapp.end_process(host, proc.pid, proc.command, owner.name if owner is not None else None)
+
+        self.app.push_screen(ConfirmScreen(question, detail, yes=yes), answered)
 
     # ------------------------------------------------------------- selection
 

@@ -24,10 +24,11 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Header, Input
 
+from ..core import units
 from ..core.config import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
-from ..core.domain import Deployment, Finding, LogEvent, member_name
+from ..core.domain import LIVE_STATES, Deployment, Finding, LogEvent, member_name
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
 from ..tui.widgets import KeyFooter, TextView
@@ -114,7 +115,7 @@ class DeploymentScreen(GpuopsScreen):
                 view.append(event.line, _log_ts(event))
         self._node_unlisten = [self._follow_node(rank, member)
                                for rank, member in enumerate(d.plan.member_names, start=1)]
-        self.set_interval(1.0, self.refresh_view)
+        self.set_interval(1.0, self._tick)
         self.set_interval(2.0, self._reconcile)
         self.refresh_view()
 
@@ -157,16 +158,47 @@ class DeploymentScreen(GpuopsScreen):
 
     def on_deployment_screen_changed(self, message: Changed) -> None:
         event = message.event
+        if event.run > self.view.run:  # a restart or a fix here: the new run (its own plan)
+            self._follow_run()
         if isinstance(event, LogEvent):
             if event.run >= self.view.run:
                 self.query_one(LogView).append(event.line, _log_ts(event))
             return
-        if event.run > self.deployment.run:  # a restart or a fix: the new run has its own plan
-            self.deployment = self.ops.deployment(self.deployment.name)
         self.view.apply(event)
         self.refresh_view()
 
+    def _follow_run(self) -> None:
+        """A newer run of the deployment than the one shown (a restart, a fix, a deploy of its name,
+        here or by another gpuops): show that one, from its stored events on, said in the log and a
+        notice; its watch (this gpuops' own, or relaying another's) carries it on."""
+        from ..core.ops import Refused, StoreError
+
+        try:
+            d = self.ops.deployment(self.deployment.name)
+        except (Refused, StoreError):  # forgotten meanwhile, or the store unreadable now: the view stays
+            return
+        if d.run <= self.view.run:
+            return
+        self.deployment = d
+        self.view = RunView.of(d.name, self.ops.events(d.name, run=d.run))
+        self.check_result = None
+        self.query_one(LogView).append(f"── run {d.run} started ──")
+        self.notify(f"{d.name}: run {d.run} started (shown now)")
+        try:
+            self.ops.watch(d.name)
+        except StoreError as exc:
+            self.notify(str(exc), severity="error")
+
     # ---------------------------------------------------------------- the view
+
+    def _tick(self) -> None:
+        """Once a second: a newer run started by another gpuops (it comes through the store, not
+        this gpuops' bus), then the view (its times go on)."""
+        try:
+            self._follow_run()
+        except NoMatches:  # the app is closing
+            return
+        self.refresh_view()
 
     def refresh_view(self) -> None:
         try:
@@ -181,18 +213,30 @@ class DeploymentScreen(GpuopsScreen):
         current = v.phase
         crashed = v.state == "crashed"
         ready = v.state == "ready"
-        # a router (sglang-router in front of replicas) has no SGLang start-up: it starts, then is ready
-        phases = ("starting", "ready") if self.deployment.plan.replicas else PHASES
-        reached = phases.index(current) if current in phases else -1
+        plan = self.deployment.plan
+        # a router (sglang-router in front of replicas) has no SGLang start-up: it starts, then is ready;
+        # a server without a draft model has no draft phase (unless its log shows one)
+        phases = ("starting", "ready") if plan.replicas else tuple(
+            p for p in PHASES if p != "draft" or plan.speculative or "draft" in v.phases)
+        # a crash is marked on the phase it happened in (a kv_cache crash while the last phase line
+        # seen was the weights'), else on the last phase reached
+        failed = v.crash.phase if crashed and v.crash is not None and v.crash.phase in phases else current
+        reached = phases.index(failed) if failed in phases else -1
         times = dict(v.phase_times(now))
         # under 120 columns two phases a line, and only the current phase's progress: the banner
         # (a crash's or a stall's findings) below them stays in view at 80x24
         narrow = self.has_class("-narrow")
         for i, phase in enumerate(phases):
-            if i < reached or (phase == current and ready):
+            if (i < reached or (phase == current and ready)) and phase not in v.phases:
+                mark, style = "–", "dim"  # passed without a line of its own (SGLang skipped it, or said nothing)
+            elif i < reached or (phase == current and ready):
                 mark, style = "✔", "green"
-            elif phase == current:
-                mark, style = ("✖", "bold red") if crashed else ("▶", "bold yellow")
+            elif phase == failed and crashed:
+                mark, style = "✖", "bold red"
+            elif phase == failed and v.state == "stopped":  # stopped there (a ready one had got there: ✔)
+                mark, style = ("✔", "green") if phase == "ready" else ("■", "bold")
+            elif phase == failed:
+                mark, style = "▶", "bold yellow"
             else:
                 mark, style = "·", "dim"
             took = times.get(phase)
@@ -206,6 +250,11 @@ class DeploymentScreen(GpuopsScreen):
             if prog is not None:
                 total = f"/{prog.total}" if prog.total else ""
                 out.append(f"  {prog.what or ''} {prog.done}{total}", style="cyan")
+            if phase == "weights" and v.draft_shards is not None:
+                d = v.draft_shards
+                out.append(f"  draft shards {d.done}" + (f"/{d.total}" if d.total else ""), style="cyan")
+            out.append("\n")
+        if narrow and len(phases) % 2:
             out.append("\n")
         prog = v.progress.get(current) if narrow and current and not (ready or crashed) else None
         if prog is not None:
@@ -213,9 +262,9 @@ class DeploymentScreen(GpuopsScreen):
             out.append(f"{current}: {prog.what or ''} {prog.done}{total}\n", style="cyan")
         dl = v.progress.get("downloading")
         if dl is not None and v.state == "downloading" and dl.total:
-            out.append(f"\ndownloading {dl.done / 1e9:.1f} / {dl.total / 1e9:.1f} GB", style="cyan")
+            out.append(f"\ndownloading {units.size(dl.done)} / {units.size(dl.total)}", style="cyan")
             if dl.rate_bps:
-                out.append(f" at {dl.rate_bps / 1e6:.0f} MB/s", style="cyan")
+                out.append(f" at {units.rate(dl.rate_bps)}", style="cyan")
             out.append("\n")
         if crashed and v.crash is not None and narrow and v.findings:
             # the banner under it says why (80x24: the reason twice pushed the fix out of view)
@@ -227,7 +276,6 @@ class DeploymentScreen(GpuopsScreen):
             why = v.state_event.reason if v.state_event is not None else None
             out.append(f"\nstopped: {why}\n" if why else "\nstopped\n", style="bold")
         if ready:
-            plan = self.deployment.plan
             out.append(f"\nready: {plan.endpoint}  (k: quick check)\n", style="bold green")
             if self.check_result:
                 out.append(self.check_result + "\n")
@@ -243,7 +291,9 @@ class DeploymentScreen(GpuopsScreen):
             gpus.append("GPUs (sampler)\n", style="bold")
         state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
         wanted = set(self.deployment.plan.gpu_ids)
-        if state is not None and state.snapshot is not None:
+        if wanted and v.state not in LIVE_STATES:  # its server does not run: what they hold is not its own
+            gpus.append(f"  — (no server: {v.state})\n", style="dim")
+        elif state is not None and state.snapshot is not None:
             for g in state.snapshot.gpus:
                 if g.index in wanted:
                     used = "N/A" if is_na(g.memory_used) else f"{g.memory_used / GIB:6.1f}"
@@ -294,9 +344,11 @@ class DeploymentScreen(GpuopsScreen):
         v = self.view
         out = Text()
         kind = ""
+        said = ""  # the stall as the finding recorded it (its silence then): not said twice
         if v.stall is not None:
             kind = "stalled"
-            out.append(f"STALLED: {v.stall.summary or v.stall.phase}\n", style="bold red")
+            said = f"{v.stall.summary}: " if v.stall.summary else ""
+            out.append(f"STALLED: {v.stall_summary()}\n", style="bold red")  # silent for as long as it lasts
             if v.checks is None:
                 out.append("triage running…\n", style="dim")
         elif v.state == "crashed":
@@ -305,7 +357,7 @@ class DeploymentScreen(GpuopsScreen):
             kind = "notice"
         for f in v.findings[:4]:
             out.append(f"{f.severity}: {f.code}: ", style="bold red" if f.severity == "error" else "yellow")
-            out.append(f"{f.summary}\n")
+            out.append(f"{f.summary.removeprefix(said) if said else f.summary}\n")
         first_fix = self.first_fix()
         if first_fix is not None and first_fix.fix is not None:
             out.append(f"f: {first_fix.fix.summary}", style="green")
@@ -359,6 +411,13 @@ class DeploymentScreen(GpuopsScreen):
 
     def action_swap(self) -> None:
         self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
+
+    def run_screen_command(self, verb: str, arg: str) -> bool:
+        if verb == "swap" and not arg:  # `:swap` here: this deployment's
+            if not self.refused_readonly("swap"):
+                self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
+            return True
+        return False
 
     def action_bench(self) -> None:
         from .bench_launch import open_launcher

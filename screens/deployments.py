@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Header
 
 from ..core import units
 from ..core.deploy.view import parse_ts
-from ..core.domain import Deployment
+from ..core.domain import LIVE_STATES, Deployment
 from ..core.telemetry.samples import memory_used
 from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
@@ -76,6 +76,8 @@ class DeploymentsScreen(GpuopsScreen):
     # ---------------------------------------------------------------- rows
 
     def _gpu_mem(self, d: Deployment) -> str:
+        if d.state not in LIVE_STATES:  # no server of its own: what its GPUs hold is another's
+            return "—"
         state = self.app.monitor.states.get(d.host)  # type: ignore[attr-defined]
         snap = state.snapshot if state is not None else None
         if snap is None or not snap.gpus:
@@ -172,12 +174,28 @@ class DeploymentsScreen(GpuopsScreen):
                             lambda: self.app.restart_deployment(d.name))  # type: ignore[attr-defined]
 
     def action_forget(self) -> None:
+        """Refused at once (its server runs, another gpuops deploys it: the use case says) or asked."""
         d = self._picked()
-        if d is not None:
-            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
-            self._confirmed(f"Forget {d.name}{also}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): removed from "
-                            "the store with its history (a running server is refused: stop it first)", "Forget",
-                            lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
+        if d is None:
+            return
+
+        async def check() -> None:
+            from ..core.hosts.host import HostError
+            from ..core.ops import NeedsConfirmation, Refused
+
+            try:
+                await self.app.ops.forget(d.name, confirmed=False)  # type: ignore[attr-defined]
+            except NeedsConfirmation:  # nothing refuses it: ask
+                also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+                self._confirmed(f"Forget {d.name}{also}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): "
+                                "removed from the store with its history", "Forget",
+                                lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
+            except Refused as exc:
+                self.notify(f"not forgotten: {exc}", severity="error", timeout=10, markup=False)
+            except HostError as exc:
+                self.notify(f"not forgotten: {exc.message}", severity="error", timeout=10, markup=False)
+
+        self.run_worker(check(), group="forget-check", exclusive=True, exit_on_error=False)
 
     def action_triage(self) -> None:
         from .triage import TriageScreen
@@ -203,6 +221,7 @@ class DeploymentsScreen(GpuopsScreen):
 
     def run_screen_command(self, verb: str, arg: str) -> bool:
         if verb in ("stop", "restart", "forget", "triage", "bench", "swap") and (not arg or self.select(arg)):
-            getattr(self, f"action_{verb}")()
+            if not self.refused_readonly(verb):  # (asked nothing: read-only says so at once)
+                getattr(self, f"action_{verb}")()
             return True
         return False

@@ -15,6 +15,8 @@ COMMANDS = (
     (":theme NAME", "switch theme (gpuops-dark, gpuops-light, …)"),
     (":dep NAME", "watch a deployment (reattaches to its server)"),
     (":dep", "every deployment: open, stop, restart, triage, bench, forget (d on the dashboard)"),
+    (":swap NAME [MODEL]", "replace ready deployment NAME by another model: pick it (or MODEL), plan it like "
+                           "NAME, benchmark both, keep or roll back (n on a deployment)"),
     (":bench", "benchmark runs: results, compare (b on a deployment runs one)"),
     (":help", "this help"),
     (":quit", "leave gpuops"),
@@ -30,12 +32,14 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", "Close", show=False),
     ]
 
-    def __init__(self, title: str, keys: list[tuple[str, str]], more: list[tuple[str, str]] = ()):
+    def __init__(self, title: str, keys: list[tuple[str, str]], more: list[tuple[str, str]] = (),
+                 off: list[tuple[str, str]] = ()):
         super().__init__(id="help")
         self.title_text = title
-        self.keys = list(keys) + list(more)
+        self.keys = list(keys) + list(more) + list(off)
         self.main_keys = list(keys)
         self.more_keys = list(more)
+        self.off_keys = list(off)  # keys read-only turns off (listed, marked so)
 
     def compose(self) -> ComposeResult:
         table = Table.grid(padding=(0, 2))
@@ -43,6 +47,10 @@ class HelpScreen(ModalScreen[None]):
         table.add_column()
         for key, description in self.main_keys:
             table.add_row(key, description)
+        if self.off_keys:
+            table.add_row("", "")
+            for key, description in self.off_keys:
+                table.add_row(Text(key, style="dim strike"), Text(description, style="yellow"))
         table.add_row("", "")
         for key, description in COMMANDS:
             table.add_row(key, description)

@@ -1,15 +1,20 @@
 """Model picker: type a model id, or pick one of the host's copies (HF cache, model dirs);
-the facts show as you move; Enter plans it for the host."""
+the facts show as you move; Enter plans it for the host.
+
+The id box has the keys from the start and keeps them: what is typed as soon as the picker shows
+lands there whole, whenever the host's scan ends. `down` goes to the copies; a letter typed there
+goes back to the box; Enter on an empty box plans the highlighted copy."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static
 
+from ..core import units
 from ..core.hosts.host import Host, HostError
 from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.plan import Wishes
@@ -21,14 +26,17 @@ from ..tui.widgets import KeyFooter, TextView
 class ModelPickerScreen(GpuopsScreen):
     BINDINGS = [
         Binding("slash", "focus_input", "Type an id", key_display="/"),
+        # from the id box (before its own down, which scrolls nothing); on the table, the table's own down
+        Binding("down", "focus_copies", "Copies", key_display="↓", priority=True),
         Binding("r", "rescan", "Rescan"),
         Binding("escape", "app.pop_screen", "Back", key_display="esc"),
     ]
 
-    def __init__(self, host_name: str, swap_from: str | None = None):
+    def __init__(self, host_name: str, swap_from: str | None = None, model: str | None = None):
         super().__init__(id="model-picker")
         self.host_name = host_name
         self.swap_from = swap_from  # a ready deployment this model replaces (the swap's picker)
+        self.model = model  # a model id given already (`:swap NAME MODEL`): planned at once
         self._typing = False  # the operator went for the id box (/ or typed): focus stays there
         self.copies: dict[str, tuple[str, str]] = {}  # row key -> (model id, path on the host)
         self.facts: ModelFacts | None = None
@@ -51,7 +59,13 @@ class ModelPickerScreen(GpuopsScreen):
         self.sub_title = (f"pick the model that replaces {self.swap_from} on {self.host_name}" if self.swap_from
                           else f"pick a model for {self.host_name}")
         self.query_one("#candidates", DataTable).add_columns("model", "kind", "size", "complete")
+        self.query_one("#model-input", Input).focus()  # typing goes there from the first key
         self.scan()
+        if self.model:
+            box = self.query_one("#model-input", Input)
+            box.value = self.model
+            self._typing = True
+            self._plan_typed(self.model)
 
     # ---------------------------------------------------------------- scanning
 
@@ -62,6 +76,8 @@ class ModelPickerScreen(GpuopsScreen):
         title = self.query_one("#picker-title", Static)
         title.update(f"Models on {self.host_name}: scanning…")
         storage = await scan_or_error(self.host)
+        if not self.is_attached:  # left (esc) while the host was read
+            return
         table = self.query_one("#candidates", DataTable)
         table.clear()
         self.copies.clear()
@@ -72,12 +88,12 @@ class ModelPickerScreen(GpuopsScreen):
             # a folder laid out as MODEL_DIR/owner/name is planned as that repo id
             model_id = (repo_id_for(m.path, self.host.config.model_dirs) or m.id) if m.kind == "dir" else m.id
             self.copies[key] = (model_id, m.path)
-            size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes else "?"
+            size = units.size(m.size_bytes) if m.size_bytes else "?"  # (as the storage screen says it)
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
         note = f" ({storage.error})" if storage.error else ""
-        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}")
-        if storage.models and not self._typing:
-            table.focus()  # unless the operator went for the id box: the scan never takes the keys from them
+        hint = " (down: pick one)" if storage.models and self.focused is not table else ""
+        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}{hint}")
+        # the focus stays where it is: keys typed as the scan ended must not go to the table
 
     def action_rescan(self) -> None:
         self.scan()
@@ -85,6 +101,30 @@ class ModelPickerScreen(GpuopsScreen):
     def action_focus_input(self) -> None:
         self._typing = True
         self.query_one("#model-input", Input).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        box = self.query("#model-input")
+        in_box = bool(box) and self.focused is box.first()
+        if action == "focus_input" and in_box:
+            return False  # typing there already (`/` types a path's first slash)
+        if action == "focus_copies" and not in_box:
+            return False  # (elsewhere down is the focused widget's own)
+        return super().check_action(action, parameters)
+
+    def action_focus_copies(self) -> None:
+        table = self.query_one("#candidates", DataTable)
+        if table.row_count:
+            table.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed on the copies (not one of their keys) goes back to typing an id."""
+        table = self.query_one("#candidates", DataTable)
+        if self.focused is table and event.is_printable and event.character and event.key not in ("r", "slash"):
+            event.stop()
+            event.prevent_default()
+            box = self.query_one("#model-input", Input)
+            box.focus()
+            box.insert_text_at_cursor(event.character)
 
     @on(Input.Changed, "#model-input")
     def _typed_some(self, event: Input.Changed) -> None:
@@ -119,17 +159,29 @@ class ModelPickerScreen(GpuopsScreen):
             facts = await self._facts(model_id, host_path)
         except (ModelError, HostError, ValueError) as exc:
             self.facts = None
-            view.set(Text(str(exc), style="red"))
+            if self.is_attached:
+                view.set(Text(str(exc), style="red"))
+            return
+        if not self.is_attached:  # left while it was read
             return
         self.facts = facts
         view.set(Text.assemble((f"{facts.id}\n", "bold"), facts_line(facts)))
 
     @on(Input.Submitted, "#model-input")
     def _typed(self, event: Input.Submitted) -> None:
+        table = self.query_one("#candidates", DataTable)
+        if not event.value.strip() and table.row_count:  # nothing typed: the highlighted copy
+            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            if key in self.copies:
+                self.plan_when_ready(*self.copies[key])
+                return
+        self._plan_typed(event.value)
+
+    def _plan_typed(self, text: str) -> None:
         from ..core.planning.model_facts import validate_model_ref
 
         try:
-            ref = validate_model_ref(event.value.strip())
+            ref = validate_model_ref(text.strip())
         except ValueError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -157,6 +209,8 @@ class ModelPickerScreen(GpuopsScreen):
             return
         except HostError as exc:
             self.notify(f"{exc.message}" + (f" — {exc.hint}" if exc.hint else ""), severity="error")
+            return
+        if not self.is_attached:  # left (esc) while the model and the host were read: nothing opens
             return
         if self.swap_from is None:
             self.app.push_screen(PlanReviewScreen(facts, target, Wishes()))

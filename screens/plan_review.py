@@ -29,6 +29,7 @@ from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 from ..tui.widgets import KeyFooter, TextView
+from ..tui.wording import in_tui
 
 
 class PlanReviewScreen(GpuopsScreen):
@@ -104,7 +105,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.query_one("#plan-facts", TextView).set(facts_line(self.facts))
         verdict = self.query_one("#plan-verdict", TextView)
         if self.error or self.plan is None:
-            verdict.set(Text(self.error or "no plan", style="bold red"))
+            verdict.set(Text(in_tui(self.error or "no plan"), style="bold red"))
             return
         plan = self.plan
         fit = plan.fit
@@ -127,7 +128,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.query_one("#plan-diff-title").display = bool(changes)
         warnings = Text()
         for w in plan.warnings:
-            warnings.append(f"warning: {w}\n", style="yellow")
+            warnings.append(f"warning: {in_tui(w)}\n", style="yellow")
         self.query_one("#plan-warnings", TextView).set(warnings)
 
     # ---------------------------------------------------------------- actions
@@ -305,21 +306,39 @@ class PlanReviewScreen(GpuopsScreen):
             return None
 
     def action_deploy(self) -> None:
+        """What would refuse the deploy (a name or port taken, …) is said first; only a deploy that
+        would go on is summarised and asked for."""
         if self.plan is None:
             self.notify("no valid plan to deploy", severity="error")
             return
         plan = self.plan
+        host = plan.host
+        if host is None or host not in self.app.monitor.hosts:  # type: ignore[attr-defined]
+            self._ask_to_deploy(plan)  # an offline plan: the summary, then the app says where to plan it
+            return
+
+        async def check() -> None:
+            refusal = await self.app.ops.deploy_refusal(plan, host)  # type: ignore[attr-defined]
+            if refusal:
+                self.notify(f"not deployed: {refusal}", severity="error", timeout=12, markup=False)
+            elif self.is_current and self.plan is plan:  # still on this plan: ask
+                self._ask_to_deploy(plan)
+
+        self.notify(f"checking {plan.host} before deploying {plan.name} …", timeout=3)
+        self.run_worker(check(), group="deploy-check", exclusive=True, exit_on_error=False)
+
+    def _ask_to_deploy(self, plan: Plan) -> None:
         busy = self._gpu_processes(plan)
         free = self._free_gpus(plan) if busy and not plan.replicas else []
         other = None
         question, detail = deploy_summary(plan, busy)
         if busy and plan.replicas:
-            detail += "\nend what runs there (x on the dashboard's process list), fewer replicas, or deploy beside it"
+            detail += "\nend what runs there (ctrl+k on the dashboard's processes), fewer replicas, or deploy beside it"
         elif busy and len(free) >= plan.tp:
             other = f"Use free GPUs {','.join(map(str, free[:plan.tp]))}"
         elif busy:
-            detail += (f"\nonly {len(free)} of the GPUs are free for TP {plan.tp}: end what runs there (x on the "
-                       "dashboard's process list), lower TP (-), or deploy beside it")
+            detail += (f"\nonly {len(free)} of the GPUs are free for TP {plan.tp}: end what runs there (ctrl+k on "
+                       "the dashboard's processes), lower TP (-), or deploy beside it")
 
         def answered(answer: bool | str | None) -> None:
             if answer == "other":
@@ -366,7 +385,7 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     fit = plan.fit
     fits = fit is None or fit.fits
     lines = [f"fit: {fit.verdict if fit else 'not checked'}"]
-    size = (plan.model.checkpoint_bytes or 0) / 1e9
+    size = units.size(plan.model.checkpoint_bytes or 0)
     # a router's weights: each host's first replica's (the replicas on one host share its copy)
     firsts: dict[str | None, Plan] = {}
     for r in plan.replicas:
@@ -376,9 +395,9 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
         if server.reuse_existing:
             lines.append(f"weights{on}: {server.model_path} (already there, nothing to download)")
         elif not server.download_dir:
-            lines.append(f"weights{on}: download {size:.1f} GB into {server.host}'s HF cache (no model dir takes it)")
+            lines.append(f"weights{on}: download {size} into {server.host}'s HF cache (no model dir takes it)")
         else:
-            lines.append(f"weights{on}: download {size:.1f} GB into {server.model_path}")
+            lines.append(f"weights{on}: download {size} into {server.model_path}")
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
                  + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
     if plan.replicas:
@@ -395,7 +414,7 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     if busy:
         lines.append("already on those GPUs (deploying anyway shares them; e then `gpus …` picks others):")
         lines += [f"  {b}" for b in busy[:6]] + ([f"  … {len(busy) - 6} more"] if len(busy) > 6 else [])
-    lines += [f"warning: {w}" for w in plan.warnings]
+    lines += [f"warning: {in_tui(w)}" for w in plan.warnings]
     warn = [] if fits else ["DOES NOT FIT"]
     if busy:
         warn.append("GPUs in use")

@@ -1,8 +1,8 @@
 """The swap, the afternoon as one action: NEW's weights fetched on the host while OLD still serves,
 OLD benchmarked (or its latest run of the profile reused), stopped, NEW started like it and watched,
 benchmarked the same way, compared; then NEW kept or OLD rolled back (the outage, from the stop of
-OLD until a server is ready again, is measured and shown). `core.ops.Ops.swap` does all of it in an app worker (leaving this screen does not
-stop it); the screen shows its steps, both deployments' states as they change, the benchmark's
+OLD until a server is ready again, is measured and shown). `core.ops.Ops.swap` does all of it in an
+app worker (leaving this screen does not stop it); the screen shows its steps, both deployments' states as they change, the benchmark's
 progress and the comparison, and asks the two questions the swap has: roll back after a failure,
 and keep NEW after the comparison. `o` opens NEW's deployment screen (its log, phases, findings)."""
 
@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
+from ..core import units
 from ..core.domain import Plan, ProgressEvent, StateEvent
 from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
@@ -45,7 +46,7 @@ def step_text(step: dict) -> str | None:
             return f"fetching {step['new']}'s weights: {status} (nothing was stopped)"
         if step.get("present"):
             return f"{step['new']}'s weights: already on the host"
-        return f"{step['new']}'s weights fetched: {(step.get('bytes') or 0) / 1e9:.1f} GB in {step.get('seconds') or 0:.0f} s"
+        return f"{step['new']}'s weights fetched: {units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
     if name in ("bench-old", "bench-new") and step.get("skipped"):
         return f"benchmark of {step.get('old') or step.get('new') or 'it'}: skipped"
     if name == "bench-old":
@@ -141,8 +142,8 @@ class SwapScreen(GpuopsScreen):
             if event.state != "downloading" and name == self.plan.name:
                 self.post_message(self.Progress(""))
         elif isinstance(event, ProgressEvent) and event.phase == "downloading" and event.total:
-            rate = f" at {event.rate_bps / 1e6:.0f} MB/s" if event.rate_bps else ""
-            self.post_message(self.Progress(f"fetching: {event.done / 1e9:.1f} / {event.total / 1e9:.1f} GB{rate}"))
+            rate = f" at {units.rate(event.rate_bps)}" if event.rate_bps else ""
+            self.post_message(self.Progress(f"fetching: {units.size(event.done)} / {units.size(event.total)}{rate}"))
 
     # ---------------------------------------------------------------- the swap
 
@@ -171,22 +172,33 @@ class SwapScreen(GpuopsScreen):
             self.post_message(self.Progress(""))
 
     async def _keep(self, what: dict) -> bool:
-        """The swap's question, asked on top of whatever screen is showing: after a failure, roll
-        back now?; after the comparison, roll back or keep? (n and esc keep: nothing is stopped)."""
+        """The swap's question, asked on top of whatever screen is showing. After a failure: roll
+        back now? (y rolls back, what the question proposes; n and esc leave it). After the
+        comparison: keep the new one? y keeps it (goes ahead, as y does everywhere), r rolls back,
+        n and esc keep it too (nothing is stopped)."""
         import asyncio
 
         answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         new, old = self.plan.name, self.old
+
+        def answered(keep: bool) -> None:
+            if not answer.done():
+                answer.set_result(keep)
+
         if "failed" in what:
-            question, no = f"{what['failed']}: roll back to {old} now?", "Leave it"  # 'NEW crashed'
+            question = f"{what['failed']}: roll back to {old} now?"  # 'NEW crashed'
             detail = (f"y stops {new} and restarts {old} with its plan on port {self.plan.port}; "
                       f"n leaves {new} as it is (its log and triage tell why) and {old} stopped")
+            dialog = ConfirmScreen(question, detail, yes=f"Roll back to {old}", no="Leave it")
+            self.app.push_screen(dialog, lambda rollback: answered(rollback is not True))
         else:
-            question, no = f"Roll back to {old}, or keep {new}?", f"Keep {new}"
+            question = f"Keep {new}, or roll back to {old}?"
             detail = "\n".join(self._compare_lines(what.get("compare") or {})
-                               + [f"y stops {new} and restarts {old}; n keeps {new}"])
-        self.app.push_screen(ConfirmScreen(question, detail, yes="Roll back", no=no),
-                             lambda yes: answer.set_result(not yes) if not answer.done() else None)
+                               + [f"y keeps {new} serving in {old}'s place; r stops {new} and restarts {old}; "
+                                  "esc keeps it too (nothing is stopped)"])
+            dialog = ConfirmScreen(question, detail, yes=f"Keep {new}", other=f"Roll back to {old}", other_key="r",
+                                   no=None)
+            self.app.push_screen(dialog, lambda choice: answered(choice != "other"))
         return await answer
 
     @staticmethod

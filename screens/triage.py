@@ -214,7 +214,7 @@ class TriageScreen(GpuopsScreen):
     @work(exclusive=True, group="triage-end")
     async def end_processes(self, rows: list[dict]) -> None:
         from ..core.hosts.host import HostError
-        from ..core.ops import Refused
+        from ..core.ops import NeedsConfirmation, Refused
 
         for pid in dict.fromkeys(r["pid"] for r in rows):
             command = next(r.get("command") for r in rows if r["pid"] == pid)
@@ -223,6 +223,9 @@ class TriageScreen(GpuopsScreen):
                                                         confirmed=True)
             except (HostError, Refused) as exc:
                 self.notify(getattr(exc, "message", str(exc)), severity="error")
+                continue
+            except NeedsConfirmation as exc:  # another deployment's server: not ended as a leftover
+                self.notify(f"not ended: {exc.question} (s on the deployments view stops it)", severity="warning", timeout=10)
                 continue
             self.notify(result.message, severity="information" if result.ended else "error")
         self.action_rerun()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -128,7 +129,9 @@ def test_a_download_whose_deployer_was_killed_says_interrupted(box):
     assert d["state"] == "stopped"
     (finding,) = [e for e in evs if e["event"] == "finding"]
     assert finding["code"] == "download-interrupted" and finding["severity"] == "warning"
-    assert f"{killed_at / 1e9:.1f}" in finding["summary"] or "GB" in finding["summary"]
+    assert re.search(r"stopped at \d+\.\d [MG]iB of 15\.3 GiB: the gpuops that ran it was closed or killed$",
+                     finding["summary"]), finding["summary"]
+    assert finding["data"]["done_bytes"] >= killed_at
     assert "deploy again" in finding["fix"]["summary"]
     last = [e for e in evs if e["event"] == "state"][-1]
     assert last["state"] == "stopped" and last["reason"] == "download interrupted: deploy again to resume"
@@ -247,7 +250,7 @@ async def test_the_deployment_screen_says_when_the_download_lost_its_downloader(
         app = GpuopsApp(load_inventory(str(box.cfg)), interval=0.5)
         async with app.run_test(size=(160, 45)) as pilot:
             assert app.open_deployment("dl")
-            assert await until(pilot, lambda: "downloading" in screen_text(app) and " MB/s" in screen_text(app),
+            assert await until(pilot, lambda: "downloading" in screen_text(app) and "iB/s" in screen_text(app),
                                timeout=30), screen_text(app)
             with pytest.raises(Refused, match=f"dl is being deployed by gpuops pid {proc.pid} \\(downloading\\)"):
                 await app.ops.restart("dl", confirmed=True)  # the CLI's download goes on: not restarted beside it
@@ -256,7 +259,7 @@ async def test_the_deployment_screen_says_when_the_download_lost_its_downloader(
             proc.wait()
             assert await until(pilot, lambda: "stopped: download interrupted: deploy again to resume"
                                in screen_text(app), timeout=30), screen_text(app)
-            assert "download-interrupted" in screen_text(app) and " MB/s" not in screen_text(app), screen_text(app)
+            assert "download-interrupted" in screen_text(app) and "iB/s" not in screen_text(app), screen_text(app)
     finally:
         proc.kill()
         proc.wait()

@@ -382,7 +382,7 @@ def test_a_local_folder_without_its_weights_is_not_a_complete_copy(tmp_path):
     with open(folder / "model-00001-of-00002.safetensors", "wb") as f:
         f.truncate(8_000_000_000)  # sparse: half the index's bytes
     plan = build_plan(load_model_facts(str(folder)), offline_target(1, H200), Wishes())
-    assert any("holds 8.0 of its index's 16.0 GB" in w and "incomplete" in w for w in plan.warnings), plan.warnings
+    assert any("holds 7.5 GiB of its index's 14.9 GiB" in w and "incomplete" in w for w in plan.warnings), plan.warnings
 
 
 def test_a_plan_like_a_stored_one_derives_its_rules_companions_again():

@@ -664,7 +664,7 @@ def test_silence_fixes():
     # the operator's hang: no NCCL lines yet, so first see where NCCL waits
     lines = fixture("incomplete-dist-init-0.5.10.log")
     [f] = findings_for_log(lines)
-    assert f.fix.plan_patch == {"set_env": {"NCCL_DEBUG": "INFO"}}
+    assert f.fix.plan_patch == {"set_env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P"}}  # the stall's
     assert f.evidence[0].source == "log:5" and f.evidence[0].line == lines[4]
     assert f.evidence[-1].reading == "the log ends at line 5, 0 line(s) later"
     # with NCCL's INFO lines there and Init START pending: the P2P experiment, the pending ranks as evidence
@@ -766,6 +766,7 @@ def test_sim_kv_cache_oom(tmp_path, models):
 def test_sim_hang_at_dist_init_cut_while_hanging(tmp_path, models):
     host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
     plan = sim_plan(models["qwen3"], "0.5.10", 2)
+    plan["env"]["NCCL_DEBUG"] = "INFO"  # NCCL's INFO lines (its Init START) come only with it, as from NCCL
     srv = serve(host, plan)
     try:
         srv.wait_for(r"rank 1 nranks 2 .* - Init START$")

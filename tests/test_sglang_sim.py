@@ -375,7 +375,16 @@ def test_sigkill_leaves_no_counted_memory(tmp_path, models):
 
 def test_hang_at_dist_init(tmp_path, models):
     host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
+    # without NCCL_DEBUG a real hang says nothing after "sglang is using nccl"; with it, NCCL's INFO lines
     srv = Server(host, "--model-path", models["qwen35"], "--tp", "2")
+    try:
+        srv.wait_for(r"sglang is using nccl==")
+        time.sleep(1.0)
+        assert srv.proc.poll() is None and not any("NCCL INFO" in x for x in srv.text)
+        assert [m for _, m in messages(srv.text)][-1] == "sglang is using nccl==2.27.5"
+    finally:
+        srv.stop()
+    srv = Server(host, "--model-path", models["qwen35"], "--tp", "2", env={"NCCL_DEBUG": "INFO"})
     try:
         srv.wait_for(r"NCCL INFO ncclCommInitRank .* rank 1 nranks 2 .* - Init START$")
         time.sleep(1.0)  # a whole ok start at this pace is well under this
@@ -394,7 +403,7 @@ def test_hang_at_dist_init(tmp_path, models):
         srv.stop()
     # the new wording in a new version
     host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.23", scenario="hang-at-dist-init", pace=0.02)
-    srv = Server(host, "--model-path", models["qwen3"], "--tp", "2")
+    srv = Server(host, "--model-path", models["qwen3"], "--tp", "2", env={"NCCL_DEBUG": "INFO"})
     try:
         srv.wait_for(r"rank 1 nranks 2 .* - Init START$")
         assert [m for _, m in messages(srv.text)][-3:] == ["Init parallel begin.", "Init parallel begin.",

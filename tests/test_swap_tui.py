@@ -31,7 +31,7 @@ async def _to_swap_screen(app, pilot, model: str, answer: str = "y") -> SwapScre
 
     title = picker.query_one("#picker-title", Static)
     assert await until(pilot, lambda: "scanning" not in str(title.render()), timeout=60)
-    await pilot.press("slash", *model)
+    await pilot.press(*model)  # the id box has the keys from the start
     box_ = picker.query_one("#model-input", Input)
     assert box_.value == model, (box_.value, app.focused)
     said: list[str] = []  # every notification (they expire from the app's list while the host is read)
@@ -69,13 +69,13 @@ async def test_the_swap_screen_benchmarks_replaces_compares_and_keeps(box, monke
     async with app.run_test(size=(160, 50)) as pilot:
         swap = await _to_swap_screen(app, pilot, NEW)
         new = swap.plan.name
-        # the comparison comes with the question: roll back or keep (n keeps)
-        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "keep" in app.screen.question,
+        # the comparison comes with the question: keep (y, going ahead as everywhere) or roll back (r)
+        assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "Keep" in app.screen.question,
                            timeout=420)
         question = app.screen
-        assert question.question == f"Roll back to oldie, or keep {new}?"
+        assert question.question == f"Keep {new}, or roll back to oldie?"
         assert "output throughput" in question.detail.lower() or "throughput" in question.detail.lower()
-        await pilot.press("n")
+        await pilot.press("y")
         assert await until(pilot, lambda: swap.outcome is not None, timeout=60)
         assert swap.outcome["outcome"] == "swapped"
         texts = [t for _, t in swap.lines]

@@ -210,7 +210,10 @@ def test_the_cli_and_every_screen_at_80x24(box):
         pane.wait_for("pick a model for gpu1", "Models on gpu1: 1", "Qwen3ForCausalLM")
         header = pane.line_with(" kind ")
         assert all(c in header for c in ("kind", "size", "complete")), pane.text
-        assert str(model) in pane.line_with("0.0 GB") and "NO" in pane.line_with("0.0 GB"), pane.text
+        row = pane.line_with(str(model))  # its size as the storage screen says sizes (binary units)
+        assert "NO" in row and re.search(r" \d+(\.\d)? (B|KiB|MiB|GiB) ", row) and " GB " not in row, pane.text
+        has_keys(pane, "↓ Copies", "esc Back")  # the id box has the keys: what is typed goes there
+        pane.keys("Down")  # the host's copies: their keys
         has_keys(pane, "/ Type an id", "r Rescan", "esc Back")
 
         # enter: plan review: the verdict and the launch at the top, its keys in the footer
@@ -314,11 +317,11 @@ def test_the_cli_and_every_screen_at_80x24(box):
         pane.keys("y")
         pane.wait_for("swap alpha → beta", "alpha: stopped", "stopping alpha", "o Open new", timeout=60)
         has_keys(pane, "o Open new", "esc Back")
-        # the end: the comparison with the question, both answers in view; n keeps beta
-        pane.wait_for("Roll back to alpha, or keep beta?", "Roll back (y)", "Keep beta (n)", timeout=120)
-        pane.keys("n")
+        # the end: the comparison with the question, both answers in view; y keeps beta (r would roll back)
+        pane.wait_for("Keep beta, or roll back to alpha?", "Keep beta (y)", "Roll back to alpha (r)", timeout=120)
+        pane.keys("y")
         pane.wait_for("beta kept: it serves in alpha's place", "kept beta", "beta: ready", "Output throughput",
-                      gone=("Keep beta (n)",))
+                      gone=("Keep beta (y)",))
         has_keys(pane, "o Open new", "esc Back")
         back(pane, "swap alpha on gpu1", "d Swap")  # the swap's plan review, under it
         back(pane, "pick the model that replaces alpha")

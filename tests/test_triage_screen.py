@@ -110,8 +110,10 @@ async def test_readonly_refuses_the_fix(sim_world, models):
             assert app.open_deployment("ro")
             assert await until(pilot, lambda: isinstance(app.screen, DeploymentScreen)
                                and any(f.code == "spec-config-invalid" for f in app.screen.view.findings))
-            assert app.screen.check_action("apply_fix", ()) is None  # disabled: shown so in the footer
+            assert app.screen.check_action("apply_fix", ()) is None  # off: struck through in the footer
             await pilot.press("f")  # handled (pilot waits for it): nothing asked, nothing restarted
+            assert await until(pilot, lambda: any(str(n.message).startswith("read-only: a fix restarts the server")
+                                                  for n in app._notifications))
             assert isinstance(app.screen, DeploymentScreen) and len(app.screen_stack) == 2
     finally:
         sim.shutdown()

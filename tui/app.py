@@ -69,6 +69,7 @@ class GpuopsApp(App):
         self.config_path = config_path or inventory.source
         self._config_seen = _file_stamp(self.config_path)
         self.readonly = readonly
+        self.update_classes({"-readonly": readonly}, update=False)  # (the footer strikes its keys that are off)
         self.simulated = simulated
         self.interval = interval
         self.monitor = Monitor(inventory, interval=interval, hosts=hosts)
@@ -189,6 +190,13 @@ class GpuopsApp(App):
             await self.ops.close()
         await self.monitor.close()
 
+    def notify(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """A notice, in the TUI's words: a remedy the use cases put as a command-line flag ("choose
+        another --port") names the TUI's way to do it (tui.wording)."""
+        from .wording import in_tui
+
+        super().notify(in_tui(message) if isinstance(message, str) else message, *args, **kwargs)
+
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""
         from ..core.hosts.host import HostError
@@ -208,10 +216,11 @@ class GpuopsApp(App):
 
         self.run_worker(guarded(), group=group, exit_on_error=False)
 
-    def end_process(self, host_name: str, pid: int, shown_command: str | None) -> None:
-        """End a process on a host (asked first by the screen), reporting how it went."""
+    def end_process(self, host_name: str, pid: int, shown_command: str | None, deployment: str | None = None) -> None:
+        """End a process on a host (asked first by the screen: `deployment`, the one it said the pid
+        is the server of, which is then stopped), reporting how it went."""
         async def work() -> None:
-            result = await self.ops.end_process(host_name, pid, shown_command, confirmed=True)
+            result = await self.ops.end_process(host_name, pid, shown_command, confirmed=True, deployment=deployment)
             self.notify(result.message, severity="information" if result.ended else "error")
 
         self._run_use_case(work(), "end-process")
@@ -232,7 +241,9 @@ class GpuopsApp(App):
         if not downloads:
             self.exit()
             return
-        said = "; ".join(f"{name} ({done / 1e9:.1f} of {total / 1e9:.1f} GB)" if done is not None and total
+        from ..core import units
+
+        said = "; ".join(f"{name} ({units.size(done)} of {units.size(total)})" if done is not None and total
                          else name for name, done, total in downloads)
         ask = ConfirmScreen(f"Quit while gpuops downloads {said}?",
                             "Quitting interrupts the download: nothing goes on downloading on the host. Deploying "
@@ -254,16 +265,20 @@ class GpuopsApp(App):
         shown: list[tuple[str, str]] = []
         rest: list[tuple[str, str]] = []
         seen: set[str] = set()
+        off: list[tuple[str, str]] = []  # keys whose action is off now (read-only's)
         for key, active in self.screen.active_bindings.items():
             b = active.binding
             display = self.get_key_display(b)
             if not b.description or display in seen or not _own_binding(active.node, b):
                 continue
             seen.add(display)
-            (shown if b.show else rest).append((display, b.description))
+            if not active.enabled:
+                off.append((display, f"{b.description}: off" + (", read-only" if self.readonly else "")))
+            else:
+                (shown if b.show else rest).append((display, b.description))
         screen = self.screen
         title = getattr(screen, "HELP_TITLE", "") or _spaced(type(screen).__name__.removesuffix("Screen")) or "gpuops"
-        self.push_screen(HelpScreen(title, shown, rest))
+        self.push_screen(HelpScreen(title, shown, rest, off=off))
 
     def on_plan_review_screen_deploy_requested(self, event: Any) -> None:
         """Deploy a reviewed plan: checks, then the deployment screen while it comes up (and on:
@@ -287,9 +302,10 @@ class GpuopsApp(App):
 
         self._run_use_case(work(), "deploy")
 
-    def begin_swap(self, name: str) -> None:
-        """The swap's first step: pick the model that replaces ready deployment `name` (then its
-        plan like `name`, reviewed; then the swap itself on its screen)."""
+    def begin_swap(self, name: str, model: str | None = None) -> None:
+        """The swap's first step: pick the model that replaces ready deployment `name` (`model`:
+        the one typed after it, planned at once); then its plan like `name`, reviewed; then the swap
+        itself on its screen."""
         from ..core.ops import Refused
         from ..screens.model_picker import ModelPickerScreen
 
@@ -310,9 +326,10 @@ class GpuopsApp(App):
             return
         if d.plan.replicas:
             self.notify(f"{name} is {len(d.plan.replicas)} replicas behind a router: a swap of it is not built yet "
-                        "(plan the new model with --replicas and deploy it beside)", severity="error", timeout=10)
+                        "(p on the dashboard plans the new model, e then `replicas K` on its review; deploy it beside)",
+                        severity="error", timeout=10)
             return
-        self.push_screen(ModelPickerScreen(d.host, swap_from=name))
+        self.push_screen(ModelPickerScreen(d.host, swap_from=name, model=model))
 
     def on_swap_review_screen_swap_requested(self, event: Any) -> None:
         from ..core.bench.runner import resolve_profile
@@ -369,8 +386,11 @@ class GpuopsApp(App):
             self.call_after_refresh(screen.select, select)
 
     def _deployment_names(self) -> list[str]:
+        return [d.name for d in self._deployments()]
+
+    def _deployments(self) -> list[Any]:
         try:
-            return [d.name for d in self.ops.deployments()]
+            return self.ops.deployments()
         except Exception:  # a store that cannot be read: the command line still opens
             return []
 
@@ -402,7 +422,7 @@ class GpuopsApp(App):
         from ..screens.command import CommandScreen, suggestions
 
         completions = suggestions(self.monitor.states, self._deployment_names(), self.available_themes)
-        placeholder = "host NAME · dep [NAME] · swap NAME · theme NAME · bench · help · quit"
+        placeholder = "host NAME · dep [NAME] · swap NAME [MODEL] · theme NAME · bench · help · quit"
 
         def done(text: str | None) -> None:
             if text:
@@ -428,7 +448,13 @@ class GpuopsApp(App):
         elif verb in ("deployment", "dep", "d", "deployments", "deps"):
             self.open_deployments()
         elif verb == "swap" and arg:
-            self.begin_swap(arg)
+            name, _, model = arg.partition(" ")
+            self.begin_swap(name, model.strip() or None)
+        elif verb == "swap":  # which one? (on a deployment's screen, `:swap` is that one's: its screen says)
+            ready = [d.name for d in self._deployments() if d.state == "ready"]
+            self.notify(":swap NAME [MODEL]: NAME is the ready deployment to replace ("
+                        + (f"ready now: {', '.join(ready[:6])}" if ready else "none is ready now") + "), MODEL the "
+                        "one to put in its place (else pick it)", severity="warning", timeout=10, markup=False)
         elif verb == "theme" and arg:
             if arg not in self.available_themes:
                 self.notify(f"no theme named {arg!r}", severity="error")
@@ -445,9 +471,8 @@ class GpuopsApp(App):
         elif word in self.monitor.states and not arg:  # `:gpu2` is `:host gpu2`
             self.jump_to_host(word)
         else:
-            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME, theme NAME, bench, help, "
-                        "quit",
-                        severity="error")
+            self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME [MODEL], theme NAME, bench, "
+                        "help, quit", severity="error", markup=False)  # (its brackets are text)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from ..core import units
+
 GIB = 1024**3
 
 
@@ -33,7 +35,7 @@ def facts_line(facts) -> Text:
     params = f"{facts.params / 1e9:.1f}B params"
     if facts.active_params and facts.active_params != facts.params:
         params += f" ({facts.active_params / 1e9:.1f}B active)"
-    size.append(f"\n{params}, checkpoint {facts.checkpoint_bytes / 1e9:.1f} GB "
+    size.append(f"\n{params}, checkpoint {units.size(facts.checkpoint_bytes)} "
                 f"({facts.checkpoint_bytes_source})", style="dim")
     return size
 
@@ -90,13 +92,17 @@ def launch_title(plan) -> str:
     return "router (sglang-router)" if plan.replicas else f"launch (SGLang {plan.sglang_version})"
 
 
+# what a plan made offline runs the server with: the python of the host it is deployed on (bound then)
+HOST_PYTHON = "<host python>"
+
+
 def launch_text(plan) -> Text:
     out = Text()
     for k, v in sorted(plan.env.items()):
         out.append(f"{k}={v} ", style="yellow")
     if plan.env:
         out.append("\\\n")
-    out.append(f"{plan.python} -m {plan.module}")
+    out.append(f"{plan.python or HOST_PYTHON} -m {plan.module}")
     from ..core.domain import split_flags
 
     for name, values in split_flags(plan.argv):

@@ -679,6 +679,14 @@ def summary(record: dict) -> dict:
             **{k: record.get(k) for k, *_ in METRICS if k != "quality_score"}}
 
 
+UNLIMITED = "∞"  # the concurrency of a record run without --max-concurrency (bench_serving's null)
+
+
+def concurrency_label(max_concurrency: Any) -> str:
+    """A record's concurrency as compare and export label it: the number, or ∞ when it had none."""
+    return str(max_concurrency) if max_concurrency else UNLIMITED
+
+
 def _columns(runs: list[BenchRun]) -> list[dict]:
     cols = []
     for run in runs:
@@ -686,7 +694,7 @@ def _columns(runs: list[BenchRun]) -> list[dict]:
         records = run.records or [{}]
         for record in records:
             mc = record.get("max_concurrency")
-            label = f"#{run.id}" + (f" c={mc}" if len(records) > 1 else "")
+            label = f"#{run.id}" + (f" c={concurrency_label(mc)}" if len(records) > 1 else "")
             values = {k: (score if k == "quality_score" else record.get(k)) for k, *_ in METRICS}
             cols.append({"run": run.id, "label": label, "max_concurrency": mc, "values": values,
                          "measured": bool(run.records)})
@@ -709,7 +717,7 @@ def compare(runs: list[BenchRun]) -> dict:
     if len({c["max_concurrency"] for c in cols if c["measured"]}) > 1:  # the reader sees what is paired
         for c in cols:
             if c["measured"] and " c=" not in c["label"]:
-                c["label"] += f" c={c['max_concurrency'] or 'unlimited'}"
+                c["label"] += f" c={concurrency_label(c['max_concurrency'])}"
     for c in cols:
         same = [b for b in first if b["max_concurrency"] == c["max_concurrency"]]
         c["baseline"] = cols.index(same[0]) if same else None
@@ -717,7 +725,7 @@ def compare(runs: list[BenchRun]) -> dict:
     others = [c for c in cols if c["run"] != runs[0].id and c["measured"]]
     if others and all(c["baseline"] is None for c in others):
         note: str | None = (f"no run shares a concurrency with #{runs[0].id} "
-                            f"({', '.join(str(c['max_concurrency'] or 'unlimited') for c in first)}): no deltas")
+                            f"({', '.join(concurrency_label(c['max_concurrency']) for c in first)}): no deltas")
     elif unmatched:
         note = f"no delta for {', '.join(unmatched)}: #{runs[0].id} has no run at that concurrency"
     else:

@@ -14,13 +14,14 @@ import os
 import time
 from typing import Any, Callable
 
-from ..domain import Finding, FindingEvent, Plan, ProgressEvent, StateEvent, flag_value
+from .. import units
+from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
-from ..hosts.host import Host, host_python
+from ..hosts.host import Host, HostError, host_python
 from ..hosts.model_copies import copy_complete
 from ..planning.hostfacts import free_space, sglang_version
 from ..telemetry.samples import snapshot
-from .download import Download, DownloadError
+from .download import Download, DownloadError, bytes_on_disk
 from .launch import Launcher, open_launcher
 from .store import Lease, Store
 from .watch import Bus, log_end
@@ -75,9 +76,22 @@ class Deployer:
     # ---------------------------------------------------------------- checks
 
     async def preflight(self, *, held: bool = False) -> None:
-        """The checks before anything changes. `held`: the port and GPUs are held by the deployment
-        this one replaces (a swap fetches the new weights while the old server still serves): they
-        are checked by :meth:`check_held` once that one is stopped."""
+        """Every refusal first (:meth:`checks`), then the question about GPUs in use: an operator is
+        never asked to confirm a deploy that would then be refused. `held`: the port and GPUs are held
+        by the deployment this one replaces (a swap fetches the new weights while the old server still
+        serves): they are checked by :meth:`check_held` once that one is stopped."""
+        await self.checks(held=held)
+        if not held:
+            await self.confirm_gpus()
+
+    async def check_held(self) -> None:
+        """What :meth:`preflight` left out with `held`: the ports free, the GPUs free or confirmed."""
+        await self.check_ports()
+        await self.confirm_gpus()
+
+    async def checks(self, *, held: bool = False) -> None:
+        """What refuses the deploy (DeployError), nothing asked: SGLang (or the router) installed
+        there, the ports free (not with `held`), room for the download."""
         plan, host = self.plan, self.host
         if plan.replicas:  # a router: sglang-router where it runs, its ports free
             res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
@@ -87,23 +101,29 @@ class Deployer:
         elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
         if not held:
-            await self.check_held()
+            await self.check_ports()
         if plan.download_dir and not plan.reuse_existing:
             free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
             need = int((plan.model.checkpoint_bytes or 0) * 1.1)
             if free is not None and free < need:
-                raise DeployError(f"{plan.download_dir} on {host.name} has {free / 1e9:.0f} GB free; "
-                                  f"the model needs {need / 1e9:.0f} GB")
+                raise DeployError(f"{plan.download_dir} on {host.name} has {units.size(free)} free; "
+                                  f"the model needs {units.size(need)}")
 
-    async def check_held(self) -> None:
-        """The plan's ports free on its host, its GPUs free (or the processes on them confirmed)."""
+    async def check_ports(self) -> None:
+        """The plan's ports (a router's metrics port too) free to bind on the host; DeployError when
+        one is not."""
         plan, host = self.plan, self.host
         ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
         for port in ports:
             res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
             if not res.ok:
                 raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
-        snap = await snapshot(host)
+
+    async def confirm_gpus(self) -> None:
+        """The plan's GPUs already run processes: go on only when the operator says so (--yes, or
+        `ask`); DeployError otherwise."""
+        plan = self.plan
+        snap = await snapshot(self.host)
         busy = [(g.index, p) for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
         if busy:
             listing = "; ".join(f"GPU{i}: pid {p.pid} {p.user or '?'} {p.command or '?'}" for i, p in busy)
@@ -176,12 +196,44 @@ class Deployer:
                                     "(a shard its index names is missing or short): deploy again to resume it")
         except DownloadError as exc:
             stalled = exc.message.startswith("download-stalled")
-            self.record(FindingEvent.of(Finding("download-stalled" if stalled else "download-failed", "error",
-                                                exc.message)))
+            self.record(FindingEvent.of(await self._download_finding(exc, stalled, dl)))
             self.record(StateEvent(state="stalled" if stalled else "crashed", reason=exc.message))
             return False
         self.fetched = {"present": False, "bytes": done, "seconds": round(time.monotonic() - began, 1)}
         return True
+
+    async def _download_finding(self, exc: DownloadError, stalled: bool, dl: Download) -> Finding:
+        """What a download that failed or stalled says, with what the host's disk shows: how much is
+        there and how much room is left; the fix follows it (room for the rest: deploy again, the
+        download resumes from the disk, and look at the network if it stalls again; no room: free
+        it first)."""
+        if not stalled:
+            return Finding("download-failed", "error", exc.message, fix=Fix(exc.hint) if exc.hint else None)
+        name, host, into = self.name, self.host.name, dl.into
+        done = free = None
+        try:
+            done = await bytes_on_disk(self.host, into) if (dl.local_dir or dl.cache_folder) else None
+            free = (await free_space(self.host, (into,))).get(into)
+        except HostError:
+            pass  # the host is gone too: the finding says what the download said
+        total = self.plan.model.checkpoint_bytes
+        evidence = []
+        if done is not None:
+            evidence.append(Evidence("disk", reading=units.size(done) + (f" of {units.size(total)}" if total else "")
+                                     + f" in {into}"))
+        if free is not None:
+            evidence.append(Evidence("df", reading=f"{units.size(free)} free where {into} is"))
+        again = f"`gpuops stop {name}`, then deploy it again with --name {name}: the download resumes from the disk"
+        left = (total or 0) - (done or 0)
+        if free is not None and left > free:
+            fix = (f"the disk is full for it: {units.size(left)} are still to come and {units.size(free)} are free "
+                   f"where {into} is on {host}: free room there (or plan another download folder), then {again}")
+        else:
+            fix = (f"{again}" + (f" (from the {units.size(done)} there)" if done else "")
+                   + f"; if it stalls again, {host} does not reach the Hub: check its network (a proxy, HF_ENDPOINT) "
+                   "and the Hub's status")
+        return Finding("download-stalled", "error", exc.message.removeprefix("download-stalled: "), tuple(evidence),
+                       Fix(fix), data={"done_bytes": done, "total_bytes": total, "free_bytes": free, "into": into})
 
     async def launch(self) -> None:
         """Install and start the server. Its run's log begins where the log ends now."""

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from ..config import PHASES
+from ..diagnose.phases import DRAFT_SHARDS
 from ..diagnose.triage import ranked
 from ..domain import (
     ChecksEvent,
@@ -56,6 +57,7 @@ class RunView:
     phase_lines: dict[str, str] = field(default_factory=dict)
     phase_log_ts: dict[str, datetime] = field(default_factory=dict)  # the server's own time of each phase line
     progress: dict[str, ProgressEvent] = field(default_factory=dict)
+    draft_shards: ProgressEvent | None = None  # the draft model's shards (read in the weights phase too)
     numbers: dict[str, float] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     checks: list[HostCheck] | None = None
@@ -106,7 +108,10 @@ class RunView:
                 self.phase_log_ts.setdefault(event.phase, logged)
             self._progressed(event.ts)
         elif isinstance(event, ProgressEvent):
-            self.progress[event.phase] = event
+            if event.what == DRAFT_SHARDS:  # not the model's own count (the weights phase keeps that)
+                self.draft_shards = event
+            else:
+                self.progress[event.phase] = event
             if event.phase != "downloading":
                 self._progressed(event.ts)
         elif isinstance(event, NumbersEvent):
@@ -148,6 +153,20 @@ class RunView:
             self.phases.setdefault("ready", event.ts)
         if event.state == "crashed":
             self.crash = event
+
+    def stall_summary(self, now: datetime | None = None) -> str:
+        """The stall in force as its banner says it, its silence counted up to `now` (the stored
+        summary's was the silence when the stall was seen), "" without one."""
+        from ..diagnose.stall import format_duration
+
+        stall = self.stall
+        if stall is None:
+            return ""
+        summary = stall.summary or stall.phase or "no progress"
+        head, sep, rest = summary.partition(", ")
+        if stall.phase and head.startswith(f"{stall.phase} silent ") and self.last_progress is not None:
+            head = f"{stall.phase} silent {format_duration(self.silent_s(now))}"
+        return head + sep + rest
 
     def silent_s(self, now: datetime | None = None) -> float:
         """Seconds since the run last moved (0 when nothing is known)."""

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..config import PHASES
-from ..diagnose.finding_rules import LogScanner
+from ..diagnose.finding_rules import LogScanner, nccl_log_on
 from ..diagnose.phases import Numbers, PhaseChange, PhaseTracker, Progress, clean
 from ..diagnose.stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
 from ..domain import (
@@ -251,6 +251,7 @@ class Watch:
         self.read_from: int | None = None  # the file offset reading began at (the display window's start)
         self.lines_parsed = 0
         self.triages = 0
+        self.last_checks: list[Any] = []  # the host checks of the last triage (its P2P check shapes a stall's fix)
         self._cursor: str | None = None
         self._offset: int | None = None
         self._numbers: dict[str, float] = {}
@@ -677,12 +678,16 @@ class Watch:
 
     async def _stalled(self, stall: Stall, last_line: str | None, last_line_no: int | None, *,
                        scanner: LogScanner, tracker: PhaseTracker) -> None:
-        """Say the stall (state, finding with its evidence), then triage it on the host: what the
-        log's silence suggests, and the host checks (driver/library, P2P, ports, /dev/shm, …)."""
-        self.finding(stall_finding(stall, last_line, last_line_no))
+        """Say the stall (its state at once), triage it on the host (what the log's silence suggests,
+        the host checks: driver/library, P2P, ports, /dev/shm, …), then its finding with its evidence,
+        whose fix follows what the log and the checks showed (NCCL's own log on, the P2P check)."""
         self.set_state("stalled", phase=stall.phase, silent_s=round(stall.silent_s, 1), summary=stall.summary)
+        p2p_ok = None
         if self.triage_on_stall:
             await self.triage(scanner, tracker)
+            p2p_ok = next((r.ok for r in self.last_checks if r.name == "p2p-unavailable"), None)
+        self.finding(stall_finding(stall, last_line, last_line_no, nccl_log=nccl_log_on(scanner, self.plan),
+                                   p2p_ok=p2p_ok, p2p_off=self.plan.env.get("NCCL_P2P_DISABLE") == "1"))
 
     async def triage(self, scanner: LogScanner | None = None, tracker: PhaseTracker | None = None) -> list[Finding]:
         """Findings beyond the stall itself, recorded and returned: the log rules' (errors in
@@ -702,6 +707,7 @@ class Watch:
         except HostError as exc:
             out.append(Finding("host-error", "warning", f"the host checks could not run: {exc.message}"))
         else:
+            self.last_checks = list(results)
             self.record(ChecksEvent(checks=[r.summary() for r in results]))
             out += findings(results)
         for finding in out:

@@ -66,6 +66,7 @@ from ..planning import sglang_versions as sv
 from ..domain import SEVERITIES, Evidence, Finding, Fix, Severity
 from .fixes import apply_patch, describe_patch
 from .phases import Crash, JoinedLine, LogLine, PhaseTracker, clean, track_log
+from .stall import nccl_init_fix
 from ..domain import Plan, split_flags
 from ..planning.flag_rules import MAMBA_FLAGS
 
@@ -123,6 +124,7 @@ class SilenceRule:
     patch: PatchFn | None = None
     nccl_pending: bool = False
     severity: Severity = "warning"
+    fix_of: "Callable[[Ctx], Fix] | None" = None  # the whole fix from the evidence (then ``fix`` and ``patch`` are unused)
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,9 +322,17 @@ def _nccl_debug(ctx: Ctx) -> dict | None:
     return None if ctx.nccl_debug_on() else {"set_env": {"NCCL_DEBUG": "INFO"}}
 
 
-def _nccl_stall(ctx: Ctx) -> dict | None:
-    """First see where NCCL waits (NCCL_DEBUG=INFO); with that already on, try without P2P."""
-    return {"set_env": {"NCCL_P2P_DISABLE": "1"} if ctx.nccl_debug_on() else {"NCCL_DEBUG": "INFO"}}
+def _nccl_init_fix(ctx: Ctx) -> Fix:
+    """A log that ends in NCCL's initialisation: the stall watcher's fix, from what the log shows
+    (NCCL's own log on or not); P2P is not checked by reading a log (triage of a deployment revises
+    it with the host's P2P check)."""
+    return nccl_init_fix(ctx.nccl_debug_on(), None, p2p_off=(ctx.env("NCCL_P2P_DISABLE") or "") == "1")
+
+
+def nccl_log_on(scanner: "LogScanner", plan: Plan | None) -> bool:
+    """Whether NCCL's own INFO log is on for the lines `scanner` read: its lines are there, or the
+    plan sets NCCL_DEBUG=INFO (or TRACE)."""
+    return Ctx(plan, {}, scanner, None).nccl_debug_on()
 
 
 def _env(key: str, value: str) -> PatchFn:
@@ -598,18 +608,16 @@ LINE_RULES: tuple[LineRule, ...] = (
 )
 
 SILENCE_RULES: tuple[SilenceRule, ...] = (
+    # the stall watcher's nccl-init-stall as a log shows it, with its fix (stall.nccl_init_fix); a warning: a
+    # log that ends here may still be starting (a deployment's triage shows the watcher's error in force)
     SilenceRule("dist-init-silent", "nccl-init-stall", ("dist_init",),
                 re.compile(r"Init torch distributed begin|Init parallel begin|sglang is using nccl"),
                 "The log ends in dist_init after '{last}': a start that stays silent here (with no GPU memory "
                 "used) is stuck in NCCL's communicator setup (driver/library mismatch, P2P, a rank that never "
-                "joined).",
-                "Run host triage; restart with NCCL_DEBUG=INFO to see where NCCL waits (with it on: "
-                "NCCL_P2P_DISABLE=1 as an experiment)", _nccl_stall),
+                "joined).", "", fix_of=_nccl_init_fix),
     SilenceRule("nccl-init-pending", "nccl-init-stall", None, None,
                 "NCCL began setting up {pending} communicator rank(s) (Init START) that never completed (no Init "
-                "COMPLETE) before the log ended.",
-                "Run host triage; with NCCL_DEBUG=INFO on, NCCL_P2P_DISABLE=1 as an experiment", _nccl_stall,
-                nccl_pending=True),
+                "COMPLETE) before the log ended.", "", nccl_pending=True, fix_of=_nccl_init_fix),
     SilenceRule("graph-capture-silent", "cuda-graph-stall", ("cuda_graph", "draft"),
                 re.compile(r"Capture .*\bbegin\b|Capture cuda graph bs|Capturing "),
                 "The log ends inside CUDA-graph capture after '{last}': a capture that stays silent is often an "
@@ -870,7 +878,8 @@ class LogScanner:
             evidence += (Evidence("log", reading=f"the log ends at line {self.line_no}, {self.line_no - at} line(s) "
                                                  "later"),)
             vals = _Vals(last=last, pending=str(len(self._nccl_started)))
-            fix = self.fix(rule.fix, rule.patch, Ctx(plan, {}, self, tracker))
+            ctx = Ctx(plan, {}, self, tracker)
+            fix = rule.fix_of(ctx) if rule.fix_of is not None else self.fix(rule.fix, rule.patch, ctx)
             out.append((at, Finding(rule.code, rule.severity, rule.summary.format_map(vals), evidence, fix,
                                     {"rule": rule.id, "phase": tracker.phase})))
             codes.add(rule.code)

@@ -83,6 +83,7 @@ __all__ = [
 ]
 
 PHASES: tuple[str, ...] = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready")
+DRAFT_SHARDS = "draft shards"  # the progress of a draft model's shards read in the weights phase (not the model's)
 OUTCOMES: tuple[str, ...] = ("ready", "crashed", "incomplete")
 
 _IDX = {p: i for i, p in enumerate(PHASES)}
@@ -1051,7 +1052,7 @@ class PhaseTracker:
         elif "shards" in desc:
             p = self._enter(ln, "weights", None, out)
             key = "draft" if (p == "draft" or self._pi == _I_DRAFT) else "weights"
-            what = "draft shards" if (key == "weights" and self._draft_loading) else "shards"
+            what = DRAFT_SHARDS if (key == "weights" and self._draft_loading) else "shards"
             self._progress(key, int(done), int(total), what, out)
 
     def _kv_line(self, ln: LogLine, t: str, out: list[Change]) -> None:

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+import msgspec
+
 from ..domain import Evidence, Finding, Fix
 
 # Seconds without progress before a phase counts as stalled (config [stall] overrides).
@@ -169,12 +171,48 @@ _SUGGESTS: dict[str, tuple[str, str]] = {
                   "joined, a driver/userspace library mismatch or broken P2P/IOMMU (see the host checks)"),
 }
 NCCL_DEBUG_PATCH = {"set_env": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P"}}
+P2P_OFF_PATCH = {"set_env": {"NCCL_P2P_DISABLE": "1"}}
 
 
-def stall_finding(stall: Stall, last_line: str | None = None, last_line_no: int | None = None) -> Finding:
+def nccl_init_fix(nccl_log: bool, p2p_ok: bool | None = None, p2p_off: bool = False) -> Fix:
+    """The fix of a start stuck in NCCL's initialisation (nccl-init-stall), from the evidence:
+    without NCCL's own log, a restart with it on (it names the step NCCL waits in); with it on,
+    NCCL_P2P_DISABLE=1 when the P2P check failed, or as an experiment when P2P was not checked
+    (a log read alone); never when the P2P check passed or P2P is off already: then there is
+    nothing to patch, and the fix says where to look. One function for the stall watcher's
+    finding and the log's silence rules, so the deployment screen and triage say the same."""
+    if not nccl_log:
+        return Fix("restart with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,P2P) to see where NCCL waits",
+                   applicable=True, plan_patch=NCCL_DEBUG_PATCH)
+    if p2p_ok is False and not p2p_off:
+        return Fix("restart with NCCL_P2P_DISABLE=1: the P2P check failed (NCCL then moves data through shared "
+                   "memory)", applicable=True, plan_patch=P2P_OFF_PATCH)
+    if p2p_ok is None and not p2p_off:
+        return Fix("restart with NCCL_P2P_DISABLE=1 as an experiment (NCCL's log is on; P2P was not checked: "
+                   "`gpuops triage --deployment NAME` checks it)", applicable=True, plan_patch=P2P_OFF_PATCH)
+    why = "P2P is off already" if p2p_off else "the P2P check passed (disabling P2P would not help)"
+    return Fix(f"NCCL's log is on and {why}: its last INFO lines name the step it waits in, and the ranks' "
+               "stacks (py-spy, in triage) where each one waits; a rank that never started points at its GPU, "
+               "a driver/library mismatch at the host checks")
+
+
+SILENCE_RULES_OF_THE_STALL = ("dist-init-silent", "nccl-init-pending")  # a log's nccl-init-stall (finding_rules)
+
+
+def with_p2p_check(finding: Finding, p2p_ok: bool | None, p2p_off: bool = False) -> Finding:
+    """A log's nccl-init-stall finding, read before the host's P2P check was known, with its fix
+    made again from that check (a deployment's triage): no P2P experiment once P2P passed."""
+    if (finding.code != "nccl-init-stall" or finding.data.get("rule") not in SILENCE_RULES_OF_THE_STALL
+            or finding.fix is None or finding.fix.plan_patch == NCCL_DEBUG_PATCH):
+        return finding  # not the stall's, or NCCL's log was off: the fix does not depend on P2P
+    return msgspec.structs.replace(finding, fix=nccl_init_fix(True, p2p_ok, p2p_off))
+
+
+def stall_finding(stall: Stall, last_line: str | None = None, last_line_no: int | None = None, *,
+                  nccl_log: bool = False, p2p_ok: bool | None = None, p2p_off: bool = False) -> Finding:
     """The finding a live stall raises: the phase's likely cause, the readings that show it
     (GPU memory per GPU, processes alive) and the last log line; for a dist_init stall the fix
-    is a restart with NCCL's own logging on, which names the step NCCL waits in."""
+    follows the evidence (:func:`nccl_init_fix`: NCCL's own log on or not, the P2P check)."""
     code, cause = _SUGGESTS.get(stall.phase, ("startup-stall", f"the server stopped making progress in {stall.phase}"))
     evidence: list[Evidence] = []
     if last_line:
@@ -186,8 +224,7 @@ def stall_finding(stall: Stall, last_line: str | None = None, last_line_no: int 
         evidence.append(Evidence("ps", reading=f"{stall.processes} server processes alive"
                                  + (f", {stall.ranks} of them ranks" if stall.ranks else "")))
     if code == "nccl-init-stall":
-        fix = Fix("restart with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,P2P) to see where NCCL waits",
-                  applicable=True, plan_patch=NCCL_DEBUG_PATCH)
+        fix = nccl_init_fix(nccl_log, p2p_ok, p2p_off)
     else:
         fix = Fix(f"read the last lines of the log and the host checks; raise [stall] {stall.phase} "
                   "if this phase is legitimately slow on this host")

@@ -13,6 +13,7 @@ from ipaddress import ip_address
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
+from .. import units
 from ..config import validate_abs_path, validate_host_name
 import msgspec
 
@@ -150,7 +151,7 @@ def _choose_download_dir(facts: ModelFacts, target: Target, wishes: Wishes, warn
             warnings.append(f"{facts.id} holds no weights (no *.safetensors beside its config.json): the server "
                             "would stop at weights; put the checkpoint there first")
         elif present is not None and facts.checkpoint_bytes_source == "index" and present < 0.99 * facts.checkpoint_bytes:
-            warnings.append(f"{facts.id} holds {present / 1e9:.1f} of its index's {facts.checkpoint_bytes / 1e9:.1f} GB "
+            warnings.append(f"{facts.id} holds {units.size(present)} of its index's {units.size(facts.checkpoint_bytes)} "
                             "of weights: the copy is incomplete")
         return None, facts.id, True
     existing = target.existing.get(facts.id)

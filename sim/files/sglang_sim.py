@@ -1706,7 +1706,9 @@ class Server:
         if self.tp > 1 or hang:
             if self.tp > 1 and self.holds_rank0:
                 self.log("sglang is using nccl==%s" % NCCL_VERSION, 0)
-            if hang or os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+            # NCCL's INFO lines (its communicators' Init START) only with NCCL_DEBUG=INFO, as NCCL itself;
+            # a hang without it is silent after "sglang is using nccl" (or the parallel-begin line)
+            if os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
                 if self.holds_rank0:
                     self._nccl_info("NCCL version %s+cuda12.9" % NCCL_VERSION, 0)
                 comm = int(hashlib.sha1(str(os.getpid()).encode()).hexdigest()[:16], 16)
