@@ -60,11 +60,16 @@ def add_deploy_parsers(sub: argparse._SubParsersAction, common: argparse.Argumen
     p.add_argument("--yes", action="store_true", help="don't ask")
 
     p = sub.add_parser("swap", parents=[common], help="replace a ready deployment by another model as one action: "
-                       "benchmark it, plan the new one like it, stop it, deploy, benchmark, compare, keep or roll back")
+                       "plan the new one like it, fetch its weights while OLD serves, benchmark OLD, stop it, start "
+                       "the new one, benchmark, compare, keep or roll back")
     p.add_argument("old", metavar="OLD", help="the ready deployment to replace")
     p.add_argument("model", metavar="MODEL", help="the new model (an HF repo id or a folder on the host)")
     p.add_argument("--name", metavar="N", help="the new deployment's name (default: from the model id)")
     p.add_argument("--profile", metavar="P", default="smoke", help="the benchmark both run (default: smoke)")
+    p.add_argument("--bench-old", choices=("reuse", "run", "none"), default=None,
+                   help="OLD's benchmark: reuse its latest ok run of the profile, else run one (default); run one "
+                   "anyway; or none (no comparison)")
+    p.add_argument("--no-bench", action="store_true", help="benchmark neither (no comparison): fetch, stop, start, keep")
     p.add_argument("--rollback-on-failure", action="store_true",
                    help="when the new one crashes or stalls, restart OLD at once (without asking)")
     p.add_argument("--yes", action="store_true", help="don't ask before starting (and keep the new one)")
@@ -527,6 +532,9 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
 
     if getattr(args, "readonly", False):
         raise UsageError("read-only: a swap stops and starts servers")
+    if args.no_bench and args.bench_old not in (None, "none"):
+        raise UsageError(f"--no-bench benchmarks neither: not with --bench-old {args.bench_old}")
+    bench_old = "none" if args.no_bench else args.bench_old or "reuse"
     try:
         profile = resolve_profile(args.profile, inv.bench_profiles)
     except BenchInputError as exc:
@@ -548,11 +556,11 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     nodes = [m.host for m in old.plan.members]
     where = (PlanRequest(args.model, hosts=",".join(nodes), tp=old.plan.tp) if nodes else
              PlanRequest(args.model, host=old.host, gpu_ids=",".join(map(str, old.plan.gpu_ids))))
-    plan = make_plan(inv, replace(where, name=args.name, like=old.name))[1]
+    plan = make_plan(inv, replace(where, name=args.name, like=old.name, replacing=old.name))[1]
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"{plan.model.id} does not fit on {old.name}'s GPUs: {plan.fit.verdict}")
-    held = (f"port {old.plan.port} is in use", "already run processes")  # the old server's own: freed by the stop
-    warnings = [w for w in plan.warnings if not any(h in w for h in held)]
+    # the old server's GPUs: freed by the stop (its port is no conflict for the planner: `replacing`)
+    warnings = [w for w in plan.warnings if "already run processes" not in w]
 
     def emit(step: dict) -> None:
         if args.json:
@@ -565,6 +573,14 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
                 print(f"  {line}")
             for w in warnings:
                 print(f"  warning: {w}")
+        elif name == "fetch-new" and "status" not in step:
+            print(f"fetching {step['model']} for {step['new']} ({args.old} serves meanwhile)", flush=True)
+        elif name == "fetch-new":
+            print(f"{step['new']}'s weights: " + ("already on the host" if step.get("present") else
+                  f"{units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
+                  if step["status"] == "ok" else str(step["status"])), flush=True)
+        elif name in ("bench-old", "bench-new") and step.get("skipped"):
+            print(f"benchmark of {args.old if name == 'bench-old' else step.get('new', 'the new one')}: skipped")
         elif name == "bench-old" and step.get("reused"):
             print(f"benchmark of {args.old}: run #{step['run']} ({profile.name}), reused")
         elif name == "compare":
@@ -595,7 +611,8 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
         ops.bus.listen(plan.name, lambda e: None if args.json else (
             print(line, flush=True) if (line := describe_event(e)) is not None else None))
         return await ops.swap(args.old, plan, profile, confirmed=yes, rollback_on_failure=args.rollback_on_failure,
-                              keep=keep, emit=emit, bench_emit=bench_emit)
+                              keep=keep, emit=emit, bench_emit=bench_emit, bench_old=bench_old,
+                              bench_new=not args.no_bench, hf_token=_hf_token())
 
     try:
         result = run_use_case(inv, args, use, yes=args.yes)
@@ -606,9 +623,12 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"event": "swap-result", **{k: v for k, v in result.items() if k != "compare"}}), flush=True)
     else:
+        outage = result.get("outage_s")
         print(f"{result['outcome']}: " + {"swapped": f"{result['new']} serves in {result['old']}'s place",
                                           "rolled-back": f"{result['old']} is back ({result.get('reason')})",
-                                          }.get(result["outcome"], str(result.get("reason"))))
+                                          }.get(result["outcome"], str(result.get("reason")))
+              + (f"; outage {outage:.1f} s (from the stop of {result['old']} until a server was ready again)"
+                 if outage else "; no outage" if outage == 0 else "; the outage goes on: no server is ready"))
     return 0 if result["outcome"] in ("swapped", "rolled-back") else 1
 
 

@@ -35,6 +35,7 @@ class PlanRequest:
     mtp: bool = True
     name: str | None = None
     port: int | None = None  # never moved; None: the default port, or the next free one
+    replacing: str | None = None  # the deployment a swap stops first: its port is no conflict
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: str | None = None) -> "PlanRequest":
@@ -235,7 +236,7 @@ def make_plan(inv: Inventory, req: PlanRequest):
     wishes = Wishes(
         tp=req.tp, gpu_ids=_gpu_ids(req.gpu_ids), mtp=req.mtp, download_dir=req.download_dir,
         port=req.port, name=req.name, sglang_version=_version(req.sglang_version),
-        like=load_like(req.like) if req.like else None,
+        like=load_like(req.like) if req.like else None, replacing=req.replacing,
     )
     hosts = req.hosts
     if hosts and req.host:

@@ -18,6 +18,7 @@ import asyncio
 import os
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
+from . import units
 from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
 from .deploy.launch import open_launcher
@@ -37,6 +38,8 @@ __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_p
 
 # States in which a deployment's server should be running and someone should be watching it.
 LIVE = LIVE_STATES
+# (UNSTARTED: its deploy has not started the server yet; the gpuops that deploys it holds its lease.)
+UNSTARTED = ("planned", "downloading")
 
 
 class Refused(Exception):
@@ -135,6 +138,8 @@ class Ops:
         self.watches.stall = dict(inventory.stall)
 
     async def close(self) -> None:
+        for name in sorted(self.deploying):  # what this process deploys ends with it: its leases go
+            self._release(name)
         await self.watches.close()
         if self._own_monitor is not None:
             await self._own_monitor.close()
@@ -183,10 +188,73 @@ class Ops:
         if d is None:
             known = ", ".join(x.name for x in self.store.deployments()) or "none"
             raise Refused(f"no deployment named {name!r} (known: {known})")
-        return d
+        return self.reconcile_deploy(d)
 
     def deployments(self) -> list[Deployment]:
-        return self.store.deployments()
+        return [self.reconcile_deploy(d) for d in self.store.deployments()]
+
+    def reconcile_deploy(self, d: Deployment) -> Deployment:
+        """`d` as it is: a deployment still planned or downloading whose deploy runs nowhere any more
+        (the gpuops that ran it was closed or killed: nobody holds the name's lease, and this process
+        does not deploy it) started no server and downloads nothing. It is recorded as stopped, with
+        a finding that says where its download got to and that deploying again resumes it (a stalled
+        download's downloader still runs: that one is `stalled`). Only the store is read: no host."""
+        if d.state not in UNSTARTED or d.name in self.deploying:
+            return d
+        try:
+            owner = self.store.lease_owner(d.name)
+            if owner is not None and owner[0].alive(owner[1]):
+                return d  # a live gpuops (this one's leases are released when its deploys end) deploys it
+            self._record_interrupted(d)
+        except StoreError:
+            return d  # a store that cannot be written: it says what it said
+        return self.store.deployment(d.name) or d
+
+    def downloads(self) -> list[tuple[str, int | None, int | None]]:
+        """The downloads this process runs now (a deploy's, a restart's, a swap's): (name, bytes on
+        disk, bytes expected) each, from what was recorded. Ending this process interrupts them."""
+        from .domain import ProgressEvent
+
+        out: list[tuple[str, int | None, int | None]] = []
+        for name in sorted(self.deploying):
+            d = self.store.deployment(name)
+            if d is None or d.state != "downloading":
+                continue
+            last = [e for e in self.store.events(name, run=d.run, kinds=("progress",)) if isinstance(e, ProgressEvent)]
+            if last and last[-1].total and last[-1].done >= last[-1].total:
+                continue  # fetched (a swap's new weights, waiting for the old server to stop)
+            out.append((name, last[-1].done if last else None, last[-1].total if last else None))
+        return out
+
+    def _record_interrupted(self, d: Deployment) -> None:
+        from .deploy.store import RunMoved
+        from .domain import Finding, FindingEvent, Fix, ProgressEvent
+
+        progress = [e for e in self.store.events(d.name, run=d.run, kinds=("progress",))
+                    if isinstance(e, ProgressEvent) and e.phase == "downloading"]
+        if d.state == "downloading":
+            where = d.plan.model_path if (d.plan.model_path or "").startswith("/") else "the host's HF cache"
+            got = (f" at {units.size(progress[-1].done)} of {units.size(progress[-1].total)}"
+                   if progress and progress[-1].total else "")
+            finding = Finding("download-interrupted", "warning",
+                              f"the download of {d.model} into {where} on {d.host} stopped{got}: the gpuops that ran "
+                              "it was closed or killed",
+                              fix=Fix(f"deploy again (r on the deployments view restarts it): the download resumes "
+                                      f"from what is on {d.host}'s disk"),
+                              data={"done_bytes": progress[-1].done if progress else None,
+                                    "total_bytes": progress[-1].total if progress else None})
+            reason = "download interrupted: deploy again to resume"
+        else:
+            finding = Finding("deploy-interrupted", "warning",
+                              f"the deploy of {d.model} on {d.host} stopped before its server started: the gpuops "
+                              "that ran it was closed or killed",
+                              fix=Fix("deploy again (r on the deployments view restarts it)"))
+            reason = "deploy interrupted before the server started: deploy again"
+        try:
+            for event in (FindingEvent.of(finding), StateEvent(state="stopped", reason=reason)):
+                self.bus.publish(d.name, self.store.record(d.name, event, run=d.run))
+        except RunMoved:
+            pass  # a new run began meanwhile: it is that one's to say
 
     def parts(self, d: Deployment) -> list[Deployment]:
         """The other parts of `d` that are recorded: a multi-node deployment's other nodes, a router's
@@ -313,13 +381,41 @@ class Ops:
         state); a stall in the rendezvous names the nodes that never joined."""
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
         deployers = self._deployers(plans, yes=yes, ask=ask, hf_token=hf_token, secrets=await self.carried_secrets(plan))
+        await self._begin_parts(deployers)
+        names = [dep.name for dep in deployers]
+        launching = False
+        try:
+            if on_begin is not None:
+                await on_begin(self.deployment(plan.name))
+            try:
+                failed = await self._fetch_parts(plan, deployers)
+            except HostError as exc:
+                for dep in deployers:
+                    self.store.release_watch(dep.name, os.getpid())
+                return self._host_error(plan.name, exc)
+            if failed is not None:
+                return failed
+            launching = True
+            return await self._launch_parts(plan, deployers, until, keep_on)
+        finally:
+            if not launching:  # (_launch_parts releases them itself)
+                self._end_parts(names)
+
+    async def _begin_parts(self, deployers: list[Deployer], *, held: bool = False) -> None:
+        """Every part checked before anything changes (Refused: nothing changed), then each recorded
+        as a deployment of its own, its lease this process's. `held`: the port and GPUs are the
+        replaced deployment's (a swap's): checked once it is stopped (:meth:`_launch_parts`)."""
         begun: list[Deployer] = []
         try:
-            for confirm in (False, True):  # every node's refusals before any node's question
+            for confirm in (False, True):  # every part's refusals before any part's question
                 for dep in deployers:
+                    if confirm and held:
+                        continue  # the GPUs are the replaced deployment's: asked about once it is stopped
                     try:
-                        await (dep.confirm_gpus() if confirm else dep.checks())
+                        await (dep.confirm_gpus() if confirm else dep.checks(held=held))
                     except DeployError as exc:
+                        if len(deployers) == 1:
+                            raise
                         raise DeployError(f"node {dep.plan.node_rank} ({dep.host.name}): {exc}") from None
             for dep in deployers:
                 dep.begin()
@@ -329,45 +425,73 @@ class Ops:
                 self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=f"not started: {exc}"))
                 self._release(dep.name)
             raise Refused(str(exc)) from None
+        self.deploying.update(dep.name for dep in deployers)
+
+    def _end_parts(self, names: list[str]) -> None:
+        """This process's deploy of these parts is over: their leases go."""
+        for name in names:
+            self._release(name)
+        self.deploying.difference_update(names)
+
+    async def _fetch_parts(self, plan: Plan, deployers: list[Deployer]) -> str | None:
+        """The weights on every part's host (each checked, what is missing downloaded): node 0 first,
+        then the others at once (on a shared mount they then find the files there: two downloads into
+        one folder at once trip over each other). None when every part has them; else the state the
+        deployment ends in (the failed part's own is recorded; the others are stopped, not started)."""
+        fetched = [await deployers[0].download()]
+        if fetched[0]:
+            fetched += await asyncio.gather(*(dep.download() for dep in deployers[1:]))
+        else:
+            fetched += [True] * (len(deployers) - 1)
+        if all(fetched):
+            return None
+        failed = [dep for dep, ok in zip(deployers, fetched) if not ok]
+        for dep, ok in zip(deployers, fetched):
+            self.store.release_watch(dep.name, os.getpid())
+            if ok:
+                self.bus.publish(dep.name, self.store.set_state(
+                    dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s download failed"))
+        return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
+
+    async def _launch_parts(self, plan: Plan, deployers: list[Deployer], until: tuple[str, ...], keep_on: bool,
+                            *, check_held: bool = False) -> str:
+        """Start every part (node 0 first: it holds the rendezvous the others join) and watch each.
+        The state returned is node 0's, and "ready" only once every node is (else the first other
+        node's state); a stall in the rendezvous names the nodes that never joined. `check_held`:
+        the ports and GPUs are checked first (a swap's: the old server held them until now); one
+        still taken is a crash of the new deployment, nothing started."""
         names = [dep.name for dep in deployers]
-        self.deploying.update(names)
         try:
-            if on_begin is not None:
-                await on_begin(self.deployment(plan.name))
-            try:
-                # node 0 first: on a shared mount the others then find the files there (two
-                # downloads into one folder at once trip over each other)
-                fetched = [await deployers[0].download()]
-                if fetched[0]:
-                    fetched += await asyncio.gather(*(dep.download() for dep in deployers[1:]))
-                else:
-                    fetched += [True] * (len(deployers) - 1)
-                if not all(fetched):
-                    failed = [dep for dep, ok in zip(deployers, fetched) if not ok]
-                    for dep, ok in zip(deployers, fetched):
+            if check_held:
+                try:
+                    for dep in deployers:
+                        await dep.check_held()
+                except DeployError as exc:
+                    from .domain import Finding, FindingEvent
+
+                    why = f"not started: {exc}"
+                    for dep in deployers:
                         self.store.release_watch(dep.name, os.getpid())
-                        if ok:
-                            self.bus.publish(dep.name, self.store.set_state(
-                                dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s "
-                                "download failed"))
-                    return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
-                for dep in deployers:  # node 0 first: it holds the rendezvous the others join
-                    await dep.launch()
-            except HostError as exc:
-                for dep in deployers:
-                    self.store.release_watch(dep.name, os.getpid())
-                return self._host_error(plan.name, exc)
-            finally:
-                for name in names:
-                    self._release(name)
+                        if dep.name != plan.name:
+                            self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=why))
+                    for event in (FindingEvent.of(Finding("port-in-use", "error", str(exc))),
+                                  StateEvent(state="crashed", reason=why)):
+                        self.bus.publish(plan.name, self.store.record(plan.name, event))
+                    return "crashed"
+            for dep in deployers:
+                await dep.launch()
+        except HostError as exc:
+            for dep in deployers:
+                self.store.release_watch(dep.name, os.getpid())
+            return self._host_error(plan.name, exc)
         finally:
-            self.deploying.difference_update(names)
+            self._end_parts(names)
         for dep in deployers[1:]:  # the other nodes' watches go on beside node 0's
             self._ensure_readings(dep.host)
             await self.watches.stop(dep.name)
             self.watches.watch(dep.name, until=until, keep_on=True)
         state = await self._watch(plan.name, deployers[0].host, until, keep_on)
-        if state == "stalled":
+        if state == "stalled" and plan.members:
             self._name_missing_nodes(plan)
         elif state == "ready":  # the deployment is ready when every node is (each goes on being watched)
             for dep in deployers[1:]:
@@ -610,9 +734,16 @@ class Ops:
                       why: PlanEvent | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
                       keep_on: bool = False) -> str:
         """Stop the server and start it again (with `plan` and its reason `why`: a fix), as a new
-        run watched from where its log ends now."""
+        run watched from where its log ends now. As deploy does, the weights are checked on the host
+        first and what is missing is downloaded (resumed from the disk) before the server starts."""
         self._writable("a restart changes a host")
         d = self.deployment(name)
+        if name in self.deploying:
+            raise Refused(f"{name} is being deployed by this gpuops ({d.state}): wait for it, or stop it first")
+        owner = self.store.lease_owner(name)
+        if owner is not None and owner[0].pid != os.getpid() and owner[0].alive(owner[1]):
+            raise Refused(f"{name} is being deployed by gpuops pid {owner[0].pid} ({d.state}): wait for it, or stop "
+                          "it first")
         if not confirmed:
             raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)
@@ -627,16 +758,24 @@ class Ops:
                                                on_begin=None, keep_on=keep_on)
         cfg = self.host_config(d.host)
         await self.watches.stop(name)
+        deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, journal_dir=cfg.journal_dir)
+        try:  # the new run first: it takes the name's lease (refused while another gpuops deploys it)
+            deployer.begin_run(why or PlanEvent(code="restart", summary="restarted by the operator"))
+        except StoreError as exc:
+            raise Refused(str(exc)) from None
         self.deploying.add(name)
         try:
             await (await open_launcher(host, d.plan)).stop()
-            deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, journal_dir=cfg.journal_dir)
-            if why is None:
-                why = PlanEvent(code="restart", summary="restarted by the operator")
-            await deployer.launch(new_run=True, why=why)
+            # as deploy does: the weights checked on the host, and what is missing downloaded
+            # (resumed from the disk) before the server starts: never a server on half a model
+            if not await deployer.download():
+                self.store.release_watch(name, os.getpid())
+                return self.deployment(name).state
+            await deployer.launch()
         except HostError as exc:
             return self._host_error(name, exc)
         finally:
+            self._release(name)
             self.deploying.discard(name)
         return await self._watch(name, host, until, keep_on)
 
@@ -881,19 +1020,30 @@ class Ops:
 
     # ---------------------------------------------------------------- swap
 
+    BENCH_OLD = ("reuse", "run", "none")
+
     async def swap(self, old: str, plan: Plan, profile: Any, *, confirmed: bool = False,
                    rollback_on_failure: bool = False, keep: Callable[[dict], Awaitable[bool]] | None = None,
                    emit: Callable[[dict], Any] = lambda step: None,
-                   bench_emit: Callable[[Any], Any] = lambda e: None) -> dict:
+                   bench_emit: Callable[[Any], Any] = lambda e: None, bench_old: str = "reuse",
+                   bench_new: bool = True, hf_token: str | None = None) -> dict:
         """Replace ready deployment `old` by `plan` (planned like it: same host, GPUs, port, bind,
-        served name) as one action: benchmark `old` with `profile` (or reuse its latest ok run of
-        that profile), stop it, deploy the new one and watch it, benchmark it the same way, compare,
-        then keep it or roll back (restart `old` with its plan: a new run of its name). A new one
-        that crashes or stalls is rolled back at once when `rollback_on_failure`. Every step is
-        one `emit`ted dict ({"step": …}); both deployments keep their whole history."""
+        served name) as one action: the new weights fetched on the host and checked while `old`
+        still serves; `old` benchmarked with `profile` (`bench_old`: "reuse" its latest ok run of
+        that profile, else run one; "run" one; "none"); `old` stopped; the new one started and
+        watched; benchmarked the same way (unless not `bench_new`); compared; then kept or rolled
+        back (`old` restarted with its plan: a new run of its name). A new one that crashes or
+        stalls is rolled back at once when `rollback_on_failure`. Every step is one `emit`ted dict
+        ({"step": …}); the outage (no server ready: from the stop of `old` until the new one, or
+        `old` again, is ready) is measured, `outage_s` in the result and the last step. Both
+        deployments keep their whole history."""
+        import time
+
         from .bench.runner import compare
 
         self._writable("a swap stops and starts servers")
+        if bench_old not in self.BENCH_OLD:
+            raise Refused(f"bench_old must be one of {', '.join(self.BENCH_OLD)}, not {bench_old!r}")
         d = self.deployment(old)
         if d.state != "ready":
             raise Refused(f"{old} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)")
@@ -901,61 +1051,132 @@ class Ops:
             raise Refused(f"the new deployment needs its own name (not {old!r}, which a rollback restarts): give --name")
         if plan.host != d.host:
             raise Refused(f"{plan.name} is planned for {plan.host}, {old} runs on {d.host}: a swap stays on the host")
+        if plan.replicas:
+            raise Refused(f"{plan.name} is replicas behind a router: a swap to it is not built yet")
         taken = self.store.refusal(plan.name)
         if taken:
             raise Refused(taken)
         diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
         if not confirmed:
-            raise NeedsConfirmation(f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: benchmark "
-                                    f"{old} ({profile.name}), stop it, deploy {plan.name} on GPUs "
-                                    f"{','.join(map(str, plan.gpu_ids))}, port {plan.port}, benchmark it, compare?")
+            measured = {"reuse": f"benchmark {old} ({profile.name}; its latest ok run of it is reused)",
+                        "run": f"benchmark {old} ({profile.name})", "none": None}[bench_old]
+            raise NeedsConfirmation(
+                f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: fetch {plan.model.id} there "
+                f"while {old} serves, " + (f"{measured}, " if measured else "") + f"stop {old}, start {plan.name} on "
+                f"GPUs {','.join(map(str, plan.gpu_ids))}, port {plan.port}"
+                + (", benchmark it, compare?" if measured and bench_new else
+                   ", benchmark it?" if bench_new else "?"))
         emit({"step": "plan", "old": old, "new": plan.name, "model": plan.model.id, "diff": diff})
 
-        reused = next((r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
-                       and r.status == "ok"), None)
-        if reused is not None:
-            before = reused
-            emit({"step": "bench-old", "run": before.id, "reused": True})
-        else:
-            emit({"step": "bench-old", "run": None, "reused": False})
-            before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
-            emit({"step": "bench-old", "run": before.id, "status": before.status})
-            if before.status != "ok":
-                return {"outcome": "not-swapped", "reason": f"the benchmark of {old} {before.status}",
-                        "old": old, "new": plan.name}
+        # the new weights first, while the old server serves: the outage is a start-up, not a download
+        plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
+        deployers = self._deployers(plans, yes=True, ask=None, hf_token=hf_token,
+                                    secrets=await self.carried_secrets(plan))
+        await self._begin_parts(deployers, held=True)
+        names = [dep.name for dep in deployers]
+        launching = False
+        unstarted = "the swap ended before it started"
 
-        emit({"step": "stop-old", "old": old})
-        await self.stop(old, confirmed=True)
-        emit({"step": "deploy-new", "new": plan.name})
-        state = await self.deploy(plan, d.host, yes=True)  # the GPUs were the old one's: freed by the stop
-        emit({"step": "new-" + state, "new": plan.name})
+        def not_swapped(reason: str) -> dict:
+            nonlocal unstarted
+            unstarted = reason
+            return {"outcome": "not-swapped", "reason": reason, "old": old, "new": plan.name, "outage_s": 0.0}
+
+        try:
+            emit({"step": "fetch-new", "old": old, "new": plan.name, "model": plan.model.id})
+            try:
+                failed = await self._fetch_parts(plan, deployers)
+            except HostError as exc:
+                for dep in deployers:
+                    self.store.release_watch(dep.name, os.getpid())
+                failed = self._host_error(plan.name, exc)
+            if failed is not None:
+                emit({"step": "fetch-new", "old": old, "new": plan.name, "status": failed})
+                return not_swapped(f"the download of {plan.model.id} for {plan.name} {failed}; {old} serves on")
+            got = deployers[0].fetched
+            emit({"step": "fetch-new", "old": old, "new": plan.name, "status": "ok",
+                  "present": bool(got.get("present", True)),
+                  "bytes": got.get("bytes", 0), "seconds": got.get("seconds", 0.0)})
+
+            before = None
+            if bench_old == "none":
+                emit({"step": "bench-old", "old": old, "run": None, "skipped": True})
+            else:
+                reused = None if bench_old == "run" else next(
+                    (r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
+                     and r.status == "ok"), None)
+                if reused is not None:
+                    before = reused
+                    emit({"step": "bench-old", "run": before.id, "reused": True})
+                else:
+                    emit({"step": "bench-old", "run": None, "reused": False})
+                    before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
+                    emit({"step": "bench-old", "run": before.id, "status": before.status})
+                    if before.status != "ok":
+                        return not_swapped(f"the benchmark of {old} {before.status}")
+
+            emit({"step": "stop-old", "old": old})
+            down_at: float | None = time.monotonic()
+            await self.stop(old, confirmed=True)
+            emit({"step": "deploy-new", "new": plan.name})
+            launching = True
+            state = await self._launch_parts(plan, deployers, ("ready", "crashed", "stalled"), False, check_held=True)
+        finally:
+            if not launching:
+                for name in names:  # recorded, never started: said so (not an interrupted download)
+                    try:
+                        part = self.store.deployment(name)
+                        if part is not None and part.state in UNSTARTED:
+                            self.bus.publish(name, self.store.set_state(name, "stopped",
+                                                                        detail=f"not started: {unstarted}"))
+                    except StoreError:
+                        pass
+                self._end_parts(names)
+        outage = 0.0
+        if state == "ready":
+            outage += time.monotonic() - (down_at or time.monotonic())
+            down_at = None
+        emit({"step": "new-" + state, "new": plan.name,
+              **({"outage_s": round(outage, 1)} if state == "ready" else {})})
 
         async def rollback(why: str) -> dict:
+            nonlocal down_at, outage
             emit({"step": "rollback", "old": old, "why": why})
             new = self.store.deployment(plan.name)
+            if down_at is None:
+                down_at = time.monotonic()  # the new one served until now
             if new is not None and new.state not in ("stopped", "planned", "downloading"):
                 await self.stop(plan.name, confirmed=True)
             back = await self.restart(old, confirmed=True,
                                       why=PlanEvent(code="rollback", summary=f"rolled back from {plan.name}: {why}"))
-            emit({"step": "old-" + back, "old": old})
+            total = round(outage + time.monotonic() - down_at, 1) if back == "ready" else None
+            emit({"step": "old-" + back, "old": old, "outage_s": total})
             return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
-                    "new": plan.name, "old_state": back, "before": before.id}
+                    "new": plan.name, "old_state": back, "before": before.id if before else None, "outage_s": total}
 
         if state != "ready":
             why = f"{plan.name} {state}"
             if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
                 return await rollback(why)
-            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name, "before": before.id}
+            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name,
+                    "before": before.id if before else None, "outage_s": None}
 
-        after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
-        emit({"step": "bench-new", "run": after.id, "status": after.status})
-        doc = compare([before, after])
-        emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
-        if keep is not None and not await keep({"compare": doc, "before": before.id, "after": after.id}):
+        after = None
+        if bench_new:
+            after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
+            emit({"step": "bench-new", "run": after.id, "status": after.status})
+        else:
+            emit({"step": "bench-new", "new": plan.name, "run": None, "skipped": True})
+        doc = None
+        if before is not None and after is not None:
+            doc = compare([before, after])
+            emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
+        ids = {"before": before.id if before else None, "after": after.id if after else None}
+        if keep is not None and not await keep({"compare": doc, **ids}):
             return await rollback("the operator chose the old one")
-        emit({"step": "kept", "new": plan.name})
-        return {"outcome": "swapped", "old": old, "new": plan.name, "before": before.id, "after": after.id,
-                "compare": doc}
+        emit({"step": "kept", "new": plan.name, "outage_s": round(outage, 1)})
+        return {"outcome": "swapped", "old": old, "new": plan.name, **ids, "compare": doc,
+                "outage_s": round(outage, 1)}
 
     async def bench_target(self, *, deployment: str | None = None, url: str | None = None,
                            host_name: str | None = None) -> Any:

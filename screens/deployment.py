@@ -116,7 +116,20 @@ class DeploymentScreen(GpuopsScreen):
         self._node_unlisten = [self._follow_node(rank, member)
                                for rank, member in enumerate(d.plan.member_names, start=1)]
         self.set_interval(1.0, self._tick)
+        self.set_interval(2.0, self._reconcile)
         self.refresh_view()
+
+    def _reconcile(self) -> None:
+        """A run whose server has not started (planned, downloading) while no gpuops deploys it any
+        more (the one that did was closed or killed) is recorded as interrupted by the use cases:
+        its events come here on the bus (the download's last figures do not stay on screen)."""
+        from ..core.ops import UNSTARTED, Refused
+
+        if self.view.state in UNSTARTED:
+            try:
+                self.ops.deployment(self.deployment.name)
+            except Refused:
+                pass
 
     def _follow_node(self, rank: int, member: str) -> Any:
         """A multi-node deployment's node `rank`: its watch (the one of this gpuops) and its log lines
@@ -260,7 +273,8 @@ class DeploymentScreen(GpuopsScreen):
             why = v.crash.reason or (v.findings[0].summary if v.findings else "see the log")
             out.append(f"\ncrashed in {v.crash.phase or '?'}: {why}\n", style="bold red")
         if v.state == "stopped":
-            out.append("\nstopped\n", style="bold")
+            why = v.state_event.reason if v.state_event is not None else None
+            out.append(f"\nstopped: {why}\n" if why else "\nstopped\n", style="bold")
         if ready:
             out.append(f"\nready: {plan.endpoint}  (k: quick check)\n", style="bold green")
             if self.check_result:
@@ -291,6 +305,7 @@ class DeploymentScreen(GpuopsScreen):
         box.set(text)
         box.set_class(kind == "stalled", "stalled")
         box.set_class(kind == "crashed", "crashed")
+        box.set_class(kind == "notice", "notice")
         self.query_one("#dep-top").set_class(bool(kind), "-alert")  # more room for the findings (80x24)
 
     def _parts(self) -> Text | None:
@@ -338,6 +353,8 @@ class DeploymentScreen(GpuopsScreen):
                 out.append("triage running…\n", style="dim")
         elif v.state == "crashed":
             kind = "crashed"
+        elif v.state == "stopped" and v.findings:  # why it stopped on its own (a download interrupted)
+            kind = "notice"
         for f in v.findings[:4]:
             out.append(f"{f.severity}: {f.code}: ", style="bold red" if f.severity == "error" else "yellow")
             out.append(f"{f.summary.removeprefix(said) if said else f.summary}\n")

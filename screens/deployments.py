@@ -169,7 +169,8 @@ class DeploymentsScreen(GpuopsScreen):
         if d is not None:
             also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
             self._confirmed(f"Restart {d.name} on {d.host}{also}?", f"{d.model}: stopped, then started again as run "
-                            f"{d.run + 1} with the same plan", "Restart",
+                            f"{d.run + 1} with the same plan (its weights are checked on the host first: what is "
+                            "missing is downloaded before the server starts)", "Restart",
                             lambda: self.app.restart_deployment(d.name))  # type: ignore[attr-defined]
 
     def action_forget(self) -> None:

@@ -227,6 +227,7 @@ class ModelPickerScreen(GpuopsScreen):
             self.notify(str(exc), severity="error")
             return
         # a multi-node one: over the same nodes at the same TP (the review reads the other nodes)
-        wishes = Wishes(tp=old.plan.tp, like=previous) if old.plan.members else \
-            Wishes(gpu_ids=old.plan.gpu_ids, like=previous)
+        # (its port: the old one's, which the swap frees first: `replacing`)
+        wishes = Wishes(tp=old.plan.tp, like=previous, replacing=old.name) if old.plan.members else \
+            Wishes(gpu_ids=old.plan.gpu_ids, like=previous, replacing=old.name)
         self.app.push_screen(SwapReviewScreen(facts, target, wishes, old))

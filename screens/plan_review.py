@@ -433,10 +433,11 @@ class SwapReviewScreen(PlanReviewScreen):
     BINDINGS = [Binding("d", "deploy", "Swap")]
 
     class SwapRequested(Message):
-        def __init__(self, old: str, plan: Plan) -> None:
+        def __init__(self, old: str, plan: Plan, bench: bool = True) -> None:
             super().__init__()
             self.old = old
             self.plan = plan
+            self.bench = bench  # False: neither is benchmarked
 
     def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes, old: Any):
         super().__init__(facts, target, wishes)
@@ -451,8 +452,9 @@ class SwapReviewScreen(PlanReviewScreen):
             self.read_nodes(nodes, f"nodes {','.join(nodes)}", tp=self.old.plan.tp)
 
     def _held_by_old(self, warning: str) -> bool:
-        """A warning about what OLD holds (its port, its GPUs): freed by the swap's stop."""
-        return (f"port {self.old.plan.port} is in use" in warning) or "already run processes" in warning
+        """A warning about what OLD holds (its GPUs): freed by the swap's stop. (Its port is no
+        conflict for the planner: the plan is made `replacing` it.)"""
+        return "already run processes" in warning
 
     def action_deploy(self) -> None:
         from ..core.bench.runner import BenchInputError, resolve_profile
@@ -481,13 +483,16 @@ class SwapReviewScreen(PlanReviewScreen):
         shown = plan.replace(warnings=[w for w in plan.warnings if not self._held_by_old(w)])
         _, summary = deploy_summary(shown, [])
         diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
-        detail = "\n".join([f"benchmark {self.old.name} ({profile.name}; its latest ok run of it is reused), stop "
-                            f"it, deploy {plan.name}, benchmark it, compare, then keep it or roll back", summary,
+        fetch = (f"{plan.model.id}: on the host already" if plan.reuse_existing
+                 else f"fetch {plan.model.id} while {self.old.name} serves")
+        detail = "\n".join([f"{fetch}; then", f"benchmark {self.old.name} ({profile.name}; its latest ok run of it is "
+                            f"reused), stop it, start {plan.name}, benchmark it, compare, then keep it or roll back "
+                            "(o: the same without benchmarks)", summary,
                             *(["against " + self.old.name + ":"] + [f"  {d}" for d in diff[:10]] if diff else [])])
         question = f"Swap {self.old.name} ({self.old.model}) for {plan.name} ({plan.model.id}) on {self.old.host}?"
 
         def answered(yes: bool | str | None) -> None:
-            if yes is True:
-                self.post_message(self.SwapRequested(self.old.name, plan))
+            if yes is True or yes == "other":
+                self.post_message(self.SwapRequested(self.old.name, plan, bench=yes is True))
 
-        self.app.push_screen(ConfirmScreen(question, detail, yes="Swap"), answered)
+        self.app.push_screen(ConfirmScreen(question, detail, yes="Swap", other="No benchmarks"), answered)

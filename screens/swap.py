@@ -1,7 +1,8 @@
-"""The swap, the afternoon as one action: OLD benchmarked (or its latest run of the profile reused),
-stopped, NEW deployed like it and watched, benchmarked the same way, compared; then NEW kept or
-OLD rolled back. `core.ops.Ops.swap` does all of it in an app worker (leaving this screen does not
-stop it); the screen shows its steps, both deployments' states as they change, the benchmark's
+"""The swap, the afternoon as one action: NEW's weights fetched on the host while OLD still serves,
+OLD benchmarked (or its latest run of the profile reused), stopped, NEW started like it and watched,
+benchmarked the same way, compared; then NEW kept or OLD rolled back (the outage, from the stop of
+OLD until a server is ready again, is measured and shown). `core.ops.Ops.swap` does all of it in an
+app worker (leaving this screen does not stop it); the screen shows its steps, both deployments' states as they change, the benchmark's
 progress and the comparison, and asks the two questions the swap has: roll back after a failure,
 and keep NEW after the comparison. `o` opens NEW's deployment screen (its log, phases, findings)."""
 
@@ -16,14 +17,15 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
-from ..core.domain import Plan, StateEvent
+from ..core import units
+from ..core.domain import Plan, ProgressEvent, StateEvent
 from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
 OUTCOME_TEXT = {
-    "swapped": ("{new} kept: it serves in {old}'s place", "bold green"),
-    "rolled-back": ("rolled back: {old} serves again ({reason})", "bold yellow"),
+    "swapped": ("{new} kept: it serves in {old}'s place{outage}", "bold green"),
+    "rolled-back": ("rolled back: {old} serves again ({reason}){outage}", "bold yellow"),
     "rollback-failed": ("the rollback did not bring {old} back ({reason}): open it (:dep {old})", "bold red"),
     "failed": ("{new} did not come up ({reason}); {old} stays stopped: r on the deployments view restarts it",
                "bold red"),
@@ -36,6 +38,17 @@ def step_text(step: dict) -> str | None:
     name = step.get("step", "")
     if name == "plan":
         return f"planned {step['new']} ({step['model']}) like {step['old']}"
+    if name == "fetch-new":
+        status = step.get("status")
+        if status is None:
+            return f"fetching {step['model']} for {step['new']} ({step.get('old', 'the old one')} serves meanwhile)"
+        if status != "ok":
+            return f"fetching {step['new']}'s weights: {status} (nothing was stopped)"
+        if step.get("present"):
+            return f"{step['new']}'s weights: already on the host"
+        return f"{step['new']}'s weights fetched: {units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
+    if name in ("bench-old", "bench-new") and step.get("skipped"):
+        return f"benchmark of {step.get('old') or step.get('new') or 'it'}: skipped"
     if name == "bench-old":
         if step.get("reused"):
             return f"benchmark of {step.get('old', 'the old one')}: run #{step['run']} reused"
@@ -56,7 +69,8 @@ def step_text(step: dict) -> str | None:
         return f"kept {step['new']}"
     if name.startswith(("new-", "old-")):
         who, _, state = name.partition("-")
-        return f"{step.get(who, who)}: {state}"
+        outage = step.get("outage_s")
+        return f"{step.get(who, who)}: {state}" + (f" (outage {outage:.1f} s)" if outage is not None else "")
     return None
 
 
@@ -83,12 +97,14 @@ class SwapScreen(GpuopsScreen):
             super().__init__()
             self.text = text
 
-    def __init__(self, old: str, plan: Plan, profile: Any):
+    def __init__(self, old: str, plan: Plan, profile: Any, *, bench: bool = True):
         super().__init__(id="swap")
         self.old = old
         self.plan = plan
         self.profile = profile
+        self.bench = bench  # False: neither is benchmarked (no comparison)
         self.lines: list[tuple[str, str]] = []  # (clock, text)
+        self._going: str | None = None  # the step whose start is the last line (its end replaces it)
         self.states: dict[str, str] = {}
         self.progress = ""
         self.outcome: dict | None = None
@@ -108,7 +124,7 @@ class SwapScreen(GpuopsScreen):
         self.query_one("#swap-title", Static).update(Text.assemble(
             ("swap ", "bold"), (self.old, "bold"), " → ", (self.plan.name, "bold"),
             f"  {self.plan.model.id} on {self.plan.host}, GPUs {','.join(map(str, self.plan.gpu_ids))}, "
-            f"port {self.plan.port} · benchmark {self.profile.name}"))
+            f"port {self.plan.port} · " + (f"benchmark {self.profile.name}" if self.bench else "no benchmark")))
         self.query_one("#swap-compare", DataTable).display = False
         bus = self.app.ops.bus  # type: ignore[attr-defined]
         for name in (self.old, self.plan.name):
@@ -123,6 +139,11 @@ class SwapScreen(GpuopsScreen):
     def _event(self, name: str, event: Any) -> None:
         if isinstance(event, StateEvent):
             self.post_message(self.State(name, event.state))
+            if event.state != "downloading" and name == self.plan.name:
+                self.post_message(self.Progress(""))
+        elif isinstance(event, ProgressEvent) and event.phase == "downloading" and event.total:
+            rate = f" at {units.rate(event.rate_bps)}" if event.rate_bps else ""
+            self.post_message(self.Progress(f"fetching: {units.size(event.done)} / {units.size(event.total)}{rate}"))
 
     # ---------------------------------------------------------------- the swap
 
@@ -134,7 +155,8 @@ class SwapScreen(GpuopsScreen):
         try:
             result = await ops.swap(self.old, self.plan, self.profile, confirmed=True, keep=self._keep,
                                     emit=lambda step: self.post_message(self.Step(step)),
-                                    bench_emit=self._bench_event)
+                                    bench_emit=self._bench_event, bench_old="reuse" if self.bench else "none",
+                                    bench_new=self.bench)
         except (Refused, StoreError, HostError) as exc:
             result = {"outcome": "not-swapped", "reason": getattr(exc, "message", None) or str(exc),
                       "old": self.old, "new": self.plan.name}
@@ -199,7 +221,15 @@ class SwapScreen(GpuopsScreen):
             self._fill_compare(step["compare"])
         text = step_text(step)
         if text:
-            self.lines.append((time.strftime("%H:%M:%S"), text))
+            line = (time.strftime("%H:%M:%S"), text)
+            if self._going is not None and step.get("step") == self._going and self.lines:
+                self.lines[-1] = line  # the step's end in place of its start: the list stays short (80x24)
+            else:
+                self.lines.append(line)
+            name = step.get("step")
+            started = (name == "fetch-new" and "status" not in step) or (name == "bench-old" and step.get("run") is None
+                                                                       and not step.get("skipped"))
+            self._going = name if started else None
         self._show()
 
     def on_swap_screen_state(self, message: State) -> None:
@@ -223,7 +253,11 @@ class SwapScreen(GpuopsScreen):
 
     def _show(self) -> None:
         steps = Text()
-        for clock, text in self.lines:
+        room = 8 if self.has_class("-narrow") else 14  # the view's rows (themes: #swap-steps): the latest show
+        shown = self.lines if len(self.lines) <= room else self.lines[-(room - 1):]
+        if len(shown) < len(self.lines):
+            steps.append(f"… {len(self.lines) - len(shown)} earlier step(s)\n", style="dim")
+        for clock, text in shown:
             steps.append(f"{clock}  ", style="dim")
             steps.append(text + "\n")
         if not self.lines:
@@ -243,7 +277,9 @@ class SwapScreen(GpuopsScreen):
             out.set(Text("o opens the new deployment · esc leaves (the swap goes on)", style="dim"))
             return
         template, style = OUTCOME_TEXT.get(self.outcome["outcome"], ("{outcome}", "bold"))
-        out.set(Text(template.format(**{"reason": "", **self.outcome}), style=style))
+        outage = self.outcome.get("outage_s")
+        said = f" (outage {outage:.1f} s)" if outage else ""
+        out.set(Text(template.format(**{"reason": "", **self.outcome, "outage": said}), style=style))
 
     # ---------------------------------------------------------------- keys
 

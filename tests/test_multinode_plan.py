@@ -423,8 +423,8 @@ def test_swap_of_a_two_node_deployment_stays_on_its_nodes(mn_bench, tmp_path):
     events = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
     assert out.returncode == 0, out.stderr + json.dumps(events[-5:])
     steps = [e["step"] for e in events if e["event"] == "swap"]
-    assert steps == ["plan", "bench-old", "bench-old", "stop-old", "deploy-new", "new-ready", "bench-new",
-                     "compare", "kept"], steps
+    assert steps == ["plan", "fetch-new", "fetch-new", "bench-old", "bench-old", "stop-old", "deploy-new", "new-ready",
+                     "bench-new", "compare", "kept"], steps
     assert not any("--nnodes" in d or "--dist-init-addr" in d for d in events[0]["diff"]), events[0]["diff"]
     new0, new1 = _status(cfg, env, "duo2"), _status(cfg, env, "duo2-n1")
     assert (new0["state"], new0["host"], new1["state"], new1["host"]) == ("ready", "gpu1", "ready", "gpu2")

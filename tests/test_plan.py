@@ -383,3 +383,71 @@ def test_a_local_folder_without_its_weights_is_not_a_complete_copy(tmp_path):
         f.truncate(8_000_000_000)  # sparse: half the index's bytes
     plan = build_plan(load_model_facts(str(folder)), offline_target(1, H200), Wishes())
     assert any("holds 7.5 GiB of its index's 14.9 GiB" in w and "incomplete" in w for w in plan.warnings), plan.warnings
+
+
+def test_a_plan_like_a_stored_one_derives_its_rules_companions_again():
+    """A plan like a previous *plan* (a stored deployment, a plan JSON) carries the operator's own
+    choices, but what the previous plan's rules added for its model is derived again for the new one:
+    Qwen3.5's reasoning parser, its mamba cache's page size and its all-reduce fusion are not carried
+    to a dense Instruct model that never thinks (each dropped with the rule that had added it)."""
+    from gpuops.core.planning.like import previous_from_plan
+
+    old = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23", name="q122"))
+    old_flags = flags_of(old)
+    assert old_flags["--reasoning-parser"] == ("qwen3",) and old_flags["--page-size"] == ("64",)
+    assert old_flags["--flashinfer-allreduce-fusion-backend"] == ("auto",)
+    old = old.replace(argv=[*old.argv, "--watchdog-timeout", "1200"])  # the operator's own flag
+    prev = previous_from_plan(old, "deployment q122")
+    instruct = ("qwen3_moe__Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507")
+    new = build_plan(facts(*instruct), offline_target(8, H200), Wishes(tp=8, sglang_version="0.5.23", like=prev))
+    f = flags_of(new)
+    for gone in ("--reasoning-parser", "--page-size", "--flashinfer-allreduce-fusion-backend"):
+        assert gone not in f, (gone, new.argv)
+    assert f["--watchdog-timeout"] == ("1200",)  # the operator's choice is carried
+    assert f["--tool-call-parser"] == ("qwen",)  # the new model's own parser (its rule), not qwen3_coder
+    dropped = {r.removes[0]: r.why for r in new.rules if r.id == "like-drop"}
+    assert dropped["--reasoning-parser"].startswith("the planner added it for deployment q122 (rule reasoning-parser")
+    assert "its rule does not apply to Qwen/Qwen3-235B-A22B-Instruct-2507" in dropped["--reasoning-parser"]
+    assert "rule mamba-extra-buffer" in dropped["--page-size"]
+    assert "rule allreduce-fusion" in dropped["--flashinfer-allreduce-fusion-backend"]
+    assert any(c.op == "-" and c.text.startswith("--page-size 64  (the planner added it") for c in new.like.diff)
+    # a value the operator changed is theirs: carried
+    edited = old.replace(argv=[a if a != "64" else "32" for a in old.argv])
+    again = build_plan(facts(*instruct), offline_target(8, H200),
+                       Wishes(tp=8, sglang_version="0.5.23", like=previous_from_plan(edited, "deployment q122")))
+    assert flags_of(again)["--page-size"] == ("32",)
+    # the same model again: its rules add the same, nothing is dropped or changed
+    same = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23", like=prev))
+    assert flags_of(same) == flags_of(old) and not [c for c in same.like.diff if c.op == "-"]
+
+
+def test_a_rules_env_is_derived_again_too():
+    """SGLANG_ENABLE_SPEC_V2=1 was the mamba rule's (hybrid attention + MTP on 0.5.10): a plan like it for
+    DeepSeek-V3 (MTP, no linear attention) does not carry it, though the variable exists there."""
+    from gpuops.core.planning.like import previous_from_plan
+
+    old = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=8, sglang_version="0.5.10", name="q122"))
+    assert old.env["SGLANG_ENABLE_SPEC_V2"] == "1"
+    new = build_plan(facts("deepseek_v3__DeepSeek-V3", "deepseek-ai/DeepSeek-V3"), offline_target(8, H200),
+                     Wishes(tp=8, sglang_version="0.5.10", like=previous_from_plan(old, "deployment q122")))
+    assert "SGLANG_ENABLE_SPEC_V2" not in new.env
+    assert any(c.op == "-" and c.text.startswith("SGLANG_ENABLE_SPEC_V2=1  (the planner added it for deployment q122 "
+                                                 "(rule mamba-extra-buffer") for c in new.like.diff), new.like.diff
+
+
+def test_a_swap_plan_does_not_warn_about_the_port_it_takes_over():
+    """Planned like OLD to replace it (a swap), the new plan takes OLD's port: OLD's server listens
+    there now and is stopped first, so that is no conflict (it warned "port N is in use"); another
+    deployment's port still is."""
+    from gpuops.core.planning.like import previous_from_plan
+
+    old = build_plan(facts(*QWEN122), host_target(), Wishes(tp=4, name="oldie", port=31000))
+    target = with_deployment_ports(host_target(ports_taken={31000: "pid 42 (root: python -m sglang.launch_server)"}),
+                                   [("oldie", "gpu1", "ready", 31000), ("other", "gpu1", "ready", 31001)])
+    like = previous_from_plan(old, "deployment oldie")
+    beside = build_plan(facts(*QWEN122), target, Wishes(tp=4, name="newbie", like=like))
+    assert any(w.startswith("port 31000 is in use on gpu1") for w in beside.warnings)  # beside it: a conflict
+    swap = build_plan(facts(*QWEN122), target, Wishes(tp=4, name="newbie", like=like, replacing="oldie"))
+    assert swap.port == 31000 and not [w for w in swap.warnings if "is in use" in w], swap.warnings
+    other = build_plan(facts(*QWEN122), target, Wishes(tp=4, name="newbie", like=like, replacing="oldie", port=31001))
+    assert any(w.startswith("port 31001 is in use on gpu1 (deployment other (ready))") for w in other.warnings)

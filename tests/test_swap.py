@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +23,7 @@ from gpuops.core.deploy.store import Store
 from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE, operator_hub
 from tests.test_bench_cli import PROFILES, run_gpuops
+from tests.test_cli import GPUOPS
 from tests.test_secrets import free_port
 
 GIB = 1024**3
@@ -86,14 +90,25 @@ def status(box, name: str) -> dict:
 def test_swap_benchmarks_replaces_compares_and_keeps(box):
     out = run_gpuops(box, "swap", "oldie", NEW, "--name", "newbie")  # asks first: no terminal
     assert out.returncode == 2 and "--yes" in out.stderr and status(box, "oldie")["state"] == "ready"
+    assert "fetch Qwen/Qwen2.5-7B-Instruct there while oldie serves" in out.stderr
+    bench = run_gpuops(box, "bench", "oldie", "--profile", "smoke", "--json", timeout=300)
+    assert bench.returncode == 0, bench.stderr
+    stored = json.loads(run_gpuops(box, "bench", "list", "--json").stdout)["runs"][-1]["id"]
     rc, events, err = swap(box, NEW, "--yes")
     assert rc == 0, err + json.dumps(events[-5:])
-    assert steps(events) == ["plan", "bench-old", "bench-old", "stop-old", "deploy-new", "new-ready", "bench-new",
-                             "compare", "kept"]
+    assert steps(events) == ["plan", "fetch-new", "fetch-new", "bench-old", "stop-old", "deploy-new", "new-ready",
+                             "bench-new", "compare", "kept"]
+    # OLD's latest ok run of the profile is reused (--bench-old reuse, the default): no second benchmark of it
+    (bench_old,) = [e for e in events if e.get("step") == "bench-old"]
+    assert bench_old["reused"] is True and bench_old["run"] == stored
     plan_step = events[0]
     assert plan_step["model"] == NEW and any("--model-path" in d for d in plan_step["diff"])
+    # Qwen3-8B's reasoning parser was its rule's: Qwen2.5-7B-Instruct never thinks, so it is not carried
+    assert any(d.startswith("- --reasoning-parser qwen3  (the planner added it for deployment oldie (rule "
+                            "reasoning-parser") for d in plan_step["diff"]), plan_step["diff"]
     result = events[-1]
     assert result["event"] == "swap-result" and result["outcome"] == "swapped"
+    assert result["outage_s"] > 0 and events[-2]["outage_s"] == result["outage_s"]  # the last step says it too
     old, new = status(box, "oldie"), status(box, "newbie")
     assert old["state"] == "stopped" and new["state"] == "ready"
     # in the old one's place: its port, GPUs and served name (its clients keep working)
@@ -101,6 +116,9 @@ def test_swap_benchmarks_replaces_compares_and_keeps(box):
     store = Store(box.db)
     try:
         assert store.deployment("newbie").plan.served_name == store.deployment("oldie").plan.served_name
+        assert "--reasoning-parser" not in store.deployment("newbie").plan.argv
+        # oldie's own port is not a conflict for the plan that replaces it (no "port N is in use")
+        assert not [w for w in store.deployment("newbie").plan.warnings if "is in use" in w]
     finally:
         store.close()
     (bench_new,) = [e for e in events if e.get("step") == "bench-new"]
@@ -119,12 +137,15 @@ def test_a_new_one_that_crashes_is_rolled_back_and_the_old_one_serves_again(box)
     """The new model's KV cache does not fit next to what GPU0 already reserves (the old, smaller
     one still does): its start crashes, --rollback-on-failure restarts oldie on its port."""
     box.sim.set_gpu(0, memory_reserved=100 * GIB)
-    rc, events, err = swap(box, "Qwen/Qwen3-32B", "--yes", "--rollback-on-failure")
+    rc, events, err = swap(box, "Qwen/Qwen3-32B", "--yes", "--rollback-on-failure", "--bench-old", "none")
     assert rc == 0, err + json.dumps(events[-5:])
     assert steps(events)[-3:] == ["new-crashed", "rollback", "old-ready"]
     assert "bench-new" not in steps(events)
+    assert [e for e in events if e.get("step") == "bench-old"] == [
+        {"event": "swap", "step": "bench-old", "old": "oldie", "run": None, "skipped": True}]
     result = events[-1]
-    assert result["outcome"] == "rolled-back" and "newbie crashed" in result["reason"]
+    assert result["outcome"] == "rolled-back" and "newbie crashed" in result["reason"] and result["before"] is None
+    assert result["outage_s"] > 0 and events[-2]["outage_s"] == result["outage_s"]  # until oldie served again
     old, new = status(box, "oldie"), status(box, "newbie")
     assert old["state"] == "ready" and old["run"] == 2 and old["port"] == box.port
     assert new["state"] in ("crashed", "stopped")
@@ -137,3 +158,60 @@ def test_a_new_one_that_crashes_is_rolled_back_and_the_old_one_serves_again(box)
     rollback = db.execute("SELECT data_json FROM events WHERE deployment = 'oldie' AND kind = 'plan'").fetchall()
     assert rollback and "rolled back from newbie" in rollback[-1][0]
     assert httpx.get(f"http://127.0.0.1:{box.port}/health", timeout=10).status_code == 200  # it answers again
+
+
+def test_the_new_weights_are_fetched_while_the_old_one_serves(box):
+    """The outage is a start-up, not a download: NEW's weights come down (slowly here) while OLD still
+    answers; only then is OLD stopped; the outage measured from that stop to NEW ready leaves the
+    download out. --no-bench: no benchmark, no comparison. A second swap (back to the first model,
+    whose weights are on the host) fetches nothing and prints its outage."""
+    bad = run_gpuops(box, "swap", "oldie", NEW, "--no-bench", "--bench-old", "run", "--yes")
+    assert bad.returncode == 2 and bad.stderr.strip() == "gpuops: --no-bench benchmarks neither: not with --bench-old run"
+    box.sim.set_sim(download_rate=72 << 20)  # / PACE: ~1.5 GB/s, the 15 GB of NEW take ~10 s
+    proc = subprocess.Popen([GPUOPS, "--config", str(box.cfg), "swap", "oldie", NEW, "--name", "newbie", "--no-bench",
+                             "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=box.env)
+    events: list[dict] = []
+    answered_while_fetching = 0
+    stopped_at = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            ev = json.loads(line)
+            events.append(ev)
+            if ev.get("step") == "fetch-new" and "status" not in ev:
+                # the download runs: OLD still answers, and NEW is recorded as downloading
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and status(box, "newbie")["state"] != "downloading":
+                    time.sleep(0.2)
+                assert status(box, "newbie")["state"] == "downloading"
+                assert httpx.get(f"http://127.0.0.1:{box.port}/health", timeout=10).status_code == 200
+                answered_while_fetching += 1
+            if ev.get("step") == "stop-old":
+                stopped_at = time.monotonic()
+    finally:
+        rc = proc.wait(timeout=600)
+    ended_at = time.monotonic()
+    assert rc == 0, proc.stderr.read() if proc.stderr else ""
+    assert answered_while_fetching == 1 and stopped_at is not None
+    assert steps(events) == ["plan", "fetch-new", "fetch-new", "bench-old", "stop-old", "deploy-new", "new-ready",
+                             "bench-new", "kept"]
+    fetched = [e for e in events if e.get("step") == "fetch-new"][-1]
+    assert fetched["status"] == "ok" and not fetched["present"] and fetched["bytes"] > 14e9
+    assert fetched["seconds"] >= 5  # the slow download, all of it before the stop
+    result = events[-1]
+    assert result["outcome"] == "swapped" and result["before"] is None and result["after"] is None
+    assert 0 < result["outage_s"] <= ended_at - stopped_at + 1.0  # from the stop of OLD: no download in it
+    # in the store: every download event of NEW precedes OLD's stop
+    db = sqlite3.connect(box.db)
+    last_fetch = db.execute("SELECT MAX(ts) FROM events WHERE deployment = 'newbie' AND kind = 'progress' "
+                            "AND data_json LIKE '%downloading%'").fetchone()[0]
+    old_stop = db.execute("SELECT MAX(ts) FROM events WHERE deployment = 'oldie' AND kind = 'state' "
+                          "AND data_json LIKE '%stopped%'").fetchone()[0]
+    assert last_fetch < old_stop, (last_fetch, old_stop)
+    # back again in human words: the first model's weights are on the host, nothing to fetch
+    out = run_gpuops(box, "swap", "newbie", "Qwen/Qwen3-8B", "--name", "oldie", "--no-bench", "--yes", timeout=600)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "oldie's weights: already on the host" in out.stdout
+    assert re.search(r"swapped: oldie serves in newbie's place; outage \d+\.\d s \(from the stop of newbie", out.stdout), \
+        out.stdout

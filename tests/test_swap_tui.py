@@ -22,7 +22,7 @@ def _env(box, monkeypatch) -> None:  # noqa: F811
         monkeypatch.setenv(var, box.env[var])
 
 
-async def _to_swap_screen(app, pilot, model: str) -> SwapScreen:
+async def _to_swap_screen(app, pilot, model: str, answer: str = "y") -> SwapScreen:
     await pilot.press("colon", *"swap oldie", "enter")
     assert await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
     picker = app.screen
@@ -44,8 +44,9 @@ async def _to_swap_screen(app, pilot, model: str) -> SwapScreen:
     review = app.screen
     assert await until(pilot, lambda: review.plan is not None)
     old = app.ops.deployment("oldie")
-    # like oldie: its GPUs and port, the diff shown
+    # like oldie: its GPUs and port (oldie's own: no warning that it is in use), the diff shown
     assert review.plan.gpu_ids == old.plan.gpu_ids and review.plan.port == old.plan.port
+    assert not [w for w in review.plan.warnings if "is in use" in w], review.plan.warnings
     assert review.plan.like is not None and review.plan.like.diff
     await pilot.press("e", *"name oldie", "enter")  # a swap needs a new name: refused, nothing asked
     await pilot.press("d")
@@ -56,8 +57,8 @@ async def _to_swap_screen(app, pilot, model: str) -> SwapScreen:
     await pilot.press("d")
     assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
     assert app.screen.question.startswith("Swap oldie (Qwen/Qwen3-8B) for ")
-    assert "benchmark oldie (smoke" in app.screen.detail
-    await pilot.press("y")
+    assert "benchmark oldie (smoke" in app.screen.detail and "o: the same without benchmarks" in app.screen.detail
+    await pilot.press(answer)
     assert await until(pilot, lambda: isinstance(app.screen, SwapScreen))
     return app.screen
 
@@ -79,7 +80,12 @@ async def test_the_swap_screen_benchmarks_replaces_compares_and_keeps(box, monke
         assert swap.outcome["outcome"] == "swapped"
         texts = [t for _, t in swap.lines]
         assert texts[0].startswith(f"planned {new}") and any(t.startswith("stopping oldie") for t in texts)
-        assert any(t == f"{new}: ready" for t in texts) and texts[-1] == f"kept {new}"
+        # the new weights first, while oldie serves; then the stop; the outage said with the outcome
+        fetched = next(i for i, t in enumerate(texts) if t.startswith(f"{new}'s weights fetched: "))
+        assert texts[fetched - 1].startswith(f"planned {new}") and fetched < texts.index("stopping oldie"), texts
+        assert any(t.startswith(f"{new}: ready (outage ") for t in texts), texts
+        assert swap.outcome["outage_s"] > 0
+        assert texts[-1] == f"kept {new}"
         assert swap.query_one("#swap-compare").display
         assert f"{new} kept" in screen_text(app)
         await pilot.resize_terminal(80, 24)  # usable at 80x24: the outcome and the keys stay on screen
@@ -96,15 +102,17 @@ async def test_a_crashing_new_one_is_offered_the_rollback_at_once(box, monkeypat
     box.sim.set_gpu(0, memory_reserved=100 * GIB)
     app = GpuopsApp(load_inventory(str(box.cfg)), interval=0.5)
     async with app.run_test(size=(160, 50)) as pilot:
-        swap = await _to_swap_screen(app, pilot, "Qwen/Qwen3-32B")
+        swap = await _to_swap_screen(app, pilot, "Qwen/Qwen3-32B", answer="o")  # o: without benchmarks
         new = swap.plan.name
+        assert not swap.bench and "no benchmark" in screen_text(app)
         assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "crashed" in app.screen.question,
                            timeout=420)
         assert app.screen.question == f"{new} crashed: roll back to oldie now?"
         await pilot.press("y")
         assert await until(pilot, lambda: swap.outcome is not None, timeout=240)
         assert swap.outcome["outcome"] == "rolled-back"
-        assert [t for _, t in swap.lines][-1] == "oldie: ready"
+        assert [t for _, t in swap.lines][-1].startswith("oldie: ready (outage ")  # until oldie served again
+        assert "benchmark of oldie: skipped" in [t for _, t in swap.lines]
         assert "rolled back: oldie serves again" in screen_text(app)
     old = status(box, "oldie")
     assert old["state"] == "ready" and old["run"] == 2 and old["port"] == box.port

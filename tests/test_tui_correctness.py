@@ -542,7 +542,11 @@ async def test_sizes_are_said_in_one_unit_on_every_screen(box, models):
     (folder / "model-00001-of-00005.safetensors").write_bytes(b"\1" * (3 * 1024**2 + 5))  # a shard's bytes
     inv = parse_inventory(box.sim.host_block("sim") + f'model_dirs = ["{folder.parent}"]\n',
                           source=str(box.tmp / "config.toml"))
-    box.add("fetching", "downloading")
+    store = Store()  # being deployed (its lease: this process's, alive): a download nobody runs is interrupted
+    try:
+        store.add_deployment("sim", make_plan("fetching", host="sim", python=str(box.sim.python)), state="downloading")
+    finally:
+        store.close()
     _record("fetching", ProgressEvent(phase="downloading", done=5_583_457_484, total=17_609_365_913,
                                       rate_bps=378_535_936))
     app = GpuopsApp(inv, interval=0.5)

@@ -227,6 +227,31 @@ class GpuopsApp(App):
 
     # ---------------------------------------------------------------- actions
 
+    async def action_quit(self) -> None:
+        """Quit; while gpuops itself downloads a model (a deploy, a restart, a swap), ask first:
+        quitting interrupts the download (deploying again resumes it from what is on disk)."""
+        from ..screens.confirm import ConfirmScreen
+
+        if isinstance(self.screen, ConfirmScreen) and getattr(self.screen, "quitting", False):
+            return  # already asked
+        try:
+            downloads = self.ops.downloads() if "ops" in self.__dict__ else []
+        except Exception:  # a store that cannot be read: nothing to say about it, quit
+            downloads = []
+        if not downloads:
+            self.exit()
+            return
+        from ..core import units
+
+        said = "; ".join(f"{name} ({units.size(done)} of {units.size(total)})" if done is not None and total
+                         else name for name, done, total in downloads)
+        ask = ConfirmScreen(f"Quit while gpuops downloads {said}?",
+                            "Quitting interrupts the download: nothing goes on downloading on the host. Deploying "
+                            "again (or r on the deployments view) resumes it from what is on disk.",
+                            yes="Quit", no="Stay")
+        ask.quitting = True  # type: ignore[attr-defined]
+        self.push_screen(ask, lambda yes: self.exit() if yes is True else None)
+
     def action_toggle_theme(self) -> None:
         self.theme = toggled(self.theme)
 
@@ -310,7 +335,8 @@ class GpuopsApp(App):
         from ..core.bench.runner import resolve_profile
         from ..screens.swap import SwapScreen
 
-        self.push_screen(SwapScreen(event.old, event.plan, resolve_profile("smoke", self.inventory.bench_profiles)))
+        self.push_screen(SwapScreen(event.old, event.plan, resolve_profile("smoke", self.inventory.bench_profiles),
+                                    bench=getattr(event, "bench", True)))
 
     def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None) -> None:
         """A fix applied to deployment `name`: its plan patched, the server restarted with it and
@@ -441,7 +467,7 @@ class GpuopsApp(App):
         elif verb in ("help", "?"):
             self.action_help()
         elif verb in ("q", "quit"):
-            self.exit()
+            self.run_worker(self.action_quit(), group="quit")
         elif word in self.monitor.states and not arg:  # `:gpu2` is `:host gpu2`
             self.jump_to_host(word)
         else:

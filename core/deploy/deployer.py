@@ -18,11 +18,12 @@ from .. import units
 from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
 from ..hosts.host import Host, HostError, host_python
+from ..hosts.model_copies import copy_complete
 from ..planning.hostfacts import free_space, sglang_version
 from ..telemetry.samples import snapshot
 from .download import Download, DownloadError, bytes_on_disk
 from .launch import Launcher, LaunchError, open_launcher
-from .store import Store
+from .store import Lease, Store
 from .watch import Bus, log_end
 
 # argv[1] host, argv[2] port: exit 0 when the port is free to bind
@@ -67,6 +68,8 @@ class Deployer:
         self.secrets = dict(secrets or {})
         self.launcher: Launcher | None = None
         self.run = 0
+        # what download() found or did: {"present": the copy was complete already, "bytes", "seconds"}
+        self.fetched: dict[str, Any] = {}
         self._beat_at = -1e9
 
     def record(self, event: Any) -> Any:
@@ -76,15 +79,23 @@ class Deployer:
 
     # ---------------------------------------------------------------- checks
 
-    async def preflight(self) -> None:
+    async def preflight(self, *, held: bool = False) -> None:
         """Every refusal first (:meth:`checks`), then the question about GPUs in use: an operator is
-        never asked to confirm a deploy that would then be refused."""
-        await self.checks()
+        never asked to confirm a deploy that would then be refused. `held`: the port and GPUs are held
+        by the deployment this one replaces (a swap fetches the new weights while the old server still
+        serves): they are checked by :meth:`check_held` once that one is stopped."""
+        await self.checks(held=held)
+        if not held:
+            await self.confirm_gpus()
+
+    async def check_held(self) -> None:
+        """What :meth:`preflight` left out with `held`: the ports free, the GPUs free or confirmed."""
+        await self.check_ports()
         await self.confirm_gpus()
 
-    async def checks(self) -> None:
+    async def checks(self, *, held: bool = False) -> None:
         """What refuses the deploy (DeployError), nothing asked: SGLang (or the router) installed
-        there, the ports free, room for the download."""
+        there, the ports free (not with `held`), room for the download."""
         plan, host = self.plan, self.host
         if plan.replicas:  # a router: sglang-router where it runs, its ports free
             res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
@@ -93,7 +104,8 @@ class Deployer:
                                   "pip install sglang-router there first")
         elif await sglang_version(host) is None:
             raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
-        await self.check_ports()
+        if not held:
+            await self.check_ports()
         await self.check_secrets()
         if plan.download_dir and not plan.reuse_existing:
             free = (await free_space(host, (plan.download_dir,))).get(plan.download_dir)
@@ -142,6 +154,17 @@ class Deployer:
             if not self.yes and not (self.ask and self.ask(question)):
                 raise DeployError(question + " (refusing without --yes)")
 
+    def begin_run(self, why: Any = None) -> None:
+        """A restart's (or a fix's) new run of the deployment, begun before anything is stopped or
+        downloaded: planned, with `why` (a PlanEvent: the plan it starts with and the reason). The
+        name's lease is this process's until its server has started; StoreError (NameTaken): another
+        gpuops deploys it, nothing changed."""
+        self.run = self.store.new_run(self.name, lease=Lease.mine(), state="planned")
+        self.bus.publish(self.name, next(iter(self.store.events(self.name, run=self.run))))
+        if why is not None:
+            self.bus.publish(self.name, self.store.replace_plan(self.name, self.plan, why))
+        self.beat()
+
     def begin(self) -> None:
         """Record the deployment (a new run of its name); StoreError: refused, nothing changed."""
         d = self.store.add_deployment(self.host.name, self.plan)
@@ -159,12 +182,19 @@ class Deployer:
     # ---------------------------------------------------------------- steps
 
     async def download(self) -> bool:
-        """The weights on the host (nothing to do for a complete copy); False when it failed or
-        stalled (recorded: the finding and the state)."""
+        """The weights on the host: a copy that is complete already is used as it is (nothing runs:
+        a restart needs no Hub); else they are downloaded, resuming from what is on disk, with
+        progress, and the copy is checked once the download ends. False when it failed, stalled or
+        left the copy incomplete (recorded: the finding and the state)."""
         plan = self.plan
         into_cache = not plan.download_dir and bool(plan.model_path) and not plan.model_path.startswith("/")
         if plan.reuse_existing or not (plan.download_dir or into_cache):
             return True
+        where = {"repo_id": plan.model_path} if into_cache else {"path": plan.model_path}
+        if await copy_complete(self.host, **where):
+            self.fetched = {"present": True, "bytes": 0, "seconds": 0.0}
+            return True
+        began = time.monotonic()
         cache_folder = None
         if into_cache:  # a repo id served from the host's HF cache: downloaded there first, with progress
             from ..hosts.model_copies import hf_cache_entry
@@ -176,17 +206,23 @@ class Deployer:
         dl = Download(self.host, plan.model.id, None if into_cache else plan.model_path, plan.model.checkpoint_bytes,
                       token=self.hf_token, token_file=f"{home}/.local/state/gpuops/deployments/{self.name}/hf.env",
                       stall_after_s=self.download_stall_s, cache_folder=cache_folder)
+        done = 0
         try:
             async for p in dl.progress():
                 self.beat()
+                done = p.done_bytes
                 self.record(ProgressEvent(phase="downloading", done=p.done_bytes, total=p.total_bytes,
                                           rate_bps=round(p.rate_bps),
                                           eta_s=None if p.eta_s is None else round(p.eta_s, 1)))
+            if await copy_complete(self.host, **where) is False:
+                raise DownloadError(f"the download of {plan.model.id} ended, but the copy in {dl.into} is incomplete "
+                                    "(a shard its index names is missing or short): deploy again to resume it")
         except DownloadError as exc:
             stalled = exc.message.startswith("download-stalled")
             self.record(FindingEvent.of(await self._download_finding(exc, stalled, dl)))
             self.record(StateEvent(state="stalled" if stalled else "crashed", reason=exc.message))
             return False
+        self.fetched = {"present": False, "bytes": done, "seconds": round(time.monotonic() - began, 1)}
         return True
 
     async def _download_finding(self, exc: DownloadError, stalled: bool, dl: Download) -> Finding:
@@ -222,18 +258,12 @@ class Deployer:
         return Finding("download-stalled", "error", exc.message.removeprefix("download-stalled: "), tuple(evidence),
                        Fix(fix), data={"done_bytes": done, "total_bytes": total, "free_bytes": free, "into": into})
 
-    async def launch(self, *, new_run: bool = False, why: Any = None) -> None:
-        """Install and start the server. Its run's log begins where the log ends now (a restart's
-        `new_run`: a new run of the deployment, opened with `why`, a PlanEvent, when a fix caused it)."""
+    async def launch(self) -> None:
+        """Install and start the server. Its run's log begins where the log ends now."""
         plan = self.plan
         self.launcher = await open_launcher(self.host, plan)
         position = await log_end(self.host, self.launcher, self.journal_dir)
-        if new_run:
-            self.run = self.store.new_run(self.name, **position)
-            if why is not None:
-                self.bus.publish(self.name, self.store.replace_plan(self.name, plan, why))
-        else:
-            self.store.begin_log(self.name, run=self.run or None, **position)
+        self.store.begin_log(self.name, run=self.run or None, **position)
         secrets_env: dict[str, str] = {}
         env_path = getattr(self.launcher, "env_path")
         for name in plan.secret_names:  # given (carried by --like), else kept from the env file

@@ -5,6 +5,10 @@ runs on the host; progress is the apparent size of DIR (incomplete files include
 against the expected total, sampled once a second; no growth for `stall_after`
 seconds while the download runs is a stall (`download-stalled`). An HF token travels
 only through a 0600 env file the command sources: never argv, never printed.
+
+The download runs under gpuops' tether (``core/hosts/programs/tether.py``): it ends with the
+gpuops process that started it (a ``kill -9`` included), locally and over SSH, so no
+downloader is left writing into a folder that a later deploy or restart resumes.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator
 
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.files import env_file_text, write_private_file
+from ..hosts.programs import tether
 
 # argv[1]: a folder; prints the summed apparent size of every file under it
 _SIZE = r"""
@@ -61,6 +66,11 @@ def hf_argv(host: Host) -> list[str]:
     return ["hf"]
 
 
+def tethered(host: Host, argv: list[str]) -> list[str]:
+    """`argv` run on `host` under gpuops' tether: it dies with the process that runs it here."""
+    return [host_python(host), "-c", script_source(tether), tether.MARKER, *argv]
+
+
 async def bytes_on_disk(host: Host, path: str) -> int:
     res = await host.run([host_python(host), "-c", _SIZE, path], timeout=60)
     try:
@@ -103,7 +113,8 @@ class Download:
                 raise DownloadError("a token needs a token_file path on the host")
             await write_private_file(self.host, self.token_file, env_file_text({"HF_TOKEN": self.token}, "gpuops"))
             env_file = self.token_file
-        stream = self.host.stream(["sh", "-c", _WITH_ENV, "gpuops-download", env_file, *self.argv()])
+        stream = self.host.stream(tethered(self.host, ["sh", "-c", _WITH_ENV, "gpuops-download", env_file,
+                                                       *self.argv()]))
         output: list[str] = []
 
         async def drain() -> None:

@@ -403,6 +403,17 @@ class Store:
                        " WHERE name = ? AND lease_pid = ? AND lease_host = ?", (name, lease.pid, lease.host))
 
     @_guarded
+    def lease_owner(self, name: str) -> tuple[Lease, str | None] | None:
+        """Which process holds the name's lease (deploys it now or did until it died), with the
+        heartbeat it wrote last; None when nobody does."""
+        row = self._db.execute("SELECT lease_pid, lease_host, lease_start, watch_beat FROM deployments"
+                               " WHERE name = ?", (name,)).fetchone()
+        if row is None or row["lease_pid"] is None:
+            return None
+        return (Lease(int(row["lease_pid"]), str(row["lease_host"] or ""), float(row["lease_start"] or 0.0)),
+                row["watch_beat"])
+
+    @_guarded
     def deployment(self, name: str) -> Deployment | None:
         row = self._db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
         return _deployment(row) if row else None
@@ -418,16 +429,33 @@ class Store:
         return [_deployment(r) for r in self._db.execute("SELECT * FROM deployments ORDER BY created_at, name")]
 
     @_guarded
-    def new_run(self, name: str, *, cursor: str | None = None, log_offset: int | None = None) -> int:
+    def new_run(self, name: str, *, cursor: str | None = None, log_offset: int | None = None,
+                lease: Lease | None = None, state: str | None = None) -> int:
         """The same deployment starts again (a restart, a fix applied): a new run whose log begins
-        at `cursor`/`log_offset` (where the log ends now)."""
+        at `cursor`/`log_offset` (where the log ends now; None: where its server starts, set by
+        :meth:`begin_log`). `lease`: the name's lease becomes it (:class:`NameTaken` while another
+        live process holds it); `state`: the new run's first state, recorded with it."""
         with self._tx() as db:
-            row = db.execute("SELECT run FROM deployments WHERE name = ?", (name,)).fetchone()
+            row = db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise StoreError(f"no deployment named {name!r}")
+            if lease is not None and row["lease_pid"] is not None:
+                held = Lease(int(row["lease_pid"]), str(row["lease_host"] or ""), float(row["lease_start"] or 0.0))
+                if (held.pid, held.host) != (lease.pid, lease.host) and held.alive(row["watch_beat"]):
+                    raise NameTaken(f"{name!r} is being deployed by gpuops pid {held.pid} ({row['state']}): wait "
+                                    "for it or stop it")
+            if state is not None and state not in STATES:
+                raise StoreError(f"unknown deployment state {state!r}")
             run = row["run"] + 1
+            now = utc_now()
             db.execute("UPDATE deployments SET run = ?, cursor = ?, log_offset = ?, run_cursor = ?, run_offset = ?,"
-                       " updated_at = ? WHERE name = ?", (run, cursor, log_offset, cursor, log_offset, utc_now(), name))
+                       " updated_at = ? WHERE name = ?", (run, cursor, log_offset, cursor, log_offset, now, name))
+            if lease is not None:
+                db.execute("UPDATE deployments SET lease_pid = ?, lease_host = ?, lease_start = ? WHERE name = ?",
+                           (lease.pid, lease.host, lease.start, name))
+            if state is not None:
+                db.execute("UPDATE deployments SET state = ? WHERE name = ?", (state, name))
+                self._insert(db, name, run, StateEvent(state=state, ts=now))
         return int(run)
 
     @_guarded

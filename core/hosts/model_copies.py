@@ -245,6 +245,17 @@ async def hf_cache_entry(host: Host, repo_id: str) -> tuple[str | None, str | No
             folder if isinstance(folder, str) and folder.startswith("/") else None)
 
 
+async def copy_complete(host: Host, *, path: str | None = None, repo_id: str | None = None) -> bool | None:
+    """Whether the model folder `path` (or `repo_id`'s entry in the host's HF hub cache) holds its
+    whole checkpoint now: every shard its index names, each as long as its header says, and no
+    download's ``.incomplete`` file under it. None: the folder says nothing about its weights (no
+    safetensors index). Raises HostError."""
+    extra = ["--id", repo_id] if repo_id else ["--path", path or ""]
+    doc = await _run_probe(host, probe_argv(host, "check", *extra), SCAN_TIMEOUT_S)
+    complete = doc.get("complete")
+    return complete if isinstance(complete, bool) else None
+
+
 async def snapshot_folder(host: Host, repo_id: str) -> str | None:
     """The snapshot folder of ``repo_id`` in ``host``'s HF hub cache (None: not there)."""
     return (await hf_cache_entry(host, repo_id))[0]

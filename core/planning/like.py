@@ -7,18 +7,21 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join_flags, placeholder, split_flags
 from . import PlanError
 from . import sglang_versions as sv
-from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, SPEC_FLAGS, Ctx, _is_fp4
+from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, Ctx, _is_fp4
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_ITEM = re.compile(r"[A-Z_][A-Z0-9_]*=.*")  # an env value among a rule's adds (flags are --names)
+# the planner's own rules (flag_rules.RULES): what they add is derived from the model, not chosen
+PLANNER_RULES = frozenset(rule.id for rule in RULES)
 
 
 @dataclass(frozen=True)
@@ -26,13 +29,19 @@ class Previous:
     """A previous deployment's launch: where it came from, its argv flags and env. Its secrets (a
     secret flag's value, a secret variable's) are taken out as it is read: the argv holds the
     placeholder, `secret_env` the variables' names, `secrets` the values (what the source said; a
-    stored deployment's are in its env file on its host), which never reach a plan."""
+    stored deployment's are in its env file on its host), which never reach a plan. From a plan (a
+    stored deployment, a plan JSON), also what its planner rules added: `derived` flags (name,
+    values, the rule's id and why) and `derived_env` (name, value, rule id, why). Those were the
+    planner's answer for the previous model, not the operator's choices: a plan like it derives
+    them again for its own model (a unit file does not say which is which: all of it is kept)."""
 
     source: str
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     secret_env: tuple[str, ...] = ()
     secrets: tuple[tuple[str, str], ...] = ()
+    derived: tuple[tuple[str, tuple[str, ...], str, str], ...] = ()
+    derived_env: tuple[tuple[str, str, str, str], ...] = ()
 
     def __repr__(self) -> str:  # never the values
         return f"Previous({self.source!r}, secrets={[k for k, _ in self.secrets]})"
@@ -69,8 +78,9 @@ def _without_secrets(prev: Previous) -> Previous:
             secret_env.append(key)
         elif not key.startswith("GPUOPS_"):
             env.append((key, value))
-    return Previous(prev.source, tuple(argv), tuple(env), tuple(dict.fromkeys([*prev.secret_env, *secret_env])),
-                    tuple({**dict(prev.secrets), **secrets}.items()))
+    return replace(prev, argv=tuple(argv), env=tuple(env),
+                   secret_env=tuple(dict.fromkeys([*prev.secret_env, *secret_env])),
+                   secrets=tuple({**dict(prev.secrets), **secrets}.items()))
 
 
 
@@ -113,16 +123,26 @@ def _translate_deprecated(name: str, values: tuple[str, ...], version: str) -> t
     return (new, (value,)) if eq else (new, values)
 
 
+def _derived_reason(rule: str, why: str, source: str, ctx: Ctx) -> str:
+    return (f"the planner added it for {source} (rule {rule}: {why}); its rule does not apply to "
+            f"{ctx.facts.id}")
+
+
 def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env: dict[str, str], ctx: Ctx,
                 fired: list[RuleFired]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str], list[tuple[str, str]]]:
     ours = {n for n, _ in produced}
     prev_flags = [(canonical_flag(n, ctx.flags), v) for n, v in split_flags(_strip_launcher(prev.argv))]
     prev_map = dict(prev_flags)
+    derived = {(canonical_flag(n, ctx.flags), v): (rule, why) for n, v, rule, why in prev.derived}
     kept: list[tuple[str, tuple[str, ...]]] = []
     dropped: list[str] = []
     diff: list[tuple[str, str]] = []
     for name, values in prev_flags:
         reason = _drop_reason(name, values, ctx, ours)
+        if reason is None and name not in ours and (name, values) in derived:
+            # a rule companion of the previous model (its parser, its mamba cache's page size, its
+            # family's fusion): this plan's own rules said whether it applies here, and they did not
+            reason = _derived_reason(*derived[(name, values)], prev.source, ctx)
         translated = _translate_deprecated(name, values, ctx.version) if reason is None else None
         if translated is not None:
             new_name, new_values = translated
@@ -155,6 +175,12 @@ def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env:
         elif prev_map[name] != values:
             diff.append(("~", f"{name} {' '.join(prev_map[name])} → {' '.join(values)}" + because(name)))
     new_env = dict(prev.env)
+    for key, value, rule, why in prev.derived_env:
+        if new_env.get(key) == value and key not in env:  # the previous model's rule set it; this plan's do not
+            new_env.pop(key)
+            said = _derived_reason(rule, why, prev.source, ctx)
+            diff.append(("-", f"{key}={value}  ({said})"))
+            fired.append(RuleFired("like-drop", said, [], [f"{key}={value}"]))
     if "SGLANG_ENABLE_SPEC_V2" in new_env:
         gone: str | None = ("speculative decoding is off" if not ctx.spec
                             else f"SGLang {ctx.version} has no such variable any more"
@@ -247,7 +273,23 @@ def previous_from_unit(text: str, source: str) -> Previous:
 
 
 def previous_from_plan(plan: Plan, source: str) -> Previous:
-    return _checked(Previous(source, tuple(plan.argv), tuple(plan.env.items()), tuple(plan.secret_env)))
+    """The plan's launch, with what its planner rules added (see :class:`Previous`): a flag or env
+    value counts as the rule's only as the rule wrote it (an operator who changed it chose it)."""
+    flags = set(split_flags(plan.argv))
+    derived: list[tuple[str, tuple[str, ...], str, str]] = []
+    derived_env: list[tuple[str, str, str, str]] = []
+    for rule in plan.rules:
+        if rule.id not in PLANNER_RULES:
+            continue
+        env_items = [a for a in rule.adds if _ENV_ITEM.fullmatch(a)]
+        for key, _, value in (a.partition("=") for a in env_items):
+            if plan.env.get(key) == value:
+                derived_env.append((key, value, rule.id, rule.why))
+        for name, values in split_flags([a for a in rule.adds if a not in env_items]):
+            if (name, values) in flags:
+                derived.append((name, values, rule.id, rule.why))
+    return _checked(Previous(source, tuple(plan.argv), tuple(plan.env.items()), secret_env=tuple(plan.secret_env),
+                             derived=tuple(derived), derived_env=tuple(derived_env)))
 
 
 def load_previous(ref: str, stored: Callable[[str], Plan | None] | None = None) -> Previous:

@@ -79,6 +79,9 @@ class Wishes:
     served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
     sglang_version: str | None = None  # --sglang-version: overrides what the host says
     like: "Previous | None" = None
+    # the stored deployment this plan replaces (a swap): its server is stopped before this one
+    # starts, so its port (and what listens there: its server) is not a conflict
+    replacing: str | None = None
 
 
 # a stored deployment in one of these states has no server and will start none: its port is free again
@@ -94,12 +97,16 @@ def with_deployment_ports(target: Target, deployments: Iterable[tuple[str, str, 
     return replace(target, deployment_ports=held)
 
 
-def ports_taken(target: Target, name: str) -> dict[int, str]:
+def ports_taken(target: Target, name: str, replacing: str | None = None) -> dict[int, str]:
     """{port: who holds it} on the target's host for a deployment named `name`: what listens there
-    and the ports of its other deployments (a new run of `name` takes over its own)."""
+    and the ports of its other deployments (a new run of `name` takes over its own; so does the
+    deployment it replaces, `replacing`, whose server is stopped first: its port is not taken)."""
     taken = dict(target.ports_taken)
+    for other, port, _state in target.deployment_ports:
+        if replacing is not None and other == replacing:
+            taken.pop(port, None)  # its server listens there now, and is stopped before this one starts
     for other, port, state in target.deployment_ports:
-        if other != name:
+        if other != name and other != replacing:
             held = f"deployment {other} ({state})"
             taken[port] = f"{taken[port]}; {held}" if taken.get(port) else held
     return taken
@@ -109,7 +116,7 @@ def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str])
     """The server port: --port as given, never moved (a warning when it is taken), else DEFAULT_PORT,
     or when that is taken the next port above it that is not (said in a warning)."""
     where = target.host or "the host"
-    taken = ports_taken(target, name)
+    taken = ports_taken(target, name, wishes.replacing)
     if wishes.port is not None:
         if not 1 <= wishes.port <= 65535:
             raise PlanError(f"port must be 1..65535, got {wishes.port}")
@@ -560,7 +567,7 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         urls.append(f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}")
         plans.append(p.replace(replica_of=name,
                                warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]))
-    taken = {**ports_taken(head, name), **ours.get(nodes[0].addr, {})}
+    taken = {**ports_taken(head, name, wishes.replacing), **ours.get(nodes[0].addr, {})}
     metrics = next((q for q in range(ROUTER_PROMETHEUS_PORT, 65536) if q not in taken), None)
     if metrics is None:
         raise PlanError(f"no free port for the router's metrics on {head.host}")

@@ -19,6 +19,12 @@ Modes::
         {"v": 1, "id", "path": SNAPSHOT|null, "folder": ENTRY}: where a repo id lies in the HF
         cache (its snapshot folder, null while there is none; the models--owner--name folder)
 
+    check --path P | --id OWNER/NAME
+        {"v": 1, "path", "exists", "complete": true|false|null, "size_bytes"}: whether a model
+        folder (or a repo id's HF cache entry) holds its whole checkpoint: every shard its index
+        names, as long as its header says, and no ``.incomplete`` file of a download under it
+        (null: the folder says nothing about its weights)
+
     delete --model-dir D ... --forbidden F ... --kind dir|hf-cache --path P [--id ID]
         {"v": 1, "ok": true, "path", "freed_bytes"}
         {"v": 1, "ok": false, "rule", "message", "used_by": [...]}
@@ -898,6 +904,24 @@ def resolve(repo_id):
     return {"v": 1, "id": repo_id, "path": snap, "folder": folder}
 
 
+def check(path, repo_id):
+    """Whether a download into ``path`` (or of ``repo_id`` into the HF cache) is complete."""
+    if repo_id:
+        path = os.path.join(hf_hub_cache(), "models--" + repo_id.replace("/", "--"))
+    if not path or not os.path.isdir(path):
+        return {"v": 1, "path": path, "exists": False, "complete": False, "size_bytes": 0}
+    tally = Tally()
+    _walk_files(path, tally)
+    if repo_id:
+        snap = _snapshot(path)
+        complete = weights_complete(snap) if snap else False
+    else:
+        complete = weights_complete(path)
+    if tally.incomplete:
+        complete = False
+    return {"v": 1, "path": path, "exists": True, "complete": complete, "size_bytes": tally.size}
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -905,8 +929,8 @@ def main(argv):
     args = list(argv)
     if args and args[0] == MARKER:
         args.pop(0)
-    if not args or args[0] not in ("scan", "delete", "resolve"):
-        sys.stderr.write("storage probe: expected scan, delete or resolve\n")
+    if not args or args[0] not in ("scan", "delete", "resolve", "check"):
+        sys.stderr.write("storage probe: expected scan, delete, resolve or check\n")
         return 2
     mode = args.pop(0)
     model_dirs, forbidden = [], []
@@ -934,6 +958,8 @@ def main(argv):
         doc = scan(model_dirs, forbidden)
     elif mode == "resolve":
         doc = resolve(repo_id or "")
+    elif mode == "check":
+        doc = check(path, repo_id)
     else:
         if kind not in ("dir", "hf-cache") or not path:
             sys.stderr.write("storage probe: delete needs --kind dir|hf-cache and --path\n")
