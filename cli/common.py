@@ -80,10 +80,16 @@ PIPED_WIDTH = 1 << 16
 
 def console() -> Any:
     """The Rich console the verbs print their tables with: a terminal's own width (a long cell wraps
-    in its column), or, when stdout is not a terminal, :data:`PIPED_WIDTH`."""
+    in its column), or, when stdout is not a terminal, the width COLUMNS asks for (`COLUMNS=80 gpuops
+    bench list | less`), else :data:`PIPED_WIDTH`."""
+    import os
+
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
+    if sys.stdout.isatty():
+        return Console()
+    asked = os.environ.get("COLUMNS", "")
+    return Console(width=int(asked) if asked.isdigit() and 20 <= int(asked) <= PIPED_WIDTH else PIPED_WIDTH)
 
 
 class OperationFailed(Exception):

@@ -293,6 +293,16 @@ def test_piped_tables_print_every_cell_whole(world):
     assert f"({deep}, " in out.stdout  # the mount's line names the model dir whole too
     out = world.run("hosts")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 2, out.stdout  # the header and one row
+    # COLUMNS set (a terminal's width carried into `| less`, or a script's own): the table keeps to it,
+    # a long cell wrapped in its column and nothing cut (it printed 150-column lines whatever COLUMNS said)
+    narrow = subprocess.run([GPUOPS, "--config", str(world.cfg), "models", "--host", "gpu1"], capture_output=True,
+                            text=True, env={**world.env, "COLUMNS": "80"}, stdin=subprocess.DEVNULL, timeout=120)
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(map(len, narrow.stdout.splitlines())) <= 80 and str(folder) not in narrow.stdout, narrow.stdout
+    table = narrow.stdout.splitlines()
+    first = next(i for i, line in enumerate(table) if line.split()[:1] == ["MODEL"]) + 1
+    cells = [line.split()[0] for line in table[first:] if line.strip()]
+    assert "".join(cells).startswith(str(folder)), narrow.stdout  # its column's lines, read down, are it whole
 
 
 async def test_forgetting_a_running_deployment_is_refused_without_asking(world, monkeypatch):

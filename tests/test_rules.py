@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,7 +25,7 @@ from gpuops.core.diagnose import finding_rules as rules
 from gpuops.core.diagnose.fixes import apply_patch as apply_to_plan
 from gpuops.core.planning.hostfacts import offline_target
 from gpuops.core.planning.model_facts import facts_from_config
-from gpuops.core.diagnose.phases import PhaseTracker, clean, track_log
+from gpuops.core.diagnose.phases import PhaseTracker, track_log
 from gpuops.core.domain import Plan, split_flags
 from gpuops.core.planning.plan import Wishes, build_plan
 from gpuops.core.diagnose.finding_rules import LINE_RULES, SILENCE_RULES, LogScanner
@@ -819,12 +818,12 @@ def test_live_scanner_next_to_a_tracker():
     assert [f.code for f in scanner.findings(tracker)] == ["shm-too-small"]
 
 
-def test_scanning_adds_little_to_the_tracker_on_a_long_log():
-    """200 copies of the 20 KB server_args line, a real start, then a day of serving: 200,000
-    batch/access/NCCL lines. The scanner's pass costs less than the tracker's own."""
+def long_serving_log(copies: int = 200, serving: int = 40_000) -> list[str]:
+    """A real start with its 20 KB server_args line repeated, then a day of serving: batch, access and
+    NCCL lines (tests/perf/rules_scan.py measures the scanner's cost on it)."""
     start = fixture(D10)
     running = []
-    for i in range(40_000):
+    for i in range(serving):
         running += [f"[2026-07-14 10:00:{i % 60:02d} TP0 EP0] Decode batch, #running-req: {i % 97}, #token: 7{i:05d}, "
                     "token usage: 0.01, cuda graph: True, gen throughput (token/s): 812.55, #queue-req: 0",
                     f"[2026-07-14 10:00:{i % 60:02d} TP0 EP0] Prefill batch, #new-seq: 1, #new-token: 2048, "
@@ -832,20 +831,14 @@ def test_scanning_adds_little_to_the_tracker_on_a_long_log():
                     f'INFO:     10.0.0.7:{i % 60000} - "POST /v1/chat/completions HTTP/1.1" 200 OK',
                     f"gpu1:4101:4188 [0] NCCL INFO Channel {i % 24:02d}/24 : 0[0] -> 1[1] via P2P/CUMEM/read",
                     f"[2026-07-14 10:00:{i % 60:02d}] Cache flushed successfully!"]
-    lines = [start[0]] * 200 + start + running
+    return [start[0]] * copies + start + running
+
+
+def test_a_long_serving_log_raises_nothing_and_stays_ready():
+    """200 copies of the 20 KB server_args line, a real start, then 200,000 serving lines: no finding,
+    the outcome ready, every line seen. (Its cost beside the tracker's is measured, not asserted, by
+    tests/perf/rules_scan.py.)"""
+    lines = long_serving_log()
     scanner = LogScanner()
     tracker = track_log(lines, scanner.feed)
     assert scanner.findings(tracker) == [] and tracker.outcome == "ready" and scanner.line_no == len(lines)
-    cleaned = [clean(x) for x in lines]
-    tracker_s, scanner_s = [], []
-    for _ in range(3):  # alternated, best of three: the machine's noise hits both alike
-        t0 = time.perf_counter()
-        track_log(lines)
-        tracker_s.append(time.perf_counter() - t0)
-        scanner = LogScanner()
-        t0 = time.perf_counter()
-        for ln in cleaned:
-            scanner.feed(ln)
-        scanner_s.append(time.perf_counter() - t0)
-    print(f"\ntracker {len(lines) / min(tracker_s):,.0f} lines/s, rules' scanner {len(lines) / min(scanner_s):,.0f} lines/s")
-    assert min(scanner_s) < min(tracker_s)
