@@ -277,8 +277,28 @@ def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False, confi
     from ..tui.app import GpuopsApp
 
     path, _ = resolve_config_path(config)  # followed: a change, or a file made later, is picked up
-    GpuopsApp(inv, readonly=readonly, simulated=simulated, config_path=str(path) if path else None).run()
-    return 0
+    app = GpuopsApp(inv, readonly=readonly, simulated=simulated, config_path=str(path) if path else None)
+    app.run()
+    return dashboard_exit(app)
+
+
+def dashboard_exit(app: Any) -> int:
+    """The dashboard's exit status: 0 when it was quit, 1 when an error ended it, with one line on
+    stderr saying which error and where its traceback was written (or, when no file could be
+    written, the traceback itself after that line)."""
+    from ..core.literal import literal
+
+    if not app.return_code:
+        return 0
+    summary = app.crash_summary or f"exit status {app.return_code}"
+    if app.crash_report:
+        print(f"gpuops: the dashboard stopped on an error ({summary}); its traceback is in {literal(app.crash_report)}",
+              file=sys.stderr)
+    else:
+        print(f"gpuops: the dashboard stopped on an error ({summary}); its traceback could not be written to a "
+              f"file ({app.crash_report_error or 'unknown'}), here it is:", file=sys.stderr)
+        print(app.crash_traceback, end="", file=sys.stderr)
+    return 1
 
 
 def check_path_args(args: argparse.Namespace) -> None:

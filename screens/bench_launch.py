@@ -93,8 +93,10 @@ class BenchLaunchScreen(GpuopsScreen):
         Binding("escape", "back", "Back", key_display="esc"),
     ]
 
+    holds_work = True  # the form being filled
+
     def __init__(self, deployment: Deployment | None = None):
-        super().__init__(id="bench-launch")
+        super().__init__()
         self.deployment = deployment
         self.profile_name = "smoke"
         self.profile: Profile | None = None  # the checked profile, None while the form has an error

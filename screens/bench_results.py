@@ -121,7 +121,7 @@ class BenchResultsScreen(GpuopsScreen):
     BINDINGS = [Binding("escape", "back", "Back", key_display="esc")]
 
     def __init__(self, run_id: int):
-        super().__init__(id="bench-results")
+        super().__init__()
         self.run_id = run_id
 
     def compose(self) -> ComposeResult:
@@ -165,7 +165,7 @@ class BenchCompareScreen(GpuopsScreen):
     BINDINGS = [Binding("escape", "back", "Back", key_display="esc")]
 
     def __init__(self, run_ids: list[int]):
-        super().__init__(id="bench-compare")
+        super().__init__()
         self.run_ids = list(run_ids)
         self.doc: dict | None = None
 

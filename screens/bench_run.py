@@ -70,7 +70,7 @@ class BenchRunScreen(GpuopsScreen):
             self.error = error
 
     def __init__(self, deployment: Deployment, profile: Profile, clock: Callable[[], float] = time.monotonic):
-        super().__init__(id="bench-run")
+        super().__init__()
         self.deployment = deployment
         self.profile = profile
         self.clock = clock
@@ -113,6 +113,10 @@ class BenchRunScreen(GpuopsScreen):
     @property
     def running(self) -> bool:
         return self.state not in FINAL
+
+    @property
+    def holds_work(self) -> bool:
+        return self.running  # leaving cancels the benchmark: only after asking (esc)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel" and not self.running:

@@ -49,7 +49,7 @@ class BenchRunsScreen(GpuopsScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="bench-runs")
+        super().__init__()
         self.runs: list[BenchRun] = []
         self.marked: list[int] = []  # run ids, in the order they were marked
 

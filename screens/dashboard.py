@@ -280,7 +280,9 @@ class GpuRow(Horizontal):
     """
 
     def __init__(self, index: int):
-        super().__init__(id=f"gpu-{index}", classes="gpu-row")
+        # no id: another host's GPU rows are mounted while this host's are still being removed (an id
+        # per index, gpu-0 twice at once, was Textual's DuplicateIds, ending the app)
+        super().__init__(classes="gpu-row")
         self.index = index
         self._last: tuple | None = None
         self._text = _linkless(TextView(classes="gpu-text"))
@@ -373,7 +375,7 @@ class DashboardScreen(GpuopsScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="dashboard")
+        super().__init__()
         self.selected: str | None = None
         self.filter_text = ""
         self.host_filter = ""  # `f`: the host list shows the hosts whose name holds it (any case)

@@ -73,7 +73,7 @@ class DeploymentScreen(GpuopsScreen):
             self.event = event
 
     def __init__(self, deployment: Deployment):
-        super().__init__(id="deployment")
+        super().__init__()
         self.deployment = deployment
         self.view = RunView(deployment.name, deployment.run)
         self.check_result: str | None = None

@@ -50,7 +50,7 @@ class DeploymentsScreen(GpuopsScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="deployments")
+        super().__init__()
         self.rows: dict[str, Deployment] = {}
         self._cells: dict[str, tuple] = {}
 

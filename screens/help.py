@@ -31,7 +31,7 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def __init__(self, title: str, keys: list[tuple[str, str]], more: list[tuple[str, str]] = ()):
-        super().__init__(id="help")
+        super().__init__()
         self.title_text = title
         self.keys = list(keys) + list(more)
         self.main_keys = list(keys)

@@ -26,12 +26,16 @@ class ModelPickerScreen(GpuopsScreen):
     ]
 
     def __init__(self, host_name: str, swap_from: str | None = None):
-        super().__init__(id="model-picker")
+        super().__init__()
         self.host_name = host_name
         self.swap_from = swap_from  # a ready deployment this model replaces (the swap's picker)
         self._typing = False  # the operator went for the id box (/ or typed): focus stays there
         self.copies: dict[str, tuple[str, str]] = {}  # row key -> (model id, path on the host)
         self.facts: ModelFacts | None = None
+
+    @property
+    def holds_work(self) -> bool:
+        return self._typing  # a model id being typed
 
     @property
     def host(self) -> Host:

@@ -53,7 +53,7 @@ class PlanReviewScreen(GpuopsScreen):
             self.confirmed = confirmed
 
     def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes):
-        super().__init__(id="plan-review")
+        super().__init__()
         self.facts = facts
         self.target = target
         self.wishes = wishes
@@ -64,6 +64,8 @@ class PlanReviewScreen(GpuopsScreen):
         # with replicas the other hosts the replicas go round
         self.replicas = 0  # K servers behind sglang-router (0: one server, or one over the nodes)
         self._input_mode = "like"
+
+    holds_work = True  # the plan being reviewed, and the operator's edits to it
 
     def compose(self) -> ComposeResult:
         yield Header()

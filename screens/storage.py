@@ -78,7 +78,7 @@ class StorageScreen(GpuopsScreen):
             self.rule = rule
 
     def __init__(self, host_name: str, deployments: Mapping[str, str] | None = None) -> None:
-        super().__init__(id="storage")
+        super().__init__()
         self.host_name = host_name
         # name → model path or repo id of the stored deployments on this host (None: from the store)
         self.given_deployments = deployments

@@ -84,7 +84,7 @@ class SwapScreen(GpuopsScreen):
             self.text = text
 
     def __init__(self, old: str, plan: Plan, profile: Any):
-        super().__init__(id="swap")
+        super().__init__()
         self.old = old
         self.plan = plan
         self.profile = profile

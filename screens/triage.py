@@ -65,7 +65,7 @@ class TriageScreen(GpuopsScreen):
     ]
 
     def __init__(self, deployment: Deployment, report: TriageReport | None = None):
-        super().__init__(id="triage")
+        super().__init__()
         self.deployment = deployment
         self.doc: TriageReport | None = report
 
