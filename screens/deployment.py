@@ -28,6 +28,7 @@ from ..core.config import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
 from ..core.domain import Deployment, Finding, LogEvent, member_name
+from ..core.literal import literal
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
 from ..tui.widgets import KeyFooter, TextView
@@ -209,7 +210,7 @@ class DeploymentScreen(GpuopsScreen):
             out.append(f"\ncrashed in {v.crash.phase or '?'}\n", style="bold red")
         elif crashed and v.crash is not None:
             why = v.crash.reason or (v.findings[0].summary if v.findings else "see the log")
-            out.append(f"\ncrashed in {v.crash.phase or '?'}: {why}\n", style="bold red")
+            out.append(f"\ncrashed in {v.crash.phase or '?'}: {literal(why)}\n", style="bold red")
         if v.state == "stopped":
             out.append("\nstopped\n", style="bold")
         if ready:
@@ -281,22 +282,22 @@ class DeploymentScreen(GpuopsScreen):
         kind = ""
         if v.stall is not None:
             kind = "stalled"
-            out.append(f"STALLED: {v.stall.summary or v.stall.phase}\n", style="bold red")
+            out.append(f"STALLED: {literal(v.stall.summary or v.stall.phase)}\n", style="bold red")
             if v.checks is None:
                 out.append("triage running…\n", style="dim")
         elif v.state == "crashed":
             kind = "crashed"
         for f in v.findings[:4]:
-            out.append(f"{f.severity}: {f.code}: ", style="bold red" if f.severity == "error" else "yellow")
-            out.append(f"{f.summary}\n")
+            out.append(f"{f.severity}: {literal(f.code)}: ", style="bold red" if f.severity == "error" else "yellow")
+            out.append(f"{literal(f.summary)}\n")
         first_fix = self.first_fix()
         if first_fix is not None and first_fix.fix is not None:
-            out.append(f"f: {first_fix.fix.summary}", style="green")
+            out.append(f"f: {literal(first_fix.fix.summary)}", style="green")
             out.append("   x: triage\n")
         elif v.findings:
             top = v.findings[0]
             if top.fix is not None:  # the top finding's own advice, not a lesser finding's fix
-                out.append(f"{top.code}: {top.fix.summary}", style="yellow")
+                out.append(f"{literal(top.code)}: {literal(top.fix.summary)}", style="yellow")
                 out.append("   x: triage\n")
             else:
                 out.append("x: triage (evidence, host checks, fixes)\n")

@@ -15,7 +15,8 @@ from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.plan import Wishes
 from .base import GpuopsScreen
 from ..tui.plan_view import facts_line
-from ..tui.widgets import KeyFooter, TextView
+from ..core.literal import literal
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 
 
 class ModelPickerScreen(GpuopsScreen):
@@ -46,8 +47,8 @@ class ModelPickerScreen(GpuopsScreen):
         yield Input(placeholder="owner/name (HF) or /path/on/this/machine — Enter plans it", id="model-input")
         with Horizontal(id="picker-main"):
             with Vertical(id="picker-left"):
-                yield Static(f"Models on {self.host_name}", classes="section", id="picker-title")
-                yield DataTable(id="candidates", cursor_type="row")
+                yield Static(Text(f"Models on {self.host_name}"), classes="section", id="picker-title")
+                yield LiteralTable(id="candidates", cursor_type="row")  # (a folder's name is literal text)
             yield TextView(Text("move to a model to see its facts", style="dim"), id="picker-facts")
         yield KeyFooter()
 
@@ -64,7 +65,7 @@ class ModelPickerScreen(GpuopsScreen):
         from ..core.hosts.model_copies import scan_or_error
 
         title = self.query_one("#picker-title", Static)
-        title.update(f"Models on {self.host_name}: scanning…")
+        title.update(Text(f"Models on {self.host_name}: scanning…"))
         storage = await scan_or_error(self.host)
         table = self.query_one("#candidates", DataTable)
         table.clear()
@@ -78,8 +79,8 @@ class ModelPickerScreen(GpuopsScreen):
             self.copies[key] = (model_id, m.path)
             size = f"{m.size_bytes / 1e9:.1f} GB" if m.size_bytes else "?"
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
-        note = f" ({storage.error})" if storage.error else ""
-        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}")
+        note = f" ({literal(storage.error)})" if storage.error else ""
+        title.update(Text(f"Models on {self.host_name}: {len(storage.models)}{note}"))
         if storage.models and not self._typing:
             table.focus()  # unless the operator went for the id box: the scan never takes the keys from them
 
@@ -118,15 +119,15 @@ class ModelPickerScreen(GpuopsScreen):
     @work(exclusive=True, group="facts")
     async def load_facts(self, model_id: str, host_path: str | None) -> None:
         view = self.query_one("#picker-facts", TextView)
-        view.set(Text(f"reading {model_id}…", style="dim"))
+        view.set(Text(f"reading {literal(model_id)}…", style="dim"))
         try:
             facts = await self._facts(model_id, host_path)
         except (ModelError, HostError, ValueError) as exc:
             self.facts = None
-            view.set(Text(str(exc), style="red"))
+            view.set(Text(literal(str(exc)), style="red"))
             return
         self.facts = facts
-        view.set(Text.assemble((f"{facts.id}\n", "bold"), facts_line(facts)))
+        view.set(Text.assemble((f"{literal(facts.id)}\n", "bold"), facts_line(facts)))
 
     @on(Input.Submitted, "#model-input")
     def _typed(self, event: Input.Submitted) -> None:

@@ -27,6 +27,7 @@ from ..core.planning.like import load_previous
 from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan, build_replicated_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
+from ..core.literal import literal
 from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 from ..tui.widgets import KeyFooter, TextView
 
@@ -106,7 +107,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.query_one("#plan-facts", TextView).set(facts_line(self.facts))
         verdict = self.query_one("#plan-verdict", TextView)
         if self.error or self.plan is None:
-            verdict.set(Text(self.error or "no plan", style="bold red"))
+            verdict.set(Text(literal(self.error or "no plan"), style="bold red"))
             return
         plan = self.plan
         fit = plan.fit
@@ -114,11 +115,11 @@ class PlanReviewScreen(GpuopsScreen):
                          f"{fit.verdict if fit else '?'}", style="bold green" if fit and fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
         title = launch_title(plan)
-        self.query_one("#plan-launch-title", Static).update(title[:1].upper() + title[1:])
+        self.query_one("#plan-launch-title", Static).update(Text(literal(title[:1].upper() + title[1:])))
         self.query_one("#plan-launch", Static).update(launch_text(plan))
         self.query_one("#plan-rules", Static).update(rules_table(plan))
         parts = parts_text(plan)
-        self.query_one("#plan-parts-title", Static).update(parts[0] if parts else "")
+        self.query_one("#plan-parts-title", Static).update(Text(literal(parts[0]) if parts else ""))
         self.query_one("#plan-parts-title").display = parts is not None
         self.query_one("#plan-parts", TextView).set(parts[1] if parts else Text())
         diff = Text()
@@ -129,7 +130,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.query_one("#plan-diff-title").display = bool(changes)
         warnings = Text()
         for w in plan.warnings:
-            warnings.append(f"warning: {w}\n", style="yellow")
+            warnings.append(f"warning: {literal(w)}\n", style="yellow")
         self.query_one("#plan-warnings", TextView).set(warnings)
 
     # ---------------------------------------------------------------- actions
@@ -346,7 +347,8 @@ class PlanReviewScreen(GpuopsScreen):
         snap = self._snapshot(plan)
         if snap is None:
             return []
-        return [f"GPU{g.index}: pid {p.pid} {p.user or '?'} {(p.command or '?')[:60]} ({units.size(p.used_bytes)})"
+        return [f"GPU{g.index}: pid {p.pid} {literal(p.user or '?')} {literal(p.command or '?')[:60]} "
+                f"({units.size(p.used_bytes)})"
                 for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
 
     def _free_gpus(self, plan: Plan) -> list[int]:

@@ -17,7 +17,8 @@ from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
 from ..core.domain import Plan, StateEvent
-from ..tui.widgets import KeyFooter, TextView
+from ..core.literal import literal
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -100,14 +101,14 @@ class SwapScreen(GpuopsScreen):
         yield TextView(id="swap-outcome")  # first: what happened, or what the operator can do now
         yield Static(id="swap-live")
         yield TextView(id="swap-steps")
-        yield DataTable(id="swap-compare", show_cursor=False)
+        yield LiteralTable(id="swap-compare", show_cursor=False)
         yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"swap {self.old} → {self.plan.name}"
         self.query_one("#swap-title", Static).update(Text.assemble(
             ("swap ", "bold"), (self.old, "bold"), " → ", (self.plan.name, "bold"),
-            f"  {self.plan.model.id} on {self.plan.host}, GPUs {','.join(map(str, self.plan.gpu_ids))}, "
+            f"  {literal(self.plan.model.id)} on {self.plan.host}, GPUs {','.join(map(str, self.plan.gpu_ids))}, "
             f"port {self.plan.port} · benchmark {self.profile.name}"))
         self.query_one("#swap-compare", DataTable).display = False
         bus = self.app.ops.bus  # type: ignore[attr-defined]
@@ -175,8 +176,8 @@ class SwapScreen(GpuopsScreen):
         if not doc.get("metrics"):
             return []
         header, rows = compare_rows(doc)
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-        return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in [header, *rows[:8]]]
+        widths = [max(len(literal(r[i])) for r in [header, *rows]) for i in range(len(header))]
+        return ["  ".join(literal(c).ljust(w) for c, w in zip(row, widths)) for row in [header, *rows[:8]]]
 
     # ---------------------------------------------------------------- showing it
 
@@ -214,7 +215,7 @@ class SwapScreen(GpuopsScreen):
         steps = Text()
         for clock, text in self.lines:
             steps.append(f"{clock}  ", style="dim")
-            steps.append(text + "\n")
+            steps.append(literal(text) + "\n")
         if not self.lines:
             steps.append("starting…", style="dim")
         self.query_one("#swap-steps", TextView).set(steps)
@@ -232,7 +233,7 @@ class SwapScreen(GpuopsScreen):
             out.set(Text("o opens the new deployment · esc leaves (the swap goes on)", style="dim"))
             return
         template, style = OUTCOME_TEXT.get(self.outcome["outcome"], ("{outcome}", "bold"))
-        out.set(Text(template.format(**{"reason": "", **self.outcome}), style=style))
+        out.set(Text(literal(template.format(**{"reason": "", **self.outcome})), style=style))
 
     # ---------------------------------------------------------------- keys
 

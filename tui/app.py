@@ -18,12 +18,14 @@ gc.disable()
 try:
     from textual.app import App, SystemCommand
     from textual.binding import Binding
+    from textual.content import Content
     from textual.css.query import NoMatches
     from textual.screen import Screen
     from textual.theme import Theme
 
     from ..core.config import Inventory
     from ..core.hosts.host import Host
+    from ..core.literal import literal, literal_lines
     from ..core.telemetry.monitor import Monitor
     from ..core.paths import load_ui_state, save_ui_state
     from ..screens.dashboard import DashboardScreen
@@ -79,6 +81,19 @@ class GpuopsApp(App):
         # Before the first frame: a theme change later would restyle every widget.
         saved = load_ui_state().get("theme")
         self._set_first_theme(saved if saved in self.available_themes else DEFAULT_THEME)
+
+    # ---------------------------------------------------------------- text shown
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every notification (the screens' and widgets' `notify` come here) as literal text: never
+        parsed as markup, control characters escaped (a host's error or a folder's name in it)."""
+        super().notify(literal_lines(message), title=literal(title), severity=severity, timeout=timeout,
+                       markup=False)
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """Every screen's header (a deployment's model, a host's name in the subtitle) as literal text."""
+        return super().format_title(literal(title), literal(sub_title))
 
     # ---------------------------------------------------------------- a crash
 
