@@ -287,9 +287,24 @@ class DeploymentScreen(GpuopsScreen):
                 out.append("triage running…\n", style="dim")
         elif v.state == "crashed":
             kind = "crashed"
+        findings = Text()
         for f in v.findings[:4]:
-            out.append(f"{f.severity}: {literal(f.code)}: ", style="bold red" if f.severity == "error" else "yellow")
-            out.append(f"{literal(f.summary)}\n")
+            findings.append(f"{f.severity}: {literal(f.code)}: ", style="bold red" if f.severity == "error" else "yellow")
+            findings.append(f"{literal(f.summary)}\n")
+        what_to_do = self._what_to_do()
+        # under 120 columns what to do comes before the findings: the banner's last lines are the ones
+        # cut when the findings are long (80x24 lost the fix line of a stall)
+        parts = (what_to_do, findings) if self.has_class("-narrow") else (findings, what_to_do)
+        for part in parts:
+            out.append_text(part)
+        out.rstrip()  # (no blank row under it)
+        return out, kind
+
+    def _what_to_do(self) -> Text:
+        """The banner's line of what to do: `f` and the fix it applies, or the top finding's own
+        advice, and `x` triage."""
+        v = self.view
+        out = Text()
         first_fix = self.first_fix()
         if first_fix is not None and first_fix.fix is not None:
             out.append(f"f: {literal(first_fix.fix.summary)}", style="green")
@@ -301,7 +316,7 @@ class DeploymentScreen(GpuopsScreen):
                 out.append("   x: triage\n")
             else:
                 out.append("x: triage (evidence, host checks, fixes)\n")
-        return out, kind
+        return out
 
     def first_fix(self) -> Finding | None:
         """The top finding (errors first, causes before the stall's generic advice) when gpuops can

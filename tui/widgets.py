@@ -482,8 +482,9 @@ class KeyFooter(Widget):
     (`show_command_palette`); a mouse press on a key presses it (on a disabled one: the bell). When
     the screen's bindings change (focus moved, `check_action` changed) it looks at them again once
     before the next frame, and redraws only when what it shows changed. A line too short for every
-    key cuts the last ones (Textual's scrolled sideways under the mouse wheel). Binding groups are
-    drawn key by key (gpuops has none).
+    key shows those that fit whole, in their order, then `?` alone (the key that lists them all);
+    no key is ever cut (Textual's scrolled sideways under the mouse wheel; 80 columns read "q Q").
+    Binding groups are drawn key by key (gpuops has none).
 
     Its look is the stylesheet's: its own colours are the footer's, and its component classes
     - footer-key--key, footer-key--description: as Textual's FooterKey's (colours, padding);
@@ -633,6 +634,7 @@ class KeyFooter(Widget):
         room = max(0, width - right.cell_length)
         spans: list[tuple[int, int, KeyHint]] = []
         margin = self.get_component_styles("footer-key").margin.right
+        keys = self._fitting(keys, room, margin)
         segments: list[Segment] = []
         x = 0
         for hint in keys:
@@ -649,6 +651,31 @@ class KeyFooter(Widget):
             spans.append((room, width, palette))
         self._spans = spans
         return Strip.join([Strip(segments).crop_extend(0, room, base), right]).crop(0, width)
+
+    HELP = "question_mark"  # the key that lists every key (`?`)
+
+    def _fitting(self, keys: tuple[KeyHint, ...], room: int, margin: int) -> tuple[KeyHint, ...]:
+        """The keys the line shows, each whole: all of them when they fit; else those that fit in
+        their order, then `?` alone (no description: the key that lists the others) where it fits.
+        A key is never cut (80 columns drew "q Q" and "? Key")."""
+        widths = [sum(seg.cell_length for seg in self._parts(hint, False)) + margin for hint in keys]
+        if sum(widths) - margin <= room:
+            return keys
+        help_key = next((h for h in keys if h.key == self.HELP), None)
+        more = help_key._replace(description="") if help_key is not None else None
+        more_width = sum(seg.cell_length for seg in self._parts(more, False)) if more is not None else -margin
+        shown: list[KeyHint] = []
+        used = 0
+        for hint, width in zip(keys, widths):  # (a width holds the margin before the next key)
+            if hint is help_key:
+                continue
+            if used + width + more_width > room:
+                break
+            shown.append(hint)
+            used += width
+        if more is not None:
+            shown.append(more)
+        return tuple(shown)
 
     # ------------------------------------------------------------- the mouse
 
