@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from ..core.config import Inventory
-from .common import UsageError, minute
+from ..core.literal import literal, literal_lines
+from .common import UsageError, markup_literal, minute
 
 VERBS = ("list", "show", "compare", "import", "export")
 
@@ -83,9 +84,9 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
     table = Table(box=None, header_style="bold", padding=(0, 1))
     for col in header:
         # a narrow terminal (80 columns) wraps a cell rather than cutting it to "/tmp/ex…"
-        table.add_column(col, overflow="fold")
+        table.add_column(markup_literal(col), overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(markup_literal, row))  # (names and figures from the store: no markup)
     console().print(table)
 
 
@@ -125,13 +126,13 @@ def _show(store, args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"schema": 1, "run": run.to_json()})
         return 0
-    print(describe_run(run))
+    print(literal(describe_run(run)))
     if run.error:
-        print(f"error: {run.error}")
+        print(f"error: {literal(run.error)}")
     if run.records or run.quality:
         _table(*compare_rows(compare([run])))
     for c in run.checks or []:
-        print(f"check {c.name}: {CHECK_WORDS[c.ok]}" + (f": {c.reason}" if c.reason else ""))
+        print(f"check {c.name}: {CHECK_WORDS[c.ok]}" + (f": {literal(c.reason)}" if c.reason else ""))
     return 0
 
 
@@ -144,7 +145,7 @@ def _compare(store, args: argparse.Namespace) -> int:
         _print_json(doc)
         return 0
     for run in runs:
-        print(describe_run(run))
+        print(literal(describe_run(run)))
     print(f"deltas: against #{runs[0].id}'s record of the same concurrency")
     _table(*compare_rows(doc))
     if doc.get("note"):
@@ -249,7 +250,7 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
     except BenchInputError as exc:
         raise BenchUsageError(str(exc)) from None
     except OperationFailed as exc:
-        print(f"gpuops: {exc}", file=sys.stderr)
+        print(f"gpuops: {literal_lines(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("gpuops: benchmark cancelled (stopped on the host)", file=sys.stderr)
@@ -299,7 +300,7 @@ def _print_event(event, live: bool) -> None:
     elif event.kind == "state":
         if live:
             print()
-        print(f"#{d['run']}: {d['state']}" + (f": {d['error']}" if d.get("error") else ""), flush=True)
+        print(f"#{d['run']}: {d['state']}" + (f": {literal(d['error'])}" if d.get("error") else ""), flush=True)
     elif event.kind == "step":
         n = d.get("num_prompts") or d.get("num_examples")
         print(f"step {d['step'] + 1}/{d['steps']}: concurrency {d['max_concurrency'] or 'unlimited'}, {n} requests",
@@ -319,5 +320,5 @@ def _print_event(event, live: bool) -> None:
         print(f"  {d['eval']} score {fmt(d['score'])} ({d['num_examples']} examples)", flush=True)
     elif event.kind == "checks":
         for c in d["checks"]:
-            print(f"  check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {c['reason']}" if c["reason"] else ""),
+            print(f"  check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {literal(c['reason'])}" if c["reason"] else ""),
                   flush=True)

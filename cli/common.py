@@ -17,6 +17,17 @@ from ..core.config import Inventory
 T = TypeVar("T")
 
 
+def markup_literal(value: object) -> str:
+    """A string from a host, a file or the store inside Rich markup that the CLI prints: its control
+    characters escaped (gpuops.core.literal.literal, the one helper the screens use too), then its
+    brackets escaped so that Rich reads them as text (``[red]x[/red]`` in a folder's name)."""
+    from rich.markup import escape
+
+    from ..core.literal import literal
+
+    return escape(literal(value))
+
+
 class UsageError(Exception):
     """Bad input or a refusal: printed as one line, exit code 2."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core import units
 from ..core.config import Inventory
+from ..core.literal import literal, literal_lines
 from .common import OperationFailed, UsageError, minute, run_use_case
 from .plan import add_planning_options
 
@@ -88,7 +89,7 @@ def _print(doc: Any) -> None:
 
 
 def _failed(exc: OperationFailed) -> int:
-    print(f"gpuops: {exc}", file=sys.stderr)
+    print(f"gpuops: {literal_lines(str(exc))}", file=sys.stderr)  # (a host's message, and its hint line)
     return 1
 
 
@@ -144,22 +145,23 @@ def run_triage(inv: Inventory, args: argparse.Namespace) -> int:
     if args.json:
         _print(report.to_json())
         return 0
-    print(f"phase: {report.phase or '-'}   outcome: {report.outcome}")
+    # (what the log and the host said, as literal text: one line each, a stack's lines kept)
+    print(f"phase: {literal(report.phase or '-')}   outcome: {report.outcome}")
     if report.log_error:
-        print(f"  the log could not be read: {report.log_error}")
+        print(f"  the log could not be read: {literal(report.log_error)}")
     for finding in report.findings:
-        print(f"  {finding.severity}: {finding.code}: {finding.summary}")
+        print(f"  {finding.severity}: {literal(finding.code)}: {literal(finding.summary)}")
         for ev in finding.evidence:
-            print(f"      {ev.source}: {ev.line or ev.reading}")
+            print(f"      {literal(ev.source)}: {literal(ev.line or ev.reading)}")
         if finding.fix is not None and finding.fix.summary:
             where = " (applicable: gpuops TUI, deployment screen, f)" if finding.fix.applicable else ""
-            print(f"    fix{where}: {finding.fix.summary}")
+            print(f"    fix{where}: {literal(finding.fix.summary)}")
     for check in report.checks or []:
         mark = {True: "ok", False: "FAIL", None: "n/a"}[check.ok]
-        print(f"  [{mark:>4}] {check.name}: {check.detail}")
+        print(f"  [{mark:>4}] {literal(check.name)}: {literal(check.detail)}")
     for stack in report.stacks or []:
-        print(f"--- py-spy {stack.get('rank') or 'server'} (pid {stack['pid']}) ---")
-        print((stack.get("text") or stack.get("error") or "").rstrip())
+        print(f"--- py-spy {literal(stack.get('rank') or 'server')} (pid {stack['pid']}) ---")
+        print(literal_lines((stack.get("text") or stack.get("error") or "").rstrip()))
     return 0
 
 
@@ -215,20 +217,20 @@ def describe_event(event: Any) -> str | None:
         if event.phase == "downloading" and event.total:
             return f"{when}  downloading {units.size(event.done)}/{units.size(event.total)}"
         total = f"/{event.total}" if event.total else ""
-        return f"{when}  {event.phase}: {event.what or ''} {event.done}{total}".rstrip()
+        return f"{when}  {event.phase}: {literal(event.what or '')} {event.done}{total}".rstrip()
     if isinstance(event, StateEvent):
-        extra = [f"{k} {v}" for k, v in (("phase", event.phase), ("into", event.into), ("endpoint", event.endpoint),
-                                         ("reason", event.reason), ("detail", event.detail),
-                                         ("launcher", event.launcher)) if v]
+        extra = [f"{k} {literal(v)}" for k, v in (("phase", event.phase), ("into", event.into),
+                                                  ("endpoint", event.endpoint), ("reason", event.reason),
+                                                  ("detail", event.detail), ("launcher", event.launcher)) if v]
         line = f"{when}  {event.state}" + (f" ({', '.join(extra)})" if extra else "")
         if event.summary:
-            line += f": {event.summary}"
+            line += f": {literal(event.summary)}"
         if event.quick_check and event.quick_check.get("content") is not None:
             line += f"\n          quick check {event.quick_check.get('seconds')} s: {event.quick_check['content']!r}"
         return line
     if isinstance(event, FindingEvent):
-        fix = f"\n          fix: {event.fix.summary}" if event.fix is not None else ""
-        return f"{when}  {event.severity}: {event.code}: {event.summary}{fix}"
+        fix = f"\n          fix: {literal(event.fix.summary)}" if event.fix is not None else ""
+        return f"{when}  {event.severity}: {literal(event.code)}: {literal(event.summary)}{fix}"
     if isinstance(event, ChecksEvent):
         failed = [c.name for c in event.checks if c.ok is False]
         return f"{when}  host checks: " + (f"failed {', '.join(failed)}" if failed else "all passed")
@@ -497,11 +499,11 @@ def run_logs(inv: Inventory, args: argparse.Namespace) -> int:
     async def use(ops: Any, _yes: bool) -> None:
         async for rec in ops.logs(args.name, follow=args.follow):
             if rec.notice:
-                print(f"gpuops: log {rec.notice}: {rec.text}", file=sys.stderr, flush=True)
+                print(f"gpuops: log {rec.notice}: {literal(rec.text)}", file=sys.stderr, flush=True)
             elif args.json:
                 print(json.dumps({"ts": rec.ts, "event": "log", "line": rec.text}), flush=True)
             else:
-                print(rec.text, flush=True)
+                print(literal(rec.text), flush=True)  # (a log line as literal text: no terminal control)
 
     try:
         run_use_case(inv, args, use)
@@ -570,28 +572,28 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
         if name == "plan":
             print(f"swap {step['old']} → {step['new']} ({step['model']})")
             for line in step["diff"]:
-                print(f"  {line}")
+                print(f"  {literal(line)}")
             for w in warnings:
-                print(f"  warning: {w}")
+                print(f"  warning: {literal(w)}")
         elif name == "fetch-new" and "status" not in step:
-            print(f"fetching {step['model']} for {step['new']} ({args.old} serves meanwhile)", flush=True)
+            print(f"fetching {literal(step['model'])} for {step['new']} ({args.old} serves meanwhile)", flush=True)
         elif name == "fetch-new":
             print(f"{step['new']}'s weights: " + ("already on the host" if step.get("present") else
                   f"{units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
-                  if step["status"] == "ok" else str(step["status"])), flush=True)
+                  if step["status"] == "ok" else literal(str(step["status"]))), flush=True)
         elif name in ("bench-old", "bench-new") and step.get("skipped"):
             print(f"benchmark of {args.old if name == 'bench-old' else step.get('new', 'the new one')}: skipped")
         elif name == "bench-old" and step.get("reused"):
             print(f"benchmark of {args.old}: run #{step['run']} ({profile.name}), reused")
         elif name == "compare":
             header, rows = compare_rows(step["compare"])
-            widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+            widths = [max(len(literal(r[i])) for r in [header, *rows]) for i in range(len(header))]
             for row in [header, *rows]:
-                print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+                print("  " + "  ".join(literal(c).ljust(w) for c, w in zip(row, widths)))
         elif name in ("stop-old", "deploy-new", "kept", "rollback") or name.startswith(("new-", "old-")):
             print({"stop-old": f"stopping {step.get('old')}", "deploy-new": f"deploying {step.get('new')}",
                    "kept": f"kept {step.get('new')}", "rollback": f"rolling back to {step.get('old')}: "
-                   f"{step.get('why')}"}.get(name, f"{name.replace('-', ': ', 1)}"), flush=True)
+                   f"{literal(step.get('why'))}"}.get(name, f"{name.replace('-', ': ', 1)}"), flush=True)
 
     def bench_emit(event: Any) -> None:
         if args.json:
@@ -625,8 +627,8 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     else:
         outage = result.get("outage_s")
         print(f"{result['outcome']}: " + {"swapped": f"{result['new']} serves in {result['old']}'s place",
-                                          "rolled-back": f"{result['old']} is back ({result.get('reason')})",
-                                          }.get(result["outcome"], str(result.get("reason")))
+                                          "rolled-back": f"{result['old']} is back ({literal(str(result.get('reason')))})",
+                                          }.get(result["outcome"], literal(str(result.get("reason"))))
               + (f"; outage {outage:.1f} s (from the stop of {result['old']} until a server was ready again)"
                  if outage else "; no outage" if outage == 0 else "; the outage goes on: no server is ready"))
     return 0 if result["outcome"] in ("swapped", "rolled-back") else 1

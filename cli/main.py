@@ -17,7 +17,8 @@ import sys
 from typing import Any, Sequence
 
 from ..core.config import ConfigError, HostConfig, Inventory, load_inventory
-from .common import UsageError  # (the verbs' own usage errors are UsageErrors too)
+from ..core.literal import literal
+from .common import UsageError, markup_literal  # (the verbs' own usage errors are UsageErrors too)
 
 SCHEMA = 1
 
@@ -210,14 +211,15 @@ def _print_hosts(doc: dict) -> None:
     table = Table(box=None, header_style="bold")
     for col in ("HOST", "KIND", "ADDRESS", "UP", "CPU", "RAM", "DISKS (free)"):
         table.add_column(col)
+    lit = markup_literal  # (what the hosts said, as literal text)
     for h in doc["hosts"]:
-        disks = ", ".join(f"{d['mount']} {units.size(d['free_bytes'])}" for d in h["disks"])
+        disks = ", ".join(f"{lit(d['mount'])} {units.size(d['free_bytes'])}" for d in h["disks"])
         ram = f"{units.gib(h['mem_used_bytes'])}/{units.gib(h['mem_total_bytes'])} GiB" if h["mem_total_bytes"] else "-"
-        table.add_row(h["name"], h["kind"], h["address"], "yes" if h["reachable"] else "NO",
+        table.add_row(lit(h["name"]), h["kind"], lit(h["address"]), "yes" if h["reachable"] else "NO",
                       units.percent(h["cpu_percent"]) if h["cpu_percent"] is not None else "-", ram,
-                      disks or (h["error"] or "-"))
+                      disks or (lit(h["error"]) if h["error"] else "-"))
         if h["error"]:
-            table.add_row("", "", f"[red]{h['error']}[/]" + (f"\n[i]hint: {h['hint']}[/]" if h["hint"] else ""))
+            table.add_row("", "", f"[red]{lit(h['error'])}[/]" + (f"\n[i]hint: {lit(h['hint'])}[/]" if h["hint"] else ""))
     console().print(table)
 
 
@@ -228,21 +230,22 @@ def _print_gpus(doc: dict) -> None:
     from .common import console as make_console
 
     console = make_console()
+    lit = markup_literal  # (what the hosts said, as literal text)
     for h in doc["hosts"]:
-        head = f"[bold]{h['name']}[/]" + (f"  driver {h['driver_version']}" if h["driver_version"] else "")
+        head = f"[bold]{lit(h['name'])}[/]" + (f"  driver {lit(h['driver_version'])}" if h["driver_version"] else "")
         console.print(head)
         if h["error"]:
-            console.print(f"  [red]{h['error']}[/]" + (f"\n  [i]hint: {h['hint']}[/]" if h["hint"] else ""))
+            console.print(f"  [red]{lit(h['error'])}[/]" + (f"\n  [i]hint: {lit(h['hint'])}[/]" if h["hint"] else ""))
         if not h["gpus"]:
             continue
         table = Table(box=None, header_style="bold", padding=(0, 1))
         for col in ("GPU", "NAME", "MEM USED", "MEM TOTAL", "UTIL", "POWER", "TEMP", "PROCESSES"):
             table.add_column(col)
         for g in h["gpus"]:
-            procs = ", ".join(f"{p['pid']} {p['user'] or '?'} {units.size(p['used_bytes'])}" for p in g["processes"])
+            procs = ", ".join(f"{p['pid']} {lit(p['user'] or '?')} {units.size(p['used_bytes'])}" for p in g["processes"])
             na = "N/A"
             table.add_row(
-                str(g["index"]), g["name"] or na, units.size(g["memory_used_bytes"] if g["memory_used_bytes"] is not None else None),
+                str(g["index"]), lit(g["name"]) if g["name"] else na, units.size(g["memory_used_bytes"] if g["memory_used_bytes"] is not None else None),
                 units.size(g["memory_total_bytes"] if g["memory_total_bytes"] is not None else None),
                 f"{g['util_percent']}%" if g["util_percent"] is not None else na,
                 f"{g['power_w']:.0f} W" if g["power_w"] is not None else na,
@@ -278,8 +281,31 @@ def run_dashboard(inv: Inventory, readonly: bool, simulated: bool = False, confi
     from ..tui.app import GpuopsApp
 
     path, _ = resolve_config_path(config)  # followed: a change, or a file made later, is picked up
-    GpuopsApp(inv, readonly=readonly, simulated=simulated, config_path=str(path) if path else None).run()
-    return 0
+    app = GpuopsApp(inv, readonly=readonly, simulated=simulated, config_path=str(path) if path else None)
+    app.run()
+    # What is left is freed as the process ends: the collector's last pass over it (an inventory of
+    # 10,000 hosts: more than half a second between q and the exit) is not needed
+    import gc
+
+    gc.freeze()
+    return dashboard_exit(app)
+
+
+def dashboard_exit(app: Any) -> int:
+    """The dashboard's exit status: 0 when it was quit, 1 when an error ended it, with one line on
+    stderr saying which error and where its traceback was written (or, when no file could be
+    written, the traceback itself after that line)."""
+    if not app.return_code:
+        return 0
+    summary = app.crash_summary or f"exit status {app.return_code}"
+    if app.crash_report:
+        print(f"gpuops: the dashboard stopped on an error ({summary}); its traceback is in {literal(app.crash_report)}",
+              file=sys.stderr)
+    else:
+        print(f"gpuops: the dashboard stopped on an error ({summary}); its traceback could not be written to a "
+              f"file ({app.crash_report_error or 'unknown'}), here it is:", file=sys.stderr)
+        print(app.crash_traceback, end="", file=sys.stderr)
+    return 1
 
 
 def check_path_args(args: argparse.Namespace) -> None:
@@ -425,7 +451,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"unknown verb {args.verb!r}")
         return run_dashboard(inv, readonly=getattr(args, "readonly", False), config=getattr(args, "config", None))
     except (ConfigError, UsageError) as exc:
-        print(f"gpuops: {exc}", file=sys.stderr)
+        print(f"gpuops: {literal(str(exc))}", file=sys.stderr)  # (one line, whatever a file or a host put in it)
         return 2
     except Exception as exc:
         # the store damaged, locked, read-only, full: one line naming the file and what to do (a
@@ -433,7 +459,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         store = sys.modules.get(__name__.rsplit(".", 2)[0] + ".core.deploy.store")
         if store is None or not isinstance(exc, store.StoreError):
             raise
-        print(f"gpuops: {exc}", file=sys.stderr)
+        print(f"gpuops: {literal(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, store.NameTaken) else 1
     except KeyboardInterrupt:
         return 130

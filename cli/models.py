@@ -15,6 +15,7 @@ import sys
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from ..core.config import HostConfig, Inventory
+from ..core.literal import exact, literal
 
 SCHEMA = 1
 
@@ -52,7 +53,7 @@ def run_models(inventory: Inventory, args: argparse.Namespace) -> int:
             return _rm(inventory, args)
         return _list(inventory, args)
     except _Refused as exc:
-        print(f"gpuops: {exc}", file=sys.stderr)
+        print(f"gpuops: {literal(str(exc))}", file=sys.stderr)  # (one line: a folder's name in it escaped)
         return 2
 
 
@@ -107,11 +108,11 @@ def _used_label(used_by: list[dict]) -> str:
 
 
 def print_models(doc: dict) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from ..core import units
     from .common import console as make_console
+    from .common import markup_literal as escape  # (control characters escaped, then the markup's brackets)
 
     console = make_console()
     for h in doc["hosts"]:
@@ -183,7 +184,7 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
             if not found:
                 raise _Refused(f"no model {query!r} on {name} (see: gpuops models --host {name})")
             if len(found) > 1:
-                listed = "; ".join(f"{m.id} ({m.kind}, {m.path})" for m in found)
+                listed = "; ".join(f"{m.id} ({m.kind}, {exact(m.path)})" for m in found)
                 raise _Refused(f"{query!r} is ambiguous on {name}: {listed}; give the path")
             model = found[0]
             refused = refusal_for(model, readonly)
@@ -192,7 +193,8 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
             if not args.yes:
                 if not sys.stdin.isatty():
                     raise _Refused(f"refusing without --yes (stdin is not a terminal): {model.id} on {name}")
-                shown = model.id if model.id == model.path else f"{model.id} ({model.path})"
+                # the very path: quoted, escapes and all, when its plain form could read as another
+                shown = exact(model.path) if model.id == model.path else f"{literal(model.id)} ({exact(model.path)})"
                 question = f"Delete {shown} on {name}, {model.kind}, {units.size(model.size_bytes)}?"
                 if not await asyncio.to_thread(ask, question):
                     print("gpuops: not deleted", file=sys.stderr)
@@ -207,10 +209,12 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
             if as_json:
                 print(json.dumps({"schema": SCHEMA, **done.to_json()}, indent=2))
             else:
-                print(f"deleted {model.id} on {name} ({model.path}), freed {units.size(done.freed_bytes)}")
+                print(f"deleted {literal(model.id)} on {name} ({exact(model.path)}), freed "
+                      f"{units.size(done.freed_bytes)}")
             return 0
         except HostError as exc:
-            print(f"gpuops: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+            print(f"gpuops: {literal(exc.message)}" + (f"\nhint: {literal(exc.hint)}" if exc.hint else ""),
+                  file=sys.stderr)
             return 1
         finally:
             await host.close()

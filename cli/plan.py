@@ -302,16 +302,17 @@ def print_plan(facts, plan) -> None:
     from rich.syntax import Syntax
     from rich.text import Text
 
+    from ..core.literal import literal
     from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 
     console = Console()
-    console.print(Panel(facts_line(facts), title=f"[b]{facts.id}[/b]", title_align="left"))
+    console.print(Panel(facts_line(facts), title=Text(literal(facts.id), style="bold"), title_align="left"))
     verdict_style = "green" if plan.fit.fits else "red"
     console.print(Panel(Group(Text(plan.fit.verdict, style=f"bold {verdict_style}"), fit_bars(plan)),
                         title=f"fit on {plan.host or 'offline'}: TP{plan.tp}, {where_text(plan)}"
                         if not (plan.members or plan.replicas) else f"fit: TP{plan.tp} on {where_text(plan)}",
                         title_align="left"))
-    where = (f"reuse the complete copy at {plan.model_path}" if plan.reuse_existing
+    where = (f"reuse the complete copy at {literal(plan.model_path)}" if plan.reuse_existing
              else f"download into {plan.download_dir}" if plan.download_dir else "download into the host's HF cache")
     console.print(Text.assemble(("weights: ", "bold"), where))
     # where the version and the flags come from inside the panel: a title is cut at 80 columns
@@ -328,7 +329,7 @@ def print_plan(facts, plan) -> None:
         diff = Text()
         for change in plan.like.diff:
             diff.append(f"{change.op} {change.text}\n", style={"+": "green", "-": "red", "~": "yellow"}[change.op])
-        console.print(Panel(diff, title=f"against {plan.like.source}", title_align="left"))
+        console.print(Panel(diff, title=Text(f"against {literal(plan.like.source)}"), title_align="left"))
     if plan.launcher == "systemd":
         from ..tui.plan_view import HOST_PYTHON
 
@@ -337,6 +338,6 @@ def print_plan(facts, plan) -> None:
             unit = re.sub(r"^ExecStart=python3 ", f"ExecStart={HOST_PYTHON} ", unit, count=1, flags=re.M)
         console.print(Panel(Syntax(unit, "ini", theme="ansi_dark", word_wrap=True),
                             title=f"{plan.unit_name}", title_align="left"))
-        console.print(Panel(plan.env_file_text().rstrip(), title=plan.env_file, title_align="left"))
+        console.print(Panel(Text(plan.env_file_text().rstrip()), title=plan.env_file, title_align="left"))
     for w in plan.warnings:  # plain text: a warning may hold brackets ([hosts.NAME]) that are no markup
-        console.print(Text.assemble(("warning: ", "yellow"), w))
+        console.print(Text.assemble(("warning: ", "yellow"), literal(w)))

@@ -62,6 +62,13 @@ class GpuopsScreen(Screen):
             classes.update({name: True for name in self._get_breakpoint_classes(size, breakpoints)})
         self.update_classes(classes, update=False)
 
+    @property
+    def holds_work(self) -> bool:
+        """Whether closing this screen unasked would lose something (a benchmark running there, a
+        plan being reviewed, a form being filled): the app then opens a screen asked for again on
+        top rather than closing this one to bring back the one below (`GpuopsApp.bring_back`)."""
+        return False
+
     def action_command(self) -> None:
         self.app.action_command()  # type: ignore[attr-defined]
 

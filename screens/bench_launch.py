@@ -22,6 +22,7 @@ from textual.widgets.option_list import Option
 from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
 from ..core.domain import Deployment
 from .base import GpuopsScreen
+from ..core.literal import literal
 from ..tui.widgets import KeyFooter, TextView
 
 READONLY_NOTICE = "read-only: a benchmark loads the server and writes on its host, so gpuops --readonly runs none"
@@ -93,8 +94,10 @@ class BenchLaunchScreen(GpuopsScreen):
         Binding("escape", "back", "Back", key_display="esc"),
     ]
 
+    holds_work = True  # the form being filled
+
     def __init__(self, deployment: Deployment | None = None):
-        super().__init__(id="bench-launch")
+        super().__init__()
         self.deployment = deployment
         self.profile_name = "smoke"
         self.profile: Profile | None = None  # the checked profile, None while the form has an error
@@ -126,9 +129,9 @@ class BenchLaunchScreen(GpuopsScreen):
             yield Static(id="launch-error")
         yield KeyFooter()
 
-    def _deployment_options(self) -> list[tuple[str, str]]:
+    def _deployment_options(self) -> list[tuple[Text, str]]:
         deployments = self.app.ops.deployments()  # type: ignore[attr-defined]
-        return [(f"{d.name}  {d.model} on {d.host} · {d.state}", d.name) for d in deployments]
+        return [(Text(literal(f"{d.name}  {d.model} on {d.host} · {d.state}")), d.name) for d in deployments]
 
     def on_mount(self) -> None:
         if self.deployment is not None:  # as it is now (the caller's copy may be from its start)
@@ -149,11 +152,11 @@ class BenchLaunchScreen(GpuopsScreen):
         self.check()
 
     def _profile_line(self, name: str) -> Text:
-        line = Text(f"{name:<12}", style="bold")
+        line = Text(f"{literal(name):<12}", style="bold")  # (a profile of config.toml: its name as written)
         try:
-            line.append(describe_profile(resolve_profile(name, self.configured)), style="dim")
+            line.append(literal(describe_profile(resolve_profile(name, self.configured))), style="dim")
         except BenchInputError as exc:
-            line.append(str(exc), style="yellow")
+            line.append(literal(str(exc)), style="yellow")
         return line
 
     # ------------------------------------------------------------- the form
@@ -189,7 +192,7 @@ class BenchLaunchScreen(GpuopsScreen):
 
     def _show_error(self, error: str | None) -> None:
         box = self.query_one("#launch-error", Static)
-        box.update(Text(error or "", style="bold red"))
+        box.update(Text(literal(error or ""), style="bold red"))
         box.display = error is not None
 
     @on(OptionList.OptionHighlighted, "#launch-profiles")

@@ -18,8 +18,9 @@ from textual_plotext import PlotextPlot
 
 from ..core.bench.runner import compare, compare_rows, describe_run
 from ..core.domain import BenchRun
+from ..core.literal import literal
 from .base import GpuopsScreen
-from ..tui.widgets import KeyFooter, TextView
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 
 # (title, ((record key, bar label), ...)): the percentile bars of the compare screen
 PERCENTILE_PLOTS = (
@@ -56,7 +57,7 @@ def fill_results(table: DataTable, doc: dict) -> None:
 def run_label(run: dict) -> str:
     """`#3 Qwen3.5-122B-A10B`: a legend entry (the model's last path part keeps it short)."""
     model = (run.get("model") or run.get("deployment") or "").rstrip("/").rsplit("/", 1)[-1]
-    return f"#{run['id']} {model}".strip()
+    return literal(f"#{run['id']} {model}".strip())  # (drawn by plotext, as it is)
 
 
 def _values(doc: dict, key: str) -> list:
@@ -121,13 +122,13 @@ class BenchResultsScreen(GpuopsScreen):
     BINDINGS = [Binding("escape", "back", "Back", key_display="esc")]
 
     def __init__(self, run_id: int):
-        super().__init__(id="bench-results")
+        super().__init__()
         self.run_id = run_id
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield TextView(id="results-about")
-        yield DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+        yield LiteralTable(id="results-table", cursor_type="row", zebra_stripes=True)
         yield BenchPlots(id="results-plots")
         yield KeyFooter()
 
@@ -141,11 +142,11 @@ class BenchResultsScreen(GpuopsScreen):
             about.append(f"no benchmark run #{self.run_id}", style="bold red")
         else:
             run = runs[0]
-            about.append(describe_run(run), style="bold")
+            about.append(literal(describe_run(run)), style="bold")
             settings = ", ".join(f"{k}={v}" for k, v in run.settings.items())
-            about.append(f"\nsettings: {settings}", style="dim")
+            about.append(f"\nsettings: {literal(settings)}", style="dim")
             if run.error:
-                about.append(f"\nerror: {run.error}", style="red")
+                about.append(f"\nerror: {literal(run.error)}", style="red")
             if not (run.records or run.quality):
                 about.append("\nno results stored", style="yellow")
             doc = compare([run])
@@ -165,14 +166,14 @@ class BenchCompareScreen(GpuopsScreen):
     BINDINGS = [Binding("escape", "back", "Back", key_display="esc")]
 
     def __init__(self, run_ids: list[int]):
-        super().__init__(id="bench-compare")
+        super().__init__()
         self.run_ids = list(run_ids)
         self.doc: dict | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield TextView(id="compare-about")
-        yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield LiteralTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield BenchPlots(id="compare-plots")
         yield KeyFooter()
 
@@ -186,7 +187,7 @@ class BenchCompareScreen(GpuopsScreen):
         about = Text("baseline: the first run (deltas in % against its record of the same concurrency)\n",
                      style="dim")
         for i, run in enumerate(runs):
-            about.append(("  base " if i == 0 else "  vs   ") + describe_run(run) + "\n")
+            about.append(("  base " if i == 0 else "  vs   ") + literal(describe_run(run)) + "\n")
         if doc.get("note"):
             about.append(f"  {doc['note']}\n", style="yellow")
         self.query_one("#compare-about", TextView).set(about)

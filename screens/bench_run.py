@@ -32,7 +32,8 @@ from .bench_launch import describe_profile
 from .bench_results import fill_results
 from .confirm import ConfirmScreen
 from .dashboard import bar
-from ..tui.widgets import KeyFooter, TextView
+from ..core.literal import literal
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 
 FINAL = ("ok", "failed", "cancelled")
 LOG_LINES = 8
@@ -70,7 +71,7 @@ class BenchRunScreen(GpuopsScreen):
             self.error = error
 
     def __init__(self, deployment: Deployment, profile: Profile, clock: Callable[[], float] = time.monotonic):
-        super().__init__(id="bench-run")
+        super().__init__()
         self.deployment = deployment
         self.profile = profile
         self.clock = clock
@@ -95,7 +96,7 @@ class BenchRunScreen(GpuopsScreen):
             with Vertical(id="run-left"):
                 yield TextView(id="run-progress")
                 yield TextView(id="run-steps")
-                yield DataTable(id="run-results", cursor_type="row", zebra_stripes=True)
+                yield LiteralTable(id="run-results", cursor_type="row", zebra_stripes=True)
                 yield TextView(id="run-log")
             with Vertical(id="run-side"):
                 yield TextView(id="run-server")
@@ -113,6 +114,10 @@ class BenchRunScreen(GpuopsScreen):
     @property
     def running(self) -> bool:
         return self.state not in FINAL
+
+    @property
+    def holds_work(self) -> bool:
+        return self.running  # leaving cancels the benchmark: only after asking (esc)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel" and not self.running:
@@ -216,7 +221,7 @@ class BenchRunScreen(GpuopsScreen):
         self._show_title()
         self._show_progress()
         self._show_steps()
-        self.query_one("#run-log", TextView).set(Text("\n".join(self.log_lines), style="dim"))
+        self.query_one("#run-log", TextView).set(Text("\n".join(map(literal, self.log_lines)), style="dim"))
         self.show_side()
 
     def _show_title(self) -> None:
@@ -246,7 +251,7 @@ class BenchRunScreen(GpuopsScreen):
             out.append_text(bar(p["done"] / p["total"] if p["total"] else 0, 30))
             out.append(f" {p['done']}/{p['total']} done  ({p['elapsed_s']:.1f} s this step)")
         if self.error:
-            out.append(f"\n{self.error}", style="red")
+            out.append(f"\n{literal(self.error)}", style="red")
         self.query_one("#run-progress", TextView).set(out)
 
     def _show_steps(self) -> None:
@@ -268,7 +273,7 @@ class BenchRunScreen(GpuopsScreen):
         if m is None:
             out.append("  waiting for the first reading…\n", style="dim")
         elif m.error:
-            out.append(f"  {m.error}\n", style="yellow")
+            out.append(f"  {literal(m.error)}\n", style="yellow")
         else:
             for label, value in (("running", _count(m.running_reqs)), ("queued", _count(m.queued_reqs)),
                                  ("gen tok/s", fmt(m.gen_throughput)),

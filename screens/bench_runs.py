@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Header
 from ..core.bench.runner import fmt
 from ..core.domain import BenchRun
 from .base import GpuopsScreen
-from ..tui.widgets import KeyFooter, TextView
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 
 # the figures right after the profile: at 80 columns they are what must stay in view
 COLUMNS = (" ", "Run", "Status", "Profile", "Out tok/s", "Quality", "Target", "Model", "SGLang", "GPUs", "Started")
@@ -49,14 +49,14 @@ class BenchRunsScreen(GpuopsScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="bench-runs")
+        super().__init__()
         self.runs: list[BenchRun] = []
         self.marked: list[int] = []  # run ids, in the order they were marked
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield TextView(id="runs-title")
-        yield DataTable(id="runs-table", cursor_type="row")
+        yield LiteralTable(id="runs-table", cursor_type="row")
         yield KeyFooter()
 
     def on_mount(self) -> None:

@@ -26,7 +26,7 @@ class CommandScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", key_display="esc")]
 
     def __init__(self, completions: list[str], placeholder: str):
-        super().__init__(id="command", classes="command")
+        super().__init__(classes="command")
         self.completions = completions
         self.placeholder = placeholder
 

@@ -13,6 +13,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from ..tui.widgets import shown
+
 
 class ConfirmScreen(ModalScreen["bool | str"]):
     BINDINGS = [
@@ -33,16 +35,18 @@ class ConfirmScreen(ModalScreen["bool | str"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static(self.question, id="confirm-question")
+            # literal text, never markup: a question names hosts, models, paths (the callers give a path
+            # to act on through core.literal.exact, so that the question shows the very path)
+            yield Static(shown(self.question, lines=True), id="confirm-question")
             if self.detail:  # a long one scrolls: the answers stay in view (80x24)
                 with VerticalScroll(id="confirm-detail-box"):
-                    yield Static(self.detail, id="confirm-detail")
+                    yield Static(shown(self.detail, lines=True), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
-                yield Button(f"{self.yes_label} (y)", variant="error" if self.no_label else "primary", id="yes")
+                yield Button(shown(f"{self.yes_label} (y)"), variant="error" if self.no_label else "primary", id="yes")
                 if self.other_label:
-                    yield Button(f"{self.other_label} ({self.other_key})", variant="warning", id="other")
+                    yield Button(shown(f"{self.other_label} ({self.other_key})"), variant="warning", id="other")
                 if self.no_label:
-                    yield Button(f"{self.no_label} (n)", variant="primary", id="no")
+                    yield Button(shown(f"{self.no_label} (n)"), variant="primary", id="no")
 
     def on_mount(self) -> None:
         # the safe answer is the default: No, or Yes where going ahead changes nothing

@@ -25,6 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Header, Input, Static
 
 from ..core import units
+from ..core.literal import literal
 from ..core.telemetry.monitor import HostState
 from ..core.telemetry.samples import GpuSample, is_na
 from .base import GpuopsScreen
@@ -280,7 +281,9 @@ class GpuRow(Horizontal):
     """
 
     def __init__(self, index: int):
-        super().__init__(id=f"gpu-{index}", classes="gpu-row")
+        # no id: another host's GPU rows are mounted while this host's are still being removed (an id
+        # per index, gpu-0 twice at once, was Textual's DuplicateIds, ending the app)
+        super().__init__(classes="gpu-row")
         self.index = index
         self._last: tuple | None = None
         self._text = _linkless(TextView(classes="gpu-text"))
@@ -312,7 +315,7 @@ class GpuRow(Horizontal):
         if not is_na(gpu.memory_total) and gpu.memory_total > 0 and self._mem.bounds != (0.0, float(gpu.memory_total)):
             self._mem.bounds = (0.0, float(gpu.memory_total))
             self._drawn["mem"] = None  # (drawn on the new scale at the next look at the history)
-        name = (gpu.name or "GPU").replace("NVIDIA ", "")
+        name = literal(gpu.name or "GPU").replace("NVIDIA ", "")  # (what the host's NVML says)
         util_frac = gpu.util / 100 if not is_na(gpu.util) else gpu.util
         line1 = Text.assemble(
             (f"GPU{gpu.index:<2} ", "bold"),
@@ -373,7 +376,7 @@ class DashboardScreen(GpuopsScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="dashboard")
+        super().__init__()
         self.selected: str | None = None
         self.filter_text = ""
         self.host_filter = ""  # `f`: the host list shows the hosts whose name holds it (any case)
@@ -518,7 +521,7 @@ class DashboardScreen(GpuopsScreen):
             else f"STALE: no data for {units.age(float(int(age)))}"
         )
         where = "local" if state.kind == "local" else f"ssh {state.address}"
-        title = Text.assemble((state.name, "bold"), f"  {where}  ·  ")
+        title = Text.assemble((state.name, "bold"), f"  {literal(where)}  ·  ")
         title.append(freshness, style="yellow bold" if age is not None and age > STALE_AFTER else "green")
         if state.retry_at is not None:
             title.append(f"  ·  retrying in {max(0.0, state.retry_at - now):.0f}s", style="dim")
@@ -532,18 +535,18 @@ class DashboardScreen(GpuopsScreen):
             stats.append_text(Text.assemble("CPU ", bar(cpu, 12), f" {units.percent(h.cpu_percent):>4}   "))
             stats.append_text(Text.assemble("RAM ", bar(mem, 12), f" {units.gib(h.mem_used)}/{units.gib(h.mem_total)} GiB"))
             for d in h.disks:
-                stats.append(f"\nDisk {d.mount:<24} ")
+                stats.append(f"\nDisk {literal(d.mount):<24} ")
                 stats.append_text(bar(1 - d.free_bytes / d.total_bytes if d.total_bytes else 0, 12))
                 stats.append(f" {units.size(d.free_bytes)} free of {units.size(d.total_bytes)}")
         self.query_one("#host-stats", TextView).set(stats)
 
         alert = Text()
         if state.error:
-            alert.append(state.error, style="bold red" if state.reachable is False else "bold yellow")
+            alert.append(literal(state.error), style="bold red" if state.reachable is False else "bold yellow")
             if state.hint:
-                alert.append(f"\nhint: {state.hint}", style="italic")
+                alert.append(f"\nhint: {literal(state.hint)}", style="italic")
         elif snap and snap.nvml.hint:
-            alert.append(f"note: {snap.nvml.hint}", style="dim")
+            alert.append(f"note: {literal(snap.nvml.hint)}", style="dim")
         self.query_one("#host-alert", TextView).set(alert)
         self.query_one("#host-alert").display = bool(alert.plain)
 
@@ -606,7 +609,7 @@ class DashboardScreen(GpuopsScreen):
         title = "Processes holding GPU memory"
         if self.filter_text:
             title += f"  (filter: {self.filter_text!r}, {len(rows)} shown)"
-        self.query_one("#procs-title", Static).update(title)
+        self.query_one("#procs-title", Static).update(Text(title))  # (what was typed is no markup)
 
     # ------------------------------------------------------------- other screens
 
@@ -658,7 +661,7 @@ class DashboardScreen(GpuopsScreen):
         from ..core.hosts.host import HostError
         from .confirm import ConfirmScreen
 
-        held = f"user {proc.user or '?'}, holding {units.size(proc.used_bytes)} of GPU memory"
+        held = f"user {literal(proc.user or '?')}, holding {units.size(proc.used_bytes)} of GPU memory"
         try:
             owner = await self.gapp.ops.process_owner(host, proc.pid)
         except HostError as exc:
@@ -667,12 +670,12 @@ class DashboardScreen(GpuopsScreen):
         if owner is not None:
             also = self.gapp.ops.parts_said(owner)
             question = f"Stop deployment {owner.name} on {host}{also}? pid {proc.pid} is its server"
-            detail = (f"{owner.model}, {owner.state}; {proc.command or '?'}\n{held}\nits server is stopped as `s` "
+            detail = (f"{literal(owner.model)}, {owner.state}; {literal(proc.command or '?')}\n{held}\nits server is stopped as `s` "
                       "on the deployments view does (SIGTERM, then up to 60 s): recorded as stopped")
             yes = f"Stop {owner.name}"
         else:
             question = f"End pid {proc.pid} on {host}? (SIGTERM, then wait 10 s)"
-            detail, yes = f"{proc.command or '?'}\n{held}", "End it"
+            detail, yes = f"{literal(proc.command or '?')}\n{held}", "End it"
 
         def answered(answer: bool | str | None) -> None:
             if answer is True:

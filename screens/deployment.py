@@ -29,6 +29,7 @@ from ..core.config import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
 from ..core.domain import LIVE_STATES, Deployment, Finding, LogEvent, member_name
+from ..core.literal import literal
 from ..core.telemetry.samples import is_na
 from ..tui.logview import LogView
 from ..tui.widgets import KeyFooter, TextView
@@ -74,7 +75,7 @@ class DeploymentScreen(GpuopsScreen):
             self.event = event
 
     def __init__(self, deployment: Deployment):
-        super().__init__(id="deployment")
+        super().__init__()
         self.deployment = deployment
         self.view = RunView(deployment.name, deployment.run)
         self.check_result: str | None = None
@@ -271,7 +272,7 @@ class DeploymentScreen(GpuopsScreen):
             out.append(f"\ncrashed in {v.crash.phase or '?'}\n", style="bold red")
         elif crashed and v.crash is not None:
             why = v.crash.reason or (v.findings[0].summary if v.findings else "see the log")
-            out.append(f"\ncrashed in {v.crash.phase or '?'}: {why}\n", style="bold red")
+            out.append(f"\ncrashed in {v.crash.phase or '?'}: {literal(why)}\n", style="bold red")
         if v.state == "stopped":
             why = v.state_event.reason if v.state_event is not None else None
             out.append(f"\nstopped: {why}\n" if why else "\nstopped\n", style="bold")
@@ -348,28 +349,43 @@ class DeploymentScreen(GpuopsScreen):
         if v.stall is not None:
             kind = "stalled"
             said = f"{v.stall.summary}: " if v.stall.summary else ""
-            out.append(f"STALLED: {v.stall_summary()}\n", style="bold red")  # silent for as long as it lasts
+            out.append(f"STALLED: {literal(v.stall_summary())}\n", style="bold red")  # silent for as long as it lasts
             if v.checks is None:
                 out.append("triage running…\n", style="dim")
         elif v.state == "crashed":
             kind = "crashed"
         elif v.state == "stopped" and v.findings:  # why it stopped on its own (a download interrupted)
             kind = "notice"
+        findings = Text()
         for f in v.findings[:4]:
-            out.append(f"{f.severity}: {f.code}: ", style="bold red" if f.severity == "error" else "yellow")
-            out.append(f"{f.summary.removeprefix(said) if said else f.summary}\n")
+            findings.append(f"{f.severity}: {literal(f.code)}: ", style="bold red" if f.severity == "error" else "yellow")
+            findings.append(f"{literal(f.summary.removeprefix(said) if said else f.summary)}\n")
+        what_to_do = self._what_to_do()
+        # under 120 columns what to do comes before the findings: the banner's last lines are the ones
+        # cut when the findings are long (80x24 lost the fix line of a stall)
+        parts = (what_to_do, findings) if self.has_class("-narrow") else (findings, what_to_do)
+        for part in parts:
+            out.append_text(part)
+        out.rstrip()  # (no blank row under it)
+        return out, kind
+
+    def _what_to_do(self) -> Text:
+        """The banner's line of what to do: `f` and the fix it applies, or the top finding's own
+        advice, and `x` triage."""
+        v = self.view
+        out = Text()
         first_fix = self.first_fix()
         if first_fix is not None and first_fix.fix is not None:
-            out.append(f"f: {first_fix.fix.summary}", style="green")
+            out.append(f"f: {literal(first_fix.fix.summary)}", style="green")
             out.append("   x: triage\n")
         elif v.findings:
             top = v.findings[0]
             if top.fix is not None:  # the top finding's own advice, not a lesser finding's fix
-                out.append(f"{top.code}: {top.fix.summary}", style="yellow")
+                out.append(f"{literal(top.code)}: {literal(top.fix.summary)}", style="yellow")
                 out.append("   x: triage\n")
             else:
                 out.append("x: triage (evidence, host checks, fixes)\n")
-        return out, kind
+        return out
 
     def first_fix(self) -> Finding | None:
         """The top finding (errors first, causes before the stall's generic advice) when gpuops can

@@ -17,7 +17,8 @@ from ..core import units
 from ..core.deploy.view import parse_ts
 from ..core.domain import LIVE_STATES, Deployment
 from ..core.telemetry.samples import memory_used
-from ..tui.widgets import KeyFooter, TextView
+from ..core.literal import literal
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -50,7 +51,7 @@ class DeploymentsScreen(GpuopsScreen):
     ]
 
     def __init__(self) -> None:
-        super().__init__(id="deployments")
+        super().__init__()
         self.rows: dict[str, Deployment] = {}
         self._cells: dict[str, tuple] = {}
 
@@ -60,7 +61,7 @@ class DeploymentsScreen(GpuopsScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield DataTable(id="deployments-table", cursor_type="row")
+        yield LiteralTable(id="deployments-table", cursor_type="row")
         yield TextView(id="deployments-detail")
         yield KeyFooter()
 
@@ -117,7 +118,7 @@ class DeploymentsScreen(GpuopsScreen):
             detail.set(Text("no deployments yet: p on the dashboard plans one, d there deploys it", style="dim"))
             return
         p = d.plan
-        detail.set(Text.assemble((d.name, "bold"), f"  {d.model} on {d.host}  ·  {p.launcher}  ·  ",
+        detail.set(Text.assemble((d.name, "bold"), f"  {literal(d.model)} on {d.host}  ·  {p.launcher}  ·  ",
                                  f"GPUs {','.join(map(str, p.gpu_ids)) or '?'} (TP {p.tp})  ·  {p.endpoint}\n",
                                  ("enter open · s stop · r restart · x triage · b bench · n swap · del forget", "dim")))
 

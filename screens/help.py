@@ -34,7 +34,7 @@ class HelpScreen(ModalScreen[None]):
 
     def __init__(self, title: str, keys: list[tuple[str, str]], more: list[tuple[str, str]] = (),
                  off: list[tuple[str, str]] = ()):
-        super().__init__(id="help")
+        super().__init__()
         self.title_text = title
         self.keys = list(keys) + list(more) + list(off)
         self.main_keys = list(keys)

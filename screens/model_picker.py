@@ -20,7 +20,8 @@ from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.plan import Wishes
 from .base import GpuopsScreen
 from ..tui.plan_view import facts_line
-from ..tui.widgets import KeyFooter, TextView
+from ..core.literal import literal
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 
 
 class ModelPickerScreen(GpuopsScreen):
@@ -33,13 +34,17 @@ class ModelPickerScreen(GpuopsScreen):
     ]
 
     def __init__(self, host_name: str, swap_from: str | None = None, model: str | None = None):
-        super().__init__(id="model-picker")
+        super().__init__()
         self.host_name = host_name
         self.swap_from = swap_from  # a ready deployment this model replaces (the swap's picker)
         self.model = model  # a model id given already (`:swap NAME MODEL`): planned at once
         self._typing = False  # the operator went for the id box (/ or typed): focus stays there
         self.copies: dict[str, tuple[str, str]] = {}  # row key -> (model id, path on the host)
         self.facts: ModelFacts | None = None
+
+    @property
+    def holds_work(self) -> bool:
+        return self._typing  # a model id being typed
 
     @property
     def host(self) -> Host:
@@ -50,8 +55,8 @@ class ModelPickerScreen(GpuopsScreen):
         yield Input(placeholder="owner/name (HF) or /path/on/this/machine — Enter plans it", id="model-input")
         with Horizontal(id="picker-main"):
             with Vertical(id="picker-left"):
-                yield Static(f"Models on {self.host_name}", classes="section", id="picker-title")
-                yield DataTable(id="candidates", cursor_type="row")
+                yield Static(Text(f"Models on {self.host_name}"), classes="section", id="picker-title")
+                yield LiteralTable(id="candidates", cursor_type="row")  # (a folder's name is literal text)
             yield TextView(Text("move to a model to see its facts", style="dim"), id="picker-facts")
         yield KeyFooter()
 
@@ -74,7 +79,7 @@ class ModelPickerScreen(GpuopsScreen):
         from ..core.hosts.model_copies import scan_or_error
 
         title = self.query_one("#picker-title", Static)
-        title.update(f"Models on {self.host_name}: scanning…")
+        title.update(Text(f"Models on {self.host_name}: scanning…"))
         storage = await scan_or_error(self.host)
         if not self.is_attached:  # left (esc) while the host was read
             return
@@ -90,9 +95,9 @@ class ModelPickerScreen(GpuopsScreen):
             self.copies[key] = (model_id, m.path)
             size = units.size(m.size_bytes) if m.size_bytes else "?"  # (as the storage screen says it)
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
-        note = f" ({storage.error})" if storage.error else ""
+        note = f" ({literal(storage.error)})" if storage.error else ""
         hint = " (down: pick one)" if storage.models and self.focused is not table else ""
-        title.update(f"Models on {self.host_name}: {len(storage.models)}{note}{hint}")
+        title.update(Text(f"Models on {self.host_name}: {len(storage.models)}{note}{hint}"))
         # the focus stays where it is: keys typed as the scan ended must not go to the table
 
     def action_rescan(self) -> None:
@@ -154,18 +159,18 @@ class ModelPickerScreen(GpuopsScreen):
     @work(exclusive=True, group="facts")
     async def load_facts(self, model_id: str, host_path: str | None) -> None:
         view = self.query_one("#picker-facts", TextView)
-        view.set(Text(f"reading {model_id}…", style="dim"))
+        view.set(Text(f"reading {literal(model_id)}…", style="dim"))
         try:
             facts = await self._facts(model_id, host_path)
         except (ModelError, HostError, ValueError) as exc:
             self.facts = None
             if self.is_attached:
-                view.set(Text(str(exc), style="red"))
+                view.set(Text(literal(str(exc)), style="red"))
             return
         if not self.is_attached:  # left while it was read
             return
         self.facts = facts
-        view.set(Text.assemble((f"{facts.id}\n", "bold"), facts_line(facts)))
+        view.set(Text.assemble((f"{literal(facts.id)}\n", "bold"), facts_line(facts)))
 
     @on(Input.Submitted, "#model-input")
     def _typed(self, event: Input.Submitted) -> None:

@@ -27,6 +27,7 @@ from ..core.planning.like import load_previous
 from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan, build_replicated_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
+from ..core.literal import literal
 from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 from ..tui.widgets import KeyFooter, TextView
 from ..tui.wording import in_tui
@@ -54,7 +55,7 @@ class PlanReviewScreen(GpuopsScreen):
             self.confirmed = confirmed
 
     def __init__(self, facts: ModelFacts, target: Target, wishes: Wishes):
-        super().__init__(id="plan-review")
+        super().__init__()
         self.facts = facts
         self.target = target
         self.wishes = wishes
@@ -65,6 +66,8 @@ class PlanReviewScreen(GpuopsScreen):
         # with replicas the other hosts the replicas go round
         self.replicas = 0  # K servers behind sglang-router (0: one server, or one over the nodes)
         self._input_mode = "like"
+
+    holds_work = True  # the plan being reviewed, and the operator's edits to it
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -105,7 +108,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.query_one("#plan-facts", TextView).set(facts_line(self.facts))
         verdict = self.query_one("#plan-verdict", TextView)
         if self.error or self.plan is None:
-            verdict.set(Text(in_tui(self.error or "no plan"), style="bold red"))
+            verdict.set(Text(literal(in_tui(self.error or "no plan")), style="bold red"))
             return
         plan = self.plan
         fit = plan.fit
@@ -113,11 +116,11 @@ class PlanReviewScreen(GpuopsScreen):
                          f"{fit.verdict if fit else '?'}", style="bold green" if fit and fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
         title = launch_title(plan)
-        self.query_one("#plan-launch-title", Static).update(title[:1].upper() + title[1:])
+        self.query_one("#plan-launch-title", Static).update(Text(literal(title[:1].upper() + title[1:])))
         self.query_one("#plan-launch", Static).update(launch_text(plan))
         self.query_one("#plan-rules", Static).update(rules_table(plan))
         parts = parts_text(plan)
-        self.query_one("#plan-parts-title", Static).update(parts[0] if parts else "")
+        self.query_one("#plan-parts-title", Static).update(Text(literal(parts[0]) if parts else ""))
         self.query_one("#plan-parts-title").display = parts is not None
         self.query_one("#plan-parts", TextView).set(parts[1] if parts else Text())
         diff = Text()
@@ -128,7 +131,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.query_one("#plan-diff-title").display = bool(changes)
         warnings = Text()
         for w in plan.warnings:
-            warnings.append(f"warning: {in_tui(w)}\n", style="yellow")
+            warnings.append(f"warning: {literal(in_tui(w))}\n", style="yellow")
         self.query_one("#plan-warnings", TextView).set(warnings)
 
     # ---------------------------------------------------------------- actions
@@ -363,7 +366,8 @@ class PlanReviewScreen(GpuopsScreen):
         snap = self._snapshot(plan)
         if snap is None:
             return []
-        return [f"GPU{g.index}: pid {p.pid} {p.user or '?'} {(p.command or '?')[:60]} ({units.size(p.used_bytes)})"
+        return [f"GPU{g.index}: pid {p.pid} {literal(p.user or '?')} {literal(p.command or '?')[:60]} "
+                f"({units.size(p.used_bytes)})"
                 for g in snap.gpus if g.index in plan.gpu_ids for p in g.processes]
 
     def _free_gpus(self, plan: Plan) -> list[int]:

@@ -23,7 +23,8 @@ from ..core.hosts.model_copies import (
     refusal_for,
     scan_or_error,
 )
-from ..tui.widgets import KeyFooter
+from ..core.literal import exact, literal
+from ..tui.widgets import KeyFooter, LiteralTable
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -78,7 +79,7 @@ class StorageScreen(GpuopsScreen):
             self.rule = rule
 
     def __init__(self, host_name: str, deployments: Mapping[str, str] | None = None) -> None:
-        super().__init__(id="storage")
+        super().__init__()
         self.host_name = host_name
         # name → model path or repo id of the stored deployments on this host (None: from the store)
         self.given_deployments = deployments
@@ -97,7 +98,7 @@ class StorageScreen(GpuopsScreen):
         yield Header()
         yield Static(id="storage-title")
         yield Static(id="storage-mounts")
-        yield DataTable(id="storage-models", cursor_type="row")
+        yield LiteralTable(id="storage-models", cursor_type="row")  # (a folder's name is literal text)
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -152,17 +153,17 @@ class StorageScreen(GpuopsScreen):
         if s is None:
             pass
         elif s.error:
-            text.append(s.error, style="bold red")
+            text.append(literal(s.error), style="bold red")
             if s.hint:
-                text.append(f"\nhint: {s.hint}", style="italic")
+                text.append(f"\nhint: {literal(s.hint)}", style="italic")
         else:
             for i, m in enumerate(s.mounts):
                 if i:
                     text.append("\n")
-                text.append(f"{m.mount}", style="bold")
+                text.append(literal(m.mount), style="bold")
                 text.append(f"  {units.size(m.free_bytes)} free of {units.size(m.total_bytes)}")
                 if m.paths:
-                    text.append(f"  ({', '.join(m.paths)})", style="dim")
+                    text.append(f"  ({', '.join(map(literal, m.paths))})", style="dim")
         self.query_one("#storage-mounts", Static).update(text)
 
     def _show_models(self) -> None:
@@ -202,9 +203,10 @@ class StorageScreen(GpuopsScreen):
         if refused is not None:
             self.notify(f"refused ({refused.rule}): {refused.message}", severity="error", timeout=8)
             return
-        question = f"Delete {model.id} from {self.host_name}?"
-        detail = (f"{model.kind} at {model.path}\n{units.size(model.size_bytes)}, "
-                  f"modified {model.modified or '?'}; this cannot be undone")
+        # the very path: quoted, escapes and all, when its plain form could read as another
+        question = f"Delete {literal(model.id)} from {self.host_name}?"
+        detail = (f"{model.kind} at {exact(model.path)}\n{units.size(model.size_bytes)}, "
+                  f"modified {literal(model.modified or '?')}; this cannot be undone")
 
         def answered(yes: bool | None) -> None:
             if yes:

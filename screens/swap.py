@@ -19,7 +19,8 @@ from textual.widgets import DataTable, Header, Static
 
 from ..core import units
 from ..core.domain import Plan, ProgressEvent, StateEvent
-from ..tui.widgets import KeyFooter, TextView
+from ..core.literal import literal
+from ..tui.widgets import KeyFooter, LiteralTable, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
@@ -98,7 +99,7 @@ class SwapScreen(GpuopsScreen):
             self.text = text
 
     def __init__(self, old: str, plan: Plan, profile: Any, *, bench: bool = True):
-        super().__init__(id="swap")
+        super().__init__()
         self.old = old
         self.plan = plan
         self.profile = profile
@@ -116,14 +117,14 @@ class SwapScreen(GpuopsScreen):
         yield TextView(id="swap-outcome")  # first: what happened, or what the operator can do now
         yield Static(id="swap-live")
         yield TextView(id="swap-steps")
-        yield DataTable(id="swap-compare", show_cursor=False)
+        yield LiteralTable(id="swap-compare", show_cursor=False)
         yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"swap {self.old} → {self.plan.name}"
         self.query_one("#swap-title", Static).update(Text.assemble(
             ("swap ", "bold"), (self.old, "bold"), " → ", (self.plan.name, "bold"),
-            f"  {self.plan.model.id} on {self.plan.host}, GPUs {','.join(map(str, self.plan.gpu_ids))}, "
+            f"  {literal(self.plan.model.id)} on {self.plan.host}, GPUs {','.join(map(str, self.plan.gpu_ids))}, "
             f"port {self.plan.port} · " + (f"benchmark {self.profile.name}" if self.bench else "no benchmark")))
         self.query_one("#swap-compare", DataTable).display = False
         bus = self.app.ops.bus  # type: ignore[attr-defined]
@@ -208,8 +209,8 @@ class SwapScreen(GpuopsScreen):
         if not doc.get("metrics"):
             return []
         header, rows = compare_rows(doc)
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-        return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in [header, *rows[:8]]]
+        widths = [max(len(literal(r[i])) for r in [header, *rows]) for i in range(len(header))]
+        return ["  ".join(literal(c).ljust(w) for c, w in zip(row, widths)) for row in [header, *rows[:8]]]
 
     # ---------------------------------------------------------------- showing it
 
@@ -259,7 +260,7 @@ class SwapScreen(GpuopsScreen):
             steps.append(f"… {len(self.lines) - len(shown)} earlier step(s)\n", style="dim")
         for clock, text in shown:
             steps.append(f"{clock}  ", style="dim")
-            steps.append(text + "\n")
+            steps.append(literal(text) + "\n")
         if not self.lines:
             steps.append("starting…", style="dim")
         self.query_one("#swap-steps", TextView).set(steps)
@@ -279,7 +280,7 @@ class SwapScreen(GpuopsScreen):
         template, style = OUTCOME_TEXT.get(self.outcome["outcome"], ("{outcome}", "bold"))
         outage = self.outcome.get("outage_s")
         said = f" (outage {outage:.1f} s)" if outage else ""
-        out.set(Text(template.format(**{"reason": "", **self.outcome, "outage": said}), style=style))
+        out.set(Text(literal(template.format(**{"reason": "", **self.outcome, "outage": said})), style=style))
 
     # ---------------------------------------------------------------- keys
 

@@ -13,6 +13,7 @@ from textual.widgets import Header, OptionList
 from textual.widgets.option_list import Option
 
 from ..core.domain import Deployment, Finding, Fix, TriageReport
+from ..core.literal import literal
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 from ..tui.widgets import KeyFooter, TextView
@@ -65,7 +66,7 @@ class TriageScreen(GpuopsScreen):
     ]
 
     def __init__(self, deployment: Deployment, report: TriageReport | None = None):
-        super().__init__(id="triage")
+        super().__init__()
         self.deployment = deployment
         self.doc: TriageReport | None = report
 
@@ -99,7 +100,7 @@ class TriageScreen(GpuopsScreen):
         try:
             self.doc = await self.app.ops.triage(self.deployment.name)  # type: ignore[attr-defined]
         except (HostError, Refused) as exc:
-            self._detail(Text(f"triage failed: {getattr(exc, 'message', exc)}", style="red"))
+            self._detail(Text(f"triage failed: {literal(getattr(exc, 'message', exc))}", style="red"))
             return
         self.show()
 
@@ -114,7 +115,7 @@ class TriageScreen(GpuopsScreen):
         for i, f in enumerate(self.findings):
             label = Text()
             label.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
-            label.append(f.code)
+            label.append(literal(f.code))
             if f.fix is not None and f.fix.applicable:
                 label.append("  [fix]", style="green")
             options.add_option(Option(label, id=str(i)))
@@ -127,12 +128,12 @@ class TriageScreen(GpuopsScreen):
                 " If it is stuck with nothing found: n restarts with NCCL_DEBUG=INFO."))
         checks = Text()
         if doc is not None and doc.log_error:
-            checks.append(f"The log could not be read: {doc.log_error}\n\n", style="yellow")
+            checks.append(f"The log could not be read: {literal(doc.log_error)}\n\n", style="yellow")
         checks.append("Host checks\n", style="bold")
         for c in (doc.checks if doc is not None else None) or []:
             mark, style = {True: ("ok  ", "green"), False: ("FAIL", "bold red"), None: ("n/a ", "dim")}[c.ok]
             checks.append(f"  [{mark}] ", style=style)
-            checks.append(f"{c.name}: {c.detail}\n")
+            checks.append(f"{literal(c.name)}: {literal(c.detail)}\n")
         for stack in (doc.stacks if doc is not None else None) or []:
             checks.append(f"\npy-spy {stack.get('rank') or 'server'} (pid {stack.get('pid')})\n", style="bold")
             checks.append((stack.get("text") or stack.get("error") or "").rstrip() + "\n")
@@ -152,16 +153,16 @@ class TriageScreen(GpuopsScreen):
 
         out = Text()
         out.append(f"{f.code} ({f.severity})\n", style=SEVERITY_STYLE.get(f.severity, "bold"))
-        out.append(f"{f.summary}\n\n")
+        out.append(f"{literal(f.summary)}\n\n")
         if f.evidence:
             out.append("Evidence\n", style="bold")
             for ev in f.evidence:
-                out.append(f"  {ev.source}: ", style="dim")
-                out.append(f"{ev.line or ev.reading}\n")
+                out.append(f"  {literal(ev.source)}: ", style="dim")
+                out.append(f"{literal(ev.line or ev.reading)}\n")
         fix = f.fix
         if fix is not None and fix.summary:
             out.append("\nFix\n", style="bold")
-            out.append(f"  {fix.summary}\n")
+            out.append(f"  {literal(fix.summary)}\n")
             if fix.applicable and fix.plan_patch:
                 try:
                     diff = self.app.ops.fix_diff(self.deployment.name, fix.plan_patch)  # type: ignore[attr-defined]
@@ -201,8 +202,8 @@ class TriageScreen(GpuopsScreen):
         if f is None or f.code != "leftover-gpu-process" or not rows:
             self.notify("select a leftover-gpu-process finding first", severity="warning")
             return
-        listing = "\n".join(f"GPU{r['gpu']}  pid {r['pid']}  {r.get('user') or '?'}  {(r.get('command') or '?')[:90]}"
-                            for r in rows)
+        listing = "\n".join(f"GPU{r['gpu']}  pid {r['pid']}  {literal(r.get('user') or '?')}  "
+                            f"{literal(r.get('command') or '?')[:90]}" for r in rows)
 
         def answered(yes: bool | None) -> None:
             if yes:

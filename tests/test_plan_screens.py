@@ -158,7 +158,7 @@ async def test_model_picker_lists_the_hosts_models_shows_facts_and_plans(sim_wit
         picker = app.screen
         table = picker.query_one("#candidates", DataTable)
         assert await until(pilot, lambda: table.row_count == 1, timeout=20)
-        assert table.get_row_at(0)[0] == "Qwen/Qwen3.5-122B-A10B"
+        assert str(table.get_row_at(0)[0]) == "Qwen/Qwen3.5-122B-A10B"  # (a cell is literal Text)
         table.focus()
         assert await until(pilot, lambda: "MoE 256 experts" in picker.query_one("#picker-facts").text.plain,
                            timeout=20)

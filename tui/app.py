@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # What the imports below make (Textual's modules and classes, the screens', core's: tens of
 # thousands of objects) lives as long as the process; the cyclic collector, left on, walked that
@@ -18,12 +18,14 @@ gc.disable()
 try:
     from textual.app import App, SystemCommand
     from textual.binding import Binding
+    from textual.content import Content
     from textual.css.query import NoMatches
     from textual.screen import Screen
     from textual.theme import Theme
 
     from ..core.config import Inventory
     from ..core.hosts.host import Host
+    from ..core.literal import literal, literal_lines
     from ..core.telemetry.monitor import Monitor
     from ..core.paths import load_ui_state, save_ui_state
     from ..screens.dashboard import DashboardScreen
@@ -80,6 +82,44 @@ class GpuopsApp(App):
         # Before the first frame: a theme change later would restyle every widget.
         saved = load_ui_state().get("theme")
         self._set_first_theme(saved if saved in self.available_themes else DEFAULT_THEME)
+
+    # ---------------------------------------------------------------- text shown
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every notification (the screens' and widgets' `notify` come here) as literal text: never
+        parsed as markup, control characters escaped (a host's error or a folder's name in it); a remedy
+        the use cases put as a command-line flag ("choose another --port") names the TUI's way to do it
+        (tui.wording)."""
+        from .wording import in_tui
+
+        super().notify(literal_lines(in_tui(message)), title=literal(title), severity=severity, timeout=timeout,
+                       markup=False)
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """Every screen's header (a deployment's model, a host's name in the subtitle) as literal text."""
+        return super().format_title(literal(title), literal(sub_title))
+
+    # ---------------------------------------------------------------- a crash
+
+    crash_summary: str | None = None  # the error that ended the app, one line (None: it did not crash)
+    crash_report: str | None = None  # the file its traceback was written to
+    crash_traceback: str = ""  # the traceback (shown on stderr when no file could be written)
+    crash_report_error: str | None = None  # why no file could be written
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An error nothing caught ends the app (Textual's way, exit status 1), and its traceback is
+        written to a file (0600, redacted, no local variables) that `gpuops` names in one line on
+        exit (`crash_summary`, `crash_report`). Textual's own print of the traceback with every
+        frame's locals onto the terminal is left out: a local may hold a secret."""
+        if self.crash_summary is None:
+            self.crash_summary, self.crash_traceback = _describe_crash(error)
+            try:
+                self.crash_report = _write_crash_report(self.crash_traceback)
+            except OSError as exc:
+                self.crash_report_error = exc.strerror or str(exc)
+        super()._handle_exception(error)
+        self._exit_renderables.clear()
 
     def _set_first_theme(self, name: str) -> None:
         """The theme the app starts with, as Textual's watcher of `theme` applies one (its classes,
@@ -189,13 +229,6 @@ class GpuopsApp(App):
         if "ops" in self.__dict__:
             await self.ops.close()
         await self.monitor.close()
-
-    def notify(self, message: str, *args: Any, **kwargs: Any) -> None:
-        """A notice, in the TUI's words: a remedy the use cases put as a command-line flag ("choose
-        another --port") names the TUI's way to do it (tui.wording)."""
-        from .wording import in_tui
-
-        super().notify(in_tui(message) if isinstance(message, str) else message, *args, **kwargs)
 
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""
@@ -347,7 +380,7 @@ class GpuopsApp(App):
             self.notify(f"{name}: restarting with the fix ({code or 'fix'})")
             deployment = self.ops.deployment(name)
             while len(self.screen_stack) > 1 and not isinstance(self.screen, DashboardScreen):
-                await self.pop_screen()  # gone before its successor (same id) is pushed
+                await self.pop_screen()  # the restarted deployment's screen comes on the dashboard
             await self.push_screen(DeploymentScreen(deployment))  # it follows the new run as it begins
             outcome = await self.ops.apply_fix(name, patch, code=code, summary=summary, confirmed=True, keep_on=True)
             self.notify(f"{name}: {outcome}", severity="information" if outcome == "ready" else "error")
@@ -355,6 +388,8 @@ class GpuopsApp(App):
         self._run_use_case(work(), "fix")
 
     def open_deployment(self, name: str) -> bool:
+        """Deployment `name`'s screen: the one already open on its current run when there is one
+        (brought back, see `bring_back`), else a new one on top."""
         from ..core.ops import Refused
         from ..screens.deployment import DeploymentScreen
 
@@ -362,8 +397,28 @@ class GpuopsApp(App):
             deployment = self.ops.deployment(name)
         except Refused:
             return False
-        self.push_screen(DeploymentScreen(deployment))
+        if self.bring_back(lambda s: isinstance(s, DeploymentScreen) and s.deployment.name == name
+                           and s.view.run == deployment.run) is None:
+            self.push_screen(DeploymentScreen(deployment))
         return True
+
+    def bring_back(self, match: Callable[[Screen], bool]) -> Screen | None:
+        """The topmost screen of the stack that `match`es (the dashboard aside), made the current one
+        again by closing the screens above it; None when there is none, or when one of the screens
+        above it holds work that closing it would lose (`GpuopsScreen.holds_work`: a benchmark
+        running there, a plan being reviewed): the caller opens a new one on top then. Opening a
+        screen twice neither stacks copies without end (`:dep NAME`, `:dep`, Enter on NAME, ...)
+        nor loses anything."""
+        stack = self.screen_stack
+        for i in range(len(stack) - 1, 0, -1):
+            if match(stack[i]):
+                above = stack[i + 1:]
+                if any(getattr(screen, "holds_work", False) for screen in above):
+                    return None
+                for _ in above:
+                    self.pop_screen()
+                return stack[i]
+        return None
 
     def jump_to_host(self, name: str) -> bool:
         """The dashboard, with host `name` selected (False: no such host)."""
@@ -379,8 +434,9 @@ class GpuopsApp(App):
     def open_deployments(self, select: str | None = None) -> None:
         from ..screens.deployments import DeploymentsScreen
 
-        screen = self.screen if isinstance(self.screen, DeploymentsScreen) else DeploymentsScreen()
-        if screen is not self.screen:
+        screen = self.bring_back(lambda s: isinstance(s, DeploymentsScreen))
+        if screen is None:
+            screen = DeploymentsScreen()
             self.push_screen(screen)
         if select:
             self.call_after_refresh(screen.select, select)
@@ -463,7 +519,8 @@ class GpuopsApp(App):
         elif verb == "bench":
             from ..screens.bench_runs import BenchRunsScreen
 
-            self.push_screen(BenchRunsScreen())
+            if self.bring_back(lambda s: isinstance(s, BenchRunsScreen)) is None:
+                self.push_screen(BenchRunsScreen())
         elif verb in ("help", "?"):
             self.action_help()
         elif verb in ("q", "quit"):
@@ -493,6 +550,39 @@ def _freeze_startup_heap() -> None:
     if not _heap_frozen:
         _heap_frozen = True
         gc.freeze()
+
+
+def _describe_crash(error: BaseException) -> tuple[str, str]:
+    """(one line: the error's type and message, as literal text; its whole traceback, redacted)."""
+    import traceback
+
+    from ..core.literal import literal
+    from ..core.redact import redact
+
+    message = str(error).strip().splitlines()
+    line = literal(redact(f"{type(error).__name__}: {message[0]}" if message else type(error).__name__))
+    if len(line) > 200:
+        line = line[:197] + "..."
+    return line, redact("".join(traceback.format_exception(error)))
+
+
+def _write_crash_report(text: str) -> str:
+    """The traceback of a crash in a new file of the state folder's crashes/ (folder 0700, file
+    0600); its path."""
+    import sys
+    import time
+
+    from ..core.paths import state_dir
+
+    folder = state_dir() / "crashes"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = folder / f"dashboard-{stamp}-{os.getpid()}.txt"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+        f.write(f"gpuops dashboard crash, {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n"
+                f"command: {' '.join(sys.argv)}\n\n{text}")
+    return str(path)
 
 
 CONFIG_CHECK_S = 2.0  # how often config.toml is looked at (its mtime and size; nothing is read unless they change)

@@ -21,6 +21,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ..core.literal import literal
+
 ERROR_RE = re.compile(r"Traceback|Error|ERROR|Exception|error:|FAILED|fatal|OOM|out of memory", re.I)
 WARN_RE = re.compile(r"WARN|Warning|warning", re.I)
 TS_FORMAT = "%H:%M:%S "
@@ -85,7 +87,9 @@ class LogView(ScrollView, can_focus=True):
     # ---------------------------------------------------------------- data
 
     def append(self, text: str, ts: float | None = None) -> None:
-        text = text.rstrip("\n")
+        # one line, as literal text: a carriage return, a tab, what is left of an escape sequence (a
+        # BEL, an OSC's text) or a bidi override in a log line is shown escaped, never sent to the terminal
+        text = literal(text.rstrip("\n"))
         level = 2 if ERROR_RE.search(text) else 1 if WARN_RE.search(text) else 0
         if len(self.entries) == self.capacity:
             self.dropped += 1

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.text import Text
 
 from ..core import units
+from ..core.literal import literal
 
 GIB = 1024**3
 
@@ -13,7 +14,7 @@ GIB = 1024**3
 def facts_line(facts) -> Text:
     """"MoE 256 experts 8+1 active · hybrid linear attention (12 of 48 layers full) · 1 MTP layer · BF16 · 262k"."""
     parts: list[str] = []
-    parts.append(facts.architecture or facts.model_type or "unknown architecture")
+    parts.append(literal(facts.architecture or facts.model_type or "unknown architecture"))  # (config.json's)
     if facts.moe is not None:
         shared = f"+{facts.moe.shared_experts}" if facts.moe.shared_experts else ""
         parts.append(f"MoE {facts.moe.num_experts} experts {facts.moe.active_experts}{shared} active")
@@ -27,7 +28,7 @@ def facts_line(facts) -> Text:
     if facts.mtp_layers:
         parts.append(f"{facts.mtp_layers} MTP layer{'s' if facts.mtp_layers > 1 else ''}")
     quant = facts.quant.method.upper() if facts.quant else (facts.dtype or "?").upper().replace("BFLOAT16", "BF16")
-    parts.append(quant)
+    parts.append(literal(quant))
     if facts.context_length:
         ctx = facts.context_length
         parts.append(f"{ctx // 1024}k context" if ctx % 1024 == 0 else f"{ctx:,} context")
@@ -36,7 +37,7 @@ def facts_line(facts) -> Text:
     if facts.active_params and facts.active_params != facts.params:
         params += f" ({facts.active_params / 1e9:.1f}B active)"
     size.append(f"\n{params}, checkpoint {units.size(facts.checkpoint_bytes)} "
-                f"({facts.checkpoint_bytes_source})", style="dim")
+                f"({literal(facts.checkpoint_bytes_source)})", style="dim")
     return size
 
 
@@ -125,7 +126,7 @@ def rules_table(plan):
         change = Text(" ".join(r.adds), style="green")
         if r.removes:
             change.append(("  " if r.adds else "") + "−" + " ".join(r.removes), style="red")
-        table.add_row(r.id, change, r.why)
+        table.add_row(Text(literal(r.id)), change, Text(literal(r.why)))  # (Text: a str cell is read as markup)
     return table
 
 

@@ -16,6 +16,68 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
+from textual.widgets import DataTable
+
+from ..core.literal import literal
+
+
+# ------------------------------------------------------------------ text from a host, a file, the store
+
+
+def plain(value: object, style: str | Style = "") -> Text:
+    """A string from a host, a file or the store (a model folder, a process's command line, an
+    error a host sent, a name read back from the store) as a screen shows it: a Rich ``Text``, so
+    never parsed as markup (``[red]x[/red]`` reads as those characters), with every control or
+    format character escaped by :func:`gpuops.core.literal.literal`, the one helper the CLI uses
+    too (an ESC, a newline, a bidi override reads ``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return Text(literal(value), style=style)
+
+
+def literal_text(text: Text, *, lines: bool = False) -> Text:
+    """`text` with the characters :func:`literal` escapes escaped, its styles kept on the same
+    characters; `lines`: its line breaks kept as breaks (a pane of several lines). The same `text`
+    when there is nothing to escape (nearly always). What the widgets below apply to any Text
+    they are given, so that a string put into a Text as it came is still drawn as literal text."""
+    raw = text.plain
+    if (raw.replace("\n", "") if lines else raw).isprintable():
+        return text
+    pieces: list[str] = []
+    offsets = [0]
+    for ch in raw:
+        piece = ch if ch.isprintable() or (lines and ch == "\n") else literal(ch)
+        pieces.append(piece)
+        offsets.append(offsets[-1] + len(piece))
+    out = text.blank_copy("".join(pieces))
+    for span in text.spans:
+        out.spans.append(span._replace(start=offsets[span.start], end=offsets[min(span.end, len(raw))]))
+    return out
+
+
+def shown(value: Any, *, lines: bool = False) -> Any:
+    """A cell or a pane's content as it is drawn: a `str` as :func:`plain` makes it, a `Text` as
+    :func:`literal_text`, anything else (a renderable gpuops built) as it is."""
+    if isinstance(value, str):
+        return plain(value) if not lines else Text("\n".join(literal(line) for line in value.split("\n")))
+    if isinstance(value, Text):
+        return literal_text(value, lines=lines)
+    return value
+
+
+class LiteralTable(DataTable):
+    """Textual's DataTable whose cells and column labels are shown as literal text (:func:`shown`):
+    a DataTable parses a `str` cell as markup and draws control characters as they are."""
+
+    def add_column(self, label: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().add_column(shown(label), *args, **kwargs)
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> Any:
+        return super().add_row(*(shown(cell) for cell in cells), **kwargs)
+
+    def update_cell(self, row_key: Any, column_key: Any, value: Any, **kwargs: Any) -> None:
+        super().update_cell(row_key, column_key, shown(value), **kwargs)
+
+    def update_cell_at(self, coordinate: Any, value: Any, **kwargs: Any) -> None:
+        super().update_cell_at(coordinate, shown(value), **kwargs)
 
 
 class TextView(Widget):
@@ -27,14 +89,16 @@ class TextView(Widget):
 
     def __init__(self, text: Text | str = "", *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
-        self._text = Text(text) if isinstance(text, str) else text
+        self._text = literal_text(Text(text) if isinstance(text, str) else text, lines=True)
 
     @property
     def text(self) -> Text:
         return self._text
 
     def set(self, text: Text | str) -> None:
-        text = Text(text) if isinstance(text, str) else text
+        # (what it shows is literal text: a control character in a string put into the Text as it came is
+        # escaped, line breaks kept; the callers escape host strings that must stay on one line)
+        text = literal_text(Text(text) if isinstance(text, str) else text, lines=True)
         if text == self._text:
             return
         relayout = text.plain.count("\n") != self._text.plain.count("\n") or not (text.plain and self._text.plain) \
@@ -144,7 +208,8 @@ class RowTable(ScrollView, can_focus=True):
         super().__init__(id=id, classes=classes)
         self._labels = columns
         self._keys: list[str] = []  # the rows' keys, top to bottom
-        self._cells: dict[str, tuple[str | Text, ...]] = {}
+        self._given: dict[str, tuple[str | Text, ...]] = {}  # the rows as set_rows was given them
+        self._cells: dict[str, tuple[str | Text, ...]] = {}  # ... and as they are drawn (literal text)
         self._index: dict[str, int] = {}
         self._widths: list[dict[str, int]] = [{} for _ in columns]  # text width per column, per row
         self._widest = [cell_len(label) for label in columns]  # per column: its widest text or label
@@ -175,9 +240,16 @@ class RowTable(ScrollView, can_focus=True):
         return self._index[key]
 
     def set_rows(self, rows: Sequence[tuple[str, tuple[str | Text, ...]]]) -> None:
-        """The table's rows, top to bottom: (key, cells). Only what changed is drawn again."""
-        old = self._cells
-        self._cells = cells = dict(rows)
+        """The table's rows, top to bottom: (key, cells). Only what changed is drawn again. A cell is
+        drawn as literal text (`shown`: a process's command line with newlines or escape sequences in
+        it stays on its one line, escaped); `get_row` gives the cells as drawn."""
+        old_given, old = self._given, self._cells
+        self._given = given = dict(rows)
+        cells: dict[str, tuple[str | Text, ...]] = {}
+        for key, row in given.items():
+            was = old_given.get(key)
+            cells[key] = old[key] if was is row or (was is not None and was == row) else _shown_row(row)
+        self._cells = cells
         keys = list(cells)
         moved = keys != self._keys
         if moved:
@@ -381,6 +453,15 @@ class RowTable(ScrollView, can_focus=True):
         return Strip(segments).simplify()
 
 
+def _shown_row(row: tuple[str | Text, ...]) -> tuple[str | Text, ...]:
+    """A RowTable row's cells as drawn: each str through `literal`, each Text through `literal_text`
+    (the same tuple when nothing needs escaping)."""
+    for value in row:
+        if not (value.isprintable() if isinstance(value, str) else value.plain.isprintable()):
+            return tuple(literal(v) if isinstance(v, str) else literal_text(v) for v in row)
+    return row
+
+
 class KeyHint(NamedTuple):
     """One key as the footer shows it."""
 
@@ -401,8 +482,9 @@ class KeyFooter(Widget):
     (`show_command_palette`); a mouse press on a key presses it (on a disabled one: the bell). When
     the screen's bindings change (focus moved, `check_action` changed) it looks at them again once
     before the next frame, and redraws only when what it shows changed. A line too short for every
-    key cuts the last ones (Textual's scrolled sideways under the mouse wheel). Binding groups are
-    drawn key by key (gpuops has none).
+    key shows those that fit whole, in their order, then `?` alone (the key that lists them all);
+    no key is ever cut (Textual's scrolled sideways under the mouse wheel; 80 columns read "q Q").
+    Binding groups are drawn key by key (gpuops has none).
 
     Its look is the stylesheet's: its own colours are the footer's, and its component classes
     - footer-key--key, footer-key--description: as Textual's FooterKey's (colours, padding);
@@ -552,6 +634,7 @@ class KeyFooter(Widget):
         room = max(0, width - right.cell_length)
         spans: list[tuple[int, int, KeyHint]] = []
         margin = self.get_component_styles("footer-key").margin.right
+        keys = self._fitting(keys, room, margin)
         segments: list[Segment] = []
         x = 0
         for hint in keys:
@@ -568,6 +651,31 @@ class KeyFooter(Widget):
             spans.append((room, width, palette))
         self._spans = spans
         return Strip.join([Strip(segments).crop_extend(0, room, base), right]).crop(0, width)
+
+    HELP = "question_mark"  # the key that lists every key (`?`)
+
+    def _fitting(self, keys: tuple[KeyHint, ...], room: int, margin: int) -> tuple[KeyHint, ...]:
+        """The keys the line shows, each whole: all of them when they fit; else those that fit in
+        their order, then `?` alone (no description: the key that lists the others) where it fits.
+        A key is never cut (80 columns drew "q Q" and "? Key")."""
+        widths = [sum(seg.cell_length for seg in self._parts(hint, False)) + margin for hint in keys]
+        if sum(widths) - margin <= room:
+            return keys
+        help_key = next((h for h in keys if h.key == self.HELP), None)
+        more = help_key._replace(description="") if help_key is not None else None
+        more_width = sum(seg.cell_length for seg in self._parts(more, False)) if more is not None else -margin
+        shown: list[KeyHint] = []
+        used = 0
+        for hint, width in zip(keys, widths):  # (a width holds the margin before the next key)
+            if hint is help_key:
+                continue
+            if used + width + more_width > room:
+                break
+            shown.append(hint)
+            used += width
+        if more is not None:
+            shown.append(more)
+        return tuple(shown)
 
     # ------------------------------------------------------------- the mouse
 

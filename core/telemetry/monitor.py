@@ -4,6 +4,14 @@ Each host's state keeps its latest snapshot, ten minutes of per-GPU history, and
 fresh it is. A host that stops answering (a black hole, not a refused connection)
 only goes stale: its stream is abandoned after ``stale_after`` seconds without a line
 and retried with backoff, while the other hosts keep updating.
+
+A large inventory degrades gracefully (10,000 hosts, most of them down, held 733 MiB and a core
+and took 23 s to quit): at most ``MAX_CONNECTING`` hosts are connecting at once (an attempt ends at
+its first sample, or when it fails); attempts of hosts that have delivered nothing since their last
+attempt, the first ones included, take turns at ``ATTEMPTS_PER_S`` a second over the whole
+inventory after a first ``ATTEMPT_BURST`` (a few hosts, or a fleet that answers, never wait: a host
+whose stream delivered starts over at once); a failure keeps no traceback (its frames held the
+connection attempt's objects); and closing aborts every connection and waits for no host.
 """
 
 from __future__ import annotations
@@ -21,6 +29,25 @@ from .samples import Sampler, Snapshot
 
 HISTORY_SECONDS = 600.0
 FIRST_SAMPLE_GRACE_S = 15.0
+MAX_CONNECTING = 64  # hosts connecting (or waiting for their first sample) at once
+ATTEMPTS_PER_S = 20.0  # attempts a second, over all hosts, of hosts that delivered nothing since the last
+ATTEMPT_BURST = 100  # ... after this many at once (an inventory of up to this many hosts never waits)
+CLOSE_WAIT_S = 0.5  # closing: how long the watches are given to end once cancelled
+
+
+class _Turns:
+    """Turns for attempts, `rate` a second after a first `burst` (the generic cell rate algorithm):
+    `take(t)` is the time, at or after t, of the next free turn, which it takes."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.spacing = 1.0 / rate
+        self.tolerance = (burst - 1) * self.spacing
+        self.theoretical = 0.0
+
+    def take(self, t: float) -> float:
+        at = max(t, self.theoretical - self.tolerance)
+        self.theoretical = max(self.theoretical, at) + self.spacing
+        return at
 
 
 @dataclass
@@ -116,6 +143,11 @@ class Monitor:
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
         self._started = False
+        self._connecting = asyncio.Semaphore(MAX_CONNECTING)
+        self._turns = _Turns(ATTEMPTS_PER_S, ATTEMPT_BURST)
+        self.attempts = 0  # connection attempts started so far (each host's first, and each retry)
+        self.attempting = 0  # ... in progress now (until their first sample or their failure)
+        self.most_attempting = 0  # ... the most at once
 
     def start(self) -> None:
         self._started = True
@@ -137,7 +169,11 @@ class Monitor:
     async def _watch(self, name: str) -> None:
         host, state = self.hosts[name], self.states[name]
         delay = 1.0
+        start = self._turns.take(time.monotonic())  # the first attempt takes its turn too
         while not self._closing:
+            pause = start - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
             seen = state.updates
             try:
                 await self._follow(host, state)
@@ -150,14 +186,19 @@ class Monitor:
                 wait = 1.0 if state.updates > seen else delay
                 if isinstance(host, SshHost):
                     wait = max(wait, host.backoff.wait_left())
-                state.failed(exc, time.monotonic() + wait)
+                message, hint, kind = exc.message, exc.hint, type(exc)
             except Exception as exc:  # a bug must not kill the watch loop
                 wait = delay
-                state.failed(HostError(f"{name}: {type(exc).__name__}: {exc}"), time.monotonic() + wait)
+                message, hint, kind = f"{name}: {type(exc).__name__}: {exc}", None, HostError
+            # (the error's message only: the exception's traceback held the attempt's frames and objects)
+            delivered = state.updates > seen
+            start = time.monotonic() + wait
+            if not delivered:  # its turn among every host that gave nothing
+                start = self._turns.take(start)
+            state.failed((HostUnreachable if issubclass(kind, HostUnreachable) else HostError)(message, hint), start)
             self._notify(name)
-            await asyncio.sleep(wait)
             # back off while it keeps failing; a stream that delivered starts over at 1 s
-            delay = 1.0 if state.updates > seen else min(30.0, delay * 2)
+            delay = 1.0 if delivered else min(30.0, delay * 2)
 
     async def _follow(self, host: Host, state: HostState) -> None:
         """One source's samples into `state` until it ends, fails or falls silent.
@@ -169,14 +210,31 @@ class Monitor:
         also waits for the connection, which has its own timeout, and the reporter's start-up)."""
         started = state.updates
         first = asyncio.get_running_loop().create_future()  # done at the first sample
+        await self._connecting.acquire()  # (one of MAX_CONNECTING: until its first sample or its end)
+        attempting = True
+        self.attempts += 1
+        self.attempting += 1
+        self.most_attempting = max(self.most_attempting, self.attempting)
+
+        def connected() -> None:
+            nonlocal attempting
+            if attempting:
+                attempting = False
+                self.attempting -= 1
+                self._connecting.release()
 
         def on_sample(snap: Snapshot) -> None:
             state.record(snap, time.monotonic())
             self._notify(host.name)
             if not first.done():
                 first.set_result(None)
+                connected()
 
-        follow = asyncio.ensure_future(Sampler(host, self.interval).follow(on_sample))
+        try:
+            follow = asyncio.ensure_future(Sampler(host, self.interval).follow(on_sample))
+        except BaseException:
+            connected()
+            raise
         follow.add_done_callback(_retrieved)
         waiting: set[asyncio.Future] = {follow, first}
         try:
@@ -197,10 +255,12 @@ class Monitor:
                 if time.monotonic() - since >= wait:
                     raise self._silent(host, wait)
         finally:
+            connected()
             if not follow.done():
                 follow.cancel()
-                # its stream closes (the remote command ended) even while this task is cancelled
-                await asyncio.shield(asyncio.wait((follow,), timeout=6.0))
+                if not self._closing:  # (closing: the connections are aborted, nothing is waited for)
+                    # its stream closes (the remote command ended) even while this task is cancelled
+                    await asyncio.shield(asyncio.wait((follow,), timeout=6.0))
 
     async def set_inventory(self, inventory: Inventory) -> tuple[list[str], list[str], list[str]]:
         """Follow `inventory` from now on (config.toml changed): hosts that left are no longer
@@ -242,16 +302,26 @@ class Monitor:
         )
 
     async def close(self) -> None:
-        # Python 3.11's wait_for can swallow a cancellation that lands as a sample
-        # arrives: the loops also stop on `_closing`, and cancelling repeats until done.
+        """Stop watching, at once whatever the inventory's size: every SSH connection is aborted
+        (its remote reporter ends with it), then the watches are cancelled and given CLOSE_WAIT_S
+        to end. Python 3.11's wait_for can swallow a cancellation that lands as a sample arrives:
+        the loops also stop on `_closing`, and cancelling repeats until then."""
         self._closing = True
+        for host in self.hosts.values():
+            if isinstance(host, SshHost):
+                host._connection_lost()  # (aborted: closing one by one waited for each, up to 2 s)
         pending = set(self._tasks.values())
+        deadline = time.monotonic() + CLOSE_WAIT_S
         while pending:
             for t in pending:
                 t.cancel()
-            _, pending = await asyncio.wait(pending, timeout=1.0)
+            _, pending = await asyncio.wait(pending, timeout=max(0.05, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                break  # (left cancelled: what is left of them ends with the loop)
         self._tasks.clear()
-        await asyncio.gather(*(h.close() for h in self.hosts.values()), return_exceptions=True)
+        # (the SSH hosts' connections are aborted above: a close of each of 10,000 was most of a second)
+        await asyncio.gather(*(h.close() for h in self.hosts.values() if not isinstance(h, SshHost)),
+                             return_exceptions=True)
 
 
 def _retrieved(task: asyncio.Future) -> None:
