@@ -394,7 +394,7 @@ async def test_a_record_without_max_concurrency_is_labelled_c_infinity_everywher
 
 def test_a_stalled_download_says_its_code_once_and_how_to_resume(world):
     """A download that stops growing is one download-stalled finding: its code said once, the bytes
-    on disk and the room left as evidence, and a fix to act on (stop, deploy again: it resumes; if it
+    on disk and the room left as evidence, and a fix to act on (restart: it resumes; if it
     stalls again, the host's network), and the deploy's last word says no GPU is held."""
     models = world.root / "models"
     models.mkdir()
@@ -405,14 +405,19 @@ def test_a_stalled_download_says_its_code_once_and_how_to_resume(world):
     assert out.returncode == 1, out.stderr
     (line,) = [line for line in out.stdout.splitlines() if "error: download-stalled" in line]
     assert "error: download-stalled: no bytes for " in line and line.count("download-stalled") == 1, line
-    assert "fix: `gpuops stop slowdl`, then deploy it again with --name slowdl: the download resumes from the disk" \
-        in out.stdout and "does not reach the Hub" in out.stdout
+    assert "fix: `gpuops restart slowdl`: the download resumes from the disk" in out.stdout \
+        and "does not reach the Hub" in out.stdout
     assert "no server runs and no GPU is held" in out.stderr
     doc = json.loads(world.run("status", "slowdl", "--json").stdout)
     (finding,) = [e for e in doc["events"] if e["event"] == "finding"]
     readings = {e["source"]: e["reading"] for e in finding["evidence"]}
     assert readings["disk"].endswith(f"iB of 15.3 GiB in {models}/Qwen/Qwen3-8B") and "iB free" in readings["df"]
     assert finding["data"]["done_bytes"] > 0 and finding["data"]["free_bytes"] > 0
+    # the fix as said: once the host reaches the Hub again, `gpuops restart` resumes it and the server starts
+    world.sims["gpu1"].set_sim(scenario="ok")
+    out = world.run("restart", "slowdl", "--yes")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ready (endpoint" in out.stdout, out.stdout
 
 
 # ------------------------------------------------------------------ a stall: one finding everywhere

@@ -246,7 +246,7 @@ class Deployer:
                                      + f" in {into}"))
         if free is not None:
             evidence.append(Evidence("df", reading=f"{units.size(free)} free where {into} is"))
-        again = f"`gpuops stop {name}`, then deploy it again with --name {name}: the download resumes from the disk"
+        again = f"`gpuops restart {name}`: the download resumes from the disk"
         left = (total or 0) - (done or 0)
         if free is not None and left > free:
             fix = (f"the disk is full for it: {units.size(left)} are still to come and {units.size(free)} are free "
