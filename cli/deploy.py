@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -194,18 +193,6 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
     return plan
 
 
-def _hf_token() -> str | None:
-    token = os.environ.get("HF_TOKEN")
-    if token:
-        return token
-    try:
-        from huggingface_hub import get_token
-
-        return get_token()
-    except Exception:
-        return None
-
-
 def describe_event(event: Any) -> str | None:
     """One line for a deployment event, as a person reads it (None: not worth a line)."""
     from ..core.domain import ChecksEvent, FindingEvent, LogEvent, NumbersEvent, PhaseEvent, PlanEvent, ProgressEvent, StateEvent
@@ -271,7 +258,7 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
         _listen(ops, plan, args, warnings=plan.warnings if made_here else ())
         state = await ops.deploy(plan, host_name, yes=args.yes,
                                  ask=lambda q: sys.stdin.isatty() and input(f"{q}\ncontinue? [y/N] ").strip().lower()
-                                 in ("y", "yes"), hf_token=_hf_token())
+                                 in ("y", "yes"))
         return state, _after(ops, plan.name, state)
 
     return _ended(inv, args, use)
@@ -614,7 +601,7 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
             print(line, flush=True) if (line := describe_event(e)) is not None else None))
         return await ops.swap(args.old, plan, profile, confirmed=yes, rollback_on_failure=args.rollback_on_failure,
                               keep=keep, emit=emit, bench_emit=bench_emit, bench_old=bench_old,
-                              bench_new=not args.no_bench, hf_token=_hf_token())
+                              bench_new=not args.no_bench)
 
     try:
         result = run_use_case(inv, args, use, yes=args.yes)

@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 from . import units
 from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
+from .deploy.download import local_hf_token
 from .deploy.launch import open_launcher
 from .deploy.store import Store, StoreError
 from .deploy.router import watch_class
@@ -296,6 +297,7 @@ class Ops:
         the launch, and its watch until one of `until`: the state returned. `keep_on`: the watch goes
         on after that (the TUI's), else it ends there (the CLI's)."""
         self._writable("deploy changes a host")
+        hf_token = hf_token or local_hf_token()
         if plan.members:
             if host_name != plan.host:
                 raise Refused(f"{plan.name} is a {plan.nnodes}-node plan whose node 0 is {plan.host}, not {host_name}")
@@ -748,17 +750,20 @@ class Ops:
             raise NeedsConfirmation(f"restart {d.name} ({d.model}) on {d.host}{self.parts_said(d)}?")
         host = self._host_of(d)
         new_plan = plan or d.plan
+        hf_token = local_hf_token()  # (a download may be needed: a gated model's needs the token as deploy's did)
         if new_plan.members:  # every node: stopped, then started again as a new run of each
             await self.stop(name, confirmed=True)
-            return await self._deploy_nodes(new_plan, yes=True, ask=None, hf_token=None, until=until,
+            return await self._deploy_nodes(new_plan, yes=True, ask=None, hf_token=hf_token, until=until,
                                             on_begin=None, keep_on=keep_on)
         if new_plan.replicas:  # every replica and the router: stopped, then started again
             await self.stop(name, confirmed=True)
-            return await self._deploy_replicas(new_plan, yes=True, ask=None, hf_token=None, until=until,
+            return await self._deploy_replicas(new_plan, yes=True, ask=None, hf_token=hf_token, until=until,
                                                on_begin=None, keep_on=keep_on)
         cfg = self.host_config(d.host)
         await self.watches.stop(name)
-        deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, journal_dir=cfg.journal_dir)
+        # the inventory's [stall] limits as a deploy has them (a restart's stalled download waited 120 s)
+        deployer = Deployer(host, new_plan, self.store, self.bus, yes=True, stall=dict(self.inventory.stall),
+                            hf_token=hf_token, journal_dir=cfg.journal_dir)
         try:  # the new run first: it takes the name's lease (refused while another gpuops deploys it)
             deployer.begin_run(why or PlanEvent(code="restart", summary="restarted by the operator"))
         except StoreError as exc:
@@ -862,10 +867,15 @@ class Ops:
         launcher = await open_launcher(host, d.plan)
         lines: list[str] = []
         log_error = None
-        try:
-            lines = [rec.text async for rec in self._run_log(d, host, launcher)]
-        except FollowError as exc:  # no log (yet), or unreadable: the host checks still tell a lot
-            log_error = exc.message
+        if d.run_offset is None and d.run_cursor is None:
+            # this run's server never started (it failed or stopped while planned or downloading): the log
+            # holds earlier runs only, and an earlier run's "ready" is not this run's
+            log_error = f"run {d.run} has no log: its server was never started ({d.state})"
+        else:
+            try:
+                lines = [rec.text async for rec in self._run_log(d, host, launcher)]
+            except FollowError as exc:  # no log (yet), or unreadable: the host checks still tell a lot
+                log_error = exc.message
         status = await launcher.status()
         if d.plan.members:  # every node's own checks, and the checks across the nodes
             results = await self._node_checks(d.plan, host, status)
@@ -934,7 +944,7 @@ class Ops:
         from .deploy.launch import ProcessLauncher
 
         if isinstance(launcher, ProcessLauncher):
-            follower: Any = FileFollower(host, launcher.log_path, offset=d.run_offset or 0, follow=False)
+            follower: Any = FileFollower(host, launcher.log_path, offset=d.run_offset or 0, follow=False)  # (begun: see triage)
         else:
             follower = JournalFollower(host, launcher.unit, directory=self.host_config(d.host).journal_dir,
                                        cursor=d.run_cursor, follow=False)
@@ -1070,7 +1080,7 @@ class Ops:
 
         # the new weights first, while the old server serves: the outage is a start-up, not a download
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
-        deployers = self._deployers(plans, yes=True, ask=None, hf_token=hf_token,
+        deployers = self._deployers(plans, yes=True, ask=None, hf_token=hf_token or local_hf_token(),
                                     secrets=await self.carried_secrets(plan))
         await self._begin_parts(deployers, held=True)
         names = [dep.name for dep in deployers]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -457,3 +458,39 @@ def test_a_stall_is_one_finding_on_its_screen_and_in_triage_and_its_fix_follows_
     assert stall["severity"] == "error" and not stall["fix"]["applicable"] and stall["fix"]["plan_patch"] is None
     assert "the P2P check passed" in stall["fix"]["summary"]
     assert "NCCL_P2P_DISABLE" not in json.dumps([f["fix"] for f in report["findings"]])
+
+
+def test_triage_of_a_run_whose_server_never_started_reads_no_earlier_run(world):
+    """A deployment that was ready once, restarted, and whose new run failed in its download: triage
+    --deployment read the log from its start (the run's position was never recorded) and said the
+    earlier run's 'outcome: ready'. It says the run has no log, and no earlier run's outcome. The restart's
+    download is a deploy's: the inventory's [stall] limit (it waited 120 s) and the operator's HF token."""
+    models = world.root / "models"
+    models.mkdir()
+    world.host("gpu1", extra=f'model_dirs = ["{models}"]\n')
+    port = str(free_port())
+    assert world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "twice", "--port", port,
+                     "--yes").returncode == 0
+    assert world.run("triage", "--deployment", "twice").stdout.count("outcome: ready") == 1  # run 1's own log
+    assert world.run("stop", "twice", "--yes").returncode == 0
+    world.sims["gpu1"].set_sim(scenario="slow-download", stall_after_bytes=1)
+    world.stall(download=2)
+    shutil.rmtree(models / "Qwen")  # (the copy gone: the restart downloads it again)
+    out = world.run("restart", "twice", "--yes")
+    assert out.returncode == 1 and "download-stalled" in out.stdout, out.stdout + out.stderr
+    out = world.run("triage", "--deployment", "twice")
+    assert out.returncode == 0, out.stderr
+    assert "outcome: ready" not in out.stdout, out.stdout
+    assert "run 2 has no log: its server was never started" in out.stdout, out.stdout
+    # the restart downloads as deploy does: with the operator's HF token for a gated repo (it was given none)
+    world.sims["gpu1"].set_sim(scenario="ok", gated_repos=["Qwen/Qwen3-8B"])
+    out = world.run("restart", "twice", "--yes")
+    assert out.returncode == 1, out.stdout + out.stderr
+    # what the download said (not hf's "Hint: set HF_DEBUG=1", nor its colours), and what to do
+    assert "failed (exit 1): Error: Access denied. Model 'Qwen/Qwen3-8B' requires approval." in out.stdout, out.stdout
+    assert "HF_DEBUG" not in out.stdout and "\\x1b" not in out.stdout, out.stdout
+    assert "needs a Hugging Face token with access to it: set HF_TOKEN where gpuops runs" in out.stdout, out.stdout
+    out = subprocess.run([GPUOPS, "--config", str(world.cfg), "restart", "twice", "--yes"], capture_output=True,
+                         text=True, env={**world.env, "HF_TOKEN": "hf_" + "x" * 34}, stdin=subprocess.DEVNULL,
+                         timeout=120)
+    assert out.returncode == 0 and "ready (endpoint" in out.stdout, out.stdout + out.stderr

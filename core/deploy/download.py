@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import re
 import time
 from dataclasses import dataclass
 from typing import AsyncIterator
@@ -42,6 +43,17 @@ _WITH_ENV = 'f=$1; shift; if [ -n "$f" ]; then set -a; . "$f"; set +a; rm -f "$f
 
 class DownloadError(HostError):
     pass
+
+
+_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def _said(lines: list[str]) -> str:
+    """What a failed download said: its last line that is not the CLI's "Hint: set HF_DEBUG=1" (which
+    follows every error of `hf download`), its colours taken off."""
+    plain = [_CSI.sub("", ln).strip() for ln in lines]
+    meant = [ln for ln in plain if ln and not ln.startswith("Hint:")]
+    return (meant or plain or ["no output"])[-1]
 
 
 @dataclass(frozen=True)
@@ -155,8 +167,29 @@ class Download:
             await reader
             self.stderr_tail = list(stream.stderr_tail)
             if stream.returncode not in (0, None):
-                last = (list(stream.stderr_tail) or output or ["no output"])[-1]
-                raise DownloadError(f"download of {self.repo_id} failed (exit {stream.returncode}): {last}")
+                said = _said(list(stream.stderr_tail) or output)
+                denied = any(w in said.lower() for w in ("access denied", "gated", "restricted", "401", "403"))
+                raise DownloadError(f"download of {self.repo_id} failed (exit {stream.returncode}): {said}",
+                                    f"{self.repo_id} needs a Hugging Face token with access to it: set HF_TOKEN "
+                                    "where gpuops runs (or `hf auth login` there), then deploy or restart again"
+                                    if denied and not self.token else None)
         finally:
             reader.cancel()
             await stream.aclose()
+
+
+def local_hf_token() -> str | None:
+    """The operator's Hugging Face token on this machine (HF_TOKEN, else huggingface_hub's stored
+    token), which a download on a host is given through a 0600 env file there; None when there is none.
+    Every front end's deploy, restart and swap take it from here (a restart of a gated model needs it too)."""
+    import os
+
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        return token
+    try:
+        from huggingface_hub import get_token
+
+        return get_token()
+    except Exception:
+        return None
