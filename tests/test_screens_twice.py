@@ -158,10 +158,10 @@ def test_a_crash_exits_1_with_one_line_naming_the_traceback_file(tmp_path):
     fault.write_text(
         "import sys\n"
         "from gpuops.screens.dashboard import DashboardScreen\n"
-        "def action_bench(self):\n"
+        "def action_bench_runs(self):\n"
         f"    token = {secret!r}\n"
         "    raise RuntimeError('injected fault, token ' + token)\n"
-        "DashboardScreen.action_bench = action_bench\n"
+        "DashboardScreen.action_bench_runs = action_bench_runs\n"
         "from gpuops.cli.main import main\n"
         "sys.exit(main())\n")
     rc_file = tmp_path / "rc"
@@ -191,7 +191,7 @@ def test_a_crash_exits_1_with_one_line_naming_the_traceback_file(tmp_path):
         assert stat.S_IMODE(report.stat().st_mode) == 0o600
         assert stat.S_IMODE(report.parent.stat().st_mode) == 0o700
         text = report.read_text()
-        assert "Traceback (most recent call last)" in text and "in action_bench" in text
+        assert "Traceback (most recent call last)" in text and "in action_bench_runs" in text
         assert "RuntimeError: injected fault, token hf_***" in text and secret not in text
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
