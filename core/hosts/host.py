@@ -244,7 +244,7 @@ class _LocalStream(Stream):
         self._host = host
         self._argv = argv
         self._proc: asyncio.subprocess.Process | None = None
-        self._stderr_task: asyncio.Task | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
         self._proc = await self._host._spawn(self._argv)
@@ -449,7 +449,7 @@ class _LineSession:
         self._err_partial = b""
         self._queued = 0  # about the bytes of the lines in `lines`
         self._paused = False
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._sink: Callable[[Any], Any] | None = None
 
     # -- asyncssh's side
