@@ -299,7 +299,7 @@ class GpuopsApp(App):
         rest: list[tuple[str, str]] = []
         seen: set[str] = set()
         off: list[tuple[str, str]] = []  # keys whose action is off now (read-only's)
-        for key, active in self.screen.active_bindings.items():
+        for active in self.screen.active_bindings.values():
             b = active.binding
             display = self.get_key_display(b)
             if not b.description or display in seen or not _own_binding(active.node, b):

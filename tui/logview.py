@@ -184,10 +184,7 @@ class LogView(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         entry, piece = self._entry(row)
         text = self._line_text(entry)
-        if self.wrap:
-            text = text[piece * width:(piece + 1) * width]
-        else:
-            text = text[scroll_x:scroll_x + width]
+        text = text[piece * width:(piece + 1) * width] if self.wrap else text[scroll_x:scroll_x + width]
         level = entry[LEVEL]
         style = Style(color="red") if level == 2 else Style(color="yellow") if level == 1 else None
         if row == self.cursor:

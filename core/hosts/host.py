@@ -381,7 +381,7 @@ class LocalHost(Host):
             await _end_local(proc, guarded)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
+            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}") from None
         return Result(argv, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def stream(self, argv: Sequence[str], binary: bool = False) -> Stream:
@@ -959,7 +959,7 @@ class SshHost(Host):
             completed = await asyncio.wait_for(proc.wait(), timeout)
         except asyncio.TimeoutError:
             proc.close()
-            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
+            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}") from None
         except asyncio.CancelledError:
             proc.close()
             raise
