@@ -442,7 +442,7 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
                   f"(run {d.run}, since {minute(d.updated_at)})")
         return 0
 
-    async def use(ops: Any, _yes: bool) -> tuple[Any, list]:
+    async def use(ops: Any, _yes: bool) -> tuple[Any, list, list]:
         try:
             d = await ops.status(args.name)
         except Exception as exc:  # a host that cannot be reached: what the store says

@@ -249,7 +249,7 @@ def make_plan(inv: Inventory, req: PlanRequest):
             raise PlanUsageError("--replicas reads the hosts' GPUs: --gpus/--gpu-memory plan one server offline")
         if not hosts and not req.host:
             raise PlanUsageError("--replicas: name the host (--host) or hosts (--hosts) they run on")
-    nodes = _nodes(inv, hosts or req.host, least=1 if replicas is not None else 2) \
+    nodes = _nodes(inv, hosts or req.host or "", least=1 if replicas is not None else 2) \
         if hosts or replicas is not None else None
     target = make_target(inv, req) if nodes is None else None
     try:
@@ -266,6 +266,7 @@ def make_plan(inv: Inventory, req: PlanRequest):
             from ..core.planning.plan import build_multinode_plan
 
             return facts, build_multinode_plan(facts, nodes, wishes)
+        assert target is not None
         return facts, build_plan(facts, target, wishes)
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal, Sequence, Union
 import msgspec
 from msgspec import Struct, field
 
-from .config import PHASES, validate_host_name
+from .config import PHASES as PHASES, validate_host_name  # (PHASES re-exported: core.ops reads it here)
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -228,7 +228,8 @@ class Finding(Struct, frozen=True):
     data: dict[str, Any] = {}
 
     def to_json(self) -> dict[str, Any]:
-        return jsonable(self)
+        doc: dict[str, Any] = jsonable(self)
+        return doc
 
 
 class HostCheck(Struct, frozen=True):
@@ -248,7 +249,8 @@ class FunctionalCheck(Struct, frozen=True):
     details: dict[str, Any] = {}
 
     def to_json(self) -> dict[str, Any]:
-        return jsonable(self)
+        doc: dict[str, Any] = jsonable(self)
+        return doc
 
 
 class TriageReport(Struct, kw_only=True, omit_defaults=True):
@@ -302,7 +304,8 @@ class Fit(Struct):
     verdict: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return jsonable(self)
+        doc: dict[str, Any] = jsonable(self)
+        return doc
 
 
 class RuleFired(Struct):
@@ -314,7 +317,8 @@ class RuleFired(Struct):
     removes: list[str] = []
 
     def to_json(self) -> dict[str, Any]:
-        return jsonable(self)
+        doc: dict[str, Any] = jsonable(self)
+        return doc
 
 
 class LikeChange(Struct, frozen=True):
@@ -670,7 +674,8 @@ class Plan(Struct, kw_only=True):
         if schema != SCHEMA:
             raise Invalid(f"{source}: plan schema {schema!r}; this gpuops reads schema {SCHEMA}")
         body = {k: v for k, v in doc.items() if k not in ("schema", "unit")}
-        return convert(body, cls, source)
+        plan: Plan = convert(body, cls, source)
+        return plan
 
     def replace(self, **changes: Any) -> "Plan":
         """A copy with `changes`, validated."""

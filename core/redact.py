@@ -71,8 +71,8 @@ _LONG = 1024
 _FIND_ALL = {sc: re.compile(re.escape(sc)).finditer for sc in _SCANNED}
 
 
-def _mask(m: re.Match) -> str:
-    return m.group(1) + MASK  # type: ignore[no-any-return]
+def _mask(m: re.Match[str]) -> str:
+    return m.group(1) + MASK
 
 
 class _Starts:
@@ -106,7 +106,7 @@ class _Starts:
         return sorted(at)
 
 
-def _sub_at(pattern: re.Pattern, text: str, places: list[int]) -> str:
+def _sub_at(pattern: re.Pattern[str], text: str, places: list[int]) -> str:
     """``pattern.sub(_mask, text)`` for a pattern whose every match starts at one of `places` (of its
     starts in ``text.lower()``, one character for one: ASCII text): the pattern is tried there
     only, left to right and never inside a match already made, as `sub` would find them."""

@@ -4,12 +4,17 @@ their key says why (one notice a press) instead of doing nothing."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from textual import events
-from textual._context import active_app
 from textual.binding import Binding
+from textual.message_pump import NoActiveAppError
 from textual.screen import Screen
+
+if TYPE_CHECKING:
+    from ..core.config import Inventory
+    from ..core.ops import Ops
+    from ..core.telemetry.monitor import Monitor
 
 # Actions that change a host (or the store), and what a press of one says in `--readonly` (the
 # use cases refuse them there too: core/ops.py). A screen's action of another name that only looks
@@ -35,6 +40,28 @@ def readonly_notice(action: str) -> str:
     return f"read-only: {READONLY_SAYS.get(action, 'it changes a host')}; this gpuops changes nothing"
 
 
+class ScreensApp(Protocol):
+    """What the screens use of the app (`tui.app.GpuopsApp`, which mypy checks against this): the
+    screens sit below the app, so they name this instead of importing it. `GpuopsScreen.gapp`."""
+
+    inventory: Inventory
+    monitor: Monitor
+    readonly: bool
+
+    @property
+    def ops(self) -> Ops: ...
+    def action_command(self) -> None: ...
+    def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None) -> None: ...
+    def begin_swap(self, name: str, model: str | None = None) -> None: ...
+    def end_process(self, host_name: str, pid: int, shown_command: str | None,
+                    deployment: str | None = None) -> None: ...
+    def open_deployment(self, name: str) -> bool: ...
+    def open_deployments(self, select: str | None = None) -> None: ...
+    def stop_deployment(self, name: str) -> None: ...
+    def restart_deployment(self, name: str) -> None: ...
+    def forget_deployment(self, name: str) -> None: ...
+
+
 class GpuopsScreen(Screen):
     BINDINGS = [Binding("colon", "command", "Cmd", key_display=":")]
     HELP_TITLE = ""  # what `?` calls the screen (its class name, spaced, when empty)
@@ -49,8 +76,8 @@ class GpuopsScreen(Screen):
         frame: a class changed then restyles every widget of the screen and repaints each (on the
         dashboard, its tables drawn twice, most of a frame). The Resize then finds them set."""
         try:
-            app = active_app.get()
-        except LookupError:  # made outside a running app: the Resize sets them
+            app = self.app
+        except NoActiveAppError:  # made outside a running app: the Resize sets them
             return
         width, height = app.size
         classes: dict[str, bool] = {}
@@ -69,8 +96,13 @@ class GpuopsScreen(Screen):
         top rather than closing this one to bring back the one below (`GpuopsApp.bring_back`)."""
         return False
 
+    @property
+    def gapp(self) -> ScreensApp:
+        """The app, typed as what the screens use of it (`self.app` is Textual's `App`)."""
+        return cast("ScreensApp", self.app)
+
     def action_command(self) -> None:
-        self.app.action_command()  # type: ignore[attr-defined]
+        self.gapp.action_command()
 
     def run_screen_command(self, verb: str, arg: str) -> bool:
         """A `:` command of this screen (True: it was one); the app's commands come after."""

@@ -130,13 +130,13 @@ class BenchLaunchScreen(GpuopsScreen):
         yield KeyFooter()
 
     def _deployment_options(self) -> list[tuple[Text, str]]:
-        deployments = self.app.ops.deployments()  # type: ignore[attr-defined]
+        deployments = self.gapp.ops.deployments()
         return [(Text(literal(f"{d.name}  {d.model} on {d.host} · {d.state}")), d.name) for d in deployments]
 
     def on_mount(self) -> None:
         if self.deployment is not None:  # as it is now (the caller's copy may be from its start)
             try:
-                self.deployment = self.app.ops.deployment(self.deployment.name)  # type: ignore[attr-defined]
+                self.deployment = self.gapp.ops.deployment(self.deployment.name)
             except Exception:
                 pass  # forgotten meanwhile: the form still shows what it was given
         d = self.deployment
@@ -220,7 +220,7 @@ class BenchLaunchScreen(GpuopsScreen):
             if value is Select.NULL:
                 return None
             name = str(value)
-        return next((d for d in self.app.ops.deployments() if d.name == name), None)  # type: ignore[attr-defined]
+        return next((d for d in self.gapp.ops.deployments() if d.name == name), None)
 
     def action_start(self) -> None:
         from .bench_run import BenchRunScreen

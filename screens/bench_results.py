@@ -97,7 +97,7 @@ def draw_percentiles(plot: PlotextPlot, doc: dict, title: str, keys: tuple[tuple
     shown = [(key, label) for key, label in keys if any(v is not None for v in _values(doc, key))]
     if shown:
         series = [[_values(doc, key)[i] or 0.0 for key, _ in shown] for i in range(len(doc["columns"]))]
-        plt.multiple_bar([label for _, label in shown], series, labels=[c["label"] for c in doc["columns"]])
+        plt.multiple_bar([label for _, label in shown], series, labels=[c["label"] for c in doc["columns"]])  # type: ignore[call-arg]  # the stub says label; plotext takes labels
     plot.refresh()
 
 
@@ -135,7 +135,7 @@ class BenchResultsScreen(GpuopsScreen):
     def on_mount(self) -> None:
         self.sub_title = f"benchmark run #{self.run_id}"
         about = Text()
-        runs = load_runs(self.app.ops, [self.run_id])  # type: ignore[attr-defined]
+        runs = load_runs(self.gapp.ops, [self.run_id])
         plots = self.query_one(BenchPlots)
         plots.display = bool(runs and runs[0].records)
         if not runs:
@@ -178,7 +178,7 @@ class BenchCompareScreen(GpuopsScreen):
         yield KeyFooter()
 
     def on_mount(self) -> None:
-        runs = load_runs(self.app.ops, self.run_ids)  # type: ignore[attr-defined]
+        runs = load_runs(self.gapp.ops, self.run_ids)
         self.sub_title = "compare " + " ".join(f"#{r.id}" for r in runs)
         if not runs:
             self.query_one("#compare-about", TextView).set(Text("none of these runs is stored", style="bold red"))

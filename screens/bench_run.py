@@ -132,7 +132,7 @@ class BenchRunScreen(GpuopsScreen):
         from ..core.hosts.host import HostError
         from ..core.ops import Refused
 
-        ops = self.app.ops  # type: ignore[attr-defined]
+        ops = self.gapp.ops
         try:
             target = await ops.bench_target(deployment=self.deployment.name)
             self.follow_metrics(target)
@@ -205,7 +205,7 @@ class BenchRunScreen(GpuopsScreen):
         self.refresh_bindings()
         if self.run_id is None:
             return
-        run = self.app.ops.bench_run(self.run_id)  # type: ignore[attr-defined]
+        run = self.gapp.ops.bench_run(self.run_id)
         if run is not None and (run.records or run.quality):
             table = self.query_one("#run-results", DataTable)
             fill_results(table, compare([run]))
@@ -284,7 +284,7 @@ class BenchRunScreen(GpuopsScreen):
         self.query_one("#run-server", TextView).set(out)
 
         gpus = Text("GPUs\n", style="bold")
-        state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
+        state = self.gapp.monitor.states.get(self.deployment.host)
         wanted = set(self.deployment.plan.gpu_ids)
         for g in state.snapshot.gpus if state is not None and state.snapshot is not None else []:
             if wanted and g.index not in wanted:
@@ -298,7 +298,7 @@ class BenchRunScreen(GpuopsScreen):
     # ------------------------------------------------------------- keys
 
     def action_cancel(self) -> None:
-        def answered(yes: bool | None) -> None:
+        def answered(yes: bool | str | None) -> None:
             if yes and self.running and self.runner is not None:
                 self.runner.cancel()
 
@@ -311,7 +311,7 @@ class BenchRunScreen(GpuopsScreen):
             self.app.pop_screen()
             return
 
-        def answered(yes: bool | None) -> None:
+        def answered(yes: bool | str | None) -> None:
             if yes:
                 if self.runner is not None:
                     self.runner.cancel()

@@ -71,7 +71,7 @@ class BenchRunsScreen(GpuopsScreen):
         self.action_reload()
 
     def action_reload(self) -> None:
-        self.runs = self.app.ops.bench_runs()  # type: ignore[attr-defined]
+        self.runs = self.gapp.ops.bench_runs()
         ids = {r.id for r in self.runs}
         self.marked = [i for i in self.marked if i in ids]
         self._show()

@@ -6,6 +6,7 @@ other way (`no=None`, the Yes button in focus)."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -23,7 +24,7 @@ class ConfirmScreen(ModalScreen["bool | str"]):
         Binding("escape", "answer(False)", "Cancel", key_display="esc"),
     ]
 
-    def __init__(self, question: str, detail: str = "", yes: str = "Yes", other: str | None = None,
+    def __init__(self, question: str, detail: str | Text = "", yes: str = "Yes", other: str | None = None,
                  no: str | None = "No", other_key: str = "o"):
         super().__init__(classes="confirm")
         self.question = question

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -30,9 +30,6 @@ from ..core.telemetry.monitor import HostState
 from ..core.telemetry.samples import GpuSample, is_na
 from .base import GpuopsScreen
 from ..tui.widgets import KeyFooter, RowTable, TextView
-
-if TYPE_CHECKING:
-    from ..tui.app import GpuopsApp
 
 STALE_AFTER = 3.0  # seconds without a sample before a host shows as stale
 HISTORY_REDRAW_S = 5.0
@@ -229,7 +226,7 @@ def _sparkline() -> Any:
             _linkless(self)
 
         def render(self) -> Any:
-            renderable = super().render()
+            renderable: Any = super().render()  # Sparkline's own SparklineRenderable
             return FastSparklineRenderable(
                 renderable.data, width=renderable.width, height=renderable.height,
                 min_color=renderable.min_color.color, max_color=renderable.max_color.color,
@@ -392,10 +389,6 @@ class DashboardScreen(GpuopsScreen):
         self._history_host: str | None = None  # the host whose GPU histories the rows show, and when
         self._history_at = 0.0
         self._detail_ready = False  # the selected host's panes (mounted right after the first frame)
-
-    @property
-    def gapp(self) -> "GpuopsApp":
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         # The first frame: the host list in its place, the detail pane's frame empty; what goes in

@@ -98,7 +98,7 @@ class DeploymentScreen(GpuopsScreen):
 
     @property
     def ops(self) -> Any:
-        return self.app.ops  # type: ignore[attr-defined]
+        return self.gapp.ops
 
     def on_mount(self) -> None:
         d = self.deployment
@@ -274,8 +274,8 @@ class DeploymentScreen(GpuopsScreen):
             why = v.crash.reason or (v.findings[0].summary if v.findings else "see the log")
             out.append(f"\ncrashed in {v.crash.phase or '?'}: {literal(why)}\n", style="bold red")
         if v.state == "stopped":
-            why = v.state_event.reason if v.state_event is not None else None
-            out.append(f"\nstopped: {why}\n" if why else "\nstopped\n", style="bold")
+            stop_why = v.state_event.reason if v.state_event is not None else None
+            out.append(f"\nstopped: {stop_why}\n" if stop_why else "\nstopped\n", style="bold")
         if ready:
             out.append(f"\nready: {plan.endpoint}  (k: quick check)\n", style="bold green")
             if self.check_result:
@@ -290,7 +290,7 @@ class DeploymentScreen(GpuopsScreen):
         gpus = self._parts() or Text()
         if self.deployment.plan.gpu_ids:
             gpus.append("GPUs (sampler)\n", style="bold")
-        state = self.app.monitor.states.get(self.deployment.host)  # type: ignore[attr-defined]
+        state = self.gapp.monitor.states.get(self.deployment.host)
         wanted = set(self.deployment.plan.gpu_ids)
         if wanted and v.state not in LIVE_STATES:  # its server does not run: what they hold is not its own
             gpus.append(f"  — (no server: {v.state})\n", style="dim")
@@ -426,12 +426,12 @@ class DeploymentScreen(GpuopsScreen):
             self.query_one(LogView).focus()
 
     def action_swap(self) -> None:
-        self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
+        self.gapp.begin_swap(self.deployment.name)
 
     def run_screen_command(self, verb: str, arg: str) -> bool:
         if verb == "swap" and not arg:  # `:swap` here: this deployment's
             if not self.refused_readonly("swap"):
-                self.app.begin_swap(self.deployment.name)  # type: ignore[attr-defined]
+                self.gapp.begin_swap(self.deployment.name)
             return True
         return False
 

@@ -11,6 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Header
 
 from ..core import units
@@ -57,7 +58,7 @@ class DeploymentsScreen(GpuopsScreen):
 
     @property
     def ops(self) -> Any:
-        return self.app.ops  # type: ignore[attr-defined]
+        return self.gapp.ops
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -79,7 +80,7 @@ class DeploymentsScreen(GpuopsScreen):
     def _gpu_mem(self, d: Deployment) -> str:
         if d.state not in LIVE_STATES:  # no server of its own: what its GPUs hold is another's
             return "—"
-        state = self.app.monitor.states.get(d.host)  # type: ignore[attr-defined]
+        state = self.gapp.monitor.states.get(d.host)
         snap = state.snapshot if state is not None else None
         if snap is None or not snap.gpus:
             return "?"
@@ -132,7 +133,7 @@ class DeploymentsScreen(GpuopsScreen):
         table = self.query_one(DataTable)
         if not self.rows or table.cursor_row < 0 or table.cursor_row >= table.row_count:
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         return self.rows.get(str(key))
 
     def select(self, name: str) -> bool:
@@ -153,7 +154,7 @@ class DeploymentsScreen(GpuopsScreen):
     def action_open(self) -> None:
         d = self._picked()
         if d is not None:
-            self.app.open_deployment(d.name)  # type: ignore[attr-defined]
+            self.gapp.open_deployment(d.name)
 
     def _confirmed(self, question: str, detail: str, yes: str, then: Any) -> None:
         self.app.push_screen(ConfirmScreen(question, detail, yes=yes), lambda ok: then() if ok else None)
@@ -161,18 +162,18 @@ class DeploymentsScreen(GpuopsScreen):
     def action_stop(self) -> None:
         d = self._picked()
         if d is not None:
-            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+            also = self.gapp.ops.parts_said(d)
             self._confirmed(f"Stop {d.name} on {d.host}{also}?", f"{d.model}, {d.state}; its server is stopped "
-                            f"(SIGTERM, then up to 60 s)", "Stop it", lambda: self.app.stop_deployment(d.name))  # type: ignore[attr-defined]
+                            f"(SIGTERM, then up to 60 s)", "Stop it", lambda: self.gapp.stop_deployment(d.name))
 
     def action_restart(self) -> None:
         d = self._picked()
         if d is not None:
-            also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+            also = self.gapp.ops.parts_said(d)
             self._confirmed(f"Restart {d.name} on {d.host}{also}?", f"{d.model}: stopped, then started again as run "
                             f"{d.run + 1} with the same plan (its weights are checked on the host first: what is "
                             "missing is downloaded before the server starts)", "Restart",
-                            lambda: self.app.restart_deployment(d.name))  # type: ignore[attr-defined]
+                            lambda: self.gapp.restart_deployment(d.name))
 
     def action_forget(self) -> None:
         """Refused at once (its server runs, another gpuops deploys it: the use case says) or asked."""
@@ -185,12 +186,12 @@ class DeploymentsScreen(GpuopsScreen):
             from ..core.ops import NeedsConfirmation, Refused
 
             try:
-                await self.app.ops.forget(d.name, confirmed=False)  # type: ignore[attr-defined]
+                await self.gapp.ops.forget(d.name, confirmed=False)
             except NeedsConfirmation:  # nothing refuses it: ask
-                also = self.app.ops.parts_said(d)  # type: ignore[attr-defined]
+                also = self.gapp.ops.parts_said(d)
                 self._confirmed(f"Forget {d.name}{also}?", f"{d.model} on {d.host}, {d.state}, {d.run} run(s): "
                                 "removed from the store with its history", "Forget",
-                                lambda: self.app.forget_deployment(d.name))  # type: ignore[attr-defined]
+                                lambda: self.gapp.forget_deployment(d.name))
             except Refused as exc:
                 self.notify(f"not forgotten: {exc}", severity="error", timeout=10, markup=False)
             except HostError as exc:
@@ -215,7 +216,7 @@ class DeploymentsScreen(GpuopsScreen):
     def action_swap(self) -> None:
         d = self._picked()
         if d is not None:
-            self.app.begin_swap(d.name)  # type: ignore[attr-defined]
+            self.gapp.begin_swap(d.name)
 
     def action_back(self) -> None:
         self.app.pop_screen()

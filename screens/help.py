@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -32,8 +34,8 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", "Close", show=False),
     ]
 
-    def __init__(self, title: str, keys: list[tuple[str, str]], more: list[tuple[str, str]] = (),
-                 off: list[tuple[str, str]] = ()):
+    def __init__(self, title: str, keys: Sequence[tuple[str, str]], more: Sequence[tuple[str, str]] = (),
+                 off: Sequence[tuple[str, str]] = ()):
         super().__init__()
         self.title_text = title
         self.keys = list(keys) + list(more) + list(off)

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static
 
@@ -48,7 +49,7 @@ class ModelPickerScreen(GpuopsScreen):
 
     @property
     def host(self) -> Host:
-        return self.app.monitor.hosts[self.host_name]  # type: ignore[attr-defined]
+        return self.gapp.monitor.hosts[self.host_name]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -176,7 +177,7 @@ class ModelPickerScreen(GpuopsScreen):
     def _typed(self, event: Input.Submitted) -> None:
         table = self.query_one("#candidates", DataTable)
         if not event.value.strip() and table.row_count:  # nothing typed: the highlighted copy
-            key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
             if key in self.copies:
                 self.plan_when_ready(*self.copies[key])
                 return
@@ -208,7 +209,7 @@ class ModelPickerScreen(GpuopsScreen):
         self.notify(f"reading {model_id} and {self.host_name}'s GPUs, disks and SGLang…")
         try:
             facts = await self._facts(model_id, host_path)
-            target = await self.app.ops.read_target(self.host)  # type: ignore[attr-defined]
+            target = await self.gapp.ops.read_target(self.host)
         except (ModelError, ValueError) as exc:
             self.notify(str(exc), severity="error")
             return
@@ -226,7 +227,7 @@ class ModelPickerScreen(GpuopsScreen):
         from .plan_review import SwapReviewScreen
 
         try:  # like the old one: its GPUs, port, bind, served name (planning keeps them)
-            old = self.app.ops.deployment(self.swap_from)  # type: ignore[attr-defined]
+            old = self.gapp.ops.deployment(self.swap_from)
             previous = previous_from_plan(old.plan, f"deployment {old.name}")
         except (Refused, PlanError) as exc:
             self.notify(str(exc), severity="error")

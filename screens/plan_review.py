@@ -239,7 +239,7 @@ class PlanReviewScreen(GpuopsScreen):
         """A host as a node: its target and what the inventory says of it (its address for the
         other nodes, its NCCL interface)."""
         try:
-            cfg = self.app.inventory.host(str(target.host))  # type: ignore[attr-defined]
+            cfg = self.gapp.inventory.host(str(target.host))
         except KeyError:
             raise PlanError(f"{target.host or 'an offline plan'} is not a host of the inventory: plan for "
                             "one to add nodes") from None
@@ -262,12 +262,12 @@ class PlanReviewScreen(GpuopsScreen):
                 if name == self.target.host:
                     raise PlanError(f"{word}: {name} is {'this host' if replicas else 'node 0'} already (name the "
                                     "other hosts)")
-                host = self.app.monitor.hosts.get(name)  # type: ignore[attr-defined]
+                host = self.gapp.monitor.hosts.get(name)
                 if host is None:
-                    known = ", ".join(h for h in self.app.monitor.hosts if h != self.target.host)  # type: ignore[attr-defined]
+                    known = ", ".join(h for h in self.gapp.monitor.hosts if h != self.target.host)
                     raise PlanError(f"{word}: unknown host {name!r} (others in the inventory: {known or 'none'})")
                 self.notify(f"reading {name}'s GPUs, disks and SGLang…")
-                nodes.append(self._node(await self.app.ops.read_target(host)))  # type: ignore[attr-defined]
+                nodes.append(self._node(await self.gapp.ops.read_target(host)))
             # a new layout (one server, nodes, replicas) starts from the planner's own TP and GPUs
             changed = bool(nodes) != bool(self.nodes) or bool(replicas) != bool(self.replicas)
             wishes = replace(self.wishes, gpu_ids=None, tp=tp) if changed or tp else self.wishes
@@ -304,7 +304,7 @@ class PlanReviewScreen(GpuopsScreen):
         from ..core.ops import Refused
 
         try:
-            return self.app.ops.deployment(name).plan  # type: ignore[attr-defined]
+            return self.gapp.ops.deployment(name).plan
         except Refused:
             return None
 
@@ -316,12 +316,12 @@ class PlanReviewScreen(GpuopsScreen):
             return
         plan = self.plan
         host = plan.host
-        if host is None or host not in self.app.monitor.hosts:  # type: ignore[attr-defined]
+        if host is None or host not in self.gapp.monitor.hosts:
             self._ask_to_deploy(plan)  # an offline plan: the summary, then the app says where to plan it
             return
 
         async def check() -> None:
-            refusal = await self.app.ops.deploy_refusal(plan, host)  # type: ignore[attr-defined]
+            refusal = await self.gapp.ops.deploy_refusal(plan, host)
             if refusal:
                 self.notify(f"not deployed: {refusal}", severity="error", timeout=12, markup=False)
             elif self.is_current and self.plan is plan:  # still on this plan: ask
@@ -480,7 +480,7 @@ class SwapReviewScreen(PlanReviewScreen):
                         severity="error", timeout=10)
             return
         try:
-            profile = resolve_profile("smoke", self.app.inventory.bench_profiles)  # type: ignore[attr-defined]
+            profile = resolve_profile("smoke", self.gapp.inventory.bench_profiles)
         except BenchInputError as exc:
             self.notify(str(exc), severity="error")
             return

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
@@ -88,7 +89,7 @@ class StorageScreen(GpuopsScreen):
 
     @property
     def host(self) -> "Host":
-        return self.app.monitor.hosts[self.host_name]  # type: ignore[attr-defined]
+        return self.gapp.monitor.hosts[self.host_name]
 
     @property
     def readonly(self) -> bool:
@@ -124,7 +125,7 @@ class StorageScreen(GpuopsScreen):
             storage = HostStorage(self.host_name, error=f"no host named {self.host_name!r}")
         else:
             users = (self.given_deployments if self.given_deployments is not None
-                     else self.app.ops.stored_model_users(self.host_name))  # type: ignore[attr-defined]
+                     else self.gapp.ops.stored_model_users(self.host_name))
             storage = await scan_or_error(host, users)
         self.post_message(self.Scanned(storage))
 
@@ -183,7 +184,7 @@ class StorageScreen(GpuopsScreen):
         table = self.query_one("#storage-models", DataTable)
         if self.storage is None or table.row_count == 0:
             return None
-        row_key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key
+        row_key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key
         return next((m for m in self.storage.models if m.path == row_key.value), None)
 
     # ------------------------------------------------------------- deleting
@@ -208,7 +209,7 @@ class StorageScreen(GpuopsScreen):
         detail = (f"{model.kind} at {exact(model.path)}\n{units.size(model.size_bytes)}, "
                   f"modified {literal(model.modified or '?')}; this cannot be undone")
 
-        def answered(yes: bool | None) -> None:
+        def answered(yes: bool | str | None) -> None:
             if yes:
                 self.run_worker(self._delete(model), group="storage-delete", exit_on_error=False)
 
@@ -218,7 +219,7 @@ class StorageScreen(GpuopsScreen):
         from ..core.ops import Refused
 
         try:
-            done = await self.app.ops.delete_model(self.host_name, model, confirmed=True)  # type: ignore[attr-defined]
+            done = await self.gapp.ops.delete_model(self.host_name, model, confirmed=True)
         except Refused as exc:
             self.post_message(self.DeleteDone(model, None, str(exc), "policy"))
         except Exception as exc:  # HostError, timeout: say it, don't crash the UI

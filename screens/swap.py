@@ -9,6 +9,7 @@ and keep NEW after the comparison. `o` opens NEW's deployment screen (its log, p
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from rich.text import Text
@@ -127,9 +128,9 @@ class SwapScreen(GpuopsScreen):
             f"  {literal(self.plan.model.id)} on {self.plan.host}, GPUs {','.join(map(str, self.plan.gpu_ids))}, "
             f"port {self.plan.port} · " + (f"benchmark {self.profile.name}" if self.bench else "no benchmark")))
         self.query_one("#swap-compare", DataTable).display = False
-        bus = self.app.ops.bus  # type: ignore[attr-defined]
+        bus = self.gapp.ops.bus
         for name in (self.old, self.plan.name):
-            self._unlisten.append(bus.listen(name, lambda e, n=name: self._event(n, e)))
+            self._unlisten.append(bus.listen(name, partial(self._event, name)))
         self.app.run_worker(self._swap(), group="swap", exit_on_error=False)
         self._show()
 
@@ -152,7 +153,7 @@ class SwapScreen(GpuopsScreen):
         from ..core.hosts.host import HostError
         from ..core.ops import Refused, StoreError
 
-        ops = self.app.ops  # type: ignore[attr-defined]
+        ops = self.gapp.ops
         try:
             result = await ops.swap(self.old, self.plan, self.profile, confirmed=True, keep=self._keep,
                                     emit=lambda step: self.post_message(self.Step(step)),
@@ -285,7 +286,7 @@ class SwapScreen(GpuopsScreen):
     # ---------------------------------------------------------------- keys
 
     def action_open_new(self) -> None:
-        if not self.app.open_deployment(self.plan.name):  # type: ignore[attr-defined]
+        if not self.gapp.open_deployment(self.plan.name):
             self.notify(f"{self.plan.name} is not deployed yet", severity="warning")
 
     def action_back(self) -> None:

@@ -39,7 +39,7 @@ def ask_and_apply(screen: GpuopsScreen, deployment: Deployment, finding: Finding
                       severity="warning")
         return
     try:
-        diff = screen.app.ops.fix_diff(deployment.name, fix.plan_patch)  # type: ignore[attr-defined]
+        diff = screen.gapp.ops.fix_diff(deployment.name, fix.plan_patch)
     except Refused as exc:
         screen.notify(str(exc), severity="error")
         return
@@ -48,9 +48,9 @@ def ask_and_apply(screen: GpuopsScreen, deployment: Deployment, finding: Finding
     detail.append("\nThe server is stopped and started again with this plan.")
     patch = fix.plan_patch
 
-    def answered(yes: bool | None) -> None:
+    def answered(yes: bool | str | None) -> None:
         if yes:
-            screen.app.apply_fix(deployment.name, patch, code=finding.code, summary=fix.summary)  # type: ignore[attr-defined]
+            screen.gapp.apply_fix(deployment.name, patch, code=finding.code, summary=fix.summary)
 
     screen.app.push_screen(ConfirmScreen(f"Apply the fix for {finding.code} to {deployment.name}?",
                                          detail, yes="Restart with it"), answered)
@@ -98,7 +98,7 @@ class TriageScreen(GpuopsScreen):
 
         self._detail(Text("running the log rules and the host checks…"))
         try:
-            self.doc = await self.app.ops.triage(self.deployment.name)  # type: ignore[attr-defined]
+            self.doc = await self.gapp.ops.triage(self.deployment.name)
         except (HostError, Refused) as exc:
             self._detail(Text(f"triage failed: {literal(getattr(exc, 'message', exc))}", style="red"))
             return
@@ -165,7 +165,7 @@ class TriageScreen(GpuopsScreen):
             out.append(f"  {literal(fix.summary)}\n")
             if fix.applicable and fix.plan_patch:
                 try:
-                    diff = self.app.ops.fix_diff(self.deployment.name, fix.plan_patch)  # type: ignore[attr-defined]
+                    diff = self.gapp.ops.fix_diff(self.deployment.name, fix.plan_patch)
                     out.append("  f applies it:\n", style="green")
                     out.append_text(diff_text(diff))
                 except Refused as exc:
@@ -205,7 +205,7 @@ class TriageScreen(GpuopsScreen):
         listing = "\n".join(f"GPU{r['gpu']}  pid {r['pid']}  {literal(r.get('user') or '?')}  "
                             f"{literal(r.get('command') or '?')[:90]}" for r in rows)
 
-        def answered(yes: bool | None) -> None:
+        def answered(yes: bool | str | None) -> None:
             if yes:
                 self.end_processes(rows)
 
@@ -220,7 +220,7 @@ class TriageScreen(GpuopsScreen):
         for pid in dict.fromkeys(r["pid"] for r in rows):
             command = next(r.get("command") for r in rows if r["pid"] == pid)
             try:
-                result = await self.app.ops.end_process(self.deployment.host, pid, command,  # type: ignore[attr-defined]
+                result = await self.gapp.ops.end_process(self.deployment.host, pid, command,
                                                         confirmed=True)
             except (HostError, Refused) as exc:
                 self.notify(getattr(exc, "message", str(exc)), severity="error")

@@ -90,7 +90,7 @@ def install_router(venv: Path | None = None, timeout: float = 300) -> Path:
                                      timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 shutil.rmtree(venv, ignore_errors=True)
-                raise RouterUnavailable(f"installing sglang-router=={ROUTER_VERSION} took over {timeout:.0f} s")
+                raise RouterUnavailable(f"installing sglang-router=={ROUTER_VERSION} took over {timeout:.0f} s") from None
             if res.returncode != 0:
                 shutil.rmtree(venv, ignore_errors=True)
                 tail = "\n".join(line for line in (res.stderr or res.stdout).splitlines()

@@ -101,7 +101,7 @@ def start_sshd(root: Path, host_key_type: str = "ed25519") -> Sshd:
         f"AuthorizedKeysFile {ak}/%u\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
         "MaxSessions 200\nMaxStartups 200:30:300\nLogLevel ERROR\n"
     )
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(root / "sshd.log", "wb"))
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(root / "sshd.log", "wb"))  # noqa: SIM115  (sshd's, for its life)
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -109,7 +109,7 @@ def start_sshd(root: Path, host_key_type: str = "ed25519") -> Sshd:
             break
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("sshd did not start: " + (root / "sshd.log").read_text())
+                raise RuntimeError("sshd did not start: " + (root / "sshd.log").read_text()) from None
             time.sleep(0.02)
     hostpub = (root / "hostkey.pub").read_text().split()
     known = root / "known_hosts"

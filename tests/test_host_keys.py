@@ -317,7 +317,7 @@ def test_a_known_hosts_of_only_a_cert_authority_says_so(tmp_path, servers):
         config = certified.root / "sshd_config"
         config.write_text(config.read_text() + f"HostCertificate {certified.host_key}-cert.pub\n")
         certified.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
-                                          stderr=open(certified.root / "sshd2.log", "wb"))
+                                          stderr=open(certified.root / "sshd2.log", "wb"))  # noqa: SIM115
         deadline = time.monotonic() + 20
         while True:  # until the restarted sshd listens
             try:

@@ -17,7 +17,7 @@ import pytest
 from gpuops.core.config import HostConfig, SshTarget
 from gpuops.core.hosts.host import LocalHost, SshHost
 from gpuops.core.deploy.launch import ProcessLauncher
-from gpuops.core.hosts.files import env_file_text, new_api_key, read_env_value, remote_home
+from gpuops.core.hosts.files import FileError, env_file_text, new_api_key, read_env_value, remote_home
 from tests.test_hosts import processes_matching, wait_until
 
 SERVER = """
@@ -150,7 +150,7 @@ def test_the_launcher_masks_a_key_split_across_reads():
 def test_env_file_text_quotes_values():
     text = env_file_text({"A": "plain", "B": "it's $x"}, "h")
     assert "A=plain" in text and "B='it'\"'\"'s $x'" in text
-    with pytest.raises(Exception):
+    with pytest.raises(FileError, match="invalid environment variable name"):
         env_file_text({"BAD NAME": "x"}, "h")
 
 

@@ -496,7 +496,7 @@ def test_the_cache_and_offline_mode_are_read_when_asked_not_when_huggingface_hub
 
     cache = tmp_path / "late-cache"
     make_cache(cache, "Qwen/Qwen3-32B", {"config.json": (CONFIGS / "qwen3__Qwen3-32B.json").read_text()})
-    assert constants.HF_HUB_CACHE != str(cache)
+    assert str(cache) != constants.HF_HUB_CACHE
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     facts = load_model_facts("Qwen/Qwen3-32B")

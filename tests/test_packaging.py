@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+FOLDERS = ("core", "tui", "screens", "themes", "cli", "sim")
 
 
 def test_core_never_imports_textual():
@@ -23,7 +27,10 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
     src = tmp_path / "src"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
     for name in filter(None, files.stdout.split("\0")):
-        if (REPO / name).is_file():
+        if (REPO / name).is_symlink():  # the link tree src/gpuops/<folder> -> ../../<folder>
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(REPO / name), src / name)
+        elif (REPO / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, src / name)
     out = subprocess.run(
@@ -43,6 +50,35 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
             "gpuops/core/planning/sglang-data/sglang_versions.json"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpuops = gpuops.cli.main:main" in entry
+
+
+def test_the_editable_install_is_a_plain_path_to_the_link_tree():
+    """What lets every tool (mypy, import-linter, an editor's go-to-definition) resolve `gpuops.*`
+    to the checkout's folders: the editable install adds one directory to sys.path (a `.pth` line,
+    not an import hook that only a running python sees), the committed link tree `src/`, where
+    `gpuops/<folder>` is the top-level folder itself; a file added to a folder is there at once."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    lines = [ln.strip() for pth in site.glob("*gpuops*.pth") for ln in pth.read_text().splitlines()]
+    assert lines and not [ln for ln in lines if ln.startswith("import")], lines
+    assert [Path(ln) for ln in lines] == [REPO / "src"]
+    for folder in FOLDERS:
+        link = REPO / "src" / "gpuops" / folder
+        assert link.is_symlink() and link.resolve() == REPO / folder
+    out = subprocess.run([sys.executable, "-c", "import gpuops.tui.app, gpuops.core.ops; print(gpuops.tui.app.__file__)"],
+                         cwd="/", capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()).resolve() == REPO / "tui" / "app.py"
+
+
+def test_every_package_of_the_checkout_is_in_the_wheel_list():
+    """A package folder (one with an __init__.py) added under a top-level folder is importable from
+    the checkout at once; the wheel has it only when `[tool.setuptools] packages` names it."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"gpuops"} | {
+        ".".join(("gpuops", *init.parent.relative_to(REPO).parts))
+        for folder in FOLDERS for init in (REPO / folder).rglob("__init__.py")
+    }
+    assert found == listed
 
 
 def _lock(name: str) -> dict[str, str]:

@@ -55,7 +55,7 @@ def test_qwen35_at_tp4_on_old_sglang_gets_the_two_flags_the_operator_missed():
     assert "--enable-metrics" in f and f["--mem-fraction-static"] == ("0.8",)
     # every flag carries the rule that put it there
     added = {a for r in plan.rules for a in r.adds}
-    for name, values in split_flags(plan.argv):
+    for name, _values in split_flags(plan.argv):
         assert name in added, f"{name} has no rule"
     assert plan.fit.fits and plan.fit.max_total_tokens > 262144
     assert 55 * GIB < plan.fit.weights_per_gpu_bytes < 66 * GIB  # ~244 GB over 4 GPUs

@@ -168,7 +168,7 @@ def test_a_stop_ends_only_its_own_deployment_beside_another_one(world, tmp_path)
         rc, events, err = deploy(cfg, env, "--name", mine)
         assert rc == 0, err
         my_port = served_port(env, mine)
-        assert DEFAULT_PORT < my_port and my_port != their_port  # their server's port is taken: /proc says so
+        assert my_port > DEFAULT_PORT and my_port != their_port  # their server's port is taken: /proc says so
         my_pid = server_pid(mine)
         assert my_pid != their_pid and group_alive(my_pid)
         assert served_models(my_port) == served_models(their_port) == ["Qwen/Qwen3-8B"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 # What the imports below make (Textual's modules and classes, the screens', core's: tens of
 # thousands of objects) lives as long as the process; the cyclic collector, left on, walked that
@@ -299,7 +299,7 @@ class GpuopsApp(App):
         rest: list[tuple[str, str]] = []
         seen: set[str] = set()
         off: list[tuple[str, str]] = []  # keys whose action is off now (read-only's)
-        for key, active in self.screen.active_bindings.items():
+        for active in self.screen.active_bindings.values():
             b = active.binding
             display = self.get_key_display(b)
             if not b.description or display in seen or not _own_binding(active.node, b):
@@ -434,7 +434,7 @@ class GpuopsApp(App):
     def open_deployments(self, select: str | None = None) -> None:
         from ..screens.deployments import DeploymentsScreen
 
-        screen = self.bring_back(lambda s: isinstance(s, DeploymentsScreen))
+        screen = cast("DeploymentsScreen | None", self.bring_back(lambda s: isinstance(s, DeploymentsScreen)))
         if screen is None:
             screen = DeploymentsScreen()
             self.push_screen(screen)
@@ -615,3 +615,9 @@ def _spaced(name: str) -> str:
 
     return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
 
+
+if TYPE_CHECKING:
+    from ..screens.base import ScreensApp
+
+    def _what_the_screens_use(app: GpuopsApp) -> ScreensApp:
+        return app  # mypy: the app is everything the screens use of it (screens.base.ScreensApp)

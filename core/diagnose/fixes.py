@@ -24,6 +24,7 @@ ValueError with one line saying what, and nothing is applied. The input plan is 
 from __future__ import annotations
 
 import re
+from typing import Any, Callable
 
 from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 
@@ -59,13 +60,13 @@ def _env_name(name: object, where: str) -> str:
     return name
 
 
-def _names(items: object, where: str, check) -> list[str]:
+def _names(items: object, where: str, check: Callable[[object, str], str]) -> list[str]:
     if not isinstance(items, list):
         raise ValueError(f"plan_patch {where} must be a list")
     return [check(x, where) for x in items]
 
 
-def validate_patch(patch: object) -> dict:
+def validate_patch(patch: object) -> dict[str, Any]:
     """The patch, checked and normalized (every key present). ValueError when it is not one."""
     if not isinstance(patch, dict):
         raise ValueError("a plan_patch must be a JSON object")
@@ -76,7 +77,7 @@ def validate_patch(patch: object) -> dict:
     set_env = patch.get("set_env") or {}
     if not isinstance(set_flags, dict) or not isinstance(set_env, dict):
         raise ValueError("plan_patch set_flags and set_env must be objects")
-    out: dict = {"set_flags": {}, "set_env": {}, "port": None}
+    out: dict[str, Any] = {"set_flags": {}, "set_env": {}, "port": None}
     for name, values in set_flags.items():
         where = f"set_flags {name}"
         _flag(name, "set_flags")
@@ -98,7 +99,7 @@ def validate_patch(patch: object) -> dict:
     return out
 
 
-def describe_patch(patch: dict) -> str:
+def describe_patch(patch: dict[str, Any]) -> str:
     """One line for a fix's summary: ``set --mem-fraction-static 0.85; set SGLANG_ENABLE_SPEC_V2=1``."""
     p = validate_patch(patch)
     parts = [" ".join(["set", name, *values]) for name, values in p["set_flags"].items()]
@@ -110,7 +111,7 @@ def describe_patch(patch: dict) -> str:
     return "; ".join(parts)
 
 
-def apply_patch(plan: Plan, patch: dict, *, why: str | None = None) -> tuple[Plan, list[tuple[str, str]]]:
+def apply_patch(plan: Plan, patch: dict[str, Any], *, why: str | None = None) -> tuple[Plan, list[tuple[str, str]]]:
     """(the new plan, its diff). The diff lists every change as ("-", old) / ("+", new) lines:
     ``--flag values`` for argv, ``NAME=value`` for the environment; an empty diff means the patch
     changes nothing in this plan (the plan itself comes back). When something changed, the plan's

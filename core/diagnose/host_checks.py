@@ -76,13 +76,13 @@ class HostCheckResult:
     ok: bool | None
     detail: str
     findings: tuple[Finding, ...] = ()
-    data: dict = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict[str, Any])
 
     def summary(self) -> HostCheck:
         """The check as reported and stored (name, ok, detail)."""
         return HostCheck(self.name, self.ok, self.detail)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
@@ -106,7 +106,7 @@ def probe_argv(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root:
 
 
 async def run_probe(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root: str | None = None,
-                    py_spy: bool = True, timeout: float = PROBE_TIMEOUT_S) -> dict:
+                    py_spy: bool = True, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     res = await host.run(probe_argv(host, plan, server_pids=server_pids, root=root, py_spy=py_spy), timeout=timeout)
     lines = res.stdout.strip().splitlines()
     try:
@@ -117,7 +117,8 @@ async def run_probe(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), 
         said = next((ln for ln in reversed(res.stderr.splitlines()) if ln.strip()), "no output")
         raise TriageError(f"{host.name}: triage probe exited ({res.returncode}): {said}",
                           f"is {plan.python or host_python(host)} a python on {host.name}?") from None
-    return redact_all(doc)  # command lines, environments and stacks, as shown and stored
+    shown: dict[str, Any] = redact_all(doc)
+    return shown  # command lines, environments and stacks, as shown and stored
 
 
 async def run_checks(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root: str | None = None,
@@ -138,7 +139,7 @@ async def _snapshot_or_error(host: Host) -> Snapshot | str:
         return exc.message
 
 
-def checks_from(doc: dict, plan: Plan, snap: Snapshot | str, *, shm_min_bytes: int = SHM_MIN_BYTES
+def checks_from(doc: dict[str, Any], plan: Plan, snap: Snapshot | str, *, shm_min_bytes: int = SHM_MIN_BYTES
                 ) -> list[HostCheckResult]:
     """The checks from a probe document and a telemetry snapshot (or the error it gave)."""
     return [
@@ -160,7 +161,7 @@ def findings(results: Iterable[HostCheckResult]) -> list[Finding]:
 # ------------------------------------------------------------------ driver and libraries
 
 
-def check_driver_libraries(doc: dict) -> HostCheckResult:
+def check_driver_libraries(doc: dict[str, Any]) -> HostCheckResult:
     name = "driver-library-mismatch"
     drv, libs, nvml = _section(doc, "driver"), _section(doc, "libraries"), _section(doc, "nvml")
     module = drv.get("module_version")
@@ -203,23 +204,23 @@ def check_driver_libraries(doc: dict) -> HostCheckResult:
     return HostCheckResult(name, False, finding.summary, (finding,))
 
 
-def _mismatched(lib: dict, module: str) -> bool:
+def _mismatched(lib: dict[str, Any], module: str) -> bool:
     """A library whose version is not the module's. A CUDA forward-compatibility libcuda
     (/usr/local/cuda/compat) is newer than the module on purpose: it counts only when the
     server maps one older than the module."""
     if lib.get("compat"):
         return lib.get("pid") is not None and _version_key(lib["version"]) < _version_key(module)
-    return lib["version"] != module
+    return bool(lib["version"] != module)
 
 
-def _lib_name(lib: dict) -> str:
+def _lib_name(lib: dict[str, Any]) -> str:
     return "libnvidia-ml" if lib.get("kind") == "nvml" else "libcuda"
 
 
 # ------------------------------------------------------------------ NVML, CUDA
 
 
-def check_nvml_init(doc: dict) -> HostCheckResult:
+def check_nvml_init(doc: dict[str, Any]) -> HostCheckResult:
     name = "nvml-init"
     nvml = _section(doc, "nvml")
     if not nvml.get("available"):
@@ -237,7 +238,7 @@ def check_nvml_init(doc: dict) -> HostCheckResult:
     return HostCheckResult(name, False, finding.summary, (finding,))
 
 
-def check_cuda_driver(doc: dict) -> HostCheckResult:
+def check_cuda_driver(doc: dict[str, Any]) -> HostCheckResult:
     name = "cuda-driver-too-old"
     nvml, torch = _section(doc, "nvml"), _section(doc, "torch")
     driver = nvml.get("cuda_driver_version")
@@ -271,7 +272,7 @@ def check_cuda_driver(doc: dict) -> HostCheckResult:
 # ------------------------------------------------------------------ P2P, IOMMU
 
 
-def check_p2p(doc: dict, plan: Plan) -> HostCheckResult:
+def check_p2p(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
     name = "p2p-unavailable"
     gpu_ids = sorted(set(plan.gpu_ids))
     if len(gpu_ids) < 2:
@@ -356,7 +357,7 @@ def parse_topo(text: str) -> dict[tuple[int, int], str]:
     return out
 
 
-def iommu_mode(kernel: dict) -> tuple[str | None, list[Evidence]]:
+def iommu_mode(kernel: dict[str, Any]) -> tuple[str | None, list[Evidence]]:
     """"off", "pass-through", "translated" or None (unknown), and what shows it: the GPUs'
     IOMMU group types when known, else the group count, the kernel command line and the log.
     Linux's default domain with an IOMMU present is translated, so groups with nothing that
@@ -387,7 +388,7 @@ def iommu_mode(kernel: dict) -> tuple[str | None, list[Evidence]]:
 # ------------------------------------------------------------------ /dev/shm
 
 
-def check_shm(doc: dict, plan: Plan, min_bytes: int = SHM_MIN_BYTES) -> HostCheckResult:
+def check_shm(doc: dict[str, Any], plan: Plan, min_bytes: int = SHM_MIN_BYTES) -> HostCheckResult:
     name = "shm-too-small"
     shm = _section(doc, "shm")
     tp = plan.tp
@@ -415,7 +416,7 @@ def check_shm(doc: dict, plan: Plan, min_bytes: int = SHM_MIN_BYTES) -> HostChec
 # ------------------------------------------------------------------ ports
 
 
-def check_ports(doc: dict, plan: Plan) -> HostCheckResult:
+def check_ports(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
     name = "port-in-use"
     ports = _section(doc, "ports")
     wanted = _ports(plan)
@@ -475,7 +476,7 @@ def _flag(argv: list[str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _port_patch(plan: Plan, what: str, spare: int) -> dict:
+def _port_patch(plan: Plan, what: str, spare: int) -> dict[str, Any]:
     if what == "server":
         return {"port": spare}
     argv = plan.argv
@@ -486,7 +487,7 @@ def _port_patch(plan: Plan, what: str, spare: int) -> dict:
     return {"set_flags": {"--nccl-port": [str(spare)]}}
 
 
-def _holder(row: dict) -> str:
+def _holder(row: dict[str, Any]) -> str:
     if row.get("pid") is None:
         return "a process gpuops cannot see (another user's?)"
     return f"pid {row['pid']} ({row.get('user') or '?'}: {(row.get('command') or '?')[:120]})"
@@ -495,7 +496,7 @@ def _holder(row: dict) -> str:
 # ------------------------------------------------------------------ leftover GPU processes
 
 
-def check_leftover(doc: dict, plan: Plan, snap: Snapshot | str) -> HostCheckResult:
+def check_leftover(doc: dict[str, Any], plan: Plan, snap: Snapshot | str) -> HostCheckResult:
     name = "leftover-gpu-process"
     if isinstance(snap, str):
         return HostCheckResult(name, None, f"no GPU process list: {snap}")
@@ -526,7 +527,7 @@ def check_leftover(doc: dict, plan: Plan, snap: Snapshot | str) -> HostCheckResu
 # ------------------------------------------------------------------ py-spy
 
 
-def check_py_spy(doc: dict) -> HostCheckResult:
+def check_py_spy(doc: dict[str, Any]) -> HostCheckResult:
     name = "py-spy"
     spy = doc.get("py_spy")
     if not isinstance(spy, dict):
@@ -542,7 +543,7 @@ def check_py_spy(doc: dict) -> HostCheckResult:
     return HostCheckResult(name, not failed, detail, data={"stacks": stacks})
 
 
-def stacks(results: Iterable[HostCheckResult]) -> list[dict]:
+def stacks(results: Iterable[HostCheckResult]) -> list[dict[str, Any]]:
     """The py-spy dumps, one per rank: {pid, rank, title, ok, native, text, error}."""
     return [s for r in results if r.name == "py-spy" for s in r.data.get("stacks") or ()]
 
@@ -550,12 +551,12 @@ def stacks(results: Iterable[HostCheckResult]) -> list[dict]:
 # ------------------------------------------------------------------ helpers
 
 
-def _section(doc: dict, key: str) -> dict:
+def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
     value = doc.get(key)
     return value if isinstance(value, dict) else {}
 
 
-def _tree(doc: dict) -> list[dict]:
+def _tree(doc: dict[str, Any]) -> list[dict[str, Any]]:
     value = doc.get("tree")
     return value if isinstance(value, list) else []
 

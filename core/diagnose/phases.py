@@ -1232,7 +1232,7 @@ class PhaseTracker:
                 pieces.append("  " + m.group(0).rstrip())
                 tail = chunk[m.end():].strip()
                 exc = None
-                for exc in _INLINE_EXC_RE.finditer(tail):
+                for exc in _INLINE_EXC_RE.finditer(tail):  # noqa: B007  (the last one: read after the loop)
                     pass
                 code, final = (tail[:exc.start()].strip(), tail[exc.start():].strip()) if exc else (tail, "")
                 if code:

@@ -244,7 +244,7 @@ class _LocalStream(Stream):
         self._host = host
         self._argv = argv
         self._proc: asyncio.subprocess.Process | None = None
-        self._stderr_task: asyncio.Task | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
 
     async def _start(self) -> None:
         self._proc = await self._host._spawn(self._argv)
@@ -381,7 +381,7 @@ class LocalHost(Host):
             await _end_local(proc, guarded)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
+            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}") from None
         return Result(argv, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def stream(self, argv: Sequence[str], binary: bool = False) -> Stream:
@@ -449,7 +449,7 @@ class _LineSession:
         self._err_partial = b""
         self._queued = 0  # about the bytes of the lines in `lines`
         self._paused = False
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._sink: Callable[[Any], Any] | None = None
 
     # -- asyncssh's side
@@ -959,7 +959,7 @@ class SshHost(Host):
             completed = await asyncio.wait_for(proc.wait(), timeout)
         except asyncio.TimeoutError:
             proc.close()
-            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}")
+            raise CommandTimeout(f"{shlex.join(argv)[:120]}: timed out after {timeout:g}s on {self.name}") from None
         except asyncio.CancelledError:
             proc.close()
             raise

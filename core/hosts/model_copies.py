@@ -69,7 +69,7 @@ class UsedBy:
     command: str | None = None
     deployment: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         if self.deployment is not None:
             return {"deployment": self.deployment}
         return {"pid": self.pid, "command": self.command}
@@ -87,7 +87,7 @@ class Mount:
     free_bytes: int | None
     paths: list[str] = field(default_factory=list)  # the model dirs / hub cache it holds
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"mount": self.mount, "total_bytes": self.total_bytes, "free_bytes": self.free_bytes,
                 "paths": list(self.paths)}
 
@@ -106,7 +106,7 @@ class ModelCopy:
     refusal: Refusal | None = None  # the host policy's answer to "may gpuops delete it?"
     forbidden: str | None = None  # the forbidden_paths entry it is under: kept or deleted, never used anew
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "path": self.path, "kind": self.kind, "size_bytes": self.size_bytes,
             "disk_bytes": self.disk_bytes, "modified": self.modified, "complete": self.complete,
@@ -123,7 +123,7 @@ class HostStorage:
     error: str | None = None
     hint: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "error": self.error, "hint": self.hint, "hf_cache": self.hf_cache,
             "mounts": [m.to_json() for m in self.mounts],
@@ -137,7 +137,7 @@ class Deleted:
     model: ModelCopy
     freed_bytes: int | None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "id": self.model.id, "path": self.model.path, "kind": self.model.kind,
                 "deleted": True, "freed_bytes": self.freed_bytes}
 
@@ -159,7 +159,7 @@ def probe_argv(host: Host, mode: str, *extra: str) -> list[str]:
     return [*argv, *extra]
 
 
-async def _run_probe(host: Host, argv: list[str], timeout: float) -> dict:
+async def _run_probe(host: Host, argv: list[str], timeout: float) -> dict[str, Any]:
     res = await host.run(argv, timeout=timeout)
     if res.returncode != 0:
         last = next((ln for ln in reversed(res.stderr.splitlines()) if ln.strip()), "no output")
@@ -173,14 +173,15 @@ async def _run_probe(host: Host, argv: list[str], timeout: float) -> dict:
             raise ValueError("not a v1 document")
     except (ValueError, IndexError) as exc:
         raise StorageError(f"{host.name}: storage probe answered nonsense ({exc})") from exc
-    return redact_all(doc)  # the command lines of the processes that use a copy
+    shown: dict[str, Any] = redact_all(doc)
+    return shown  # the command lines of the processes that use a copy
 
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _copy_from(row: dict) -> ModelCopy:
+def _copy_from(row: dict[str, Any]) -> ModelCopy:
     refusal = row.get("refusal")
     complete = row.get("complete")
     return ModelCopy(
@@ -213,7 +214,7 @@ def deployment_users(model: ModelCopy, deployments: Mapping[str, str]) -> list[U
     return found
 
 
-def storage_from_probe(name: str, doc: dict, deployments: Mapping[str, str] = {}) -> HostStorage:
+def storage_from_probe(name: str, doc: dict[str, Any], deployments: Mapping[str, str] = {}) -> HostStorage:
     try:
         models = [_copy_from(row) for row in doc.get("models") or []]
         mounts = [

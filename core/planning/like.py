@@ -96,9 +96,8 @@ def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -
         return "a multi-node deployment's own: a plan over several nodes sets it for each node"
     if name in OWNED_FLAGS or name in ours:
         return None  # replaced by this plan's own value
-    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]):
-        if not _is_fp4(facts):
-            return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
+    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]) and not _is_fp4(facts):
+        return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
     if name == "--fp4-gemm-backend" and not _is_fp4(facts):
         return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
     if name == "--quantization" and (facts.quant is None or facts.quant.sglang_quantization not in values):

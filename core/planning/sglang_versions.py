@@ -152,7 +152,7 @@ def _spec(v: str, flag: str) -> dict | None:
     args = _args(v)
     if flag in args:
         return args[flag]
-    for k, s in args.items():
+    for s in args.values():
         if flag in s.get("opts", ()):
             return s
     return None

@@ -63,12 +63,12 @@ class HostState:
     retry_at: float | None = None  # monotonic time of the next attempt, while failing
     updates: int = 0
     history_len: int = 600
-    gpu_history: dict[int, deque] = field(default_factory=dict)  # index -> (mem_used, util)
-    cpu_history: deque = field(default_factory=lambda: deque(maxlen=600))
+    gpu_history: dict[int, deque[Any]] = field(default_factory=dict)  # index -> (mem_used, util)
+    cpu_history: deque[Any] = field(default_factory=lambda: deque(maxlen=600))
     # the GPU list recorded last and its histories in its order: a snapshot that shares that list
     # (a host whose GPU rows did not change) appends each history's last entry again, nothing else
-    _recorded: list | None = field(default=None, repr=False, compare=False)
-    _histories: list = field(default_factory=list, repr=False, compare=False)
+    _recorded: list[Any] | None = field(default=None, repr=False, compare=False)
+    _histories: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     def age(self, now: float | None = None) -> float | None:
         if self.last_update is None:
@@ -89,7 +89,7 @@ class HostState:
             for hist in self._histories:
                 hist.append(hist[-1])
             return
-        histories: list[deque] = []
+        histories: list[deque[Any]] = []
         self._recorded = gpus
         self._histories = histories
         history = self.gpu_history
@@ -140,7 +140,7 @@ class Monitor:
         }
         self.on_update = on_update
         self.stale_after = stale_after if stale_after is not None else 3 * interval + 5
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closing = False
         self._started = False
         self._connecting = asyncio.Semaphore(MAX_CONNECTING)
@@ -236,7 +236,7 @@ class Monitor:
             connected()
             raise
         follow.add_done_callback(_retrieved)
-        waiting: set[asyncio.Future] = {follow, first}
+        waiting: set[asyncio.Future[Any]] = {follow, first}
         try:
             wait = self.stale_after + FIRST_SAMPLE_GRACE_S
             since = time.monotonic()
@@ -324,7 +324,7 @@ class Monitor:
                              return_exceptions=True)
 
 
-def _retrieved(task: asyncio.Future) -> None:
+def _retrieved(task: asyncio.Future[Any]) -> None:
     """A source's error is raised by `_follow`, or superseded there (by silence, by a close)."""
     if not task.cancelled():
         task.exception()

@@ -81,7 +81,7 @@ class GpuProcess:
     command: str | None
     used_bytes: Any  # int or NA
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "user": self.user, "command": self.command, "used_bytes": plain(self.used_bytes)}
 
 
@@ -105,7 +105,7 @@ class GpuSample:
             return NA
         return self.memory_used / self.memory_total
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "uuid": self.uuid,
@@ -126,7 +126,7 @@ class Disk:
     total_bytes: int
     free_bytes: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"mount": self.mount, "total_bytes": self.total_bytes, "free_bytes": self.free_bytes}
 
 
@@ -171,7 +171,7 @@ def _command(command: Any) -> str | None:
     return redact(command) if isinstance(command, str) else None
 
 
-def _gpu_from_report(row: dict) -> GpuSample:
+def _gpu_from_report(row: dict[str, Any]) -> GpuSample:
     return GpuSample(
         index=int(row["index"]),
         uuid=row.get("uuid"),
@@ -190,7 +190,7 @@ def _gpu_from_report(row: dict) -> GpuSample:
     )
 
 
-def snapshot_from_report(data: dict) -> Snapshot:
+def snapshot_from_report(data: dict[str, Any]) -> Snapshot:
     """A reporter line (already JSON-decoded) as a Snapshot."""
     h = data.get("host") or {}
     host = HostSample(
@@ -235,7 +235,7 @@ def _wire() -> tuple[Any, Any]:
         return msgspec.defstruct(name, fields, gc=False)
 
     def list_of(t: Any) -> Any:
-        return Optional[list[t]]  # type: ignore[valid-type]
+        return Optional[list[t]]
 
     process = struct("WireProcess", ("pid",), ("user", "command", "used_bytes"))
     gpu = struct("WireGpu", ("index",), ("uuid", "name", "memory_total_bytes", "memory_used_bytes",
@@ -266,7 +266,7 @@ class _Head:
         self.nvml: NvmlStatus | None = None
 
 
-def _snapshot_from_wire(r: Any, unset: Any, rows: dict | None = None, head: _Head | None = None) -> Snapshot:
+def _snapshot_from_wire(r: Any, unset: Any, rows: dict[str, Any] | None = None, head: _Head | None = None) -> Snapshot:
     """`rows`: a host's GPU rows as its last line had them (index -> (wire row, GpuSample)), kept up
     to date here; a row equal to the one before gives the same GpuSample (nothing is made for a GPU
     whose figures did not change: most of a fleet's, most seconds). Equal rows are alike in type
@@ -331,7 +331,7 @@ def _snapshot_from_wire(r: Any, unset: Any, rows: dict | None = None, head: _Hea
     return Snapshot(float(r.t or time.time()), host, status, gpus, "nvml" if status.ok else "none")
 
 
-def parse_report_line(line: str, rows: dict | None = None, head: _Head | None = None) -> Snapshot | None:
+def parse_report_line(line: str, rows: dict[str, Any] | None = None, head: _Head | None = None) -> Snapshot | None:
     """A reporter line as a Snapshot (None: not one). `rows`: the host's GPU rows from its last line
     (an empty dict at first, then kept by this function): what a stream of one host's lines passes,
     so that a GPU whose row did not change keeps its GpuSample."""
@@ -538,7 +538,7 @@ class _ReportReader:
     def __init__(self, host: Host, interval: float):
         self.host = host
         self.interval = interval
-        self.rows: dict = {}
+        self.rows: dict[str, Any] = {}
         self.fallback: _NvsmiFollower | None = None
         self._gpus_text: str | None = None  # the last line's text from _GPUS_KEY on
         self._gpus: list[GpuSample] = []  # and its GPU rows
@@ -655,7 +655,7 @@ class _NvsmiFollower:
         self.error: str | None = None
         self._rows: dict[int, GpuSample] = {}
         self._procs: dict[str, list[GpuProcess]] = {}
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())

@@ -651,7 +651,7 @@ def _open_dir(parent_fd, name, where, before=None):
         try:
             before = os.lstat(name, dir_fd=parent_fd)
         except FileNotFoundError:
-            raise Changed("%s is gone" % where)
+            raise Changed("%s is gone" % where) from None
     if stat.S_ISLNK(before.st_mode):
         raise Changed("%s is now a symlink" % where, symlink=True)
     if not stat.S_ISDIR(before.st_mode):
@@ -660,7 +660,7 @@ def _open_dir(parent_fd, name, where, before=None):
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
-            raise Changed("%s was replaced while being opened" % where, symlink=exc.errno == errno.ELOOP)
+            raise Changed("%s was replaced while being opened" % where, symlink=exc.errno == errno.ELOOP) from None
         raise
     try:
         after = os.fstat(fd)
