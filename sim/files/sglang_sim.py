@@ -1,6 +1,6 @@
 """The SGLang server simulator of gpuops' simulated GPU host.
 
-A template: ``gpuops.core.simhost.setup_simhost`` copies it to ``DIR/lib/sglang-sim/sglang_sim.py``
+A template: ``gpuops.sim.host.setup_simhost`` copies it to ``DIR/lib/sglang-sim/sglang_sim.py``
 next to ``launch_server.json`` (the flags of the SGLang version the host presents, from
 ``gpuops.core.planning.sglang_versions``) and ``server_args.json`` (ServerArgs fields read from the
 wheels). ``python -m sglang.launch_server ...`` on the simulated host runs it (through the
