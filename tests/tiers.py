@@ -96,7 +96,6 @@ SLOW_TESTS = frozenset({
     "test_plan_screens.py::test_plan_review_changes_tp_and_mtp_and_updates_the_verdict",
     "test_plan_screens.py::test_plan_review_edits_without_dead_ends_and_asks_before_deploying",
     "test_plan_screens.py::test_plan_review_like_a_previous_unit_shows_the_diff",
-    "test_real_logs.py::test_real_log",
     "test_router_probe.py::test_router_routes_reports_health_and_sees_a_killed_worker_lost",
     "test_rules.py::test_a_long_serving_log_raises_nothing_and_stays_ready",
     "test_sglang_sim.py::test_flags_are_matched_like_sglang_versions_match_flag",
