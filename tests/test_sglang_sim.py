@@ -1192,3 +1192,38 @@ def test_more_ranks_than_gpus_is_a_cuda_error(tmp_path, models):
     assert any(re.match(r"^\[[^]]+ TP2\] Scheduler hit an exception: Traceback", x) for x in lines)
     assert "RuntimeError: CUDA error: invalid device ordinal" in lines
     assert not any("Load weight begin" in x for x in lines)
+
+
+def test_a_requests_prefill_is_logged_before_its_answer(tmp_path, models):
+    """As SGLang's scheduler: a request's Prefill batch line comes before its tokens, so before the access
+    line of its answer, however busy the machine (the scheduler loop is a thread of its own)."""
+    import concurrent.futures
+
+    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.23", pace=0.02)
+    host.set_sim(token_delay_s=0.0)
+    srv = Server(host, "--model-path", models["qwen3"], "--tp-size", "1", "--skip-server-warmup")
+    try:
+        srv.wait_for("fired up")
+
+        def one(i):
+            with httpx.Client(base_url=srv.url, timeout=30) as c:
+                return c.post("/generate", json={"text": f"p{i}", "sampling_params": {"max_new_tokens": 1}}).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            assert set(pool.map(one, range(200))) == {200}
+        deadline = time.monotonic() + 20
+        while sum('"POST /generate HTTP/1.1" 200' in x for x in srv.text) < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        prefilled, answered, early = 0, 0, []  # requests prefilled when the Nth answer was logged
+        for line in srv.text:
+            m = re.search(r"Prefill batch, #new-seq: (\d+)", line)
+            if m:
+                prefilled += int(m.group(1))
+            elif '"POST /generate HTTP/1.1" 200' in line:
+                answered += 1
+                if prefilled < answered:
+                    early.append((answered, prefilled))
+        assert answered == 200 and prefilled == 200
+        assert early == [], f"answers logged before their prefill (answers, prefilled): {early[:5]}"
+    finally:
+        srv.stop()

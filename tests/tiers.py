@@ -98,6 +98,7 @@ SLOW_TESTS = frozenset({
     "test_plan_screens.py::test_plan_review_like_a_previous_unit_shows_the_diff",
     "test_router_probe.py::test_router_routes_reports_health_and_sees_a_killed_worker_lost",
     "test_rules.py::test_a_long_serving_log_raises_nothing_and_stays_ready",
+    "test_sglang_sim.py::test_a_requests_prefill_is_logged_before_its_answer",
     "test_sglang_sim.py::test_concurrent_requests_are_served_in_parallel",
     "test_sglang_sim.py::test_flags_are_matched_like_sglang_versions_match_flag",
     "test_sglang_sim.py::test_gpu_memory_follows_the_phases_and_sigterm_frees_it",
