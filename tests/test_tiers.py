@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from tests.tiers import SLOW_FILES, SLOW_TESTS, is_slow
 TESTS = Path(__file__).parent
 
 
+@functools.cache
 def _test_functions(file: Path) -> set[str]:
     tree = ast.parse(file.read_text())
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
