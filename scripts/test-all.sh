@@ -30,5 +30,5 @@ echo "== the SGLang host virtualenv (real bench_serving, run_eval and the CPU se
 bash scripts/sglang-host-venv.sh .cache/sglang-host-venv
 export GPUOPS_TEST_SGLANG_VENV="$PWD/.cache/sglang-host-venv"
 
-echo "== running the test suite"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+echo "== running the test suite (both tiers; the 40 slowest tests are listed at the end: tests/tiers.py)"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 "$@"

@@ -14,6 +14,15 @@ from tests.sshd import Sshd, start_sshd
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The fast tier (`pytest -m "not slow"`): tests/tiers.py says which tests are slow."""
+    from tests.tiers import is_slow
+
+    for item in items:
+        if is_slow(item.nodeid, getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> Sshd:
     """A real sshd on 127.0.0.1 with a throwaway host key and client key."""

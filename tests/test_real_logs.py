@@ -27,9 +27,20 @@ META_KEYS = {"source", "retrieved", "what_happened", "expected", "classes"}
 
 
 def triage(log: Path) -> dict:
+    """`gpuops triage LOG --json` as a process of its own (one case: the command a user runs)."""
     out = subprocess.run([GPUOPS, "triage", str(log), "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def triage_here(log: Path, capsys) -> dict:
+    """The same command line through the CLI's own dispatch in this process: the same parser, checks
+    and document, without starting an interpreter for each of the corpus' logs."""
+    from gpuops.cli.main import dispatch
+
+    capsys.readouterr()
+    assert dispatch(["triage", str(log), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 def _case(meta_path: Path):
@@ -41,12 +52,24 @@ def _case(meta_path: Path):
 
 
 @pytest.mark.parametrize("meta_path,meta", [_case(p) for p in METAS])
-def test_real_log(meta_path: Path, meta: dict):
-    doc = triage(meta_path.with_suffix(".log"))
+def test_real_log(meta_path: Path, meta: dict, capsys):
+    doc = triage_here(meta_path.with_suffix(".log"), capsys)
     want = meta["expected"]
     codes = [f["code"] for f in doc["findings"]]
     got = {"outcome": doc["outcome"], "phase": doc["phase"], "missing": sorted(set(want["findings"]) - set(codes))}
     assert got == {"outcome": want["outcome"], "phase": want["phase"], "missing": []}, f"reported codes: {codes}"
+
+
+def test_the_command_a_user_runs_says_what_the_corpus_tests_see(capsys):
+    """The corpus runs through the CLI's dispatch in-process; the installed `gpuops` command, a process
+    of its own, prints the same document for a case with a crash and findings."""
+    crashed = next(p for p in METAS if json.loads(p.read_text())["expected"]["findings"]
+                   and json.loads(p.read_text())["expected"]["outcome"] == "crashed"
+                   and not json.loads(p.read_text()).get("known_miss"))
+    log = crashed.with_suffix(".log")
+    doc = triage(log)
+    assert doc["schema"] == 1 and doc["outcome"] == "crashed" and doc["findings"]
+    assert triage_here(log, capsys) == doc
 
 
 def test_the_corpus_is_well_formed():

@@ -823,12 +823,33 @@ def test_concurrent_requests_are_served_in_parallel(served):
         with httpx.Client(base_url=bare.url, timeout=30) as c:
             return c.post("/v1/completions", json={"prompt": f"p{i}", "max_tokens": 50}).json()
 
-    t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         docs = list(pool.map(one, range(16)))
-    elapsed = time.monotonic() - t0
-    assert all(d["usage"]["completion_tokens"] == 50 for d in docs)
-    assert elapsed < 16 * 50 * 0.002 * 0.6  # not one after the other
+    assert all(d["usage"]["completion_tokens"] == 50 for d in docs)  # 16 at once, each answered whole
+
+    # Not one after the other: a short request sent while a long one streams is answered whole before the
+    # long one's last token (served one after the other, its first token would come after that last one).
+    # Shown by the order of the tokens, not by a wall-clock bound that a loaded machine overruns.
+    seen: dict[str, list[float]] = {"long": [], "short": []}
+    streaming = threading.Event()
+
+    def stream(key: str, tokens: int) -> None:
+        with httpx.Client(base_url=bare.url, timeout=60) as c, \
+                c.stream("POST", "/v1/completions", json={"prompt": key, "max_tokens": tokens, "stream": True}) as r:
+            for chunk in r.iter_lines():
+                if chunk.startswith("data: {"):
+                    seen[key].append(time.monotonic())
+                    streaming.set()
+
+    long = threading.Thread(target=stream, args=("long", 1000))  # 2 s of tokens at the host's 2 ms a token
+    long.start()
+    try:
+        assert streaming.wait(30)
+        stream("short", 5)
+    finally:
+        long.join(60)
+    assert len(seen["short"]) == 5 and len(seen["long"]) == 1000
+    assert seen["short"][-1] < seen["long"][-1], "the short request waited for the long one"
 
 
 # ------------------------------------------------------------------ the fake hf
@@ -1171,3 +1192,38 @@ def test_more_ranks_than_gpus_is_a_cuda_error(tmp_path, models):
     assert any(re.match(r"^\[[^]]+ TP2\] Scheduler hit an exception: Traceback", x) for x in lines)
     assert "RuntimeError: CUDA error: invalid device ordinal" in lines
     assert not any("Load weight begin" in x for x in lines)
+
+
+def test_a_requests_prefill_is_logged_before_its_answer(tmp_path, models):
+    """As SGLang's scheduler: a request's Prefill batch line comes before its tokens, so before the access
+    line of its answer, however busy the machine (the scheduler loop is a thread of its own)."""
+    import concurrent.futures
+
+    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.23", pace=0.02)
+    host.set_sim(token_delay_s=0.0)
+    srv = Server(host, "--model-path", models["qwen3"], "--tp-size", "1", "--skip-server-warmup")
+    try:
+        srv.wait_for("fired up")
+
+        def one(i):
+            with httpx.Client(base_url=srv.url, timeout=30) as c:
+                return c.post("/generate", json={"text": f"p{i}", "sampling_params": {"max_new_tokens": 1}}).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            assert set(pool.map(one, range(200))) == {200}
+        deadline = time.monotonic() + 20
+        while sum('"POST /generate HTTP/1.1" 200' in x for x in srv.text) < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        prefilled, answered, early = 0, 0, []  # requests prefilled when the Nth answer was logged
+        for line in srv.text:
+            m = re.search(r"Prefill batch, #new-seq: (\d+)", line)
+            if m:
+                prefilled += int(m.group(1))
+            elif '"POST /generate HTTP/1.1" 200' in line:
+                answered += 1
+                if prefilled < answered:
+                    early.append((answered, prefilled))
+        assert answered == 200 and prefilled == 200
+        assert early == [], f"answers logged before their prefill (answers, prefilled): {early[:5]}"
+    finally:
+        srv.stop()

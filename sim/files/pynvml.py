@@ -1,6 +1,6 @@
 """A fake ``pynvml`` (nvidia-ml-py 13.x) for gpuops' simulated GPU host.
 
-This file is a template: ``gpuops.core.simhost.setup_simhost`` copies it to
+This file is a template: ``gpuops.sim.host.setup_simhost`` copies it to
 ``DIR/lib/pynvml.py`` and the host's ``python`` wrapper puts ``DIR/lib`` first on
 PYTHONPATH, so ``import pynvml`` on the simulated host gets this module instead of the
 real binding. Standard library only.

@@ -1,6 +1,6 @@
 """The SGLang server simulator of gpuops' simulated GPU host.
 
-A template: ``gpuops.core.simhost.setup_simhost`` copies it to ``DIR/lib/sglang-sim/sglang_sim.py``
+A template: ``gpuops.sim.host.setup_simhost`` copies it to ``DIR/lib/sglang-sim/sglang_sim.py``
 next to ``launch_server.json`` (the flags of the SGLang version the host presents, from
 ``gpuops.core.planning.sglang_versions``) and ``server_args.json`` (ServerArgs fields read from the
 wheels). ``python -m sglang.launch_server ...`` on the simulated host runs it (through the
@@ -1039,6 +1039,8 @@ class Server:
         self.last_decode_log = time.time()
         self.last_gen_throughput = 0.0
         self.pending_prefill = []
+        self.prefills_queued = 0  # requests handed to the scheduler loop ...
+        self.prefills_logged = 0  # ... and those whose Prefill batch line it has logged
         self.cond = threading.Condition(self.lock)
         self.weight_mem_gb = 0.0
         self.kv_mem_gb = 0.0
@@ -2172,6 +2174,9 @@ class Server:
                          "#queue-req: 0, %scuda graph: False, input throughput (token/s): %.2f"
                          % (len(new), tokens, usage_msg, max(0, running - len(new)), pending, tokens / gap),
                          0 if self.world > 1 else None)
+                with self.cond:  # as SGLang's scheduler: a request's tokens come after its prefill is logged
+                    self.prefills_logged += len(new)
+                    self.cond.notify_all()
             util = min(97, 35 + running * 6) if running else 0
             if util != last_util:
                 last_util = util
@@ -2666,7 +2671,14 @@ def make_handler(server):
                 server.metrics["prompt"] += prompt_tokens
                 server.used_tokens += prompt_tokens
                 server.pending_prefill.append(prompt_tokens)
+                server.prefills_queued += 1
+                ticket = server.prefills_queued
                 server.cond.notify_all()
+                # the scheduler loop logs the Prefill batch line before the first token (bounded: a loop
+                # that is not running never holds a request)
+                waited = time.time() + 2.0
+                while server.prefills_logged < ticket and not server.term and time.time() < waited:
+                    server.cond.wait(0.05)
             server.metrics["queue"].observe(0.0)
             delay = server.token_delay / (server.accept_len or 1.0)
             try:
