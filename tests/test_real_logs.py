@@ -50,7 +50,7 @@ def test_real_log(meta_path: Path, meta: dict):
 
 
 def test_the_corpus_is_well_formed():
-    from gpuops.core.diagnose.finding_rules import CODES
+    from gpuops.core.engines.sglang.finding_rules import CODES
 
     assert len(METAS) >= 40
     stems = [p.stem for p in METAS]
