@@ -61,7 +61,6 @@ DEFAULT_PROFILES: dict[str, dict[str, Any]] = {
 }
 QUALITY_KEYS = frozenset({"eval_name", "num_examples", "eval_data_path", "max_concurrency"})
 SERVING_KEYS = (frozenset(BENCH_VALUES) | frozenset(BENCH_PATHS)) - (QUALITY_KEYS - {"max_concurrency"})
-EVAL_MODULE = "sglang.test.run_eval"
 EVALS = ("gsm8k",)  # run_eval's evals that read a local file (--gsm8k-data-path): hosts may be offline
 SWEEP_WAVES = 4
 RUN_DIR = ".local/state/gpuops/bench"  # under the host user's home: RUN_DIR/RUNKEY/
@@ -424,9 +423,21 @@ def serving_argv(python: str, module: str, target: Target, profile: Profile, con
     return argv
 
 
+def _engine(target: Target) -> engines.Engine:
+    return engines.get(target.plan.engine if target.plan else engines.DEFAULT)
+
+
+def _eval_module(target: Target) -> str:
+    engine = _engine(target)
+    module = engine.eval_module()
+    if module is None:
+        raise BenchInputError(f"{engine.title} has no accuracy evaluation gpuops knows")
+    return module
+
+
 def quality_argv(python: str, target: Target, profile: Profile) -> list[str]:
     s = profile.settings
-    argv = [python, "-m", EVAL_MODULE, "--base-url", target.url, "--eval-name", s["eval_name"],
+    argv = [python, "-m", _eval_module(target), "--base-url", target.url, "--eval-name", s["eval_name"],
             "--gsm8k-data-path", s["eval_data_path"], "--num-examples", str(s["num_examples"]),
             "--num-threads", str(s["max_concurrency"])]
     if target.served_name:
@@ -456,7 +467,7 @@ class BenchRunner:
         from ..planning.hostfacts import engine_version
 
         host = self.target.host
-        engine = engines.get(self.target.plan.engine if self.target.plan else engines.DEFAULT)
+        engine = _engine(self.target)
         version = await engine_version(host, engine.name)
         if version is None:
             raise BenchInputError(f"{engine.title} is not installed on {host.name} (python {host_python(host)})")
@@ -481,7 +492,7 @@ class BenchRunner:
         self.run_id = run.id
         self.emit("state", state="running", profile=self.profile.to_json(), deployment=t.deployment,
                   host=t.host.name, url=t.url, sglang_version=version,
-                  module=EVAL_MODULE if self.profile.kind == "quality" else module)
+                  module=_eval_module(t) if self.profile.kind == "quality" else module)
         quality = None
         try:
             await self._functional_checks()
@@ -657,7 +668,7 @@ async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[S
             except ValueError:
                 continue
             if doc.get("status") == 200 and isinstance(doc.get("text"), str):
-                yield parse_metrics(doc["text"], engine=target.plan.engine if target.plan else engines.DEFAULT)
+                yield parse_metrics(doc["text"], engine=_engine(target).name)
             else:
                 hint = " (start the server with --enable-metrics)" if doc.get("status") == 404 else ""
                 yield ServerMetrics(utc_now(), error=f"{doc.get('error') or 'no answer'}{hint}")

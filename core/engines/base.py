@@ -126,5 +126,9 @@ class Engine(ABC):
         """The module of the engine's serving benchmark in `version` (None: it has none)."""
         return None
 
+    def eval_module(self) -> str | None:
+        """The module of the engine's accuracy evaluation (the quality profile's; None: it has none)."""
+        return None
+
     def __repr__(self) -> str:
         return f"<engine {self.name}>"

@@ -115,7 +115,7 @@ async def help_flags(host: Host, version: str) -> frozenset[str] | None:
         pass
     python = host_python(host)
     try:
-        res = await host.run([python, "-m", "sglang.launch_server", "--help"], timeout=180)
+        res = await host.run([python, "-m", engines.get().server_module(), "--help"], timeout=180)
     except HostError:
         return None
     if not res.ok:

@@ -48,7 +48,6 @@ class SGLang(Engine):
     server = "sglang.launch_server"
     router = "sglang_router.launch_router"
     router_title = "sglang-router"
-    eval_module = EVAL_MODULE
     bench_backend = "sglang"  # bench_serving's --backend
 
     def server_module(self, *, router: bool = False) -> str:
@@ -69,6 +68,9 @@ class SGLang(Engine):
     def track_log(self, lines: Iterable[str],
                   observer: Callable[[LogLine, Any], object] | None = None) -> PhaseTracker:
         return track_log(lines, observer)  # (a journal across restarts: the last start's tracker)
+
+    def eval_module(self) -> str | None:
+        return EVAL_MODULE
 
     def nccl_log_on(self, scanner: Any, plan: Any) -> bool:
         return isinstance(scanner, LogScanner) and nccl_log_on(scanner, plan)
