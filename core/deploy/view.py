@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from ..states import PHASES
-from ..engines.sglang.phases import DRAFT_SHARDS
+from ..engines.records import DRAFT_SHARDS
 from ..diagnose.triage import ranked
 from ..domain import (
     ChecksEvent,

@@ -9,7 +9,10 @@ from typing import Union
 
 import msgspec
 
-__all__ = ["LogLine", "JoinedLine", "PhaseChange", "Progress", "Numbers", "Crash", "Change"]
+__all__ = ["LogLine", "JoinedLine", "PhaseChange", "Progress", "Numbers", "Crash", "Change", "DRAFT_SHARDS"]
+
+# Progress.what of a draft model's shards read in the weights phase (not the model's own count)
+DRAFT_SHARDS = "draft shards"
 
 
 # --------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ import functools
 import re
 from typing import Callable, Iterable, Mapping
 
-from ..records import Change, Crash, JoinedLine, LogLine, Numbers, PhaseChange, Progress
+from ..records import DRAFT_SHARDS, Change, Crash, JoinedLine, LogLine, Numbers, PhaseChange, Progress
 
 __all__ = [
     "PHASES",
@@ -83,7 +83,6 @@ __all__ = [
 ]
 
 PHASES: tuple[str, ...] = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready")
-DRAFT_SHARDS = "draft shards"  # the progress of a draft model's shards read in the weights phase (not the model's)
 OUTCOMES: tuple[str, ...] = ("ready", "crashed", "incomplete")
 
 _IDX = {p: i for i, p in enumerate(PHASES)}
