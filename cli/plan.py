@@ -131,11 +131,11 @@ async def _host_sglang(cfg: HostConfig) -> tuple[str | None, frozenset[str] | No
     """(SGLang version, its --help flags, asked): what the host's SGLang is when its GPUs could not
     be read; asked False when the host could not be asked at all."""
     from ..core.hosts.host import HostError, make_host
-    from ..core.planning.hostfacts import help_flags, sglang_version
+    from ..core.planning.hostfacts import engine_version, help_flags
 
     host = make_host(cfg)
     try:
-        version = await sglang_version(host)
+        version = await engine_version(host)
         return version, (await help_flags(host, version) if version else None), True
     except HostError:
         return None, None, False

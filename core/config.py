@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TypeGuard, TypeVar
 
+from .states import PHASES
+
 __all__ = [
     "LAUNCHERS",
-    "PHASES",
     "BenchProfile",
     "ConfigError",
     "HostConfig",
@@ -45,7 +46,6 @@ __all__ = [
     "validate_host_name",
 ]
 
-PHASES = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready")
 LAUNCHERS = ("systemd", "process")
 # [stall] accepts the phases plus the download-stall threshold.
 _STALL_KEYS = (*PHASES, "download")

@@ -25,7 +25,9 @@ from typing import Any, ClassVar, Literal, Sequence, Union
 import msgspec
 from msgspec import Struct, field
 
-from .config import PHASES as PHASES, validate_host_name  # (PHASES re-exported: core.ops reads it here)
+from . import engines
+from .config import validate_host_name
+from .states import PHASES as PHASES  # (re-exported: core.ops reads it here)
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -357,7 +359,7 @@ class Plan(Struct, kw_only=True):
     gpu_ids: tuple[int, ...]
     port: int
     launcher: Literal["systemd", "process"]
-    sglang_version: str
+    sglang_version: str  # the engine's version (the field keeps its first engine's name: stored plans carry it)
     env: dict[str, str] = {}
     argv: list[str]
     download_dir: str | None = None
@@ -383,6 +385,7 @@ class Plan(Struct, kw_only=True):
     # env file (HF_TOKEN, …, and a secret flag's GPUOPS_API_KEY, …), their values never in a plan, the
     # store or a command line; read again where --like read them at deploy
     secret_env: list[str] = []
+    engine: str = engines.DEFAULT  # what serves (core/engines): its module, phase grammar, rules
 
     def __post_init__(self) -> None:
         self.check()
@@ -413,6 +416,8 @@ class Plan(Struct, kw_only=True):
             raise Invalid(f"gpu_ids: GPU indexes are distinct and not negative, not {self.gpu_ids}")
         if self.python is not None and not (self.python.startswith("/") or _COMMAND.fullmatch(self.python)):
             raise Invalid(f"python: an absolute path or a command name, not {_show(self.python)}")
+        if self.engine not in engines.names():
+            raise Invalid(f"engine: {_show(self.engine)} is not an engine gpuops knows ({', '.join(engines.names())})")
         if not _VERSION.fullmatch(self.sglang_version):
             raise Invalid(f"sglang_version: {_show(self.sglang_version)} is not a version")
         if self.download_dir is not None and not self.download_dir.startswith("/"):
@@ -599,8 +604,8 @@ class Plan(Struct, kw_only=True):
 
     @property
     def module(self) -> str:
-        """What the command line runs: SGLang's server, or for replicas the router in front of them."""
-        return "sglang_router.launch_router" if self.replicas else "sglang.launch_server"
+        """What the command line runs: the engine's server, or for replicas the router in front of them."""
+        return engines.get(self.engine).server_module(router=bool(self.replicas))
 
     @property
     def launch_script(self) -> str:
@@ -618,7 +623,7 @@ class Plan(Struct, kw_only=True):
 
     def unit_text(self) -> str:
         """The systemd unit, rendered from this (validated) plan."""
-        exec_start = " \\\n    ".join(" ".join(systemd_quote(a) for a in chunk) for chunk in _chunks(self.exec_argv()))
+        exec_start = " \\\n    ".join(" ".join(systemd_quote(a) for a in chunk) for chunk in _chunks(self.exec_argv(), self.module))
         return (
             "[Unit]\n"
             f"Description=gpuops: {self.model.id} ({self.name})\n"
@@ -727,9 +732,9 @@ def _env_quote(value: str) -> str:
     return value if re.fullmatch(r"[A-Za-z0-9_./:,=+@-]*", value) else '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _chunks(argv: list[str]) -> list[list[str]]:
+def _chunks(argv: list[str], module: str) -> list[list[str]]:
     """The python [launcher] -m part, then one flag with its values per line."""
-    head = argv.index("sglang.launch_server") + 1
+    head = argv.index(module) + 1
     out = [argv[:head]]
     for name, values in split_flags(argv[head:]):
         out.append([name, *values])

@@ -25,7 +25,7 @@ from textual.message import Message
 from textual.widgets import Header, Input
 
 from ..core import units
-from ..core.config import PHASES
+from ..core.states import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
 from ..core.domain import LIVE_STATES, Deployment, Finding, LogEvent, member_name

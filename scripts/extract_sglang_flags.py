@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Read SGLang's launch flags, parser names and a few defaults out of its wheels.
 
-This is how ``core/planning/sglang-data/sglang_versions.json`` (read by ``gpuops.core.planning.sglang_versions``)
+This is how ``core/engines/sglang/data/sglang_versions.json`` (read by ``gpuops.core.engines.sglang.versions``)
 is made and refreshed::
 
     .venv/bin/python scripts/extract_sglang_flags.py                # every release 0.5.9 .. newest
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = REPO / "core" / "planning" / "sglang-data" / "sglang_versions.json"
+DEFAULT_OUTPUT = REPO / "core" / "engines" / "sglang" / "data" / "sglang_versions.json"
 DEFAULT_WHEEL_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuops" / "sglang-wheels"
 DEFAULT_MIN_VERSION = "0.5.9"
 
@@ -71,7 +71,7 @@ WATCHED = [
 
 
 def version_key(v: str) -> tuple[int, ...]:
-    """Same ordering as gpuops.core.sglang_versions.version_key (kept standalone on purpose)."""
+    """Same ordering as gpuops.core.engines.sglang.versions.version_key (kept standalone on purpose)."""
     m = re.match(r"^v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|rc|dev)(\d*))?(?:[-_.]?post(\d*))?", v.strip())
     if not m:
         raise ValueError("not a version: %r" % v)

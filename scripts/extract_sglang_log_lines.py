@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pull the exact startup/failure log strings that ``gpuops.core.diagnose.phases`` recognizes out of SGLang wheels.
+"""Pull the exact startup/failure log strings that ``gpuops.core.engines.sglang.phases`` recognizes out of SGLang wheels.
 
 This is how the phase parser's patterns and the fixtures in ``tests/data/logs/`` were checked::
 

@@ -13,7 +13,7 @@ gpuops code::
     DIR/lib/sglang/launch_server.py  runs the SGLang server simulator (``-m sglang.launch_server``)
     DIR/lib/sglang-sim/     the simulator (template sim/files/sglang_sim.py) and its data:
                             launch_server.help (``--help`` of that version, generated from
-                            gpuops.core.planning.sglang_versions' data), launch_server.json (that version's
+                            gpuops.core.engines.sglang.versions' data), launch_server.json (that version's
                             options, for the simulator's argparse), server_args.json (ServerArgs fields)
     DIR/lib/sim-data/models.json  known repos: config.json, checkpoint size, shards (fake hf, simulator)
     DIR/bin/hf              a fake huggingface_hub CLI (``hf download``; template sim/files/hf)
@@ -60,7 +60,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.planning import sglang_versions
+from ..core.engines.sglang import versions as sglang_versions
 
 __all__ = ["SimHost", "setup_simhost", "NVML_MODES", "IOMMU_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
            "SIM_FIELDS", "LAUNCHERS"]

@@ -30,7 +30,7 @@ from tests.test_hosts import processes_matching
 
 DATA = Path(__file__).parent / "data"
 NAME = "bench8b"
-MODULE = "sglang.benchmark.serving"  # what 0.5.23 runs (core/sglang_versions.bench_module)
+MODULE = "sglang.benchmark.serving"  # what 0.5.23 runs (core/engines/sglang/versions.bench_module)
 PROFILES = f"""
 [bench.profiles.smoke]
 num_prompts = 12

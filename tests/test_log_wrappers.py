@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.core.diagnose.phases import clean, track_log
+from gpuops.core.engines.sglang.phases import clean, track_log
 
 SGL = "[2026-12-01 10:00:03 TP0] Load weight begin. avail mem=139.10 GB"
 MSG = "Load weight begin. avail mem=139.10 GB"

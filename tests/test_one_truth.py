@@ -15,7 +15,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from gpuops.core.config import PHASES, load_inventory
+from gpuops.core.config import load_inventory
+from gpuops.core.states import PHASES
 from gpuops.core.deploy.view import parse_log_ts
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.tui.app import GpuopsApp

@@ -47,7 +47,7 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
     assert "gpuops/themes/gpuops.tcss" in names
     assert "gpuops/core/hosts/programs/reporter.py" in names
     assert {"gpuops/sim/files/pynvml.py", "gpuops/sim/files/nvidia-smi",
-            "gpuops/core/planning/sglang-data/sglang_versions.json"} <= set(names)
+            "gpuops/core/engines/sglang/data/sglang_versions.json"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpuops = gpuops.cli.main:main" in entry
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.diagnose.phases import (
+from gpuops.core.engines.sglang.phases import (
     OUTCOMES,
     PHASES,
     Crash,

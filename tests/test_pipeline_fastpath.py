@@ -14,9 +14,9 @@ import msgspec
 import pytest
 
 from gpuops.core.deploy import journal
-from gpuops.core.diagnose import finding_rules, phases
-from gpuops.core.diagnose.finding_rules import LogScanner
-from gpuops.core.diagnose.phases import PhaseTracker, clean
+from gpuops.core.engines.sglang import finding_rules, phases
+from gpuops.core.engines.sglang.finding_rules import LogScanner
+from gpuops.core.engines.sglang.phases import PhaseTracker, clean
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(p for p in DATA.rglob("*.log"))

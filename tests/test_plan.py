@@ -306,7 +306,7 @@ def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home
 
 
 def test_like_translates_deprecated_flags_and_drops_unknown_ones():
-    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.engines.sglang import versions as sv
 
     assert sv.deprecated_flags("0.5.15").get("--cuda-graph-max-bs") == "--cuda-graph-max-bs-decode"
     prev = Previous("old.json", ("--model-path", "/m", "--tp", "4", "--cuda-graph-max-bs", "256",

@@ -73,7 +73,7 @@ def test_the_command_a_user_runs_says_what_the_corpus_tests_see(capsys):
 
 
 def test_the_corpus_is_well_formed():
-    from gpuops.core.diagnose.finding_rules import CODES
+    from gpuops.core.engines.sglang.finding_rules import CODES
 
     assert len(METAS) >= 40
     stems = [p.stem for p in METAS]

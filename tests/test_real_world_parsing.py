@@ -10,7 +10,7 @@ lines from the same thread or its neighbours, said so at the case). The cases as
 
 from __future__ import annotations
 
-from gpuops.core.diagnose.phases import clean, track_log
+from gpuops.core.engines.sglang.phases import clean, track_log
 from gpuops.core.diagnose.triage import triage_log
 
 

@@ -22,7 +22,7 @@ if __name__ == "__main__":  # the figure, run as a script from the checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuops.core.domain import split_flags
-from gpuops.core.planning import sglang_versions as sv
+from gpuops.core.engines.sglang import versions as sv
 from gpuops.core.planning.hostfacts import offline_target
 from gpuops.core.planning.model_facts import facts_from_config
 from gpuops.core.planning.plan import Wishes, build_plan

@@ -21,15 +21,15 @@ from typing import Callable
 
 import pytest
 
-from gpuops.core.diagnose import finding_rules as rules
+from gpuops.core.engines.sglang import finding_rules as rules
 from gpuops.core.diagnose.fixes import apply_patch as apply_to_plan
 from gpuops.core.planning.hostfacts import offline_target
 from gpuops.core.planning.model_facts import facts_from_config
-from gpuops.core.diagnose.phases import PhaseTracker, track_log
+from gpuops.core.engines.sglang.phases import PhaseTracker, track_log
 from gpuops.core.domain import Plan, split_flags
 from gpuops.core.planning.plan import Wishes, build_plan
-from gpuops.core.diagnose.finding_rules import LINE_RULES, SILENCE_RULES, LogScanner
-from gpuops.core.diagnose.finding_rules import findings_for_log as findings_for_typed
+from gpuops.core.engines.sglang.finding_rules import LINE_RULES, SILENCE_RULES, LogScanner
+from gpuops.core.engines.sglang.finding_rules import findings_for_log as findings_for_typed
 from gpuops.sim.host import setup_simhost
 from tests.sshd import free_port
 from tests.test_sglang_sim import Server

@@ -20,7 +20,7 @@ import pytest
 
 from gpuops.core.hosts.host import script_source
 from gpuops.core.hosts.programs import reporter
-from gpuops.core.planning import sglang_versions as sv
+from gpuops.core.engines.sglang import versions as sv
 from gpuops.sim.host import SimHost, setup_simhost
 from tests.sshd import free_port
 

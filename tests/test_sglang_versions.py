@@ -1,4 +1,4 @@
-"""SGLang's flags, parsers and defaults per version (core/planning/sglang-data/sglang_versions.json, read from
+"""SGLang's flags, parsers and defaults per version (core/engines/sglang/data/sglang_versions.json, read from
 the wheels by scripts/extract_sglang_flags.py), checked against what the wheels' own sources say
 where the wheels agree with it. Offline: the data file is in the repo; nothing is downloaded."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.planning import sglang_versions as sv
+from gpuops.core.engines.sglang import versions as sv
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED = ["0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.15", "0.5.18", "0.5.21", "0.5.23"]

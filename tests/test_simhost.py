@@ -564,7 +564,7 @@ async def test_reporter_and_nvidia_smi_over_ssh(sshd, tmp_path_factory):
 
 
 def test_default_sglang_version_is_the_newest_known(host):
-    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.engines.sglang import versions as sv
 
     assert host.sglang_version == sv.newest_version()
     res = run([host.python, "-c", "import sglang; print(sglang.__version__)"])
@@ -590,7 +590,7 @@ def test_sglang_version_through_the_wrapper(tmp_path):
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.15", "0.5.23"])
 def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
-    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.engines.sglang import versions as sv
 
     host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=version)
     res = run([host.python, "-m", "sglang.launch_server", "--help"])
@@ -610,7 +610,7 @@ def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
 
 
 def test_launch_server_runs_the_simulator(host):
-    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.engines.sglang import versions as sv
 
     # the simulator's own argparse answers: an unknown flag is refused as SGLang refuses it
     res = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp", "2",
@@ -625,7 +625,7 @@ def test_launch_server_runs_the_simulator(host):
 
 
 def test_unknown_sglang_version_uses_the_nearest_known_flags(tmp_path):
-    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.engines.sglang import versions as sv
 
     host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.10.post1")
     assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.10.post1\n"
@@ -681,7 +681,7 @@ def test_bad_sglang_version_refused(tmp_path, bad):
 
 
 async def test_launch_server_help_over_ssh(sshd, tmp_path_factory):
-    from gpuops.core.planning import sglang_versions as sv
+    from gpuops.core.engines.sglang import versions as sv
     from gpuops.core.config import parse_inventory
     from gpuops.core.hosts.host import SshHost
 

@@ -67,7 +67,7 @@ SLOW_TESTS = frozenset({
     "test_key_footer.py::test_the_footer_paints_what_textuals_footer_painted",
     "test_launch.py::test_stop_waits_for_the_whole_process_group",
     "test_layers.py::test_each_contract_fails_when_broken",
-    "test_layers.py::test_mypy_is_clean_on_core_and_fails_on_a_type_error",
+    "test_layers.py::test_mypy_is_clean_on_every_package_and_fails_on_a_type_error",
     "test_like_secrets.py::test_plan_like_never_shows_a_secret_and_the_plan_holds_none",
     "test_models_rm_race.py::test_cli_rm_deletes_a_model_holding_an_escaping_symlink",
     "test_models_rm_race.py::test_cli_rm_refuses_when_the_host_finds_a_parent_swapped",

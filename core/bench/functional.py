@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from .. import engines
 from ..domain import FunctionalCheck, Plan, split_flags
 
 INFO_TIMEOUT = 10.0  # s, /server_info and /metrics
@@ -299,10 +300,10 @@ async def _thinking(api: _Api, model: str, info: dict, asked: dict) -> Functiona
                        "not); none with enable_thinking=false", details)
 
 
-def accept_length_from_metrics(text: str) -> float | None:
-    """The mean of the sglang:spec_accept_length samples (one per rank) of a /metrics text."""
-    values = [s.value for fam in text_string_to_metric_families(text) if fam.name == "sglang:spec_accept_length"
-              for s in fam.samples]
+def accept_length_from_metrics(text: str, engine: str = engines.DEFAULT) -> float | None:
+    """The mean of the engine's accept-length samples (one per rank) of a /metrics text."""
+    name = engines.get(engine).metrics.get("accept_length")
+    values = [s.value for fam in text_string_to_metric_families(text) if fam.name == name for s in fam.samples]
     return sum(values) / len(values) if values else None
 
 

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
+from .. import engines
 from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
 from ..hosts.host import Host, HostError, host_python
 from ..deploy.store import Store
@@ -60,7 +61,6 @@ DEFAULT_PROFILES: dict[str, dict[str, Any]] = {
 }
 QUALITY_KEYS = frozenset({"eval_name", "num_examples", "eval_data_path", "max_concurrency"})
 SERVING_KEYS = (frozenset(BENCH_VALUES) | frozenset(BENCH_PATHS)) - (QUALITY_KEYS - {"max_concurrency"})
-EVAL_MODULE = "sglang.test.run_eval"
 EVALS = ("gsm8k",)  # run_eval's evals that read a local file (--gsm8k-data-path): hosts may be offline
 SWEEP_WAVES = 4
 RUN_DIR = ".local/state/gpuops/bench"  # under the host user's home: RUN_DIR/RUNKEY/
@@ -423,9 +423,21 @@ def serving_argv(python: str, module: str, target: Target, profile: Profile, con
     return argv
 
 
+def _engine(target: Target) -> engines.Engine:
+    return engines.get(target.plan.engine if target.plan else engines.DEFAULT)
+
+
+def _eval_module(target: Target) -> str:
+    engine = _engine(target)
+    module = engine.eval_module()
+    if module is None:
+        raise BenchInputError(f"{engine.title} has no accuracy evaluation gpuops knows")
+    return module
+
+
 def quality_argv(python: str, target: Target, profile: Profile) -> list[str]:
     s = profile.settings
-    argv = [python, "-m", EVAL_MODULE, "--base-url", target.url, "--eval-name", s["eval_name"],
+    argv = [python, "-m", _eval_module(target), "--base-url", target.url, "--eval-name", s["eval_name"],
             "--gsm8k-data-path", s["eval_data_path"], "--num-examples", str(s["num_examples"]),
             "--num-threads", str(s["max_concurrency"])]
     if target.served_name:
@@ -451,19 +463,22 @@ class BenchRunner:
         self.emit_cb(BenchEvent(kind, {"run": self.run_id, **data}))
 
     async def prepare(self) -> tuple[str, str]:
-        """(SGLang version, module) of the host; BenchInputError when it cannot run there."""
-        from ..planning import sglang_versions
-        from ..planning.hostfacts import sglang_version
+        """(engine version, module) of the host; BenchInputError when it cannot run there."""
+        from ..planning.hostfacts import engine_version
 
         host = self.target.host
-        version = await sglang_version(host)
+        engine = _engine(self.target)
+        version = await engine_version(host, engine.name)
         if version is None:
-            raise BenchInputError(f"SGLang is not installed on {host.name} (python {host_python(host)})")
+            raise BenchInputError(f"{engine.title} is not installed on {host.name} (python {host_python(host)})")
+        module = engine.bench_module(version)
+        if module is None:
+            raise BenchInputError(f"{engine.title} has no serving benchmark gpuops knows")
         for key in ("dataset_path", "eval_data_path"):
             path = self.profile.settings.get(key)
             if path and not (await host.run(["test", "-r", path], timeout=30)).ok:
                 raise BenchInputError(f"{key} {path}: no such readable file on {host.name}")
-        return version, sglang_versions.bench_module(version)
+        return version, module
 
     async def run(self) -> BenchRun:
         version, module = await self.prepare()
@@ -477,7 +492,7 @@ class BenchRunner:
         self.run_id = run.id
         self.emit("state", state="running", profile=self.profile.to_json(), deployment=t.deployment,
                   host=t.host.name, url=t.url, sglang_version=version,
-                  module=EVAL_MODULE if self.profile.kind == "quality" else module)
+                  module=_eval_module(t) if self.profile.kind == "quality" else module)
         quality = None
         try:
             await self._functional_checks()
@@ -609,8 +624,9 @@ class ServerMetrics:
                 "accept_length": self.accept_length, "error": self.error}
 
 
-def parse_metrics(text: str, ts: str | None = None) -> ServerMetrics:
-    """SGLang's Prometheus text: counts are summed over ranks (DP), ratios averaged."""
+def parse_metrics(text: str, ts: str | None = None, engine: str = engines.DEFAULT) -> ServerMetrics:
+    """The engine's Prometheus text (its ``metrics`` names): counts are summed over ranks (DP),
+    ratios averaged."""
     from prometheus_client.parser import text_string_to_metric_families
 
     ts = ts or utc_now()
@@ -628,11 +644,13 @@ def parse_metrics(text: str, ts: str | None = None) -> ServerMetrics:
     def mean(name: str) -> float | None:
         return sum(values[name]) / len(values[name]) if values.get(name) else None
 
-    usage = mean("sglang:token_usage")
-    return ServerMetrics(ts, running_reqs=total("sglang:num_running_reqs"), queued_reqs=total("sglang:num_queue_reqs"),
-                         gen_throughput=total("sglang:gen_throughput"),
-                         token_usage=usage if usage is not None else mean("sglang:full_token_usage"),
-                         accept_length=mean("sglang:spec_accept_length"))
+    names = engines.get(engine).metrics
+    usage = mean(names.get("token_usage", ""))
+    return ServerMetrics(ts, running_reqs=total(names.get("running_reqs", "")),
+                         queued_reqs=total(names.get("queued_reqs", "")),
+                         gen_throughput=total(names.get("gen_throughput", "")),
+                         token_usage=usage if usage is not None else mean(names.get("full_token_usage", "")),
+                         accept_length=mean(names.get("accept_length", "")))
 
 
 async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[ServerMetrics]:
@@ -650,7 +668,7 @@ async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[S
             except ValueError:
                 continue
             if doc.get("status") == 200 and isinstance(doc.get("text"), str):
-                yield parse_metrics(doc["text"])
+                yield parse_metrics(doc["text"], engine=_engine(target).name)
             else:
                 hint = " (start the server with --enable-metrics)" if doc.get("status") == 404 else ""
                 yield ServerMetrics(utc_now(), error=f"{doc.get('error') or 'no answer'}{hint}")

@@ -19,7 +19,8 @@ from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, 
 from ..hosts.files import new_api_key, read_env_value, remote_home
 from ..hosts.host import Host, HostError, host_python
 from ..hosts.model_copies import copy_complete
-from ..planning.hostfacts import free_space, sglang_version
+from .. import engines
+from ..planning.hostfacts import engine_version, free_space
 from ..telemetry.samples import snapshot
 from .download import Download, DownloadError, bytes_on_disk
 from .launch import Launcher, LaunchError, open_launcher
@@ -97,13 +98,15 @@ class Deployer:
         """What refuses the deploy (DeployError), nothing asked: SGLang (or the router) installed
         there, the ports free (not with `held`), room for the download."""
         plan, host = self.plan, self.host
-        if plan.replicas:  # a router: sglang-router where it runs, its ports free
-            res = await host.run([host_python(host), "-m", "sglang_router.launch_router", "--help"], timeout=60)
+        engine = engines.get(plan.engine)
+        if plan.replicas:  # a router: the engine's router where it runs, its ports free
+            res = await host.run(engine.router_check_argv(host_python(host)), timeout=60)
             if not res.ok:
-                raise DeployError(f"sglang-router is not installed on {host.name} (python {plan.python}): "
-                                  "pip install sglang-router there first")
-        elif await sglang_version(host) is None:
-            raise DeployError(f"SGLang is not installed on {host.name} (python {plan.python}): install it there first")
+                raise DeployError(f"{engine.router_title} is not installed on {host.name} (python {plan.python}): "
+                                  f"pip install {engine.router_title} there first")
+        elif await engine_version(host, plan.engine) is None:
+            raise DeployError(f"{engine.title} is not installed on {host.name} (python {plan.python}): "
+                              f"{engine.install_hint()}")
         if not held:
             await self.check_ports()
         await self.check_secrets()

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable
 
-from ..config import PHASES
-from ..diagnose.phases import DRAFT_SHARDS
+from ..states import PHASES
+from ..engines.records import DRAFT_SHARDS
 from ..diagnose.triage import ranked
 from ..domain import (
     ChecksEvent,

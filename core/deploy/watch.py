@@ -25,9 +25,10 @@ import os
 import time
 from typing import Any, Callable, Iterable
 
-from ..config import PHASES
-from ..diagnose.finding_rules import LogScanner, nccl_log_on
-from ..diagnose.phases import Numbers, PhaseChange, PhaseTracker, Progress, clean
+from ..states import PHASES
+from .. import engines
+from ..engines import Scanner as LogScanner, Tracker as PhaseTracker
+from ..engines.records import LogLine, Numbers, PhaseChange, Progress
 from ..diagnose.stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
 from ..domain import (
     ChecksEvent,
@@ -432,10 +433,16 @@ class Watch:
         elif rec.cursor is not None:
             self._cursor = rec.cursor
 
+    def _clean(self, text: str) -> LogLine:
+        """A log line as the plan's engine reads it."""
+        return engines.get(self.plan.engine).clean(text)
+
     async def _active(self) -> str:
         """The watch proper: parse, record, publish."""
-        tracker = PhaseTracker()
-        scanner = LogScanner()  # the finding rules' view of the same lines
+        engine = engines.get(self.plan.engine)
+        tracker = engine.tracker()  # the engine's phase grammar
+        scanner = engine.scanner()  # its finding rules' view of the same lines
+        clean = engine.clean
         watcher = StallWatcher(self.stall_thresholds, clock=self.clock)
         view = self.view
         if view.phase is not None:  # a reattach: the run so far, from the store
@@ -650,7 +657,7 @@ class Watch:
             else:
                 self._log(rec.text, rec.ts)
                 if live:
-                    line = clean(rec.text)
+                    line = self._clean(rec.text)
                     if tracker.outcome != "crashed":  # a crash it has not read yet: its phase
                         tracker.feed(line)
                     scanner.feed(line, tracker)
@@ -669,7 +676,7 @@ class Watch:
             if not rec.notice:
                 self._log(rec.text, rec.ts)
                 if live:
-                    scanner.feed(clean(rec.text), tracker)
+                    scanner.feed(self._clean(rec.text), tracker)
                     self._took(rec)
         for finding in scanner.findings(tracker, self.plan):
             self.finding(finding)
@@ -686,7 +693,7 @@ class Watch:
         if self.triage_on_stall:
             await self.triage(scanner, tracker)
             p2p_ok = next((r.ok for r in self.last_checks if r.name == "p2p-unavailable"), None)
-        self.finding(stall_finding(stall, last_line, last_line_no, nccl_log=nccl_log_on(scanner, self.plan),
+        self.finding(stall_finding(stall, last_line, last_line_no, nccl_log=engines.get(self.plan.engine).nccl_log_on(scanner, self.plan),
                                    p2p_ok=p2p_ok, p2p_off=self.plan.env.get("NCCL_P2P_DISABLE") == "1"))
 
     async def triage(self, scanner: LogScanner | None = None, tracker: PhaseTracker | None = None) -> list[Finding]:

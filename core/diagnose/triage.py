@@ -31,16 +31,16 @@ def top_fix(findings: Iterable[Finding]) -> Finding | None:
     order = ranked(findings)
     top = order[0] if order else None
     return top if top is not None and top.fix is not None and top.fix.applicable else None
-from .finding_rules import LogScanner
-from .phases import track_log
+from .. import engines
 
 
 def triage_log(lines: Iterable[str], plan: Plan | None = None) -> TriageReport:
     """``phase`` is where the server got to, or, when it crashed, the phase it crashed in; None
     when the log says nothing. The findings are the rules' for the last start in the log; with
     the deployment's ``plan`` their fixes can patch it."""
-    scanner = LogScanner()
-    tr = track_log(lines, scanner.feed)
+    engine = engines.get(plan.engine if plan is not None else engines.DEFAULT)
+    scanner = engine.scanner()
+    tr = engine.track_log(lines, scanner.feed)
     phase = tr.phase
     if tr.outcome == "crashed" and tr.crash is not None and tr.crash.phase is not None:
         phase = tr.crash.phase

@@ -1,6 +1,6 @@
 """The plan's rules as data: each flag of a plan comes from a rule (an id, when it applies, what it
 adds, why). Rules are version-aware: a flag is only emitted under the name the target SGLang
-version knows (:mod:`gpuops.core.planning.sglang_versions`)."""
+version knows (:mod:`gpuops.core.engines.sglang.versions`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..domain import API_KEY_PLACEHOLDER, gpus, is_loopback
-from . import sglang_versions as sv
+from ..engines.sglang import versions as sv
 from .model_facts import ModelFacts, model_name
 
 if TYPE_CHECKING:

@@ -6,25 +6,11 @@ import json
 import os
 from pathlib import Path
 
-from . import sglang_versions as sv
+from .. import engines
+from ..engines.sglang import versions as sv
 from ..hosts.host import Host, HostError, host_python
 from .plan import GpuInfo, Target
 from ..telemetry.samples import is_na, snapshot
-
-# Prints the installed sglang version (package metadata first: no import of the server stack).
-_VERSION = r"""
-import sys
-try:
-    from importlib.metadata import version
-    v = version("sglang")
-except Exception:
-    try:
-        import sglang
-        v = sglang.__version__
-    except Exception:
-        sys.exit(3)
-sys.stdout.write(v)
-"""
 
 # argv[1:] are directories; prints {dir: free bytes} measured at the nearest existing ancestor.
 _FREE = r"""
@@ -112,9 +98,10 @@ def cache_dir() -> Path:
     return Path(base) / "gpuops"
 
 
-async def sglang_version(host: Host) -> str | None:
+async def engine_version(host: Host, engine: str = engines.DEFAULT) -> str | None:
+    """The version of `engine` installed for the host's python; None when it is not installed."""
     python = host_python(host)
-    res = await host.run([python, "-c", _VERSION], timeout=60)
+    res = await host.run([python, "-c", engines.get(engine).version_program()], timeout=60)
     out = res.stdout.strip()
     return out if res.ok and out and len(out) < 64 else None
 
@@ -128,7 +115,7 @@ async def help_flags(host: Host, version: str) -> frozenset[str] | None:
         pass
     python = host_python(host)
     try:
-        res = await host.run([python, "-m", "sglang.launch_server", "--help"], timeout=180)
+        res = await host.run([python, "-m", engines.get().server_module(), "--help"], timeout=180)
     except HostError:
         return None
     if not res.ok:
@@ -179,7 +166,7 @@ async def read_target(host: Host) -> Target:
                 int(g.memory_used) if not is_na(g.memory_used) else 0, len(g.processes), g.name)
         for g in snap.gpus
     )
-    version = await sglang_version(host)
+    version = await engine_version(host)
     flags = await help_flags(host, version) if version else None
     free = await free_space(host, cfg.model_dirs)
     ports = await listening_ports(host)

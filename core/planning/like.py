@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join_flags, placeholder, split_flags
 from . import PlanError
-from . import sglang_versions as sv
+from ..engines.sglang import versions as sv
 from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, Ctx, _is_fp4
 
 

@@ -20,7 +20,7 @@ import msgspec
 from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
                       gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
-from . import sglang_versions as sv
+from ..engines.sglang import versions as sv
 from .fit import compute_fit, tp_choices
 from .flag_rules import RULES, Ctx
 from .like import NODE_FLAGS, Previous, apply_like

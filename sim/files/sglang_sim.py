@@ -2,7 +2,7 @@
 
 A template: ``gpuops.sim.host.setup_simhost`` copies it to ``DIR/lib/sglang-sim/sglang_sim.py``
 next to ``launch_server.json`` (the flags of the SGLang version the host presents, from
-``gpuops.core.planning.sglang_versions``) and ``server_args.json`` (ServerArgs fields read from the
+``gpuops.core.engines.sglang.versions``) and ``server_args.json`` (ServerArgs fields read from the
 wheels). ``python -m sglang.launch_server ...`` on the simulated host runs it (through the
 stand-in ``DIR/lib/sglang/launch_server.py``). Standard library only.
 
@@ -779,7 +779,7 @@ class Rendezvous:
 
 def build_parser(spec):
     """SGLang's launch_server parser for the host's version: its option strings, nargs and
-    static choices (from gpuops.core.planning.sglang_versions, written at setup), argparse's own
+    static choices (from gpuops.core.engines.sglang.versions, written at setup), argparse's own
     prefix matching and errors. Defaults are left out: only what was given is returned."""
 
     def formatter(prog):

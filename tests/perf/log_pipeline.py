@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from gpuops.core.deploy.journal import RingBuffer, journal_argv, parse_journal_line  # noqa: E402
-from gpuops.core.diagnose.phases import PhaseTracker, clean  # noqa: E402
-from gpuops.core.diagnose.finding_rules import LogScanner  # noqa: E402
+from gpuops.core.engines.sglang.phases import PhaseTracker, clean  # noqa: E402
+from gpuops.core.engines.sglang.finding_rules import LogScanner  # noqa: E402
 from gpuops.core.deploy.watch import _NOWAIT_RUN, LOG_LINES_KEPT, Bus  # noqa: E402
 from gpuops.core.domain import LogEvent, utc_now  # noqa: E402
 from tests.journal_util import UNIT, JournalWriter  # noqa: E402

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gpuops.core.diagnose.finding_rules import LogScanner  # noqa: E402
-from gpuops.core.diagnose.phases import clean, track_log  # noqa: E402
+from gpuops.core.engines.sglang.finding_rules import LogScanner  # noqa: E402
+from gpuops.core.engines.sglang.phases import clean, track_log  # noqa: E402
 from tests.test_rules import long_serving_log  # noqa: E402
 
 

@@ -62,13 +62,13 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..planning import sglang_versions as sv
-from ..domain import SEVERITIES, Evidence, Finding, Fix, Severity
-from .fixes import apply_patch, describe_patch
+from . import versions as sv
+from ...domain import SEVERITIES, Evidence, Finding, Fix, Severity
+from ...diagnose.fixes import apply_patch, describe_patch
 from .phases import Crash, JoinedLine, LogLine, PhaseTracker, clean, track_log
-from .stall import nccl_init_fix
-from ..domain import Plan, split_flags
-from ..planning.flag_rules import MAMBA_FLAGS
+from ...diagnose.stall import nccl_init_fix
+from ...domain import Plan, split_flags
+from ...planning.flag_rules import MAMBA_FLAGS
 
 __all__ = ["LineRule", "SilenceRule", "LINE_RULES", "SILENCE_RULES", "CODES", "LogScanner", "findings_for_log"]
 

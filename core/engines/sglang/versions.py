@@ -1,6 +1,6 @@
 """What each SGLang release accepts, read from its wheel: launch flags, parser names, defaults.
 
-The data is ``core/planning/sglang-data/sglang_versions.json``, written by ``scripts/extract_sglang_flags.py``
+The data is ``core/engines/sglang/data/sglang_versions.json``, written by ``scripts/extract_sglang_flags.py``
 (rerun it to add releases). It is loaded on first use and cached. Versions gpuops has no data
 for resolve to the newest known release at or below them (``resolve_version``).
 
@@ -26,7 +26,7 @@ __all__ = [
     "canonical_flag", "help_prog", "format_help", "DATA_FILE",
 ]
 
-DATA_FILE = Path(__file__).resolve().parent / "sglang-data" / "sglang_versions.json"
+DATA_FILE = Path(__file__).resolve().parent / "data" / "sglang_versions.json"
 
 _VERSION_RE = re.compile(
     r"^v?(?P<rel>\d+(?:\.\d+)*)"

@@ -64,9 +64,9 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Iterable, Mapping, Union
+from typing import Callable, Iterable, Mapping
 
-import msgspec
+from ..records import DRAFT_SHARDS, Change, Crash, JoinedLine, LogLine, Numbers, PhaseChange, Progress
 
 __all__ = [
     "PHASES",
@@ -83,7 +83,6 @@ __all__ = [
 ]
 
 PHASES: tuple[str, ...] = ("starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft", "http", "ready")
-DRAFT_SHARDS = "draft shards"  # the progress of a draft model's shards read in the weights phase (not the model's)
 OUTCOMES: tuple[str, ...] = ("ready", "crashed", "incomplete")
 
 _IDX = {p: i for i, p in enumerate(PHASES)}
@@ -96,91 +95,8 @@ _I_READY = _IDX["ready"]
 _DRAFT_REPEATS = frozenset(("dist_init", "weights", "kv_cache"))
 
 
-# --------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------
-# Immutable records, made for every line (a log line, a progress bar's step): msgspec Structs,
-# cheap to make and never looked at by the garbage collector (they hold text, numbers, tuples of
-# them and the rank dicts, never a reference back: no cycles), so a long log does not make the
-# collector's rounds longer.
-
-
-class LogLine(msgspec.Struct, frozen=True, gc=False):
-    """One log line. ``text`` is the message: ANSI codes, what a relaying program put first (a
-    container prefix ``name  | ``, journald's, docker's/kubectl's/GitHub Actions' timestamps, Python
-    logging's or Rust tracing's timestamp and level, srun's ``0: ``, mpirun's and kubectl's tags),
-    tqdm's ``\\r`` history (the last state is kept) and SGLang's ``[2026-07-14 07:49:04 TP3 EP3] ``
-    prefix removed. ``ts`` is SGLang's timestamp as printed; ``ranks`` the rank tags of that prefix
-    (``{"TP": 3, "EP": 3}``). A raw line that holds several log lines is a :class:`JoinedLine`."""
-
-    raw: str
-    text: str
-    ts: str | None = None
-    ranks: dict[str, int] = msgspec.field(default_factory=dict)
-
-
-class JoinedLine(LogLine, frozen=True, gc=False):
-    """A raw line in which tqdm's ``\\r`` joined log lines to a progress bar: ``extra`` are the log
-    lines before ``text`` (each a LogLine, in order); the tracker and the rules read them first."""
-
-    extra: tuple[LogLine, ...] = ()
-
-
-class PhaseChange(msgspec.Struct, frozen=True, gc=False):
-    """The tracker entered ``phase`` at line ``line_no`` (1-based count of fed lines)."""
-
-    phase: str
-    line_no: int
-    text: str
-    ts: str | None
-
-
-class Progress(msgspec.Struct, frozen=True, gc=False):
-    """Progress inside a phase: weight shards (``what="shards"``), CUDA-graph batch sizes
-    (``"batch sizes"``), piecewise/prefill graph shapes. ``total`` is None when unknown."""
-
-    phase: str
-    done: int
-    total: int | None
-    what: str
-
-
-class Numbers(msgspec.Struct, frozen=True, gc=False):
-    """Numbers a line reported (only the keys this line set or changed). Keys (GB are SGLang's
-    GiB-based "GB"; ``draft_`` prefixes the same keys for the draft model):
-
-    ``avail_mem_gb``/``mem_usage_gb`` (the latest reported), ``dist_init_elapsed_s``,
-    ``dist_init_mem_usage_gb``, ``load_begin_avail_mem_gb``, ``load_elapsed_s``,
-    ``weights_avail_mem_gb``, ``weights_mem_usage_gb``, ``weights_commit_elapsed_s``,
-    ``kv_tokens``, ``k_size_gb``, ``v_size_gb``, ``kv_size_gb``, ``mamba_cache_size``,
-    ``mamba_conv_state_gb``, ``mamba_ssm_state_gb``, ``mamba_intermediate_ssm_gb``,
-    ``mamba_intermediate_conv_gb``, ``pool_avail_mem_gb``, ``graph_begin_avail_mem_gb``,
-    ``graph_elapsed_s``, ``graph_mem_usage_gb``, ``graph_avail_mem_gb``, ``graph_batch_sizes``,
-    ``graph_max_bs`` (``graph`` is the decode/verify capture; ``piecewise_graph_*``,
-    ``prefill_graph_*``, ``draft_graph_*``, ``draft_extend_graph_*`` the others),
-    ``max_total_num_tokens``, ``chunked_prefill_size``, ``max_prefill_tokens``,
-    ``max_running_requests``, ``context_len``, ``available_gpu_mem_gb``, ``http_port``.
-    With several ranks in one log the lowest rank's value wins."""
-
-    values: dict[str, float]
-
-
-class Crash(msgspec.Struct, frozen=True, gc=False):
-    """Why the server died. ``phase``: where (None when nothing says); ``line_no``: the first
-    line of the crash (the SGLang error line or ``Traceback``); ``summary``: the final exception
-    line (or the fatal line itself); ``evidence``: the few lines that matter (SGLang's error line,
-    the frame that placed it, the innermost frames, the chained exception lines, the final
-    exception); ``inferred_from``: ``"phase"`` (the phase lines said where) or ``"traceback"``
-    (the frames did)."""
-
-    phase: str | None
-    line_no: int
-    summary: str
-    evidence: tuple[str, ...]
-    inferred_from: str
-
-
-Change = Union[PhaseChange, Progress, Numbers, Crash]
+# The records it makes (LogLine, JoinedLine, PhaseChange, Progress, Numbers, Crash) are every
+# engine's: core/engines/records.py.
 
 
 # --------------------------------------------------------------------------------------------
@@ -771,9 +687,15 @@ class PhaseTracker:
         starts = _STARTS_BY_CHAR.get(t[:1])
         if starts is not None and t.startswith(starts):  # t.startswith(_STARTS), by its first character
             self._dispatch(ln, t, out)
+        else:
+            self._unstarted(ln, t, out)
+
+    def _unstarted(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        """A line that starts with none of _STARTS: a crash's, a pool's, a headless frame, a batch
+        line, torch's rendezvous client, or an exception line with no traceback open."""
         # (each substring test behind a one-character test of a letter it holds, a memchr: the lines
         # that get here, a running server's batch lines among them, mostly lack the letter)
-        elif ("T" in t and "Traceback (most recent" in t) or ("x" in t and " hit an exception" in t) \
+        if ("T" in t and "Traceback (most recent" in t) or ("x" in t and " hit an exception" in t) \
                 or ("m" in t and "atchdog timeout" in t):
             self._fatal(ln, t, out)
         elif "C" in t and ("Cache is allocated" in t or "Cache VA upper bound" in t):
@@ -888,150 +810,135 @@ class PhaseTracker:
     # -- dispatch ----------------------------------------------------------------------------
 
     def _dispatch(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        """A line that starts with one of _STARTS: the first rule of its first character's row in
+        _DISPATCH whose prefix it starts with reads it (none: the line says nothing here)."""
         c = t[0]
-        # by first character (the progress bars never get here: _line gives them to _bar_line)
-        if c == "C":
-            self._capture(ln, t, out)
-            return
-        if c == "M":
-            if t.startswith("Mamba Cache is allocated"):
-                p = self._enter(ln, "kv_cache", "open", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "mamba") > 1) else ""
-                m = _MAMBA_RE.search(t)
-                if m:
-                    g = m.groups()
-                    self._numbers(
-                        ln,
-                        {
-                            pre + "mamba_cache_size": float(g[0]),
-                            pre + "mamba_conv_state_gb": float(g[1]),
-                            pre + "mamba_ssm_state_gb": float(g[2]),
-                            pre + "mamba_intermediate_ssm_gb": float(g[3]) if g[3] else None,
-                            pre + "mamba_intermediate_conv_gb": float(g[4]) if g[4] else None,
-                        },
-                        out,
-                    )
-            elif t.startswith("Memory pool end"):
-                p = self._enter(ln, "kv_cache", "close", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "pool") > 1) else ""
-                av = _f(_AVAIL_RE, t)
-                self._numbers(ln, {pre + "pool_avail_mem_gb": av, "avail_mem_gb": av}, out)
-            elif t.startswith("Memory baseline taken"):
-                p = self._enter(ln, "dist_init", "close", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "baseline") > 1) else ""
-                self._numbers(ln, {pre + "dist_init_mem_usage_gb": _f(_MEM_USAGE_RE, t)}, out)
-            return
         if c == "l":  # 0.1.x "load weight begin." / "load weight end."
             t = "L" + t[1:]
             c = "L"
-        if c == "I":
-            if t.startswith("Init torch distributed begin") or t.startswith("Init parallel begin"):
-                self._enter(ln, "dist_init", "open", out)
-            elif t.startswith("Init torch distributed ends") or t.startswith("Init parallel ends"):
-                p = self._enter(ln, "dist_init", "close", out)
-                pre = "draft_" if (p == "draft" or self._count(ln, "dist_end") > 1) else ""
-                vals: dict[str, float | None] = {pre + "dist_init_elapsed_s": _f(_ELAPSED_RE, t)}
-                mu = _f(_MEM_USAGE_RE, t)
-                if mu is not None:
-                    vals[pre + "dist_init_mem_usage_gb"] = mu
-                self._numbers(ln, vals, out)
-            elif t.startswith("Initialization failed"):
-                self._fatal(ln, t, out)
-            elif t.startswith(_UVICORN_LEVELS):
-                self._uvicorn(ln, t, out)
-            return
-        if c == "L":
-            if t.startswith("Load weight begin"):
-                n = self._count(ln, "load")
-                p = self._enter(ln, "weights", "open", out)
-                draft = p == "draft" or n > 1
-                self._draft_loading = draft
-                pre = "draft_" if draft else ""
-                av = _f(_AVAIL_RE, t)
-                self._numbers(ln, {pre + "load_begin_avail_mem_gb": av, "avail_mem_gb": av}, out)
-            elif t.startswith("Load weight end"):
-                if "Committed real weights" in t:
-                    m = re.search(r"in " + _NUM + " s", t)
-                    self._numbers(ln, {"weights_commit_elapsed_s": float(m.group(1)) if m else None}, out)
-                    return
-                n = self._count(ln, "load_end")
-                p = self._enter(ln, "weights", "close", out)
-                pre = "draft_" if (p == "draft" or n > 1) else ""
-                av, mu = _f(_AVAIL_RE, t), _f(_MEM_USAGE_RE, t)
-                self._numbers(
-                    ln,
-                    {
-                        pre + "load_elapsed_s": _f(_ELAPSED_RE, t),
-                        pre + "weights_avail_mem_gb": av,
-                        pre + "weights_mem_usage_gb": mu,
-                        "avail_mem_gb": av,
-                        "mem_usage_gb": mu,
-                    },
-                    out,
-                )
-                m = _TYPE_RE.search(t)
-                if m:
-                    self.info[pre + "model_type"] = m.group(1)
-                m = _QUANT_RE.search(t)
-                if m:
-                    self.info[pre + "quant"] = m.group(1)
-                self._complete_progress("draft" if p == "draft" else "weights", out)
-            return
-        if c == "K":
-            if t.startswith("Killed"):
-                self._fatal(ln, t, out)
-            else:
-                self._kv_line(ln, t, out)
-            return
-        if c == "s":
-            if t.startswith("sglang is using nccl"):
-                self._enter(ln, "dist_init", None, out)
-                m = _NCCL_RE.search(t)
-                if m:
-                    self.info["nccl_version"] = m.group(1)
-            # server_args=...: the first line already entered "starting"; never regex it.
-            return
-        if c == "P":
-            if t.startswith("Post-capture KV sizing:"):
-                m = _KV_RE.search(t)
-                if m:
-                    pre = "draft_" if "draft KV cache" in t else ""
-                    g = m.groups()
-                    vals = {pre + "kv_tokens": float(g[0]), pre + "kv_size_gb": float(g[3]) if g[3] else None}
-                    av = _f(_AVAIL_RE, t)
-                    if av is not None:
-                        vals["avail_mem_gb"] = av
-                    self._numbers(ln, vals, out)
-            return
-        if c == "m":
-            if t.startswith("max_total_tokens="):
-                # "max_total_tokens=N is larger than the profiled value P" (model_runner_kv_cache_mixin.py:817,
-                # 0.4.x model_runner.py): the memory pool is being sized
-                self._enter(ln, "kv_cache", "open", out)
-                m = _PROFILED_RE.search(t)
-                if m:
-                    self._numbers(ln, {"profiled_max_tokens": float(m.group(1))}, out)
+        for prefix, handler in _DISPATCH.get(c, _DISPATCH_OTHER):
+            if t.startswith(prefix):
+                handler(self, ln, t, out)
                 return
-            vals = {}
-            for k, v in _KEYVAL_RE.findall(t):
-                if k in ("available_gpu_mem", "available_cpu_mem"):
-                    k += "_gb"
-                vals[k] = float(v)
+
+    # -- the lines _dispatch hands on (each names its line in _DISPATCH) -----------------------
+
+    def _mamba(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        p = self._enter(ln, "kv_cache", "open", out)
+        pre = "draft_" if (p == "draft" or self._count(ln, "mamba") > 1) else ""
+        m = _MAMBA_RE.search(t)
+        if m:
+            g = m.groups()
+            self._numbers(
+                ln,
+                {
+                    pre + "mamba_cache_size": float(g[0]),
+                    pre + "mamba_conv_state_gb": float(g[1]),
+                    pre + "mamba_ssm_state_gb": float(g[2]),
+                    pre + "mamba_intermediate_ssm_gb": float(g[3]) if g[3] else None,
+                    pre + "mamba_intermediate_conv_gb": float(g[4]) if g[4] else None,
+                },
+                out,
+            )
+
+    def _pool_end(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        p = self._enter(ln, "kv_cache", "close", out)
+        pre = "draft_" if (p == "draft" or self._count(ln, "pool") > 1) else ""
+        av = _f(_AVAIL_RE, t)
+        self._numbers(ln, {pre + "pool_avail_mem_gb": av, "avail_mem_gb": av}, out)
+
+    def _baseline(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        p = self._enter(ln, "dist_init", "close", out)
+        pre = "draft_" if (p == "draft" or self._count(ln, "baseline") > 1) else ""
+        self._numbers(ln, {pre + "dist_init_mem_usage_gb": _f(_MEM_USAGE_RE, t)}, out)
+
+    def _dist_begin(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        self._enter(ln, "dist_init", "open", out)
+
+    def _dist_end(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        p = self._enter(ln, "dist_init", "close", out)
+        pre = "draft_" if (p == "draft" or self._count(ln, "dist_end") > 1) else ""
+        vals: dict[str, float | None] = {pre + "dist_init_elapsed_s": _f(_ELAPSED_RE, t)}
+        mu = _f(_MEM_USAGE_RE, t)
+        if mu is not None:
+            vals[pre + "dist_init_mem_usage_gb"] = mu
+        self._numbers(ln, vals, out)
+
+    def _load_begin(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        n = self._count(ln, "load")
+        p = self._enter(ln, "weights", "open", out)
+        draft = p == "draft" or n > 1
+        self._draft_loading = draft
+        pre = "draft_" if draft else ""
+        av = _f(_AVAIL_RE, t)
+        self._numbers(ln, {pre + "load_begin_avail_mem_gb": av, "avail_mem_gb": av}, out)
+
+    def _load_end(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        if "Committed real weights" in t:
+            m = re.search(r"in " + _NUM + " s", t)
+            self._numbers(ln, {"weights_commit_elapsed_s": float(m.group(1)) if m else None}, out)
+            return
+        n = self._count(ln, "load_end")
+        p = self._enter(ln, "weights", "close", out)
+        pre = "draft_" if (p == "draft" or n > 1) else ""
+        av, mu = _f(_AVAIL_RE, t), _f(_MEM_USAGE_RE, t)
+        self._numbers(
+            ln,
+            {
+                pre + "load_elapsed_s": _f(_ELAPSED_RE, t),
+                pre + "weights_avail_mem_gb": av,
+                pre + "weights_mem_usage_gb": mu,
+                "avail_mem_gb": av,
+                "mem_usage_gb": mu,
+            },
+            out,
+        )
+        m = _TYPE_RE.search(t)
+        if m:
+            self.info[pre + "model_type"] = m.group(1)
+        m = _QUANT_RE.search(t)
+        if m:
+            self.info[pre + "quant"] = m.group(1)
+        self._complete_progress("draft" if p == "draft" else "weights", out)
+
+    def _nccl(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        self._enter(ln, "dist_init", None, out)
+        m = _NCCL_RE.search(t)
+        if m:
+            self.info["nccl_version"] = m.group(1)
+
+    def _post_capture(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        m = _KV_RE.search(t)
+        if m:
+            pre = "draft_" if "draft KV cache" in t else ""
+            g = m.groups()
+            vals = {pre + "kv_tokens": float(g[0]), pre + "kv_size_gb": float(g[3]) if g[3] else None}
+            av = _f(_AVAIL_RE, t)
+            if av is not None:
+                vals["avail_mem_gb"] = av
             self._numbers(ln, vals, out)
-            return
-        if c == "T":
-            if t.startswith("The server is fired up"):
-                self._ready(ln, out, inferred=False)
-            return
-        if c == "D" and t.startswith("Dummy health check server started"):
-            # a node beyond node 0 of a multi-node server (engine.py: its schedulers run, it serves
-            # only /health): as ready as that node gets
-            self._ready(ln, out, inferred=False)
-            return
-        if t.startswith(_UVICORN_LEVELS):
-            self._uvicorn(ln, t, out)
-        elif c in "RWFE":
-            self._fatal(ln, t, out)
+
+    def _max_total_tokens(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        # "max_total_tokens=N is larger than the profiled value P" (model_runner_kv_cache_mixin.py:817,
+        # 0.4.x model_runner.py): the memory pool is being sized
+        self._enter(ln, "kv_cache", "open", out)
+        m = _PROFILED_RE.search(t)
+        if m:
+            self._numbers(ln, {"profiled_max_tokens": float(m.group(1))}, out)
+
+    def _key_values(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        """``max_total_num_tokens=…, chunked_prefill_size=…, …`` (the scheduler's line)."""
+        vals = {}
+        for k, v in _KEYVAL_RE.findall(t):
+            if k in ("available_gpu_mem", "available_cpu_mem"):
+                k += "_gb"
+            vals[k] = float(v)
+        self._numbers(ln, vals, out)
+
+    def _fired_up(self, ln: LogLine, t: str, out: list[Change]) -> None:
+        # also "Dummy health check server started": a node beyond node 0 of a multi-node server
+        # (engine.py: its schedulers run, it serves only /health): as ready as that node gets
+        self._ready(ln, out, inferred=False)
 
     # -- line kinds --------------------------------------------------------------------------
 
@@ -1374,6 +1281,31 @@ class PhaseTracker:
 # --------------------------------------------------------------------------------------------
 # Whole logs
 # --------------------------------------------------------------------------------------------
+
+
+# _dispatch's table: a line's first character -> its rules, (prefix, handler) in order; the first
+# whose prefix the line starts with reads it ("" matches every line). "server_args=…" (first
+# character "s", no rule of its own): the first line already entered "starting"; never regexed.
+_Handler = Callable[[PhaseTracker, LogLine, str, "list[Change]"], None]
+_T = PhaseTracker
+_DISPATCH_OTHER: tuple[tuple[str | tuple[str, ...], _Handler], ...] = ((_UVICORN_LEVELS, _T._uvicorn),)
+_DISPATCH: dict[str, tuple[tuple[str | tuple[str, ...], _Handler], ...]] = {
+    "C": (("", _T._capture),),
+    "M": (("Mamba Cache is allocated", _T._mamba), ("Memory pool end", _T._pool_end),
+          ("Memory baseline taken", _T._baseline)),
+    "I": ((("Init torch distributed begin", "Init parallel begin"), _T._dist_begin),
+          (("Init torch distributed ends", "Init parallel ends"), _T._dist_end),
+          ("Initialization failed", _T._fatal), (_UVICORN_LEVELS, _T._uvicorn)),
+    "L": (("Load weight begin", _T._load_begin), ("Load weight end", _T._load_end)),
+    "K": (("Killed", _T._fatal), ("", _T._kv_line)),
+    "s": (("sglang is using nccl", _T._nccl),),
+    "P": (("Post-capture KV sizing:", _T._post_capture),),
+    "m": (("max_total_tokens=", _T._max_total_tokens), ("", _T._key_values)),
+    "T": (("The server is fired up", _T._fired_up),),
+    "D": (("Dummy health check server started", _T._fired_up), (_UVICORN_LEVELS, _T._uvicorn)),
+    **{c: ((_UVICORN_LEVELS, _T._uvicorn), ("", _T._fatal)) for c in "RWFE"},
+}
+del _T
 
 
 def _paste_indent(first: str) -> str:

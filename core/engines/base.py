@@ -1,0 +1,134 @@
+"""What a serving engine is to gpuops: the class an engine's adapter subclasses.
+
+gpuops plans, deploys, watches, triages and benchmarks a server; what it runs is an engine's. An
+adapter answers, for its engine: the command line (the module ``python -m`` runs, and how a plan's
+flags follow it), whether the engine is installed on a host (and which version), its phase grammar
+(a tracker fed the server's log lines) and its finding rules (a scanner fed the same lines), its
+benchmark's module and the names of its Prometheus metrics. The rest of gpuops asks the adapter
+(``engines.get(plan.engine)``), never the engine's own names.
+
+This module imports nothing of gpuops: the domain (``Plan``) asks an engine for its module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from .records import Change, LogLine
+
+__all__ = ["Engine", "Tracker", "Scanner"]
+
+
+class Tracker(Protocol):
+    """An engine's phase grammar over one run's log (fed line by line, in order)."""
+
+    phase: str | None  # gpuops' phase (core/states.py) it is in; None before the first line
+    line_no: int  # lines fed
+    crash: Any  # a records.Crash once the log says the server died, else None
+
+    @property
+    def outcome(self) -> str: ...  # "ready", "crashed" or "incomplete"
+
+    def feed(self, raw: str | LogLine) -> list[Change]: ...
+
+    def idle(self) -> list[Change]: ...  # the log has been quiet a few seconds
+
+    def finish(self) -> list[Change]: ...  # the log ended
+
+    def resume(self, phase: str) -> None: ...  # carry on a run another tracker read up to `phase`
+
+
+class Scanner(Protocol):
+    """An engine's finding rules: fed the same lines as the tracker, asked for findings at the end."""
+
+    def feed(self, line: str | LogLine, tracker: Any = None) -> None: ...
+
+    def findings(self, tracker: Any, plan: Any = None) -> list[Any]: ...
+
+
+class Engine(ABC):
+    """An engine's adapter. Subclass it, fill in the class attributes and the abstract methods, and
+    register the class (``engines.register``); a plan names its engine (``Plan.engine``)."""
+
+    name: ClassVar[str]  # how plans and the registry name it ("sglang")
+    title: ClassVar[str]  # how text names it ("SGLang")
+    # its start-up phases in the order a start passes them, each mapped to gpuops' own (state_of)
+    phases: ClassVar[tuple[str, ...]]
+    # gpuops' names of the server's live numbers -> the engine's Prometheus metric names
+    metrics: ClassVar[Mapping[str, str]] = {}
+    router_title: ClassVar[str] = "its router"  # how text names what serves in front of replicas
+
+    # -- the command line ----------------------------------------------------------------------
+
+    @abstractmethod
+    def server_module(self, *, router: bool = False) -> str:
+        """What ``python -m`` runs: the server, or (`router`) what serves in front of replicas."""
+
+    def server_argv(self, python: str, flags: list[str], *, router: bool = False,
+                    launcher: str | None = None) -> list[str]:
+        """The server's command line: python [gpuops' launcher] -m MODULE FLAGS."""
+        return [python, *([launcher] if launcher else []), "-m", self.server_module(router=router), *flags]
+
+    # -- what a host has -----------------------------------------------------------------------
+
+    @abstractmethod
+    def version_program(self) -> str:
+        """Python source that prints the installed engine's version and exits 0, or exits non-zero
+        when it is not installed (standard library only: it runs with the host's python)."""
+
+    def install_hint(self) -> str:
+        return "install it there first"
+
+    def router_check_argv(self, python: str) -> list[str]:
+        """The command that succeeds where the router (``server_module(router=True)``) is installed."""
+        return [python, "-m", self.server_module(router=True), "--help"]
+
+    # -- the log -------------------------------------------------------------------------------
+
+    def state_of(self, phase: str) -> str:
+        """gpuops' phase (core/states.py) for one of the engine's `phases` (the same name by default)."""
+        return phase
+
+    @abstractmethod
+    def clean(self, raw: str) -> LogLine:
+        """One raw log line as the tracker and the scanner read it."""
+
+    @abstractmethod
+    def tracker(self) -> Tracker:
+        """A new phase tracker for one run's log."""
+
+    @abstractmethod
+    def scanner(self) -> Scanner:
+        """A new finding-rules scanner for one run's log."""
+
+    def track_log(self, lines: Iterable[str], observer: Callable[[LogLine, Any], object] | None = None) -> Tracker:
+        """A tracker run over a finished log, returned; ``observer(line, tracker)`` sees every
+        cleaned line after the tracker did (the scanner reads the same pass)."""
+        tr = self.tracker()
+        for raw in lines:
+            ln = self.clean(raw)
+            tr.feed(ln)
+            if observer is not None:
+                observer(ln, tr)
+        tr.finish()
+        return tr
+
+    def nccl_log_on(self, scanner: Any, plan: Any) -> bool:
+        """Whether NCCL's own INFO log is among the lines `scanner` read (a stall's finding says so)."""
+        return False
+
+    # -- benchmarks ----------------------------------------------------------------------------
+
+    def bench_module(self, version: str) -> str | None:
+        """The module of the engine's serving benchmark in `version` (None: it has none)."""
+        return None
+
+    def eval_module(self) -> str | None:
+        """The module of the engine's accuracy evaluation (the quality profile's; None: it has none)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<engine {self.name}>"

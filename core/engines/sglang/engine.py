@@ -1,0 +1,79 @@
+"""SGLang's adapter: what gpuops asks of SGLang, answered by this package's modules (the phase
+grammar ``phases.py``, the finding rules ``finding_rules.py``, the flags and benchmark modules
+of each version ``versions.py`` + ``data/``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..base import Engine
+from . import versions
+from .finding_rules import LogScanner, nccl_log_on
+from .phases import PHASES, PhaseTracker, clean, track_log
+from ..records import LogLine
+
+__all__ = ["SGLang", "VERSION_PROGRAM", "EVAL_MODULE"]
+
+# Prints the installed sglang version (package metadata first: no import of the server stack).
+VERSION_PROGRAM = r"""
+import sys
+try:
+    from importlib.metadata import version
+    v = version("sglang")
+except Exception:
+    try:
+        import sglang
+        v = sglang.__version__
+    except Exception:
+        sys.exit(3)
+sys.stdout.write(v)
+"""
+
+EVAL_MODULE = "sglang.test.run_eval"  # the quality profile's evaluation (gsm8k)
+
+
+class SGLang(Engine):
+    name = "sglang"
+    title = "SGLang"
+    phases = PHASES
+    metrics = {
+        "running_reqs": "sglang:num_running_reqs",
+        "queued_reqs": "sglang:num_queue_reqs",
+        "gen_throughput": "sglang:gen_throughput",
+        "token_usage": "sglang:token_usage",
+        "full_token_usage": "sglang:full_token_usage",  # what older versions export instead
+        "accept_length": "sglang:spec_accept_length",
+    }
+    server = "sglang.launch_server"
+    router = "sglang_router.launch_router"
+    router_title = "sglang-router"
+    bench_backend = "sglang"  # bench_serving's --backend
+
+    def server_module(self, *, router: bool = False) -> str:
+        return self.router if router else self.server
+
+    def version_program(self) -> str:
+        return VERSION_PROGRAM
+
+    def clean(self, raw: str) -> LogLine:
+        return clean(raw)
+
+    def tracker(self) -> PhaseTracker:
+        return PhaseTracker()
+
+    def scanner(self) -> LogScanner:
+        return LogScanner()
+
+    def track_log(self, lines: Iterable[str],
+                  observer: Callable[[LogLine, Any], object] | None = None) -> PhaseTracker:
+        return track_log(lines, observer)  # (a journal across restarts: the last start's tracker)
+
+    def eval_module(self) -> str | None:
+        return EVAL_MODULE
+
+    def nccl_log_on(self, scanner: Any, plan: Any) -> bool:
+        return isinstance(scanner, LogScanner) and nccl_log_on(scanner, plan)
+
+    def bench_module(self, version: str) -> str | None:
+        return versions.bench_module(version)

@@ -1,0 +1,249 @@
+"""The Engine seam: a second serving engine, written here and nowhere else, plugs in.
+
+The toy engine has its own server (a small http.server script this test writes onto the simulated
+host), its own command line (``python -m toyserve.serve``), its own install check, a tiny phase
+grammar of four lines mapped onto gpuops' phases, and one finding rule. It is registered at run
+time (``engines.register``) and a plan naming it is deployed on a simulated host, through the same
+use case as SGLang's, to ready: the install check refuses it before the server is there; once it
+is, the watch reads the toy's log with the toy's tracker, the quick check gets an answer, triage
+finds the toy rule's finding, and stop stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from gpuops.core import engines
+from gpuops.core.config import load_inventory
+from gpuops.core.domain import Finding, Invalid, ModelSummary, Plan, event_json
+from gpuops.core.engines.records import LogLine, PhaseChange, Progress
+from gpuops.core.ops import Ops, Refused
+from gpuops.sim.host import setup_simhost
+from tests.conftest import kill_marked
+
+# --------------------------------------------------------------------------------- the toy engine
+
+TOY_SERVER = r'''
+import argparse, json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model-path")
+ap.add_argument("--host", default="127.0.0.1")
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--shards", type=int, default=3)
+a = ap.parse_args()
+
+
+def say(text):
+    print("toy| " + text, flush=True)
+
+
+say("booting " + str(a.model_path))
+for i in range(1, a.shards + 1):
+    say("loading shard %d/%d" % (i, a.shards))
+say("WARN the disk is slow")
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        out = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hello from the toy engine"}}],
+                          "usage": {"completion_tokens": 5}, "model": body.get("model")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer((a.host, a.port), Handler)
+say("listening on %d" % a.port)
+say("ready")
+server.serve_forever()
+'''
+
+
+def toy_clean(raw: str) -> LogLine:
+    text = raw.rstrip("\r\n")
+    return LogLine(raw=raw, text=text[len("toy| "):] if text.startswith("toy| ") else text)
+
+
+class ToyTracker:
+    """The toy's phase grammar: a table of (line prefix, the toy's phase)."""
+
+    GRAMMAR = (("booting", "boot"), ("loading shard", "load"), ("listening on", "listen"), ("ready", "up"))
+
+    def __init__(self, engine: Toy) -> None:
+        self.engine = engine
+        self.phase: str | None = None
+        self.line_no = 0
+        self.crash = None
+        self._ready = False
+
+    @property
+    def outcome(self) -> str:
+        return "ready" if self._ready else "incomplete"
+
+    def feed(self, raw: str | LogLine) -> list:
+        self.line_no += 1
+        ln = raw if isinstance(raw, LogLine) else toy_clean(raw)
+        out: list = []
+        for prefix, toy_phase in self.GRAMMAR:
+            if ln.text.startswith(prefix):
+                phase = self.engine.state_of(toy_phase)
+                if phase != self.phase:
+                    self.phase = phase
+                    out.append(PhaseChange(phase, self.line_no, ln.text, None))
+                if toy_phase == "load":
+                    done, total = ln.text.rsplit(" ", 1)[1].split("/")
+                    out.append(Progress(phase, int(done), int(total), "shards"))
+                self._ready = self._ready or toy_phase == "up"
+        return out
+
+    def idle(self) -> list:
+        return []
+
+    def finish(self) -> list:
+        return []
+
+    def resume(self, phase: str) -> None:
+        self.phase = phase
+
+
+class ToyScanner:
+    """The toy's one finding rule: a slow disk it warns about."""
+
+    def __init__(self) -> None:
+        self.slow: list[int] = []
+
+    def feed(self, line: str | LogLine, tracker: ToyTracker | None = None) -> None:
+        text = line.text if isinstance(line, LogLine) else toy_clean(line).text
+        if text.startswith("WARN the disk is slow"):
+            self.slow.append(tracker.line_no if tracker else 0)
+
+    def findings(self, tracker: ToyTracker, plan: Plan | None = None) -> list[Finding]:
+        return [Finding("toy-slow-disk", "warning", f"the toy says its disk is slow (line {n})") for n in self.slow]
+
+
+class Toy(engines.Engine):
+    name = "toy"
+    title = "Toy"
+    phases = ("boot", "load", "listen", "up")
+    _STATES = {"boot": "starting", "load": "weights", "listen": "http", "up": "ready"}
+
+    def server_module(self, *, router: bool = False) -> str:
+        return "toyserve.serve"
+
+    def version_program(self) -> str:
+        return ("import importlib.util, sys\n"
+                "sys.exit(3) if importlib.util.find_spec('toyserve') is None else sys.stdout.write('1.0.0')\n")
+
+    def install_hint(self) -> str:
+        return "put toyserve on its python's path"
+
+    def state_of(self, phase: str) -> str:
+        return self._STATES[phase]
+
+    def clean(self, raw: str) -> LogLine:
+        return toy_clean(raw)
+
+    def tracker(self) -> ToyTracker:
+        return ToyTracker(self)
+
+    def scanner(self) -> ToyScanner:
+        return ToyScanner()
+
+
+# --------------------------------------------------------------------------------- the test
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def toy_engine():
+    engine = engines.register(Toy)
+    yield engine
+    engines._LOADED.pop("toy", None)
+
+
+def test_an_unknown_engine_is_refused_in_one_line(toy_engine):
+    with pytest.raises(engines.UnknownEngine, match="no engine called 'nope'"):
+        engines.get("nope")
+    with pytest.raises(Invalid, match="engine: 'nope' is not an engine gpuops knows"):
+        toy_plan(Path("/srv/m"), 30000).replace(engine="nope")
+
+
+def test_a_plan_without_an_engine_is_sglangs(toy_engine):
+    doc = toy_plan(Path("/srv/m"), 30000).to_json()
+    del doc["engine"]  # a plan stored before engines had names
+    plan = Plan.from_json(doc)
+    assert plan.engine == "sglang" and plan.module == engines.get("sglang").server_module()
+
+
+def toy_plan(model: Path, port: int) -> Plan:
+    return Plan(name="toy1", host="gpu1", model=ModelSummary(id="toy/model"), tp=1, gpu_ids=(0,), port=port,
+                launcher="process", sglang_version="1.0.0", model_path=str(model), reuse_existing=True,
+                argv=["--model-path", str(model), "--host", "127.0.0.1", "--port", str(port), "--shards", "3"],
+                engine="toy")
+
+
+async def test_a_toy_engine_plugs_in_and_deploys_to_ready(tmp_path, monkeypatch, toy_engine):
+    for var, sub in (("HOME", "home"), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "cfg"),
+                     ("XDG_CACHE_HOME", "cache")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    sim = setup_simhost(tmp_path / "box", gpus=1, sglang_version="none")
+    model = tmp_path / "box" / "models" / "toy"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    cfg = tmp_path / "gpuops.toml"
+    cfg.write_text(sim.host_block("gpu1"))
+    port = free_port()
+    plan = toy_plan(model, port)
+    assert plan.exec_argv()[1:3] == ["-m", "toyserve.serve"]
+    ops = Ops(load_inventory(str(cfg)))
+    try:
+        # the toy's install check: refused, nothing recorded, while the host has no toyserve
+        with pytest.raises(Refused, match="Toy is not installed on gpu1 .*put toyserve on its python's path"):
+            await ops.deploy(plan, "gpu1", yes=True)
+        assert ops.deployments() == []
+        pkg = tmp_path / "box" / "lib" / "toyserve"  # the sim host's python has its lib/ on its path
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+        (pkg / "serve.py").write_text(TOY_SERVER)
+
+        state = await asyncio.wait_for(ops.deploy(plan, "gpu1", yes=True), timeout=240)
+        assert state == "ready"
+        d = ops.deployment("toy1")
+        assert d.state == "ready" and d.plan.engine == "toy"
+        events = [event_json(e) for e in ops.events("toy1")]
+        states = [e["state"] for e in events if e.get("event") == "state"]
+        assert [s for s in states if s != "planned"] == ["starting", "weights", "http", "ready"], states
+        phases = [e["phase"] for e in events if e.get("event") == "phase"]
+        assert phases[-3:] == ["weights", "http", "ready"], phases  # the toy's load, listen, up
+        shards = [e for e in events if e.get("event") == "progress" and e.get("phase") == "weights"]
+        assert shards and shards[-1]["done"] == shards[-1]["total"] == 3
+        ready = [e for e in events if e.get("event") == "state" and e.get("state") == "ready"]
+        assert ready and ready[-1]["quick_check"]["content"] == "hello from the toy engine"
+
+        report = await ops.triage("toy1")
+        assert "toy-slow-disk" in [f.code for f in report.findings]
+        assert report.outcome == "ready" and report.phase == "ready"
+
+        await ops.stop("toy1", confirmed=True)
+        assert ops.deployment("toy1").state == "stopped"
+    finally:
+        await ops.close()
+        kill_marked(str(tmp_path / "box"))
