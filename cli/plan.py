@@ -330,14 +330,11 @@ def print_plan(facts, plan) -> None:
         for change in plan.like.diff:
             diff.append(f"{change.op} {change.text}\n", style={"+": "green", "-": "red", "~": "yellow"}[change.op])
         console.print(Panel(diff, title=Text(f"against {literal(plan.like.source)}"), title_align="left"))
-    if plan.launcher == "systemd":
-        from ..tui.plan_view import HOST_PYTHON
+    from ..core.deploy.launchers import get as launcher
+    from ..tui.plan_view import HOST_PYTHON
 
-        unit = plan.unit_text()
-        if plan.python is None:  # planned offline: the unit runs the host's python (bound at deploy), not python3
-            unit = re.sub(r"^ExecStart=python3 ", f"ExecStart={HOST_PYTHON} ", unit, count=1, flags=re.M)
-        console.print(Panel(Syntax(unit, "ini", theme="ansi_dark", word_wrap=True),
-                            title=f"{plan.unit_name}", title_align="left"))
-        console.print(Panel(Text(plan.env_file_text().rstrip()), title=plan.env_file, title_align="left"))
+    for art in launcher(plan.launcher).artifacts(plan, HOST_PYTHON):  # the unit and env file it writes, if any
+        body = Syntax(art.text, art.syntax, theme="ansi_dark", word_wrap=True) if art.syntax else Text(art.text)
+        console.print(Panel(body, title=Text(art.title), title_align="left"))
     for w in plan.warnings:  # plain text: a warning may hold brackets ([hosts.NAME]) that are no markup
         console.print(Text.assemble(("warning: ", "yellow"), literal(w)))

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 from . import units
 from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
-from .deploy.launch import open_launcher
+from .deploy.launchers import open_launcher
 from .deploy.store import Store, StoreError
 from .deploy.router import watch_class
 from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_alive
@@ -841,15 +841,10 @@ class Ops:
 
     async def logs(self, name: str, *, follow: bool = False) -> AsyncIterator[Any]:
         """The server's log records (the whole log of the deployment's file or unit)."""
-        from .deploy.journal import FileFollower, JournalFollower
-        from .deploy.launch import ProcessLauncher
-
         d = self.deployment(name)
         host = self._host_of(d)
         launcher = await open_launcher(host, d.plan)
-        journal_dir = self.host_config(d.host).journal_dir
-        follower: Any = (FileFollower(host, launcher.log_path, follow=follow) if isinstance(launcher, ProcessLauncher)
-                         else JournalFollower(host, launcher.unit, directory=journal_dir, follow=follow))  # type: ignore[attr-defined]
+        follower = launcher.follower(journal_dir=self.host_config(d.host).journal_dir, follow=follow)
         async for rec in follower.records():
             yield rec
 
@@ -930,14 +925,7 @@ class Ops:
 
     async def _run_log(self, d: Deployment, host: Host, launcher: Any) -> AsyncIterator[Any]:
         """The lines of the deployment's current run (from where its run's log begins)."""
-        from .deploy.journal import FileFollower, JournalFollower
-        from .deploy.launch import ProcessLauncher
-
-        if isinstance(launcher, ProcessLauncher):
-            follower: Any = FileFollower(host, launcher.log_path, offset=d.run_offset or 0, follow=False)
-        else:
-            follower = JournalFollower(host, launcher.unit, directory=self.host_config(d.host).journal_dir,
-                                       cursor=d.run_cursor, follow=False)
+        follower = launcher.run_log(d, journal_dir=self.host_config(d.host).journal_dir)
         async for rec in follower.records():
             if not rec.notice:
                 yield rec

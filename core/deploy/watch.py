@@ -46,8 +46,8 @@ from ..domain import (
 from ..hosts.host import Host, HostError, host_python
 from ..hosts.procs import process_tree
 from ..telemetry.samples import Snapshot, memory_used, snapshot
-from .journal import FileFollower, FollowError, JournalFollower, RingBuffer
-from .launch import Launcher, ProcessLauncher, SystemdLauncher, open_launcher
+from .journal import FollowError, RingBuffer
+from .launchers import Launcher, open_launcher
 from .store import RunMoved, Store, StoreError
 from .view import TERMINAL, RunView, parse_ts
 
@@ -153,7 +153,7 @@ print(json.dumps({"seconds": round(time.time() - t0, 3), "content": msg.get("con
 async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict | None, str | None]:
     """One short chat completion against the server, from its host (with the deployment's API key
     read there from its env file, never here): (the answer, None) or (None, why it failed)."""
-    env_path = getattr(launcher, "env_path", "")
+    env_path = launcher.env_path
     script = WITH_ENV_FILE
     client = plan.client_host
     res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c", _QUICK_CHECK,
@@ -169,20 +169,7 @@ async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict 
 async def log_end(host: Host, launcher: Launcher, journal_dir: str | None) -> dict[str, Any]:
     """Where the server's log ends now (``{"log_offset": N}`` or ``{"cursor": C}``): a new run's
     log begins there, so the previous run's lines are never read as this one's."""
-    if isinstance(launcher, ProcessLauncher):
-        res = await host.run(["sh", "-c", 'wc -c < "$1" 2>/dev/null || echo 0', "gpuops-size", launcher.log_path],
-                             timeout=15)
-        size = res.stdout.strip()
-        return {"log_offset": int(size) if size.isdigit() else 0}
-    assert isinstance(launcher, SystemdLauncher)
-    argv = ["journalctl", "-u", launcher.unit, "-n", "1", "-o", "json", "--no-pager"]
-    if journal_dir:
-        argv[1:1] = ["--directory", journal_dir]
-    res = await host.run(argv, timeout=30)
-    try:
-        return {"cursor": json.loads(res.stdout.strip().splitlines()[-1])["__CURSOR"]}
-    except (ValueError, IndexError, KeyError):
-        return {"cursor": None}
+    return await launcher.log_end(journal_dir)
 
 
 def _log_begun(d: Deployment) -> bool:
@@ -196,17 +183,6 @@ def _before(state: str, phase: str) -> bool:
     if state in PHASES:
         return PHASES.index(state) < PHASES.index(phase)
     return state in ("planned", "downloading", "stalled")
-
-
-def _seqnum(cursor: str | None) -> tuple[str, int] | None:
-    """(seqnum id, seqnum) of a journal cursor: entries of one journal compare by it."""
-    if not cursor:
-        return None
-    parts = dict(p.split("=", 1) for p in cursor.split(";") if "=" in p)
-    try:
-        return parts["s"], int(parts["i"], 16)
-    except (KeyError, ValueError):
-        return None
 
 
 class Watch:
@@ -386,42 +362,16 @@ class Watch:
 
     async def _records(self, *, follow: bool) -> Any:
         """(record, parse it?) from the backlog window, then from the stored position on."""
-        d = self.deployment
-        launcher = self.launcher
-        if isinstance(launcher, ProcessLauncher):
-            start = d.log_offset if d.log_offset is not None else (d.run_offset or 0)
-            run_start = d.run_offset or 0
-            begin = max(run_start, start - BACKLOG_BYTES)
-            follower = FileFollower(self.host, launcher.log_path, offset=begin, follow=follow)
-            self.parsed_from, self.read_from = start, begin
-            self._offset = start
-            first = begin > run_start  # a window that starts mid-run may start mid-line
-            async for rec in follower.records():
-                live = rec.notice is not None or rec.offset is None or rec.offset > start
-                if first and not live:
-                    first = False
-                    continue
-                first = False
-                yield rec, live
-            return
-        assert isinstance(launcher, SystemdLauncher)
-        cursor = d.cursor or d.run_cursor
-        self.parsed_from = self._cursor = cursor
-        if d.cursor is not None:  # a reattach: the run's last lines before the position, for display
-            low, high = _seqnum(d.run_cursor), _seqnum(d.cursor)
-            back = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, lines=BACKLOG_LINES,
-                                   follow=False)
-            async for rec in back.records():
-                at = _seqnum(rec.cursor)
-                if at is None or high is None or at[0] != high[0] or at[1] > high[1]:
-                    continue
-                if low is not None and at[0] == low[0] and at[1] <= low[1]:
-                    continue
-                yield rec, False
-        journal = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, cursor=cursor,
-                                  follow=follow)
-        async for rec in journal.records():
-            yield rec, True
+        assert self.launcher is not None
+        log = self.launcher.watch_log(self.deployment, journal_dir=self.journal_dir, follow=follow,
+                                      backlog_bytes=BACKLOG_BYTES, backlog_lines=BACKLOG_LINES)
+        self.parsed_from, self.read_from = log.parsed_from, log.read_from
+        if "log_offset" in log.position:
+            self._offset = log.position["log_offset"]
+        if "cursor" in log.position:
+            self._cursor = log.position["cursor"]
+        async for item in log.records:
+            yield item
 
     def _took(self, rec: Any) -> None:
         """`rec`, a live record, has been dealt with: the position to resume after it. Kept by
