@@ -24,7 +24,7 @@ from .deploy.deployer import DeployError, Deployer
 from .deploy.launchers import open_launcher
 from .deploy.store import Store, StoreError
 from .deploy.router import watch_class
-from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_alive
+from .deploy.watch import POLL_S, Bus, Watch, Watches, WatchOptions, quick_check, watcher_alive
 from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
@@ -833,9 +833,9 @@ class Ops:
         host = self.host(d.host)
         if host is None:
             return d
-        watch = watch_class(d.plan)(host, d, self.store, self.bus, readings=None, stall=dict(self.inventory.stall),
-                      journal_dir=self.host_config(d.host).journal_dir, follow=False, quick_check=False,
-                      triage=False, until=())
+        watch = watch_class(d.plan)(host, d, self.store, self.bus, WatchOptions(
+            stall=dict(self.inventory.stall), journal_dir=self.host_config(d.host).journal_dir, follow=False,
+            quick_check=False, triage=False, until=()))
         await watch.run()
         return self.deployment(name)
 
