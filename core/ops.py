@@ -287,6 +287,31 @@ class Ops:
         if self.readonly:
             raise Refused(f"{self.readonly_why or 'read-only'}: {what}")
 
+    # ---------------------------------------------------------------- plan
+
+    async def plan(self, request: Any) -> tuple[Any, Plan]:
+        """(the model's facts, the plan) a :class:`~gpuops.core.planning.request.PlanRequest` asks for:
+        one host, several nodes or replicas, its hosts read through this Ops' pool, the stored
+        deployments' ports taken and `--like NAME` read from its store (PlanError on bad input)."""
+        from .planning.request import plan_request
+
+        async def open_host(cfg: HostConfig) -> Host:
+            host = self.host(cfg.name)
+            if host is None:
+                raise Refused(f"unknown host {cfg.name!r}")
+            return host
+
+        async def keep_open(host: Host) -> None:  # the pool's: closed with this Ops
+            pass
+
+        def stored_plan(name: str) -> Plan | None:
+            d = self.store.deployment(name)
+            return d.plan if d is not None else None
+
+        return await plan_request(
+            self.inventory, request, open_host=open_host, close_host=keep_open, stored_plan=stored_plan,
+            stored_ports=lambda: [(d.name, d.host, d.state, d.plan.port) for d in self.store.deployments()])
+
     # ---------------------------------------------------------------- deploy
 
     async def deploy(self, plan: Plan, host_name: str, *, yes: bool = False, ask: Callable[[str], bool] | None = None,

@@ -129,8 +129,8 @@ def test_a_plan_names_only_a_registered_launcher(toy):
 
 
 def test_a_toy_launcher_deploys_a_model_to_ready_and_stops_it(toy, world, monkeypatch):
-    from gpuops.cli.plan import PlanRequest, make_plan
     from gpuops.core.ops import Ops
+    from gpuops.core.planning.request import PlanRequest
 
     make, env = world
     cfg, sim = make("ok")
@@ -139,12 +139,12 @@ def test_a_toy_launcher_deploys_a_model_to_ready_and_stops_it(toy, world, monkey
         monkeypatch.setenv(var, env[var])
     inv = load_inventory(str(cfg))
     assert inv.host("gpu1").launcher == TOY
-    _facts, plan = make_plan(inv, PlanRequest(model="Qwen/Qwen3-8B", host="gpu1", name="toy1"))
-    assert plan.launcher == TOY
 
     async def scenario() -> tuple[str, str, list[str], str]:
         ops = Ops(inv)
         try:
+            _facts, plan = await ops.plan(PlanRequest(model="Qwen/Qwen3-8B", host="gpu1", name="toy1"))
+            assert plan.launcher == TOY
             state = await ops.deploy(plan, "gpu1", yes=True)
             lines = [rec.text async for rec in ops.logs("toy1")]
             launcher = await launchers.open_launcher(ops.host("gpu1"), ops.deployment("toy1").plan)
