@@ -957,6 +957,31 @@ class Ops:
 
     # ---------------------------------------------------------------- hosts
 
+    async def scan_storage(self, host_name: str, users: dict[str, str] | None = None) -> Any:
+        """The host's mounts and model copies (a HostStorage; its `error` says why a part could not be
+        read, an unknown host included). `users`: the deployments that use a model (None: the stored)."""
+        from .hosts.model_copies import HostStorage, scan_or_error
+
+        host = self.host(host_name)
+        if host is None:
+            return HostStorage(host_name, error=f"no host named {host_name!r}")
+        return await scan_or_error(host, self.stored_model_users(host_name) if users is None else users)
+
+    async def model_facts_on_host(self, host_name: str, model_id: str, path: str) -> Any:
+        """A model's facts from its copy at `path` on the host (its config.json read there)."""
+        from .planning.hostfacts import facts_on_host
+
+        host = self.host(host_name)
+        if host is None:
+            raise Refused(f"unknown host {host_name!r} (known: {', '.join(self.inventory.names())})")
+        return await facts_on_host(host, model_id, path)
+
+    def model_id_for(self, host_name: str, path: str) -> str | None:
+        """The repo id a folder on the host stands for (MODEL_DIR/owner/name), else None."""
+        from .planning.hostfacts import repo_id_for
+
+        return repo_id_for(path, self.host_config(host_name).model_dirs)
+
     def stored_model_users(self, host_name: str) -> dict[str, str]:
         """Deployments on `host_name` whose server runs or is about to (name → model path): a
         model they use is not deleted. A stopped or crashed one holds no file of it."""
