@@ -171,7 +171,7 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
     """The plan to deploy: a plan JSON (decoded and validated as a Plan), or one made here from
     the model and the planning options `plan` takes (--tp, --gpu-ids, --port, --download-dir, …)."""
     from ..core.domain import Invalid, Plan
-    from .plan import PLANNING_DESTS, PlanRequest, make_plan
+    from .plan import PLANNING_DESTS, make_plan, request_from_args
 
     ref = args.model
     if ref.endswith(".json") and Path(ref).is_file():
@@ -187,7 +187,7 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
             return Plan.from_json(doc, ref)
         except Invalid as exc:
             raise UsageError(str(exc)) from None
-    plan = make_plan(inv, PlanRequest.from_args(args))[1]
+    plan = make_plan(inv, request_from_args(args))[1]
     if plan.fit is not None and not plan.fit.fits:
         raise UsageError(f"the plan does not fit: {plan.fit.verdict}")
     return plan
@@ -540,7 +540,8 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
                          "yet (plan the new model with --replicas and deploy it beside, or stop the old one first)")
     # the new one like the old: same host, GPUs, port, bind, served name (planning keeps them); a
     # multi-node one over the same nodes at the same TP
-    from .plan import PlanRequest, make_plan
+    from ..core.planning.request import PlanRequest
+    from .plan import make_plan
 
     nodes = [m.host for m in old.plan.members]
     where = (PlanRequest(args.model, hosts=",".join(nodes), tp=old.plan.tp) if nodes else

@@ -30,6 +30,10 @@ from .states import PHASES
 
 __all__ = [
     "LAUNCHERS",
+    "DEFAULT_LAUNCHER",
+    "launcher_choices",
+    "register_launcher_name",
+    "unregister_launcher_name",
     "BenchProfile",
     "ConfigError",
     "HostConfig",
@@ -46,7 +50,12 @@ __all__ = [
     "validate_host_name",
 ]
 
-LAUNCHERS = ("systemd", "process")
+# The launchers' names an inventory's `launcher =` and a plan may name: gpuops.core.deploy.launchers
+# registers each (register_launcher_name). The built-in ones are here from the start, so an inventory
+# reads the same before any launcher module is imported.
+LAUNCHERS: list[str] = ["systemd", "process"]
+DEFAULT_LAUNCHER = LAUNCHERS[0]  # a host that names none
+_LAUNCHER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # [stall] accepts the phases plus the download-stall threshold.
 _STALL_KEYS = (*PHASES, "download")
 _DATASET_NAMES = ("random-ids", "random", "sharegpt", "custom")
@@ -100,6 +109,25 @@ def _require_str(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{what}: expected a string, got {_show(value)}")
     return value
+
+
+def register_launcher_name(name: str) -> None:
+    """Let inventories and plans name the launcher `name` (a registered launcher's kind)."""
+    if not isinstance(name, str) or not _LAUNCHER_NAME.fullmatch(name):
+        raise ValueError(f"a launcher's name is 1-32 of a-z, 0-9, '-' and '_' (starting with a letter): {name!r}")
+    if name not in LAUNCHERS:
+        LAUNCHERS.append(name)
+
+
+def unregister_launcher_name(name: str) -> None:
+    if name in LAUNCHERS:
+        LAUNCHERS.remove(name)
+
+
+def launcher_choices() -> str:
+    """The launchers' names as an error says them: '"a" or "b"', '"a", "b" or "c"'."""
+    quoted = [f'"{n}"' for n in LAUNCHERS]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def validate_host_name(s: object) -> str:
@@ -232,7 +260,7 @@ class HostConfig:
     forbidden_paths: tuple[str, ...] = ()
     gpu_ids: tuple[int, ...] | None = None  # None: all GPUs of the host
     serve_host: str = "127.0.0.1"
-    launcher: str = "systemd"
+    launcher: str = DEFAULT_LAUNCHER
     journal_dir: str | None = None
     env: tuple[tuple[str, str], ...] = ()  # ordered (name, value) pairs, exactly as configured
     node_addr: str | None = None  # where the other nodes of a multi-node deployment reach this host
@@ -514,10 +542,10 @@ class _Checker:
         # a model dir may be under a forbidden path (a retiring volume): its models are listed
         # and may be deleted; the planner puts nothing new there
 
-        launcher = t.get("launcher", "systemd")
+        launcher = t.get("launcher", DEFAULT_LAUNCHER)
         if launcher not in LAUNCHERS:
             self.fail(
-                (*path, "launcher"), f'expected "systemd" or "process", got {_show(launcher)}'
+                (*path, "launcher"), f"expected {launcher_choices()}, got {_show(launcher)}"
             )
         return HostConfig(
             name=name,

@@ -26,7 +26,7 @@ import msgspec
 from msgspec import Struct, field
 
 from . import engines
-from .config import validate_host_name
+from .config import DEFAULT_LAUNCHER, LAUNCHERS, launcher_choices, validate_host_name
 from .states import PHASES as PHASES  # (re-exported: core.ops reads it here)
 
 __all__ = [
@@ -344,7 +344,7 @@ class Member(Struct, frozen=True, kw_only=True):
     gpu_ids: tuple[int, ...]
     port: int = 0  # its --port (node R > 0 serves only SGLang's health check there); 0: the plan's
     python: str | None = None
-    launcher: Literal["systemd", "process"] = "systemd"
+    launcher: str = DEFAULT_LAUNCHER  # a registered launcher's name (config.LAUNCHERS)
     env: dict[str, str] = {}  # this node's own additions (its NCCL interface)
 
 
@@ -358,7 +358,7 @@ class Plan(Struct, kw_only=True):
     tp: int
     gpu_ids: tuple[int, ...]
     port: int
-    launcher: Literal["systemd", "process"]
+    launcher: str  # a registered launcher's name (config.LAUNCHERS; core.deploy.launchers)
     sglang_version: str  # the engine's version (the field keeps its first engine's name: stored plans carry it)
     env: dict[str, str] = {}
     argv: list[str]
@@ -394,6 +394,9 @@ class Plan(Struct, kw_only=True):
         """Raise :class:`Invalid` unless every value is one gpuops can put in a shell, a unit or
         on a screen."""
         _control_free(msgspec.to_builtins(self), "plan")
+        for launcher in (self.launcher, *(m.launcher for m in self.members)):
+            if launcher not in LAUNCHERS:
+                raise Invalid(f"launcher: expected {launcher_choices()}, got {launcher!r}")
         try:
             validate_host_name(self.name)
             if self.host is not None:

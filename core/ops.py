@@ -22,10 +22,10 @@ from . import units
 from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
 from .deploy.download import local_hf_token
-from .deploy.launch import open_launcher
+from .deploy.launchers import open_launcher
 from .deploy.store import Store, StoreError
 from .deploy.router import watch_class
-from .deploy.watch import POLL_S, Bus, Watch, Watches, quick_check, watcher_alive
+from .deploy.watch import POLL_S, Bus, Watch, Watches, WatchOptions, quick_check, watcher_alive
 from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
@@ -287,6 +287,31 @@ class Ops:
     def _writable(self, what: str) -> None:
         if self.readonly:
             raise Refused(f"{self.readonly_why or 'read-only'}: {what}")
+
+    # ---------------------------------------------------------------- plan
+
+    async def plan(self, request: Any) -> tuple[Any, Plan]:
+        """(the model's facts, the plan) a :class:`~gpuops.core.planning.request.PlanRequest` asks for:
+        one host, several nodes or replicas, its hosts read through this Ops' pool, the stored
+        deployments' ports taken and `--like NAME` read from its store (PlanError on bad input)."""
+        from .planning.request import plan_request
+
+        async def open_host(cfg: HostConfig) -> Host:
+            host = self.host(cfg.name)
+            if host is None:
+                raise Refused(f"unknown host {cfg.name!r}")
+            return host
+
+        async def keep_open(host: Host) -> None:  # the pool's: closed with this Ops
+            pass
+
+        def stored_plan(name: str) -> Plan | None:
+            d = self.store.deployment(name)
+            return d.plan if d is not None else None
+
+        return await plan_request(
+            self.inventory, request, open_host=open_host, close_host=keep_open, stored_plan=stored_plan,
+            stored_ports=lambda: [(d.name, d.host, d.state, d.plan.port) for d in self.store.deployments()])
 
     # ---------------------------------------------------------------- deploy
 
@@ -838,23 +863,18 @@ class Ops:
         host = self.host(d.host)
         if host is None:
             return d
-        watch = watch_class(d.plan)(host, d, self.store, self.bus, readings=None, stall=dict(self.inventory.stall),
-                      journal_dir=self.host_config(d.host).journal_dir, follow=False, quick_check=False,
-                      triage=False, until=())
+        watch = watch_class(d.plan)(host, d, self.store, self.bus, WatchOptions(
+            stall=dict(self.inventory.stall), journal_dir=self.host_config(d.host).journal_dir, follow=False,
+            quick_check=False, triage=False, until=()))
         await watch.run()
         return self.deployment(name)
 
     async def logs(self, name: str, *, follow: bool = False) -> AsyncIterator[Any]:
         """The server's log records (the whole log of the deployment's file or unit)."""
-        from .deploy.journal import FileFollower, JournalFollower
-        from .deploy.launch import ProcessLauncher
-
         d = self.deployment(name)
         host = self._host_of(d)
         launcher = await open_launcher(host, d.plan)
-        journal_dir = self.host_config(d.host).journal_dir
-        follower: Any = (FileFollower(host, launcher.log_path, follow=follow) if isinstance(launcher, ProcessLauncher)
-                         else JournalFollower(host, launcher.unit, directory=journal_dir, follow=follow))  # type: ignore[attr-defined]
+        follower = launcher.follower(journal_dir=self.host_config(d.host).journal_dir, follow=follow)
         async for rec in follower.records():
             yield rec
 
@@ -940,19 +960,37 @@ class Ops:
 
     async def _run_log(self, d: Deployment, host: Host, launcher: Any) -> AsyncIterator[Any]:
         """The lines of the deployment's current run (from where its run's log begins)."""
-        from .deploy.journal import FileFollower, JournalFollower
-        from .deploy.launch import ProcessLauncher
-
-        if isinstance(launcher, ProcessLauncher):
-            follower: Any = FileFollower(host, launcher.log_path, offset=d.run_offset or 0, follow=False)  # (begun: see triage)
-        else:
-            follower = JournalFollower(host, launcher.unit, directory=self.host_config(d.host).journal_dir,
-                                       cursor=d.run_cursor, follow=False)
+        follower = launcher.run_log(d, journal_dir=self.host_config(d.host).journal_dir)
         async for rec in follower.records():
             if not rec.notice:
                 yield rec
 
     # ---------------------------------------------------------------- hosts
+
+    async def scan_storage(self, host_name: str, users: dict[str, str] | None = None) -> Any:
+        """The host's mounts and model copies (a HostStorage; its `error` says why a part could not be
+        read, an unknown host included). `users`: the deployments that use a model (None: the stored)."""
+        from .hosts.model_copies import HostStorage, scan_or_error
+
+        host = self.host(host_name)
+        if host is None:
+            return HostStorage(host_name, error=f"no host named {host_name!r}")
+        return await scan_or_error(host, self.stored_model_users(host_name) if users is None else users)
+
+    async def model_facts_on_host(self, host_name: str, model_id: str, path: str) -> Any:
+        """A model's facts from its copy at `path` on the host (its config.json read there)."""
+        from .planning.hostfacts import facts_on_host
+
+        host = self.host(host_name)
+        if host is None:
+            raise Refused(f"unknown host {host_name!r} (known: {', '.join(self.inventory.names())})")
+        return await facts_on_host(host, model_id, path)
+
+    def model_id_for(self, host_name: str, path: str) -> str | None:
+        """The repo id a folder on the host stands for (MODEL_DIR/owner/name), else None."""
+        from .planning.hostfacts import repo_id_for
+
+        return repo_id_for(path, self.host_config(host_name).model_dirs)
 
     def stored_model_users(self, host_name: str) -> dict[str, str]:
         """Deployments on `host_name` whose server runs or is about to (name → model path): a

@@ -77,22 +77,19 @@ class ModelPickerScreen(GpuopsScreen):
 
     @work(exclusive=True, group="scan")
     async def scan(self) -> None:
-        from ..core.hosts.model_copies import scan_or_error
-
         title = self.query_one("#picker-title", Static)
         title.update(Text(f"Models on {self.host_name}: scanning…"))
-        storage = await scan_or_error(self.host)
+        storage = await self.app.ops.scan_storage(self.host_name, {})  # type: ignore[attr-defined]
         if not self.is_attached:  # left (esc) while the host was read
             return
         table = self.query_one("#candidates", DataTable)
         table.clear()
         self.copies.clear()
-        from ..core.planning.hostfacts import repo_id_for
-
         for m in storage.models:
             key = f"{m.kind}:{m.path}"
             # a folder laid out as MODEL_DIR/owner/name is planned as that repo id
-            model_id = (repo_id_for(m.path, self.host.config.model_dirs) or m.id) if m.kind == "dir" else m.id
+            model_id = (self.app.ops.model_id_for(self.host_name, m.path)  # type: ignore[attr-defined]
+                        or m.id) if m.kind == "dir" else m.id
             self.copies[key] = (model_id, m.path)
             size = units.size(m.size_bytes) if m.size_bytes else "?"  # (as the storage screen says it)
             table.add_row(model_id, m.kind, size, {True: "yes", False: "NO", None: "?"}[m.complete], key=key)
@@ -148,9 +145,7 @@ class ModelPickerScreen(GpuopsScreen):
     async def _facts(self, model_id: str, host_path: str | None) -> ModelFacts:
         """From the copy on the host, else from the HF cache/Hub on this machine."""
         if host_path is not None:
-            from ..core.planning.hostfacts import facts_on_host
-
-            return await facts_on_host(self.host, model_id, host_path)
+            return await self.app.ops.model_facts_on_host(self.host_name, model_id, host_path)  # type: ignore[attr-defined]
         from asyncio import to_thread
 
         from ..core.planning.model_facts import load_model_facts

@@ -24,7 +24,8 @@ from ..core.planning import PlanError
 from ..core import units
 from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
-from ..core.planning.plan import Node, Target, Wishes, build_multinode_plan, build_plan, build_replicated_plan
+from ..core.planning.plan import Node, Target, Wishes
+from ..core.planning.request import build as build_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 from ..core.literal import literal
@@ -229,11 +230,8 @@ class PlanReviewScreen(GpuopsScreen):
         return True
 
     def _build(self, target: Target, wishes: Wishes, nodes: tuple[Node, ...], replicas: int) -> Plan:
-        if replicas:
-            return build_replicated_plan(self.facts, [self._node(target), *nodes], wishes, replicas)
-        if not nodes:
-            return build_plan(self.facts, target, wishes)
-        return build_multinode_plan(self.facts, [self._node(target), *nodes], wishes)
+        every = [self._node(target), *nodes] if nodes or replicas else []  # this host first
+        return build_plan(self.facts, target, wishes, every, replicas)
 
     def _node(self, target: Target) -> Node:
         """A host as a node: its target and what the inventory says of it (its address for the

@@ -1,6 +1,6 @@
 """Storage: one host's mounts and the models on its disks (model dirs, HF cache).
 
-Thin: the scan and the removal are core (``gpuops.core.hosts.model_copies``), run in a worker on the
+Thin: the scan (``app.ops.scan_storage``) and the removal (``app.ops.delete_model``) are core use cases, run in a worker on the
 app's loop; the screen shows what they post. ``ctrl+d`` deletes after a confirmation,
 refused in ``--readonly`` and whenever the host's policy or a user of the model says no.
 """
@@ -22,7 +22,6 @@ from ..core.hosts.model_copies import (
     HostStorage,
     ModelCopy,
     refusal_for,
-    scan_or_error,
 )
 from ..core.literal import exact, literal
 from ..tui.widgets import KeyFooter, LiteralTable
@@ -119,14 +118,7 @@ class StorageScreen(GpuopsScreen):
         self.run_worker(self._scan(), group="storage-scan", exclusive=True, exit_on_error=False)
 
     async def _scan(self) -> None:
-        try:
-            host = self.host
-        except KeyError:
-            storage = HostStorage(self.host_name, error=f"no host named {self.host_name!r}")
-        else:
-            users = (self.given_deployments if self.given_deployments is not None
-                     else self.gapp.ops.stored_model_users(self.host_name))
-            storage = await scan_or_error(host, users)
+        storage = await self.gapp.ops.scan_storage(self.host_name, self.given_deployments)
         self.post_message(self.Scanned(storage))
 
     def on_storage_screen_scanned(self, message: Scanned) -> None:

@@ -45,6 +45,8 @@ def test_the_contracts_hold_on_the_checkout():
     ("core/domain.py", "from .hosts import host", "layers"),
     ("screens/help.py", "from ..core.deploy.store import Store", "screens reach deployments"),
     ("screens/help.py", "from ..core.deploy.watch import Watch", "screens reach deployments"),
+    ("screens/help.py", "from ..core.deploy.launchers import open_launcher", "screens reach deployments"),
+    ("screens/help.py", "from ..core.planning.hostfacts import facts_on_host", "screens reach deployments"),
     ("core/ops.py", "from ..sim import host", "nothing imports the simulated host"),
     ("tui/app.py", "from ..sim.host import setup_simhost", "nothing imports the simulated host"),
     ("screens/dashboard.py", "from ..cli import main", "layers"),

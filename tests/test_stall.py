@@ -138,7 +138,7 @@ async def test_a_watch_reads_the_gpus_itself_while_the_monitor_has_none(tmp_path
     from gpuops.core.config import HostConfig
     from gpuops.core.deploy.launch import ProcessLauncher
     from gpuops.core.deploy.store import Store
-    from gpuops.core.deploy.watch import Watch
+    from gpuops.core.deploy.watch import Watch, WatchOptions
     from gpuops.core.hosts.host import LocalHost
     from gpuops.sim.host import setup_simhost
     from tests.plans import make_plan
@@ -153,7 +153,7 @@ async def test_a_watch_reads_the_gpus_itself_while_the_monitor_has_none(tmp_path
     await launcher.start()
     try:
         asked: list[int] = []
-        watch = Watch(host, d, store, readings=lambda: asked.append(1), launcher=launcher)  # (None: no sample yet)
+        watch = Watch(host, d, store, options=WatchOptions(readings=lambda: asked.append(1), launcher=launcher))  # (None: no sample yet)
         w, clock = watcher(dist_init=3)
         w.progress("dist_init")
         assert await watch._sample(w) is True and asked == [1]

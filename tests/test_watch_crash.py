@@ -8,7 +8,7 @@ from pathlib import Path
 from gpuops.core.config import HostConfig
 from gpuops.core.deploy.launch import LaunchStatus, ProcessLauncher
 from gpuops.core.deploy.store import Store
-from gpuops.core.deploy.watch import Watch
+from gpuops.core.deploy.watch import Watch, WatchOptions
 from gpuops.core.domain import FindingEvent, StateEvent
 from gpuops.core.hosts.host import LocalHost
 from tests.plans import make_plan
@@ -52,8 +52,8 @@ async def test_a_server_found_exited_is_recorded_crashed_with_the_lines_it_wrote
     store.begin_log("c", log_offset=0)
     await launcher.start()
     try:
-        watch = Watch(host, store.deployment("c"), store, launcher=launcher, poll_s=0.2, quick_check=False,
-                      triage=False)
+        watch = Watch(host, store.deployment("c"), store,
+                      options=WatchOptions(launcher=launcher, poll_s=0.2, quick_check=False, triage=False))
         assert await watch.run() == "crashed"
         assert go.exists()  # (the watch asked, and was told: exited)
         shown = [e.line for e in watch.log]

@@ -349,7 +349,7 @@ async def url_target(host: Host, url: str) -> Target:
 async def deployment_target(host: Host, d: Deployment) -> Target:
     """A ready deployment: its port on the host's loopback, its model folder as tokenizer, its env
     file for the API key, its GPUs' names."""
-    from ..deploy.launch import launcher_for
+    from ..deploy.launchers import launcher_for
     from ..hosts.files import remote_home
 
     plan = d.plan

@@ -23,7 +23,7 @@ from .. import engines
 from ..planning.hostfacts import engine_version, free_space
 from ..telemetry.samples import snapshot
 from .download import Download, DownloadError, bytes_on_disk
-from .launch import Launcher, LaunchError, open_launcher
+from .launchers import Launcher, LaunchError, open_launcher
 from .store import Lease, Store
 from .watch import Bus, log_end
 
@@ -268,7 +268,7 @@ class Deployer:
         position = await log_end(self.host, self.launcher, self.journal_dir)
         self.store.begin_log(self.name, run=self.run or None, **position)
         secrets_env: dict[str, str] = {}
-        env_path = getattr(self.launcher, "env_path")
+        env_path = self.launcher.env_path
         for name in plan.secret_names:  # given (carried by --like), else kept from the env file
             value = (self.api_key if name == "GPUOPS_API_KEY" else None) or self.secrets.get(name) \
                 or await read_env_value(self.host, env_path, name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import msgspec
 
@@ -155,12 +156,7 @@ class RouterWatch(Watch):
                 except asyncio.TimeoutError:
                     rec = None
                 if rec is not None:
-                    if rec.notice:
-                        self._log(f"gpuops: log {rec.notice}: {rec.text}")
-                    else:
-                        self._log(rec.text, rec.ts)
-                        if rec.text.strip():
-                            last_lines = (last_lines + [rec.text])[-5:]
+                    last_lines = self._show(rec, last_lines)
                 log_read = reader.done() and queue.empty()
                 if self.clock() < next_poll and not (log_read and not self.follow):
                     continue
@@ -168,51 +164,76 @@ class RouterWatch(Watch):
                 self._remember()
                 if self._run_over():
                     return view.state
-                assert self.launcher is not None
-                status = await self.launcher.status()
-                if not status.running:
-                    after = " after it was ready" if view.state == "ready" else ""
-                    self.finding(Finding(
-                        "router-exited", "error", f"the router exited{after} ({status.detail})",
-                        evidence=tuple(Evidence(source="log", reading=t[:300]) for t in last_lines),
-                        fix=Fix(f"read its log (gpuops logs {self.name}); restart it from the deployments view")))
-                    self.set_state("crashed", phase=view.phase or "starting", reason=f"the router exited ({status.detail})")
-                    return "crashed"
-                rv = await router_view(self.host, self.plan, getattr(self.launcher, "env_path", None))
-                if view.state != "ready":
-                    if rv.answering and rv.total == len(self.plan.replicas) and rv.healthy == rv.total:
-                        self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name,
-                                       detail=f"{rv.healthy} of {rv.total} replicas healthy")
-                        if self._ended("ready"):
-                            return "ready"
-                    elif self.clock() - started > self.stall_thresholds.get("router", READY_WITHIN_S) \
-                            and view.state != "stalled":
-                        said = (f"it counts {rv.healthy} of {rv.total} replicas healthy" if rv.answering
-                                else f"it does not answer ({rv.error})")
-                        self.finding(Finding(
-                            "router-not-ready", "error",
-                            f"the router is not ready after {self.clock() - started:.0f} s: {said}",
-                            evidence=(Evidence(source=f"router:{self.name}", reading=said),),
-                            fix=Fix(f"check each replica ({', '.join(self.plan.replica_names)}) is ready and "
-                                    f"reachable from {self.plan.host} at its URL")))
-                        self.set_state("stalled", phase="starting", summary=said)
-                        if self._ended("stalled"):
-                            return "stalled"
-                if rv.answering and view.state in ("ready", "stalled"):
-                    states = {n: (r.state if (r := self.store.deployment(n)) is not None else "forgotten")
-                              for n in self.plan.replica_names}
-                    # the replicas lost so far: what this run's findings said (the run view keeps it)
-                    lost = {url for r, url in zip(self.plan.replicas, self.plan.worker_urls)
-                            if r.name in view.replicas_lost}
-                    found, _ = replica_findings(self.plan, rv, lost, states)
-                    for finding in found:
-                        self.finding(finding)
+                ended = await self._poll_router(started, last_lines)
+                if ended is not None:
+                    return ended
                 if log_read and not self.follow:
                     return view.state
             return view.state
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    def _show(self, rec: Any, last_lines: list[str]) -> list[str]:
+        """A record of the router's log shown; the last lines kept (an exit's evidence)."""
+        if rec.notice:
+            self._log(f"gpuops: log {rec.notice}: {rec.text}")
+        else:
+            self._log(rec.text, rec.ts)
+            if rec.text.strip():
+                last_lines = (last_lines + [rec.text])[-5:]
+        return last_lines
+
+    async def _poll_router(self, started: float, last_lines: list[str]) -> str | None:
+        """Once a poll: the router's process (exited: crashed), then what it says of its replicas (ready,
+        not ready in time: stalled, a replica lost or back). The state that ends the watch, or None."""
+        view = self.view
+        assert self.launcher is not None
+        status = await self.launcher.status()
+        if not status.running:
+            after = " after it was ready" if view.state == "ready" else ""
+            self.finding(Finding(
+                "router-exited", "error", f"the router exited{after} ({status.detail})",
+                evidence=tuple(Evidence(source="log", reading=t[:300]) for t in last_lines),
+                fix=Fix(f"read its log (gpuops logs {self.name}); restart it from the deployments view")))
+            self.set_state("crashed", phase=view.phase or "starting", reason=f"the router exited ({status.detail})")
+            return "crashed"
+        rv = await router_view(self.host, self.plan, self.launcher.env_path or None)
+        if view.state != "ready":
+            ended = self._router_readiness(rv, started)
+            if ended is not None:
+                return ended
+        if rv.answering and view.state in ("ready", "stalled"):
+            states = {n: (r.state if (r := self.store.deployment(n)) is not None else "forgotten")
+                      for n in self.plan.replica_names}
+            # the replicas lost so far: what this run's findings said (the run view keeps it)
+            lost = {url for r, url in zip(self.plan.replicas, self.plan.worker_urls)
+                    if r.name in view.replicas_lost}
+            found, _ = replica_findings(self.plan, rv, lost, states)
+            for finding in found:
+                self.finding(finding)
+        return None
+
+    def _router_readiness(self, rv: Any, started: float) -> str | None:
+        """A router not ready yet: ready when every replica is healthy; stalled when that takes longer
+        than its threshold. The state that ends the watch, or None."""
+        view = self.view
+        if rv.answering and rv.total == len(self.plan.replicas) and rv.healthy == rv.total:
+            self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name,
+                           detail=f"{rv.healthy} of {rv.total} replicas healthy")
+            return "ready" if self._ended("ready") else None
+        if self.clock() - started > self.stall_thresholds.get("router", READY_WITHIN_S) and view.state != "stalled":
+            said = (f"it counts {rv.healthy} of {rv.total} replicas healthy" if rv.answering
+                    else f"it does not answer ({rv.error})")
+            self.finding(Finding(
+                "router-not-ready", "error",
+                f"the router is not ready after {self.clock() - started:.0f} s: {said}",
+                evidence=(Evidence(source=f"router:{self.name}", reading=said),),
+                fix=Fix(f"check each replica ({', '.join(self.plan.replica_names)}) is ready and "
+                        f"reachable from {self.plan.host} at its URL")))
+            self.set_state("stalled", phase="starting", summary=said)
+            return "stalled" if self._ended("stalled") else None
+        return None
 
 
 def watch_class(plan: Plan) -> type[Watch]:

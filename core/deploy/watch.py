@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..states import PHASES
@@ -47,8 +48,8 @@ from ..domain import (
 from ..hosts.host import Host, HostError, host_python
 from ..hosts.procs import process_tree
 from ..telemetry.samples import Snapshot, memory_used, snapshot
-from .journal import FileFollower, FollowError, JournalFollower, RingBuffer
-from .launch import Launcher, ProcessLauncher, SystemdLauncher, open_launcher
+from .journal import FollowError, RingBuffer
+from .launchers import Launcher, open_launcher
 from .store import RunMoved, Store, StoreError
 from .view import TERMINAL, RunView, parse_ts
 
@@ -154,7 +155,7 @@ print(json.dumps({"seconds": round(time.time() - t0, 3), "content": msg.get("con
 async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict | None, str | None]:
     """One short chat completion against the server, from its host (with the deployment's API key
     read there from its env file, never here): (the answer, None) or (None, why it failed)."""
-    env_path = getattr(launcher, "env_path", "")
+    env_path = launcher.env_path
     script = WITH_ENV_FILE
     client = plan.client_host
     res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c", _QUICK_CHECK,
@@ -170,20 +171,7 @@ async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict 
 async def log_end(host: Host, launcher: Launcher, journal_dir: str | None) -> dict[str, Any]:
     """Where the server's log ends now (``{"log_offset": N}`` or ``{"cursor": C}``): a new run's
     log begins there, so the previous run's lines are never read as this one's."""
-    if isinstance(launcher, ProcessLauncher):
-        res = await host.run(["sh", "-c", 'wc -c < "$1" 2>/dev/null || echo 0', "gpuops-size", launcher.log_path],
-                             timeout=15)
-        size = res.stdout.strip()
-        return {"log_offset": int(size) if size.isdigit() else 0}
-    assert isinstance(launcher, SystemdLauncher)
-    argv = ["journalctl", "-u", launcher.unit, "-n", "1", "-o", "json", "--no-pager"]
-    if journal_dir:
-        argv[1:1] = ["--directory", journal_dir]
-    res = await host.run(argv, timeout=30)
-    try:
-        return {"cursor": json.loads(res.stdout.strip().splitlines()[-1])["__CURSOR"]}
-    except (ValueError, IndexError, KeyError):
-        return {"cursor": None}
+    return await launcher.log_end(journal_dir)
 
 
 def _log_begun(d: Deployment) -> bool:
@@ -199,29 +187,52 @@ def _before(state: str, phase: str) -> bool:
     return state in ("planned", "downloading", "stalled")
 
 
-def _seqnum(cursor: str | None) -> tuple[str, int] | None:
-    """(seqnum id, seqnum) of a journal cursor: entries of one journal compare by it."""
-    if not cursor:
-        return None
-    parts = dict(p.split("=", 1) for p in cursor.split(";") if "=" in p)
-    try:
-        return parts["s"], int(parts["i"], 16)
-    except (KeyError, ValueError):
-        return None
+@dataclass(frozen=True)
+class WatchOptions:
+    """How a :class:`Watch` watches (every field has the CLI's default).
+
+    ``until``: the outcomes that end the watch (the CLI's deploy: ready, crashed, stalled; the TUI
+    watches on after ready, to see a crash then, and after a stall, which may clear). ``keep_on``:
+    reaching one of `until` resolves ``Watch.reached`` and the watch goes on (the TUI's), else it ends
+    there (the CLI's). ``follow=False`` reads what the log holds now and stops (how ``gpuops status``
+    reconciles a deployment nobody watched). ``readings``: the Monitor's latest GPU snapshot of the
+    host (None: the watch reads the host itself). ``stall``: stall thresholds over the defaults.
+    ``launcher``: the deployment's launcher when the caller has it (else opened from the plan)."""
+
+    readings: Callable[[], Snapshot | None] | None = None
+    stall: dict[str, float] = field(default_factory=dict)
+    journal_dir: str | None = None
+    poll_s: float = POLL_S
+    clock: Callable[[], float] = time.monotonic
+    until: Iterable[str] = ("ready", "crashed", "stalled")
+    quick_check: bool = True
+    follow: bool = True
+    triage: bool = True
+    launcher: Launcher | None = None
+    keep_on: bool = False
+
+
+@dataclass
+class _Turn:
+    """What one active watch carries from turn to turn of its loop."""
+
+    tracker: PhaseTracker
+    scanner: LogScanner
+    watcher: StallWatcher
+    queue: asyncio.Queue
+    reader: asyncio.Task
+    next_poll: float
+    now: str
+    last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
+    exited: str | None = None  # the server's processes are gone (status detail)
+    taken: int = 0  # lines taken from the queue since the loop last let the event loop run
 
 
 class Watch:
-    """See the module docstring. ``until``: the outcomes that end the watch (the CLI's deploy:
-    ready, crashed, stalled; the TUI watches on after ready, to see a crash then, and after a
-    stall, which may clear). ``follow=False`` reads what the log holds now and stops (how
-    ``gpuops status`` reconciles a deployment nobody watched)."""
+    """See the module docstring; how it watches: :class:`WatchOptions`."""
 
-    def __init__(self, host: Host, deployment: Deployment, store: Store, bus: Bus | None = None, *,
-                 readings: Callable[[], Snapshot | None] | None = None, stall: dict[str, float] | None = None,
-                 journal_dir: str | None = None, poll_s: float = POLL_S, clock: Callable[[], float] = time.monotonic,
-                 until: Iterable[str] = ("ready", "crashed", "stalled"), quick_check: bool = True,
-                 follow: bool = True, triage: bool = True, launcher: Launcher | None = None,
-                 keep_on: bool = False):
+    def __init__(self, host: Host, deployment: Deployment, store: Store, bus: Bus | None = None,
+                 options: WatchOptions | None = None):
         self.host = host
         self.deployment = deployment
         self.name = deployment.name
@@ -229,19 +240,18 @@ class Watch:
         self.run_no = deployment.run
         self.store = store
         self.bus = bus or Bus()
-        self.readings = readings
-        self.stall_thresholds = {**DEFAULT_STALL, **(stall or {})}
-        self.journal_dir = journal_dir
-        self.poll_s = poll_s
-        self.clock = clock
-        self.until = frozenset(until)
-        self.want_quick_check = quick_check
-        self.follow = follow
-        self.triage_on_stall = triage
-        self.launcher = launcher
-        # keep_on: reaching one of `until` resolves `reached` and the watch goes on (the TUI's: a
-        # crash after ready is seen, a stall may clear); else the watch ends there (the CLI's)
-        self.keep_on = keep_on
+        o = self.options = options or WatchOptions()
+        self.readings = o.readings
+        self.stall_thresholds = {**DEFAULT_STALL, **o.stall}
+        self.journal_dir = o.journal_dir
+        self.poll_s = o.poll_s
+        self.clock = o.clock
+        self.until = frozenset(o.until)
+        self.want_quick_check = o.quick_check
+        self.follow = o.follow
+        self.triage_on_stall = o.triage
+        self.launcher = o.launcher
+        self.keep_on = o.keep_on
         self.reached: asyncio.Future[str] | None = None
         self.view = RunView.of(self.name, store.events(self.name, run=self.run_no))
         self.log: RingBuffer[LogEvent] = RingBuffer(LOG_LINES_KEPT)
@@ -387,42 +397,16 @@ class Watch:
 
     async def _records(self, *, follow: bool) -> Any:
         """(record, parse it?) from the backlog window, then from the stored position on."""
-        d = self.deployment
-        launcher = self.launcher
-        if isinstance(launcher, ProcessLauncher):
-            start = d.log_offset if d.log_offset is not None else (d.run_offset or 0)
-            run_start = d.run_offset or 0
-            begin = max(run_start, start - BACKLOG_BYTES)
-            follower = FileFollower(self.host, launcher.log_path, offset=begin, follow=follow)
-            self.parsed_from, self.read_from = start, begin
-            self._offset = start
-            first = begin > run_start  # a window that starts mid-run may start mid-line
-            async for rec in follower.records():
-                live = rec.notice is not None or rec.offset is None or rec.offset > start
-                if first and not live:
-                    first = False
-                    continue
-                first = False
-                yield rec, live
-            return
-        assert isinstance(launcher, SystemdLauncher)
-        cursor = d.cursor or d.run_cursor
-        self.parsed_from = self._cursor = cursor
-        if d.cursor is not None:  # a reattach: the run's last lines before the position, for display
-            low, high = _seqnum(d.run_cursor), _seqnum(d.cursor)
-            back = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, lines=BACKLOG_LINES,
-                                   follow=False)
-            async for rec in back.records():
-                at = _seqnum(rec.cursor)
-                if at is None or high is None or at[0] != high[0] or at[1] > high[1]:
-                    continue
-                if low is not None and at[0] == low[0] and at[1] <= low[1]:
-                    continue
-                yield rec, False
-        journal = JournalFollower(self.host, launcher.unit, directory=self.journal_dir, cursor=cursor,
-                                  follow=follow)
-        async for rec in journal.records():
-            yield rec, True
+        assert self.launcher is not None
+        log = self.launcher.watch_log(self.deployment, journal_dir=self.journal_dir, follow=follow,
+                                      backlog_bytes=BACKLOG_BYTES, backlog_lines=BACKLOG_LINES)
+        self.parsed_from, self.read_from = log.parsed_from, log.read_from
+        if "log_offset" in log.position:
+            self._offset = log.position["log_offset"]
+        if "cursor" in log.position:
+            self._cursor = log.position["cursor"]
+        async for item in log.records:
+            yield item
 
     def _took(self, rec: Any) -> None:
         """`rec`, a live record, has been dealt with: the position to resume after it. Kept by
@@ -438,96 +422,126 @@ class Watch:
         return engines.get(self.plan.engine).clean(text)
 
     async def _active(self) -> str:
-        """The watch proper: parse, record, publish."""
+        """The watch proper: parse, record, publish. One turn: the next record, taken (shown, parsed);
+        the outcome it led to (crashed, ready); once a poll the store, the server's processes and GPUs;
+        then an exit or a stall."""
         engine = engines.get(self.plan.engine)
         tracker = engine.tracker()  # the engine's phase grammar
-        scanner = engine.scanner()  # its finding rules' view of the same lines
-        clean = engine.clean
         watcher = StallWatcher(self.stall_thresholds, clock=self.clock)
         view = self.view
         if view.phase is not None:  # a reattach: the run so far, from the store
             tracker.resume(view.phase)
             watcher.resume(view.phase, silent_s=view.silent_s(), stall=view.stall is not None)
         queue, reader = self._read_into_queue()
-        next_poll = self.clock()
-        last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
-        exited: str | None = None  # the server's processes are gone (status detail)
-        taken = 0  # lines taken from the queue since the loop last let the event loop run
-        now = utc_now()
+        # the engine's finding rules' view of the same lines
+        t = _Turn(tracker, engine.scanner(), watcher, queue, reader, next_poll=self.clock(), now=utc_now())
         try:
             while not self.stopping:
-                if not queue.empty() and taken < _NOWAIT_RUN:
-                    # a line already queued: taken as it is (wait_for costs a task and a timer a line)
-                    rec, live = queue.get_nowait()
-                    taken += 1
-                else:
-                    if taken:  # every _NOWAIT_RUN lines, the event loop's other tasks (the reader, a UI) run
-                        taken = 0
-                        await asyncio.sleep(0)
-                    try:
-                        rec, live = await asyncio.wait_for(queue.get(), min(1.0, self.poll_s))
-                    except asyncio.TimeoutError:
-                        rec, live = None, False
-                        self._changes(tracker.idle(), tracker, watcher)  # a quiet log: an inferred ready settles
-                    now = utc_now()  # the time the lines of this turn are taken at
+                rec, live = await self._next_record(t)
                 if reader.done() and rec is None and queue.empty():
                     if reader.exception() is not None:
                         raise reader.exception()  # type: ignore[misc]
-                    return await self._log_ended(tracker, scanner)
-                if rec is not None and rec.notice:  # truncated/rotated/missing: say so, parse nothing
-                    self._log(f"gpuops: log {rec.notice}: {rec.text}", seen=now)
-                    self._took(rec)
+                    return await self._log_ended(tracker, t.scanner)
+                if rec is not None and not self._take(t, rec, live):
                     continue
-                if rec is not None:
-                    self._log(rec.text, rec.ts, now)
-                    if not live:  # the window before the position: shown, and its last timestamp kept
-                        self._last_ts = clean(rec.text).ts or self._last_ts
-                        continue
-                    self._took(rec)
-                    self.lines_parsed += 1
-                    if rec.text.strip():
-                        last = (rec.text, tracker.line_no + 1)
-                    line = clean(rec.text)
-                    changes = tracker.feed(line)
-                    scanner.feed(line, tracker)
-                    self._changes(changes, tracker, watcher)
-                    self._last_ts = line.ts or self._last_ts
-                if tracker.outcome == "crashed" and view.state != "crashed":
-                    await self._settle_after_crash(tracker, scanner, queue, reader)
-                    await self._crashed(tracker, scanner, queue)
-                    return "crashed"
-                if tracker.outcome == "ready" and view.state != "ready":
-                    await self._ready()
-                    if self._ended("ready"):
-                        return "ready"
-                    now = utc_now()  # (after the quick check's wait)
-                if rec is not None and self.clock() < next_poll:
+                ended = await self._outcome(t)
+                if ended is None and rec is not None and self.clock() < t.next_poll:
                     continue
-                if self.clock() >= next_poll:
-                    next_poll = self.clock() + self.poll_s
-                    self._remember()  # once a poll, not a store write per line
-                    self._flush_numbers()
-                    if self._run_over():
-                        return view.state
-                    if exited is None and not await self._sample(watcher):
-                        exited = (await self.launcher.status()).detail  # type: ignore[union-attr]
-                    now = utc_now()  # (after the samples' waits)
-                if exited is not None and rec is None:  # exited, and its log has gone quiet since
-                    after = " after it was ready" if view.state == "ready" else ""
-                    await self._settle_after_crash(tracker, scanner, queue, reader, exited=True)
-                    await self._crashed(tracker, scanner, queue, reason=f"the server exited{after} ({exited})")
-                    return "crashed"
-                stall = watcher.check()
-                if stall is not None and view.state not in ("ready", "stalled"):
-                    await self._stalled(stall, *last, scanner=scanner, tracker=tracker)
-                    if self._ended("stalled"):
-                        return "stalled"
-                    now = utc_now()  # (after the triage's wait)
+                if ended is None and self.clock() >= t.next_poll:
+                    ended = await self._poll(t)
+                if ended is None:
+                    ended = await self._exited_or_stalled(t, rec)
+                if ended is not None:
+                    return ended
             return view.state
         finally:
             self._flush_numbers()
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+
+    async def _next_record(self, t: "_Turn") -> tuple[Any, bool]:
+        """The next (record, live) off the queue, or (None, False) after a quiet while (the tracker's idle
+        changes taken then). A line already queued is taken as it is (wait_for costs a task and a timer a
+        line); every _NOWAIT_RUN lines the event loop's other tasks (the reader, a UI) run."""
+        if not t.queue.empty() and t.taken < _NOWAIT_RUN:
+            t.taken += 1
+            return t.queue.get_nowait()
+        if t.taken:
+            t.taken = 0
+            await asyncio.sleep(0)
+        try:
+            rec, live = await asyncio.wait_for(t.queue.get(), min(1.0, self.poll_s))
+        except asyncio.TimeoutError:
+            rec, live = None, False
+            self._changes(t.tracker.idle(), t.tracker, t.watcher)  # a quiet log: an inferred ready settles
+        t.now = utc_now()  # the time the lines of this turn are taken at
+        return rec, live
+
+    def _take(self, t: "_Turn", rec: Any, live: bool) -> bool:
+        """A record shown, and parsed when live; False when there is nothing more to do with it (a
+        notice: truncated/rotated/missing, said and not parsed; a line of the window before the
+        position: shown, its timestamp kept)."""
+        if rec.notice:
+            self._log(f"gpuops: log {rec.notice}: {rec.text}", seen=t.now)
+            self._took(rec)
+            return False
+        self._log(rec.text, rec.ts, t.now)
+        if not live:
+            self._last_ts = self._clean(rec.text).ts or self._last_ts
+            return False
+        self._took(rec)
+        self.lines_parsed += 1
+        if rec.text.strip():
+            t.last = (rec.text, t.tracker.line_no + 1)
+        line = self._clean(rec.text)
+        changes = t.tracker.feed(line)
+        t.scanner.feed(line, t.tracker)
+        self._changes(changes, t.tracker, t.watcher)
+        self._last_ts = line.ts or self._last_ts
+        return True
+
+    async def _outcome(self, t: "_Turn") -> str | None:
+        """The crash or the readiness the log showed, recorded: the state that ends the watch, or None."""
+        view, tracker = self.view, t.tracker
+        if tracker.outcome == "crashed" and view.state != "crashed":
+            await self._settle_after_crash(tracker, t.scanner, t.queue, t.reader)
+            await self._crashed(tracker, t.scanner, t.queue)
+            return "crashed"
+        if tracker.outcome == "ready" and view.state != "ready":
+            await self._ready()
+            if self._ended("ready"):
+                return "ready"
+            t.now = utc_now()  # (after the quick check's wait)
+        return None
+
+    async def _poll(self, t: "_Turn") -> str | None:
+        """Once a poll: the position and the numbers stored, the run still this one's (else its state),
+        the server's processes and GPUs sampled (it exited: why, in `t.exited`)."""
+        t.next_poll = self.clock() + self.poll_s
+        self._remember()  # once a poll, not a store write per line
+        self._flush_numbers()
+        if self._run_over():
+            return self.view.state
+        if t.exited is None and not await self._sample(t.watcher):
+            t.exited = (await self.launcher.status()).detail  # type: ignore[union-attr]
+        t.now = utc_now()  # (after the samples' waits)
+        return None
+
+    async def _exited_or_stalled(self, t: "_Turn", rec: Any) -> str | None:
+        """The server exited and its log has gone quiet since: a crash; or the stall watcher's stall."""
+        view = self.view
+        if t.exited is not None and rec is None:
+            after = " after it was ready" if view.state == "ready" else ""
+            await self._settle_after_crash(t.tracker, t.scanner, t.queue, t.reader, exited=True)
+            await self._crashed(t.tracker, t.scanner, t.queue, reason=f"the server exited{after} ({t.exited})")
+            return "crashed"
+        stall = t.watcher.check()
+        if stall is not None and view.state not in ("ready", "stalled"):
+            await self._stalled(stall, *t.last, scanner=t.scanner, tracker=t.tracker)
+            if self._ended("stalled"):
+                return "stalled"
+            t.now = utc_now()  # (after the triage's wait)
+        return None
 
     def _run_over(self) -> bool:
         """Whether this run is over in the store (removed, a new run, or stopped); a stop by another
@@ -764,8 +778,8 @@ class Watches:
         readings = (lambda: self.readings(d.host)) if self.readings is not None else None  # type: ignore[misc]
         from .router import watch_class
 
-        w = watch_class(d.plan)(host, d, self.store, self.bus, readings=readings, stall=self.stall,
-                  journal_dir=host.config.journal_dir, poll_s=self.poll_s, **options)
+        w = watch_class(d.plan)(host, d, self.store, self.bus, WatchOptions(
+            readings=readings, stall=self.stall, journal_dir=host.config.journal_dir, poll_s=self.poll_s, **options))
         w.reached = asyncio.get_running_loop().create_future()
         self.watches[name] = w
         self.tasks[name] = asyncio.create_task(w.run(), name=f"watch:{name}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import engines
 from ..engines.sglang import versions as sv
+from ..config import DEFAULT_LAUNCHER
 from ..hosts.host import Host, HostError, host_python
 from .plan import GpuInfo, Target
 from ..telemetry.samples import is_na, snapshot
@@ -252,7 +253,7 @@ async def facts_on_host(host: Host, model_id: str, path: str):
                              index=doc.get("index"), file_sizes=doc.get("sizes") or None)
 
 
-def offline_target(gpus: int, gpu_memory_gib: float, *, launcher: str = "systemd") -> Target:
+def offline_target(gpus: int, gpu_memory_gib: float, *, launcher: str = DEFAULT_LAUNCHER) -> Target:
     mem = int(gpu_memory_gib * 1024**3)
     return Target(host=None, gpus=tuple(GpuInfo(i, mem) for i in range(gpus)), sglang_version=None,
                   launcher=launcher)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from .. import units
-from ..config import validate_abs_path, validate_host_name
+from ..config import DEFAULT_LAUNCHER, validate_abs_path, validate_host_name
 import msgspec
 
 from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
@@ -58,7 +58,7 @@ class Target:
     free_bytes: dict[str, int] = field(default_factory=dict)  # model dir -> free bytes there
     existing: dict[str, str] = field(default_factory=dict)  # model id -> path of a complete copy
     serve_host: str = "127.0.0.1"
-    launcher: str = "systemd"
+    launcher: str = DEFAULT_LAUNCHER
     allowed_gpu_ids: tuple[int, ...] | None = None  # the host policy's gpu_ids
     # TCP ports listening on the host, each with who holds it ("pid 123 (user: command)"; "" unknown)
     ports_taken: dict[int, str] = field(default_factory=dict)

@@ -59,7 +59,7 @@ async def run_case(case: str, threshold: float, tmp: Path, gpus: int) -> dict:
     from gpuops.core.config import HostConfig
     from gpuops.core.deploy.deployer import Deployer
     from gpuops.core.deploy.store import Store
-    from gpuops.core.deploy.watch import Bus, Watch
+    from gpuops.core.deploy.watch import Bus, Watch, WatchOptions
     from gpuops.core.domain import ModelSummary, Plan, event_json, event_kind
     from gpuops.core.hosts.host import LocalHost
 
@@ -90,8 +90,8 @@ async def run_case(case: str, threshold: float, tmp: Path, gpus: int) -> dict:
     deployer.begin()
     t0 = time.monotonic()
     await deployer.launch()
-    watch = Watch(host, store.deployment(plan.name), store, bus, stall={"dist_init": threshold}, poll_s=1.0,
-                  quick_check=False, launcher=deployer.launcher)
+    watch = Watch(host, store.deployment(plan.name), store, bus, WatchOptions(
+        stall={"dist_init": threshold}, poll_s=1.0, quick_check=False, launcher=deployer.launcher))
     try:
         outcome = await asyncio.wait_for(watch.run(), timeout=threshold + 150)
         smi = nvidia_smi_used()
