@@ -967,7 +967,7 @@ class Ops:
 
     # ---------------------------------------------------------------- hosts
 
-    async def scan_storage(self, host_name: str, users: dict[str, str] | None = None) -> Any:
+    async def scan_storage(self, host_name: str, users: Mapping[str, str] | None = None) -> Any:
         """The host's mounts and model copies (a HostStorage; its `error` says why a part could not be
         read, an unknown host included). `users`: the deployments that use a model (None: the stored)."""
         from .hosts.model_copies import HostStorage, scan_or_error

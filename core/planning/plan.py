@@ -469,7 +469,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
                if node.nccl_interface else {})
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
         members.append(Member(host=str(node.target.host), node_rank=rank, gpu_ids=ids, python=node.target.python,
-                              launcher=node.target.launcher, env=env,  # type: ignore[arg-type]
+                              launcher=node.target.launcher, env=env,
                               port=plan.port if rank == 0 else _member_port(node.target, plan.port + rank, dist_port)))
     why = (f"TP{tp} over {n} nodes, {gpus(g)} each ({', '.join(f'{h}: {_ids(i)}' for h, i in zip(hosts, picked))}); "
            f"node 0 ({t0.host}) holds the rendezvous at {dist}; each node's own --node-rank")
@@ -594,7 +594,7 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" (each of {replicas} replicas)")
     try:
         return Plan(name=name, host=head.host, model=first.model, tp=first.tp, gpu_ids=(), port=router_port,
-                    launcher=head.launcher, sglang_version=first.sglang_version, env={}, argv=argv,  # type: ignore[arg-type]
+                    launcher=head.launcher, sglang_version=first.sglang_version, env={}, argv=argv,
                     download_dir=None, fit=fit, rules=fired, warnings=warnings + list(dict.fromkeys(w for p in plans for w in p.warnings)),
                     model_path=first.model_path, reuse_existing=True, python=head.python,
                     sglang_version_source=first.sglang_version_source, flags_checked_against="sglang-router",
