@@ -6,8 +6,8 @@
   runs ``python -m sglang.test.run_eval --eval-name gsm8k`` on a dataset file the profile names
   (hosts may be offline). Inputs default to ``random-ids``, which needs no download.
 - The runner (``BenchRunner``) runs them with the host's python through ``Host.stream`` under a small
-  relay (``_HOST_SCRIPT``) that merges stderr into stdout and splits tqdm's ``\\r`` updates into
-  lines, so progress ("n/N") arrives while it runs; closing the stream (cancel) ends the remote
+  relay (``core/hosts/programs/bench_relay.py``) that merges stderr into stdout and splits tqdm's
+  ``\\r`` updates into lines, so progress ("n/N") arrives while it runs; closing the stream (cancel) ends the remote
   process group. The deployment's API key goes from its 0600 env file into the benchmark's
   environment (``OPENAI_API_KEY``, which bench_serving and run_eval send as a Bearer token) on the
   host: it is never in an argv, an event or the store, and gpuops itself never reads it.
@@ -36,7 +36,8 @@ from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
+from ..hosts.programs import bench_relay as bench_relay_program
 from ..deploy.store import Store
 from ..domain import BenchRun, Deployment, Plan, client_host, utc_now
 from ..redact import redact_all
@@ -241,69 +242,6 @@ def parse_progress(line: str) -> tuple[int, int] | None:
 
 
 # ------------------------------------------------------------------ on the host
-
-# Sent as `python -c`. "run ENV_FILE RUN_DIR ARGV...": ARGV with stderr merged into stdout and
-# tqdm's \r updates split into lines (a finished bar is let out at once, not when the next one
-# starts), in RUN_DIR (created 0700), with PYTHONUNBUFFERED and OPENAI_API_KEY from the env file's
-# GPUOPS_API_KEY; exits with ARGV's status. "metrics ENV_FILE URL INTERVAL": URL's text as one JSON
-# line every INTERVAL seconds.
-_HOST_SCRIPT = r"""
-import json, os, re, shlex, subprocess, sys, time, urllib.error, urllib.request
-
-def api_key(env_file):
-    try:
-        with open(env_file) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if line.startswith("GPUOPS_API_KEY="):
-            words = shlex.split(line.split("=", 1)[1])
-            return words[0] if words else None
-    return None
-
-def run(env_file, run_dir, argv):
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    key = api_key(env_file) if env_file else None
-    if key:
-        env["OPENAI_API_KEY"] = key
-    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    out, pending = sys.stdout.buffer, b""
-    while True:
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        *lines, pending = re.split(rb"[\r\n]", pending + chunk)
-        if pending.endswith(b"]") and b"|" in pending:
-            lines.append(pending)
-            pending = b""
-        out.write(b"".join(line + b"\n" for line in lines if line.strip()))
-        out.flush()
-    if pending.strip():
-        out.write(pending + b"\n")
-    out.flush()
-    return proc.wait()
-
-def metrics(env_file, url, interval):
-    key = api_key(env_file) if env_file else None
-    headers = {"Authorization": "Bearer " + key} if key else {}
-    while True:
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
-                doc = {"status": r.status, "text": r.read().decode("utf-8", "replace")}
-        except urllib.error.HTTPError as e:
-            doc = {"status": e.code, "error": "HTTP %d from %s" % (e.code, url)}
-        except Exception as e:
-            doc = {"status": None, "error": "%s: %s" % (url, e)}
-        print(json.dumps(doc), flush=True)
-        time.sleep(interval)
-
-if sys.argv[1] == "run":
-    sys.exit(run(sys.argv[2], sys.argv[3], sys.argv[4:]))
-metrics(sys.argv[2], sys.argv[3], float(sys.argv[4]))
-"""
 
 
 # ------------------------------------------------------------------ targets
@@ -531,7 +469,8 @@ class BenchRunner:
         started = self.clock()
         lines: list[str] = []
         last: tuple[int, int] | None = None
-        command = [host_python(t.host), "-c", _HOST_SCRIPT, "run", t.env_file or "", run_dir, *argv]
+        command = [host_python(t.host), "-c", script_source(bench_relay_program), "run", t.env_file or "", run_dir,
+                   *argv]
         async with t.host.stream(command) as stream:
             async for line in stream:
                 progress = parse_progress(line)
@@ -641,7 +580,7 @@ async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[S
     started without --enable-metrics answers 404). Closing the iterator ends the remote poller."""
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval!r}")
-    argv = [host_python(target.host), "-c", _HOST_SCRIPT, "metrics", target.env_file or "",
+    argv = [host_python(target.host), "-c", script_source(bench_relay_program), "metrics", target.env_file or "",
             target.url + "/metrics", repr(float(interval))]
     async with target.host.stream(argv) as stream:
         async for line in stream:

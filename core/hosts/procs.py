@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..redact import MASK, redact
-from .host import Host
+from .host import Host, script_source
+from .programs import proc_tree as proc_tree_program
 
 # $1 pid, $2 the command line as shown (may be empty: then not checked), $3 grace seconds
 _END = r"""
@@ -58,35 +59,6 @@ async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: 
     return EndResult(pid, False, f"could not end pid {pid} on {host.name}: {(res.stderr or res.stdout).strip()[:200]}")
 
 
-# argv[1] the root pid: that process and its descendants, one "pid<TAB>cmdline" per line
-_TREE = r"""
-import os, sys
-root = int(sys.argv[1])
-parent, cmd = {}, {}
-for d in os.listdir("/proc"):
-    if not d.isdigit():
-        continue
-    try:
-        with open(f"/proc/{d}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-        with open(f"/proc/{d}/cmdline", "rb") as f:
-            line = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        continue
-    fields = stat[stat.rfind(")") + 2:].split()
-    if fields and fields[0] == "Z":
-        continue  # a zombie is not alive
-    parent[int(d)] = int(fields[1]) if len(fields) > 1 else 0
-    cmd[int(d)] = line
-tree, todo = [], [root] if root in parent else []
-while todo:
-    pid = todo.pop()
-    tree.append(pid)
-    todo.extend(p for p, pp in parent.items() if pp == pid)
-for pid in sorted(tree):
-    print(f"{pid}\t{cmd[pid][:300]}")
-"""
-
 RANK_PREFIX = "sglang::scheduler"  # SGLang's process titles: sglang::scheduler_TP0, …_DP1_TP1
 
 
@@ -105,7 +77,7 @@ async def process_tree(host: Host, pid: int, python: str) -> ProcessTree:
     """`pid` and its live descendants on `host` (an empty tree when `pid` is gone)."""
     if not isinstance(pid, int) or pid <= 0:
         raise ValueError(f"invalid pid {pid!r}")
-    res = await host.run([python, "-c", _TREE, str(pid)], timeout=20)
+    res = await host.run([python, "-c", script_source(proc_tree_program), str(pid)], timeout=20)
     pids, commands = [], {}
     for line in res.stdout.splitlines():
         p, _, command = line.partition("\t")
