@@ -271,20 +271,12 @@ def check_cuda_driver(doc: dict) -> HostCheckResult:
 # ------------------------------------------------------------------ P2P, IOMMU
 
 
-def check_p2p(doc: dict, plan: Plan) -> HostCheckResult:
-    name = "p2p-unavailable"
-    gpu_ids = sorted(set(plan.gpu_ids))
-    if len(gpu_ids) < 2:
-        return HostCheckResult(name, True, "one GPU: no peer-to-peer between ranks")
-    if plan.env.get("NCCL_P2P_DISABLE") == "1":
-        return HostCheckResult(name, True, "NCCL_P2P_DISABLE=1 is set: NCCL does not use peer-to-peer")
-    topo, nvml, kernel = _section(doc, "topo"), _section(doc, "nvml"), _section(doc, "kernel")
-    links = parse_topo(topo.get("stdout") or "")
-    pairs = [(a, b) for i, a in enumerate(gpu_ids) for b in gpu_ids[i + 1:]]
-    known = {p: links[p] for p in pairs if p in links}
+def _p2p_against(nvml: dict, kernel: dict,
+                 known: dict[tuple[int, int], str]) -> tuple[list[str], list[Evidence], list, str | None]:
+    """What speaks against peer-to-peer: NVML's refusal, a translating IOMMU on a PCIe path, a
+    confidential-computing kernel. (reasons, evidence, NVML's refused pairs, the IOMMU mode)."""
     evidence: list[Evidence] = []
     reasons: list[str] = []
-
     refused = [r for r in nvml.get("p2p") or [] if any(r.get(c) not in (None, "OK") for c in ("read", "write"))]
     for r in refused:
         evidence.append(Evidence("nvml", reading=f"GPU{r['a']}-GPU{r['b']} P2P read {r.get('read') or 'N/A'}, "
@@ -305,7 +297,12 @@ def check_p2p(doc: dict, plan: Plan) -> HostCheckResult:
         evidence += [Evidence(kernel.get("log_source") or "kernel log", line=ln) for ln in cc[:3]]
         reasons.append("the kernel runs in a confidential-computing mode (SEV-SNP/TDX), where GPU peer-to-peer "
                        "is restricted")
+    return reasons, evidence, refused, mode
 
+
+def _p2p_detail(topo: dict, nvml: dict, known: dict[tuple[int, int], str], refused: list,
+                mode: str | None) -> tuple[str, bool]:
+    """The check's one line (the links, NVML's word, the IOMMU), and whether NVML answered for every pair."""
     shown_links = ", ".join(f"GPU{a}-GPU{b} {link}" for (a, b), link in sorted(known.items())) or \
         f"links unknown ({(topo.get('error') or 'no GPU matrix in nvidia-smi topo -m').splitlines()[0]})"
     rows = nvml.get("p2p") or []
@@ -316,7 +313,22 @@ def check_p2p(doc: dict, plan: Plan) -> HostCheckResult:
         shown_nvml = "NVML P2P read/write OK"
     else:  # N/A: NVML's error, else the first hint (an API quirk)
         shown_nvml = f"NVML P2P N/A ({nvml.get('error') or next(iter(nvml.get('hints') or []), 'no reading')})"
-    detail = f"{shown_links}; {shown_nvml}; IOMMU {mode or 'unknown'}"
+    return f"{shown_links}; {shown_nvml}; IOMMU {mode or 'unknown'}", answered
+
+
+def check_p2p(doc: dict, plan: Plan) -> HostCheckResult:
+    name = "p2p-unavailable"
+    gpu_ids = sorted(set(plan.gpu_ids))
+    if len(gpu_ids) < 2:
+        return HostCheckResult(name, True, "one GPU: no peer-to-peer between ranks")
+    if plan.env.get("NCCL_P2P_DISABLE") == "1":
+        return HostCheckResult(name, True, "NCCL_P2P_DISABLE=1 is set: NCCL does not use peer-to-peer")
+    topo, nvml, kernel = _section(doc, "topo"), _section(doc, "nvml"), _section(doc, "kernel")
+    links = parse_topo(topo.get("stdout") or "")
+    pairs = [(a, b) for i, a in enumerate(gpu_ids) for b in gpu_ids[i + 1:]]
+    known = {p: links[p] for p in pairs if p in links}
+    reasons, evidence, refused, mode = _p2p_against(nvml, kernel, known)
+    detail, answered = _p2p_detail(topo, nvml, known, refused, mode)
     if not reasons:
         # nothing against P2P; but with neither the links nor NVML's word nothing for it either
         return HostCheckResult(name, True if known or answered else None, detail)
