@@ -646,13 +646,9 @@ def _delta(value: Any, base: Any) -> float | None:
     return round((value - base) / abs(base) * 100, 2)
 
 
-def compare(runs: list[BenchRun]) -> dict:
-    """Runs side by side: one column per record (a sweep gives one per concurrency), each with its
-    delta in percent against the first run's column of the same concurrency. A column whose
-    concurrency the first run lacks has no baseline and no deltas (a c=256 run is never compared
-    with a c=4 one); ``note`` says so."""
-    cols = _columns(runs)
-    first = [c for c in cols if c["run"] == runs[0].id]
+def _pair_columns(cols: list[dict], first: list[dict]) -> None:
+    """Each column's baseline: the first run's column of the same concurrency (None: it has none);
+    with several concurrencies measured, each label says its own."""
     if len({c["max_concurrency"] for c in cols if c["measured"]}) > 1:  # the reader sees what is paired
         for c in cols:
             if c["measured"] and " c=" not in c["label"]:
@@ -660,15 +656,22 @@ def compare(runs: list[BenchRun]) -> dict:
     for c in cols:
         same = [b for b in first if b["max_concurrency"] == c["max_concurrency"]]
         c["baseline"] = cols.index(same[0]) if same else None
+
+
+def _compare_note(cols: list[dict], first: list[dict], first_id: int) -> str | None:
+    """What has no delta, and why (None: every measured column has its baseline)."""
     unmatched = [c["label"] for c in cols if c["baseline"] is None and c["measured"]]
-    others = [c for c in cols if c["run"] != runs[0].id and c["measured"]]
+    others = [c for c in cols if c["run"] != first_id and c["measured"]]
     if others and all(c["baseline"] is None for c in others):
-        note: str | None = (f"no run shares a concurrency with #{runs[0].id} "
-                            f"({', '.join(concurrency_label(c['max_concurrency']) for c in first)}): no deltas")
-    elif unmatched:
-        note = f"no delta for {', '.join(unmatched)}: #{runs[0].id} has no run at that concurrency"
-    else:
-        note = None
+        return (f"no run shares a concurrency with #{first_id} "
+                f"({', '.join(concurrency_label(c['max_concurrency']) for c in first)}): no deltas")
+    if unmatched:
+        return f"no delta for {', '.join(unmatched)}: #{first_id} has no run at that concurrency"
+    return None
+
+
+def _compare_metrics(cols: list[dict]) -> list[dict]:
+    """Each metric any column has: its values and their deltas in percent against their baselines."""
     metrics = []
     for key, label, unit, better in METRICS:
         values = [c["values"][key] for c in cols]
@@ -678,6 +681,19 @@ def compare(runs: list[BenchRun]) -> dict:
                   else _delta(c["values"][key], cols[c["baseline"]]["values"][key]) for i, c in enumerate(cols)]
         metrics.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
                         "delta_percent": deltas})
+    return metrics
+
+
+def compare(runs: list[BenchRun]) -> dict:
+    """Runs side by side: one column per record (a sweep gives one per concurrency), each with its
+    delta in percent against the first run's column of the same concurrency. A column whose
+    concurrency the first run lacks has no baseline and no deltas (a c=256 run is never compared
+    with a c=4 one); ``note`` says so."""
+    cols = _columns(runs)
+    first = [c for c in cols if c["run"] == runs[0].id]
+    _pair_columns(cols, first)
+    note = _compare_note(cols, first, runs[0].id)
+    metrics = _compare_metrics(cols)
     by_id = {r.id: r for r in runs}
     names = list(dict.fromkeys(c.name for r in runs for c in r.checks or []))
     checks = [{"name": n, "values": [next((c.ok for c in by_id[col["run"]].checks or [] if c.name == n),
