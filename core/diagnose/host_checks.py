@@ -176,17 +176,7 @@ def check_driver_libraries(doc: dict) -> HostCheckResult:
                                + ", ".join(libs.get("searched") or ()))
         shown = ", ".join(f"{_lib_name(f)} {f['version']}" for f in files)
         return HostCheckResult(name, True, f"kernel module {module} matches {shown} ({where})")
-    evidence = [Evidence(drv.get("path") or "/proc/driver/nvidia/version", reading=f"kernel module {module}"
-                         + (f": {drv['line']}" if drv.get("line") else ""))]
-    for f in bad or files:
-        source = f"/proc/{f['pid']}/maps" if f.get("pid") else f["path"]
-        evidence.append(Evidence(source, reading=f"{f['path']}: {_lib_name(f)} {f['version']}"))
-    if nvml_says:
-        evidence.append(Evidence("nvml", reading=f"nvmlInit: {nvml.get('error')}"))
-    kernel = _section(doc, "kernel")
-    evidence += [Evidence(kernel.get("log_source") or "kernel log", line=ln)
-                 for ln in kernel.get("log_lines") or [] if "NVRM: API mismatch" in ln
-                 or "NVRM: this kernel module has the version" in ln][-4:]
+    evidence = _mismatch_evidence(doc, module, bad or files, nvml_says)
     versions = sorted({f["version"] for f in bad})
     said = (f"the server's userspace driver libraries are {', '.join(versions)} ({where})" if bad
             else "NVML reports a driver/library version mismatch")
@@ -201,6 +191,23 @@ def check_driver_libraries(doc: dict) -> HostCheckResult:
         data={"module_version": module, "library_versions": versions},
     )
     return HostCheckResult(name, False, finding.summary, (finding,))
+
+
+def _mismatch_evidence(doc: dict, module: str, libs: list[dict], nvml_says: bool) -> list[Evidence]:
+    """The kernel module's version, the libraries' (`libs`), NVML's word and the kernel log's NVRM lines."""
+    drv, nvml = _section(doc, "driver"), _section(doc, "nvml")
+    evidence = [Evidence(drv.get("path") or "/proc/driver/nvidia/version", reading=f"kernel module {module}"
+                         + (f": {drv['line']}" if drv.get("line") else ""))]
+    for f in libs:
+        source = f"/proc/{f['pid']}/maps" if f.get("pid") else f["path"]
+        evidence.append(Evidence(source, reading=f"{f['path']}: {_lib_name(f)} {f['version']}"))
+    if nvml_says:
+        evidence.append(Evidence("nvml", reading=f"nvmlInit: {nvml.get('error')}"))
+    kernel = _section(doc, "kernel")
+    evidence += [Evidence(kernel.get("log_source") or "kernel log", line=ln)
+                 for ln in kernel.get("log_lines") or [] if "NVRM: API mismatch" in ln
+                 or "NVRM: this kernel module has the version" in ln][-4:]
+    return evidence
 
 
 def _mismatched(lib: dict, module: str) -> bool:
