@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.hosts.host import script_source
+from gpuops.core.hosts.host import script_source, shell_source
 from gpuops.core.hosts.programs import (folder_size, free_space, listening, model_config, port_free, proc_tree,
                                         sglang_version)
 
@@ -173,3 +173,42 @@ def test_sglang_version_exits_3_without_sglang_and_names_it_with():
     want = subprocess.run([python, "-c", "from importlib.metadata import version; print(version('sglang'))"],
                           capture_output=True, text=True, timeout=60).stdout.strip()
     assert out.returncode == 0 and out.stdout == want and want
+
+
+@pytest.mark.parametrize("path", sorted(PROGRAMS.glob("*.sh")), ids=lambda p: p.name)
+def test_each_shell_program_parses_as_posix_sh(path):
+    out = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert shell_source(path.name) == path.read_text()
+
+
+def _end(pid: int, want: str, grace: int = 5) -> tuple[int, str]:
+    out = subprocess.run(["sh", "-c", shell_source("end_process.sh"), "gpuops-end", str(pid), want, str(grace)],
+                         capture_output=True, text=True, timeout=30)
+    return out.returncode, out.stdout.strip()
+
+
+def test_end_process_checks_the_command_line_then_ends_the_process():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "gpuops-end-test"])
+    try:
+        shown = f"{sys.executable} -c import time; time.sleep(600) gpuops-end-test"
+        assert _end(proc.pid, "/not/this/program") == (3, f"changed {shown}")  # another program: left alone
+        assert proc.poll() is None
+        assert _end(proc.pid, shown[:20]) == (0, "ended")
+        assert proc.wait(timeout=10) == -15  # SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _end(proc.pid, "") == (0, "gone")
+
+
+def test_end_process_says_alive_when_sigterm_is_ignored():
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert _end(proc.pid, "", grace=1) == (5, "alive")
+    finally:
+        proc.kill()
+        proc.wait()

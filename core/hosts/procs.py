@@ -9,27 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..redact import MASK, redact
-from .host import Host, script_source
+from .host import Host, script_source, shell_source
 from .programs import proc_tree as proc_tree_program
-
-# $1 pid, $2 the command line as shown (may be empty: then not checked), $3 grace seconds
-_END = r"""
-pid=$1; want=$2; grace=$3
-[ -d "/proc/$pid" ] || { echo gone; exit 0; }
-if [ -n "$want" ]; then
-    have=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | sed 's/ $//')
-    case "$have" in "$want"*) ;; *) echo "changed $have"; exit 3 ;; esac
-fi
-kill -TERM "$pid" 2>/dev/null || { echo "refused"; exit 4; }
-i=0
-while [ -d "/proc/$pid" ] && [ "$i" -lt "$((grace * 10))" ]; do sleep 0.1; i=$((i + 1)); done
-if [ -d "/proc/$pid" ]; then
-    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
-    [ "$state" = "Z" ] && { echo ended; exit 0; }
-    echo alive; exit 5
-fi
-echo ended
-"""
 
 
 @dataclass
@@ -45,7 +26,8 @@ async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: 
         raise ValueError(f"refusing to signal pid {pid!r}")
     # what was shown is redacted: the check is on the command line up to its first secret
     want = (shown_command or "").strip().split(MASK, 1)[0]
-    res = await host.run(["sh", "-c", _END, "gpuops-end", str(pid), want, str(int(grace_s))],
+    res = await host.run(["sh", "-c", shell_source("end_process.sh"), "gpuops-end", str(pid), want,
+                          str(int(grace_s))],
                          timeout=grace_s + 15)
     word, _, rest = res.stdout.strip().partition(" ")
     if word in ("ended", "gone"):
