@@ -348,6 +348,21 @@ class Member(Struct, frozen=True, kw_only=True):
     env: dict[str, str] = {}  # this node's own additions (its NCCL interface)
 
 
+def _check_member(m: Member) -> None:
+    """One node of a multi-node plan: its host's name, its GPUs, its python, its env's names."""
+    try:
+        validate_host_name(m.host)
+    except ValueError as exc:
+        raise Invalid(f"members: {exc}") from None
+    if any(g < 0 for g in m.gpu_ids) or len(set(m.gpu_ids)) != len(m.gpu_ids):
+        raise Invalid(f"members: GPU indexes are distinct and not negative, not {m.gpu_ids}")
+    if m.python is not None and not (m.python.startswith("/") or _COMMAND.fullmatch(m.python)):
+        raise Invalid(f"members: python: an absolute path or a command name, not {_show(m.python)}")
+    for key in m.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise Invalid(f"members: env: {key!r} is not an environment variable name")
+
+
 class Plan(Struct, kw_only=True):
     """A checked, explained SGLang launch on a host (the ``plan`` JSON contract, schema 1); with
     ``members``, one launch per node of a multi-node deployment (``member_plan(rank)``)."""
@@ -403,14 +418,7 @@ class Plan(Struct, kw_only=True):
                 validate_host_name(self.host)
         except ValueError as exc:
             raise Invalid(f"name: {exc}") from None
-        for key in self.env:
-            if not _ENV_NAME.fullmatch(key):
-                raise Invalid(f"env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-        for key in self.secret_env:
-            if not _ENV_NAME.fullmatch(key):
-                raise Invalid(f"secret_env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-            if key in self.env:
-                raise Invalid(f"secret_env: {key} is a secret: its value is never in the plan's env")
+        self._check_env()
         if not 1 <= self.port <= 65535:
             raise Invalid(f"port: must be 1..65535, not {self.port}")
         if self.tp < 1:
@@ -431,16 +439,23 @@ class Plan(Struct, kw_only=True):
             self._check_members()
         if self.replicas:
             self._check_replicas()
-        if self.replica_of is not None:
-            try:
-                validate_host_name(self.replica_of)
-            except ValueError as exc:
-                raise Invalid(f"replica_of: {exc}") from None
-        if self.member_of is not None:
-            try:
-                validate_host_name(self.member_of)
-            except ValueError as exc:
-                raise Invalid(f"member_of: {exc}") from None
+        for field_name in ("replica_of", "member_of"):
+            parent = getattr(self, field_name)
+            if parent is not None:
+                try:
+                    validate_host_name(parent)
+                except ValueError as exc:
+                    raise Invalid(f"{field_name}: {exc}") from None
+
+    def _check_env(self) -> None:
+        for key in self.env:
+            if not _ENV_NAME.fullmatch(key):
+                raise Invalid(f"env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        for key in self.secret_env:
+            if not _ENV_NAME.fullmatch(key):
+                raise Invalid(f"secret_env: {key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+            if key in self.env:
+                raise Invalid(f"secret_env: {key} is a secret: its value is never in the plan's env")
 
     def _check_members(self) -> None:
         n = len(self.members)
@@ -456,17 +471,7 @@ class Plan(Struct, kw_only=True):
             raise Invalid(f"members: TP {self.tp} over {n} nodes is "
                           f"{gpus(self.tp // n) if not self.tp % n else '? GPUs'} on each")
         for m in self.members:
-            try:
-                validate_host_name(m.host)
-            except ValueError as exc:
-                raise Invalid(f"members: {exc}") from None
-            if any(g < 0 for g in m.gpu_ids) or len(set(m.gpu_ids)) != len(m.gpu_ids):
-                raise Invalid(f"members: GPU indexes are distinct and not negative, not {m.gpu_ids}")
-            if m.python is not None and not (m.python.startswith("/") or _COMMAND.fullmatch(m.python)):
-                raise Invalid(f"members: python: an absolute path or a command name, not {_show(m.python)}")
-            for key in m.env:
-                if not _ENV_NAME.fullmatch(key):
-                    raise Invalid(f"members: env: {key!r} is not an environment variable name")
+            _check_member(m)
         if any(not (0 <= m.port <= 65535) for m in self.members):
             raise Invalid("members: port: must be 1..65535 (0: the plan's)")
         if not self.dist_init_addr or flag_value(self.argv, "--dist-init-addr") != self.dist_init_addr:

@@ -24,18 +24,15 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Header, Input
 
-from ..core import units
-from ..core.states import PHASES
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
-from ..core.domain import LIVE_STATES, Deployment, Finding, LogEvent, member_name
+from ..core.domain import Deployment, Finding, LogEvent, member_name
 from ..core.literal import literal
-from ..core.telemetry.samples import is_na
+from ..tui.deployment_view import gpu_lines, numbers_text, phases_text
 from ..tui.logview import LogView
 from ..tui.widgets import KeyFooter, TextView
 from .base import GpuopsScreen
 
-GIB = 1024**3
 LOG_KEYS = "/ filter  s follow  t times  w wrap  e next error  c copy line"
 
 
@@ -209,97 +206,14 @@ class DeploymentScreen(GpuopsScreen):
 
     def _refresh_view(self) -> None:
         v = self.view
-        now = datetime.now(timezone.utc)
-        out = Text()
-        current = v.phase
-        crashed = v.state == "crashed"
-        ready = v.state == "ready"
         plan = self.deployment.plan
-        # a router (sglang-router in front of replicas) has no SGLang start-up: it starts, then is ready;
-        # a server without a draft model has no draft phase (unless its log shows one)
-        phases = ("starting", "ready") if plan.replicas else tuple(
-            p for p in PHASES if p != "draft" or plan.speculative or "draft" in v.phases)
-        # a crash is marked on the phase it happened in (a kv_cache crash while the last phase line
-        # seen was the weights'), else on the last phase reached
-        failed = v.crash.phase if crashed and v.crash is not None and v.crash.phase in phases else current
-        reached = phases.index(failed) if failed in phases else -1
-        times = dict(v.phase_times(now))
-        # under 120 columns two phases a line, and only the current phase's progress: the banner
-        # (a crash's or a stall's findings) below them stays in view at 80x24
-        narrow = self.has_class("-narrow")
-        for i, phase in enumerate(phases):
-            if (i < reached or (phase == current and ready)) and phase not in v.phases:
-                mark, style = "–", "dim"  # passed without a line of its own (SGLang skipped it, or said nothing)
-            elif i < reached or (phase == current and ready):
-                mark, style = "✔", "green"
-            elif phase == failed and crashed:
-                mark, style = "✖", "bold red"
-            elif phase == failed and v.state == "stopped":  # stopped there (a ready one had got there: ✔)
-                mark, style = ("✔", "green") if phase == "ready" else ("■", "bold")
-            elif phase == failed:
-                mark, style = "▶", "bold yellow"
-            else:
-                mark, style = "·", "dim"
-            took = times.get(phase)
-            elapsed = "" if took is None or phase == "ready" else f"{took:6.1f}s"
-            if narrow:
-                out.append(f"{mark} {phase:<11}{elapsed:>7}", style=style)
-                out.append("\n" if i % 2 else "  ")
-                continue
-            out.append(f"{mark} {phase:<11}{elapsed:>9}", style=style)
-            prog = v.progress.get(phase)
-            if prog is not None:
-                total = f"/{prog.total}" if prog.total else ""
-                out.append(f"  {prog.what or ''} {prog.done}{total}", style="cyan")
-            if phase == "weights" and v.draft_shards is not None:
-                d = v.draft_shards
-                out.append(f"  draft shards {d.done}" + (f"/{d.total}" if d.total else ""), style="cyan")
-            out.append("\n")
-        if narrow and len(phases) % 2:
-            out.append("\n")
-        prog = v.progress.get(current) if narrow and current and not (ready or crashed) else None
-        if prog is not None:
-            total = f"/{prog.total}" if prog.total else ""
-            out.append(f"{current}: {prog.what or ''} {prog.done}{total}\n", style="cyan")
-        dl = v.progress.get("downloading")
-        if dl is not None and v.state == "downloading" and dl.total:
-            out.append(f"\ndownloading {units.size(dl.done)} / {units.size(dl.total)}", style="cyan")
-            if dl.rate_bps:
-                out.append(f" at {units.rate(dl.rate_bps)}", style="cyan")
-            out.append("\n")
-        if crashed and v.crash is not None and narrow and v.findings:
-            # the banner under it says why (80x24: the reason twice pushed the fix out of view)
-            out.append(f"\ncrashed in {v.crash.phase or '?'}\n", style="bold red")
-        elif crashed and v.crash is not None:
-            why = v.crash.reason or (v.findings[0].summary if v.findings else "see the log")
-            out.append(f"\ncrashed in {v.crash.phase or '?'}: {literal(why)}\n", style="bold red")
-        if v.state == "stopped":
-            stop_why = v.state_event.reason if v.state_event is not None else None
-            out.append(f"\nstopped: {stop_why}\n" if stop_why else "\nstopped\n", style="bold")
-        if ready:
-            out.append(f"\nready: {plan.endpoint}  (k: quick check)\n", style="bold green")
-            if self.check_result:
-                out.append(self.check_result + "\n")
-        self.query_one("#dep-phases", TextView).set(out)
-
-        nums = Text("From the log\n", style="bold")
-        for key, value in sorted(v.numbers.items()):
-            nums.append(f"  {key}: {value:g}\n")
-        self.query_one("#dep-numbers", TextView).set(nums)
-
-        gpus = self._parts() or Text()
-        if self.deployment.plan.gpu_ids:
-            gpus.append("GPUs (sampler)\n", style="bold")
+        self.query_one("#dep-phases", TextView).set(
+            phases_text(v, plan, datetime.now(timezone.utc), narrow=self.has_class("-narrow"),
+                        check_result=self.check_result))
+        self.query_one("#dep-numbers", TextView).set(numbers_text(v.numbers))
         state = self.gapp.monitor.states.get(self.deployment.host)
-        wanted = set(self.deployment.plan.gpu_ids)
-        if wanted and v.state not in LIVE_STATES:  # its server does not run: what they hold is not its own
-            gpus.append(f"  — (no server: {v.state})\n", style="dim")
-        elif state is not None and state.snapshot is not None:
-            for g in state.snapshot.gpus:
-                if g.index in wanted:
-                    used = "N/A" if is_na(g.memory_used) else f"{g.memory_used / GIB:6.1f}"
-                    total = "N/A" if is_na(g.memory_total) else f"{g.memory_total / GIB:.1f}"
-                    gpus.append(f"  GPU{g.index}: {used} / {total} GiB\n")
+        snapshot = state.snapshot if state is not None else None
+        gpus = gpu_lines(self._parts() or Text(), plan, v.state, snapshot.gpus if snapshot is not None else None)
         self.query_one("#dep-gpus", TextView).set(gpus)
         text, kind = self.banner()
         box = self.query_one("#dep-banner", TextView)

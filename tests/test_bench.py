@@ -22,11 +22,11 @@ import pytest
 from tests.plans import make_plan
 from tqdm import tqdm
 
-from gpuops.core.bench import runner as bench
 from gpuops.core.bench.runner import (BenchInputError, Profile, Target, compare, compare_rows, export, import_jsonl, normalize_record,
                                parse_jsonl, parse_metrics, parse_progress, poll_metrics, resolve_profile)
 from gpuops.core.config import HostConfig, parse_inventory
-from gpuops.core.hosts.host import LocalHost
+from gpuops.core.hosts.host import LocalHost, script_source
+from gpuops.core.hosts.programs import bench_relay
 from gpuops.core.hosts.files import env_file_text
 from gpuops.sim.host import setup_simhost
 from gpuops.core.deploy.store import Store
@@ -168,7 +168,7 @@ async def test_the_relay_streams_live_lines_and_passes_the_key_in_the_environmen
     env_file.write_text(env_file_text({"GPUOPS_API_KEY": key, "OTHER": "x"}, "test"))
     go, run_dir = tmp_path / "go", tmp_path / "runs" / "r1"
     host = LocalHost(HostConfig(name="h", local=True, ssh=None, python=sys.executable))
-    argv = [sys.executable, "-c", bench._HOST_SCRIPT, "run", str(env_file), str(run_dir), sys.executable, "-c", CHILD,
+    argv = [sys.executable, "-c", script_source(bench_relay), "run", str(env_file), str(run_dir), sys.executable, "-c", CHILD,
             str(go)]
     assert not any(key in a for a in argv)
     lines = []

@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 from gpuops.core.config import HostConfig
-from gpuops.core.diagnose.node_checks import NODE_PROBE, compare_nodes, node_probe
-from gpuops.core.hosts.host import make_host
+from gpuops.core.diagnose.node_checks import compare_nodes, node_probe
+from gpuops.core.hosts.host import make_host, script_source
+from gpuops.core.hosts.programs import node_probe as node_probe_program
 from gpuops.core.planning.plan import Node, Wishes, build_multinode_plan
 from tests.test_multinode_plan import target
 from tests.test_plan import facts
@@ -59,7 +60,7 @@ def test_a_node_without_the_named_interface_and_a_dropped_rendezvous_are_errors(
 
 
 def _probe(host: str, port: int) -> str:
-    out = subprocess.run([sys.executable, "-c", NODE_PROBE, host, str(port), ""], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script_source(node_probe_program), host, str(port), ""], capture_output=True, text=True,
                          timeout=30)
     import json
 

@@ -46,6 +46,7 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
         assert f"gpuops/{sub}/__init__.py" in names
     assert "gpuops/themes/gpuops.tcss" in names
     assert "gpuops/core/hosts/programs/reporter.py" in names
+    assert "gpuops/core/hosts/programs/end_process.sh" in names  # a shell program is package data
     assert {"gpuops/sim/files/pynvml.py", "gpuops/sim/files/nvidia-smi",
             "gpuops/core/engines/sglang/data/sglang_versions.json"} <= set(names)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

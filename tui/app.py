@@ -503,14 +503,8 @@ class GpuopsApp(App):
                 self.notify(f"no deployment named {arg!r}: :dep lists them", severity="error")
         elif verb in ("deployment", "dep", "d", "deployments", "deps"):
             self.open_deployments()
-        elif verb == "swap" and arg:
-            name, _, model = arg.partition(" ")
-            self.begin_swap(name, model.strip() or None)
-        elif verb == "swap":  # which one? (on a deployment's screen, `:swap` is that one's: its screen says)
-            ready = [d.name for d in self._deployments() if d.state == "ready"]
-            self.notify(":swap NAME [MODEL]: NAME is the ready deployment to replace ("
-                        + (f"ready now: {', '.join(ready[:6])}" if ready else "none is ready now") + "), MODEL the "
-                        "one to put in its place (else pick it)", severity="warning", timeout=10, markup=False)
+        elif verb == "swap":
+            self._swap_command(arg)
         elif verb == "theme" and arg:
             if arg not in self.available_themes:
                 self.notify(f"no theme named {arg!r}", severity="error")
@@ -530,6 +524,18 @@ class GpuopsApp(App):
         else:
             self.notify(f"unknown command {text!r}: try host NAME, dep [NAME], swap NAME [MODEL], theme NAME, bench, "
                         "help, quit", severity="error", markup=False)  # (its brackets are text)
+
+    def _swap_command(self, arg: str) -> None:
+        """`:swap NAME [MODEL]`; without NAME, which one? (on a deployment's screen, `:swap` is that
+        one's: its screen says)."""
+        if arg:
+            name, _, model = arg.partition(" ")
+            self.begin_swap(name, model.strip() or None)
+            return
+        ready = [d.name for d in self._deployments() if d.state == "ready"]
+        self.notify(":swap NAME [MODEL]: NAME is the ready deployment to replace ("
+                    + (f"ready now: {', '.join(ready[:6])}" if ready else "none is ready now") + "), MODEL the "
+                    "one to put in its place (else pick it)", severity="warning", timeout=10, markup=False)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -253,12 +253,7 @@ class RowTable(ScrollView, can_focus=True):
         keys = list(cells)
         moved = keys != self._keys
         if moved:
-            under_cursor = self._keys[self._cursor] if self._cursor < len(self._keys) else None
-            self._keys = keys
-            self._index = {key: i for i, key in enumerate(keys)}
-            self._lines = {key: line for key, line in self._lines.items() if key in cells or key is None}
-            at = self._index.get(under_cursor, self._cursor) if under_cursor is not None else self._cursor
-            self._cursor = max(0, min(at, len(keys) - 1))
+            self._reorder(keys)
         changed = [key for key, row in cells.items() if (was := old.get(key)) is not row and was != row]
         widths_changed = False
         for key in changed:
@@ -266,17 +261,31 @@ class RowTable(ScrollView, can_focus=True):
             for column, value in enumerate(cells[key]):
                 widths_changed |= self._measure(column, key, value.cell_len if isinstance(value, Text) else cell_len(value))
         gone = old.keys() - cells.keys() if moved else ()
-        if gone:  # the columns again, without the rows that left
-            for widths in self._widths:
-                for key in gone:
-                    widths.pop(key, None)
-            self._widest = [max([cell_len(label), *widths.values()]) for label, widths in zip(self._labels, self._widths)]
+        if gone:
+            self._forget(gone)
         if moved or widths_changed:
             self.virtual_size = self._table_size()
             self.refresh()
         else:
             for key in changed:
                 self._refresh_row(self._index[key])
+
+    def _reorder(self, keys: list[str]) -> None:
+        """The rows in a new order (or some new, some gone): the cursor stays on its row's key where it
+        is still there, else at its place (within the rows there are)."""
+        under_cursor = self._keys[self._cursor] if self._cursor < len(self._keys) else None
+        self._keys = keys
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._lines = {key: line for key, line in self._lines.items() if key in self._cells or key is None}
+        at = self._index.get(under_cursor, self._cursor) if under_cursor is not None else self._cursor
+        self._cursor = max(0, min(at, len(keys) - 1))
+
+    def _forget(self, gone: Iterable[str]) -> None:
+        """The columns' widths again, without the rows that left."""
+        for widths in self._widths:
+            for key in gone:
+                widths.pop(key, None)
+        self._widest = [max([cell_len(label), *widths.values()]) for label, widths in zip(self._labels, self._widths)]
 
     def _table_size(self) -> Size:
         """Its columns' widths, a space either side of each; its rows and header."""

@@ -157,26 +157,30 @@ class _Api:
                     delta = choice.get("delta") or {}
                     content += delta.get("content") or ""
                     reasoning += delta.get("reasoning_content") or ""
-                    for tc in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(tc.get("index") or 0, {"id": None, "type": "function",
-                                                                       "function": {"name": None, "arguments": ""}})
-                        fn = tc.get("function") or {}
-                        slot["id"] = tc.get("id") or slot["id"]
-                        slot["function"]["name"] = fn.get("name") or slot["function"]["name"]
-                        slot["function"]["arguments"] += fn.get("arguments") or ""
+                    _add_tool_calls(calls, delta.get("tool_calls") or [])
                     finish = choice.get("finish_reason") or finish
         message = {"content": content, "reasoning_content": reasoning or None,
                    "tool_calls": [calls[i] for i in sorted(calls)] or None}
         return message, finish
 
 
+def _add_tool_calls(calls: dict[int, dict[str, Any]], deltas: list[dict]) -> None:
+    """A streamed answer's tool-call pieces added to the calls so far (by their index): the id and
+    name once, the arguments' text piece by piece."""
+    for tc in deltas:
+        slot = calls.setdefault(tc.get("index") or 0, {"id": None, "type": "function",
+                                                       "function": {"name": None, "arguments": ""}})
+        fn = tc.get("function") or {}
+        slot["id"] = tc.get("id") or slot["id"]
+        slot["function"]["name"] = fn.get("name") or slot["function"]["name"]
+        slot["function"]["arguments"] += fn.get("arguments") or ""
+
+
 # ------------------------------------------------------------------ the checks
 
 
-def schema_problem(value: object, schema: dict, where: str = "") -> str | None:
-    """The first way VALUE breaks the JSON SCHEMA (type, enum, required, properties,
-    additionalProperties, items), in words; None when it matches."""
-    name = where or "arguments"
+def _type_problem(value: object, schema: dict, name: str) -> str | None:
+    """VALUE against the schema's type and enum (a bool is no number)."""
     t = schema.get("type")
     types = [t] if isinstance(t, str) else list(t or [])
     if types and not any(isinstance(value, TYPES.get(x, object)) and not (isinstance(value, bool) and x != "boolean")
@@ -184,24 +188,38 @@ def schema_problem(value: object, schema: dict, where: str = "") -> str | None:
         return f"argument {name}={value!r} is not of type {'/'.join(types)}"
     if "enum" in schema and value not in schema["enum"]:
         return f"argument {name}={value!r} not in enum {schema['enum']}"
-    if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for key in schema.get("required") or []:
-            if key not in value:
-                return f"missing required argument {where + '.' if where else ''}{key!r}"
-        for key, v in value.items():
-            if key in props:
-                problem = schema_problem(v, props[key], f"{where}.{key}" if where else key)
-                if problem:
-                    return problem
-            elif schema.get("additionalProperties") is False:
-                return f"unexpected argument {where + '.' if where else ''}{key!r}"
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+    return None
+
+
+def _object_problem(value: dict, schema: dict, where: str) -> str | None:
+    """An object against the schema's required keys, its properties and additionalProperties."""
+    props = schema.get("properties") or {}
+    for key in schema.get("required") or []:
+        if key not in value:
+            return f"missing required argument {where + '.' if where else ''}{key!r}"
+    for key, v in value.items():
+        if key in props:
+            problem = schema_problem(v, props[key], f"{where}.{key}" if where else key)
+            if problem:
+                return problem
+        elif schema.get("additionalProperties") is False:
+            return f"unexpected argument {where + '.' if where else ''}{key!r}"
+    return None
+
+
+def schema_problem(value: object, schema: dict, where: str = "") -> str | None:
+    """The first way VALUE breaks the JSON SCHEMA (type, enum, required, properties,
+    additionalProperties, items), in words; None when it matches."""
+    name = where or "arguments"
+    problem = _type_problem(value, schema, name)
+    if problem is None and isinstance(value, dict):
+        problem = _object_problem(value, schema, where)
+    if problem is None and isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, v in enumerate(value):
             problem = schema_problem(v, schema["items"], f"{name}[{i}]")
             if problem:
                 return problem
-    return None
+    return problem
 
 
 def tool_call_problem(message: dict, finish: str | None, parser: str | None) -> str | None:

@@ -6,8 +6,8 @@
   runs ``python -m sglang.test.run_eval --eval-name gsm8k`` on a dataset file the profile names
   (hosts may be offline). Inputs default to ``random-ids``, which needs no download.
 - The runner (``BenchRunner``) runs them with the host's python through ``Host.stream`` under a small
-  relay (``_HOST_SCRIPT``) that merges stderr into stdout and splits tqdm's ``\\r`` updates into
-  lines, so progress ("n/N") arrives while it runs; closing the stream (cancel) ends the remote
+  relay (``core/hosts/programs/bench_relay.py``) that merges stderr into stdout and splits tqdm's
+  ``\\r`` updates into lines, so progress ("n/N") arrives while it runs; closing the stream (cancel) ends the remote
   process group. The deployment's API key goes from its 0600 env file into the benchmark's
   environment (``OPENAI_API_KEY``, which bench_serving and run_eval send as a Bearer token) on the
   host: it is never in an argv, an event or the store, and gpuops itself never reads it.
@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 from .. import engines
 from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
+from ..hosts.programs import bench_relay as bench_relay_program
 from ..deploy.store import Store
 from ..domain import BenchRun, Deployment, Plan, client_host, utc_now
 from ..redact import redact_all
@@ -241,69 +242,6 @@ def parse_progress(line: str) -> tuple[int, int] | None:
 
 
 # ------------------------------------------------------------------ on the host
-
-# Sent as `python -c`. "run ENV_FILE RUN_DIR ARGV...": ARGV with stderr merged into stdout and
-# tqdm's \r updates split into lines (a finished bar is let out at once, not when the next one
-# starts), in RUN_DIR (created 0700), with PYTHONUNBUFFERED and OPENAI_API_KEY from the env file's
-# GPUOPS_API_KEY; exits with ARGV's status. "metrics ENV_FILE URL INTERVAL": URL's text as one JSON
-# line every INTERVAL seconds.
-_HOST_SCRIPT = r"""
-import json, os, re, shlex, subprocess, sys, time, urllib.error, urllib.request
-
-def api_key(env_file):
-    try:
-        with open(env_file) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if line.startswith("GPUOPS_API_KEY="):
-            words = shlex.split(line.split("=", 1)[1])
-            return words[0] if words else None
-    return None
-
-def run(env_file, run_dir, argv):
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    key = api_key(env_file) if env_file else None
-    if key:
-        env["OPENAI_API_KEY"] = key
-    proc = subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    out, pending = sys.stdout.buffer, b""
-    while True:
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            break
-        *lines, pending = re.split(rb"[\r\n]", pending + chunk)
-        if pending.endswith(b"]") and b"|" in pending:
-            lines.append(pending)
-            pending = b""
-        out.write(b"".join(line + b"\n" for line in lines if line.strip()))
-        out.flush()
-    if pending.strip():
-        out.write(pending + b"\n")
-    out.flush()
-    return proc.wait()
-
-def metrics(env_file, url, interval):
-    key = api_key(env_file) if env_file else None
-    headers = {"Authorization": "Bearer " + key} if key else {}
-    while True:
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
-                doc = {"status": r.status, "text": r.read().decode("utf-8", "replace")}
-        except urllib.error.HTTPError as e:
-            doc = {"status": e.code, "error": "HTTP %d from %s" % (e.code, url)}
-        except Exception as e:
-            doc = {"status": None, "error": "%s: %s" % (url, e)}
-        print(json.dumps(doc), flush=True)
-        time.sleep(interval)
-
-if sys.argv[1] == "run":
-    sys.exit(run(sys.argv[2], sys.argv[3], sys.argv[4:]))
-metrics(sys.argv[2], sys.argv[3], float(sys.argv[4]))
-"""
 
 
 # ------------------------------------------------------------------ targets
@@ -546,7 +484,8 @@ class BenchRunner:
         started = self.clock()
         lines: list[str] = []
         last: tuple[int, int] | None = None
-        command = [host_python(t.host), "-c", _HOST_SCRIPT, "run", t.env_file or "", run_dir, *argv]
+        command = [host_python(t.host), "-c", script_source(bench_relay_program), "run", t.env_file or "", run_dir,
+                   *argv]
         async with t.host.stream(command) as stream:
             async for line in stream:
                 progress = parse_progress(line)
@@ -659,7 +598,7 @@ async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[S
     started without --enable-metrics answers 404). Closing the iterator ends the remote poller."""
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval!r}")
-    argv = [host_python(target.host), "-c", _HOST_SCRIPT, "metrics", target.env_file or "",
+    argv = [host_python(target.host), "-c", script_source(bench_relay_program), "metrics", target.env_file or "",
             target.url + "/metrics", repr(float(interval))]
     async with target.host.stream(argv) as stream:
         async for line in stream:
@@ -725,13 +664,9 @@ def _delta(value: Any, base: Any) -> float | None:
     return round((value - base) / abs(base) * 100, 2)
 
 
-def compare(runs: list[BenchRun]) -> dict:
-    """Runs side by side: one column per record (a sweep gives one per concurrency), each with its
-    delta in percent against the first run's column of the same concurrency. A column whose
-    concurrency the first run lacks has no baseline and no deltas (a c=256 run is never compared
-    with a c=4 one); ``note`` says so."""
-    cols = _columns(runs)
-    first = [c for c in cols if c["run"] == runs[0].id]
+def _pair_columns(cols: list[dict], first: list[dict]) -> None:
+    """Each column's baseline: the first run's column of the same concurrency (None: it has none);
+    with several concurrencies measured, each label says its own."""
     if len({c["max_concurrency"] for c in cols if c["measured"]}) > 1:  # the reader sees what is paired
         for c in cols:
             if c["measured"] and " c=" not in c["label"]:
@@ -739,15 +674,22 @@ def compare(runs: list[BenchRun]) -> dict:
     for c in cols:
         same = [b for b in first if b["max_concurrency"] == c["max_concurrency"]]
         c["baseline"] = cols.index(same[0]) if same else None
+
+
+def _compare_note(cols: list[dict], first: list[dict], first_id: int) -> str | None:
+    """What has no delta, and why (None: every measured column has its baseline)."""
     unmatched = [c["label"] for c in cols if c["baseline"] is None and c["measured"]]
-    others = [c for c in cols if c["run"] != runs[0].id and c["measured"]]
+    others = [c for c in cols if c["run"] != first_id and c["measured"]]
     if others and all(c["baseline"] is None for c in others):
-        note: str | None = (f"no run shares a concurrency with #{runs[0].id} "
-                            f"({', '.join(concurrency_label(c['max_concurrency']) for c in first)}): no deltas")
-    elif unmatched:
-        note = f"no delta for {', '.join(unmatched)}: #{runs[0].id} has no run at that concurrency"
-    else:
-        note = None
+        return (f"no run shares a concurrency with #{first_id} "
+                f"({', '.join(concurrency_label(c['max_concurrency']) for c in first)}): no deltas")
+    if unmatched:
+        return f"no delta for {', '.join(unmatched)}: #{first_id} has no run at that concurrency"
+    return None
+
+
+def _compare_metrics(cols: list[dict]) -> list[dict]:
+    """Each metric any column has: its values and their deltas in percent against their baselines."""
     metrics = []
     for key, label, unit, better in METRICS:
         values = [c["values"][key] for c in cols]
@@ -757,6 +699,19 @@ def compare(runs: list[BenchRun]) -> dict:
                   else _delta(c["values"][key], cols[c["baseline"]]["values"][key]) for i, c in enumerate(cols)]
         metrics.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
                         "delta_percent": deltas})
+    return metrics
+
+
+def compare(runs: list[BenchRun]) -> dict:
+    """Runs side by side: one column per record (a sweep gives one per concurrency), each with its
+    delta in percent against the first run's column of the same concurrency. A column whose
+    concurrency the first run lacks has no baseline and no deltas (a c=256 run is never compared
+    with a c=4 one); ``note`` says so."""
+    cols = _columns(runs)
+    first = [c for c in cols if c["run"] == runs[0].id]
+    _pair_columns(cols, first)
+    note = _compare_note(cols, first, runs[0].id)
+    metrics = _compare_metrics(cols)
     by_id = {r.id: r for r in runs}
     names = list(dict.fromkeys(c.name for r in runs for c in r.checks or []))
     checks = [{"name": n, "values": [next((c.ok for c in by_id[col["run"]].checks or [] if c.name == n),

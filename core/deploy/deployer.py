@@ -17,7 +17,8 @@ from typing import Any, Callable
 from .. import units
 from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
 from ..hosts.files import new_api_key, read_env_value, remote_home
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
+from ..hosts.programs import port_free as port_free_program
 from ..hosts.model_copies import copy_complete
 from .. import engines
 from ..planning.hostfacts import engine_version, free_space
@@ -26,18 +27,6 @@ from .download import Download, DownloadError, bytes_on_disk
 from .launchers import Launcher, LaunchError, open_launcher
 from .store import Lease, Store
 from .watch import Bus, log_end
-
-# argv[1] host, argv[2] port: exit 0 when the port is free to bind
-_PORT_FREE = r"""
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    s.bind((sys.argv[1], int(sys.argv[2])))
-except OSError as e:
-    print(e)
-    sys.exit(1)
-"""
 
 
 class DeployError(Exception):
@@ -123,7 +112,8 @@ class Deployer:
         plan, host = self.plan, self.host
         ports = [plan.port] + ([int(p)] if plan.replicas and (p := flag_value(plan.argv, "--prometheus-port")) else [])
         for port in ports:
-            res = await host.run([host_python(host), "-c", _PORT_FREE, plan.bind_host, str(port)], timeout=30)
+            res = await host.run([host_python(host), "-c", script_source(port_free_program), plan.bind_host, str(port)],
+                                 timeout=30)
             if not res.ok:
                 raise DeployError(f"port {port} is in use on {host.name} ({res.stdout.strip()}): choose another --port")
 

@@ -23,19 +23,8 @@ from typing import AsyncIterator
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.files import env_file_text, write_private_file
 from ..hosts.programs import tether
+from ..hosts.programs import folder_size as folder_size_program
 
-# argv[1]: a folder; prints the summed apparent size of every file under it
-_SIZE = r"""
-import os, sys
-total = 0
-for root, dirs, files in os.walk(sys.argv[1]):
-    for f in files:
-        try:
-            total += os.lstat(os.path.join(root, f)).st_size
-        except OSError:
-            pass
-print(total)
-"""
 
 # $1: env file to source (may be empty), then the command
 _WITH_ENV = 'f=$1; shift; if [ -n "$f" ]; then set -a; . "$f"; set +a; rm -f "$f"; fi; exec "$@"'
@@ -84,7 +73,7 @@ def tethered(host: Host, argv: list[str]) -> list[str]:
 
 
 async def bytes_on_disk(host: Host, path: str) -> int:
-    res = await host.run([host_python(host), "-c", _SIZE, path], timeout=60)
+    res = await host.run([host_python(host), "-c", script_source(folder_size_program), path], timeout=60)
     try:
         return int(res.stdout.strip())
     except ValueError:

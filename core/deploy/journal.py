@@ -10,7 +10,7 @@ the command again from there, with a backoff, so no line is lost and none is rep
   [-f] [--lines=all | --after-cursor=C]``. ``--all`` matters: without it journalctl prints any
   field over 4096 bytes (SGLang's ``server_args=…`` line) as ``null``. ``-f`` also limits the
   output to the journal's current boot (journalctl's own rule).
-- ``FileFollower``: a small stdlib Python loop run with the host's python (``_TAIL_SCRIPT``)
+- ``FileFollower``: a small stdlib Python loop run with the host's python (``programs/tail.py``)
   that reads the file by byte offset and prints one JSON frame per line with its end offset;
   long lines travel as several frames. A truncated file (size below the offset) or a replaced
   one (rotation: another inode) is read again from 0, and the follower says so with a notice
@@ -39,7 +39,8 @@ from typing import Any, AsyncIterator, Generic, Iterator, Optional, TypeVar
 import msgspec
 
 from ..config import validate_abs_path
-from ..hosts.host import Host, HostError, HostUnreachable, host_python
+from ..hosts.host import Host, HostError, HostUnreachable, host_python, script_source
+from ..hosts.programs import tail as tail_program
 from ..redact import redact
 
 __all__ = [
@@ -512,125 +513,6 @@ class JournalFollower(_Follower):
 
 # ------------------------------------------------------------------ log files
 
-# Run as `python -c _TAIL_SCRIPT PATH OFFSET FILE_ID FOLLOW MAX_LINE PIECE`. Prints one JSON value
-# per line (JSON, so a line cut short by a dropped connection never parses as a whole frame):
-#   [END, "text"]                a whole line; END is the byte offset just after its newline
-#   {"c": "text"}                 the first pieces of a long line, its last piece follows as [END, …]
-#   {"e": "open", "id": "D:I", "size": N}       the file being read (device:inode)
-#   {"e": "truncated", "offset": O, "size": N}  size fell below the offset: reading from 0
-#   {"e": "rotated", "offset": O}               the path now names another file: reading it from 0
-#   {"e": "missing"}                            no such file yet (follow mode waits for it)
-#   {"e": "partial", "offset": O, "text": "…"} end of file inside a line (only without follow)
-_TAIL_SCRIPT = r"""
-import errno, json, os, sys, time
-path, off, want, follow = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
-max_line, piece = int(sys.argv[5]), int(sys.argv[6])
-out = sys.stdout
-
-def emit(obj):
-    out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
-
-def emit_line(end, raw):
-    text = raw.decode("utf-8", "replace")
-    while len(text) > piece:
-        emit({"c": text[:piece]})
-        text = text[piece:]
-    emit([end, text])
-
-def ident(st):
-    return "%d:%d" % (st.st_dev, st.st_ino)
-
-def main():
-    global off, want
-    f = None
-    buf = b""
-    missing_said = False
-    draining = False
-    idle = 0.02
-    while True:
-        if f is None:
-            try:
-                f = open(path, "rb")
-            except OSError as e:
-                if e.errno != errno.ENOENT or not follow:
-                    sys.stderr.write("%s: %s\n" % (path, e.strerror))
-                    out.flush()
-                    sys.exit(2 if e.errno == errno.ENOENT else 1)
-                if not missing_said:
-                    emit({"e": "missing"})
-                    out.flush()
-                    missing_said = True
-                time.sleep(0.2)
-                continue
-            st = os.fstat(f.fileno())
-            if want != "-" and want != ident(st) and off > 0:
-                emit({"e": "rotated", "offset": off})
-                off = 0
-            elif off > st.st_size:
-                emit({"e": "truncated", "offset": off, "size": st.st_size})
-                off = 0
-            want = ident(st)
-            emit({"e": "open", "id": want, "size": st.st_size})
-            out.flush()
-            f.seek(off)
-            buf = b""
-        data = f.read(65536)
-        if data:
-            idle = 0.02
-            buf += data
-            start = 0
-            while True:
-                i = buf.find(b"\n", start)
-                if i < 0:
-                    break
-                emit_line(off + i + 1, buf[start:i])
-                start = i + 1
-            buf = buf[start:]
-            off += start
-            while len(buf) >= max_line:
-                emit_line(off + max_line, buf[:max_line])
-                buf = buf[max_line:]
-                off += max_line
-            if len(data) < 65536:
-                out.flush()
-            continue
-        out.flush()
-        if not follow:
-            if buf:
-                emit({"e": "partial", "offset": off, "text": buf.decode("utf-8", "replace")})
-            out.flush()
-            return
-        size = os.fstat(f.fileno()).st_size
-        if size < off + len(buf):
-            emit({"e": "truncated", "offset": off + len(buf), "size": size})
-            off = 0
-            f.seek(0)
-            buf = b""
-            out.flush()
-            continue
-        if draining:  # the old file is read to its end: switch to the new one
-            if buf:  # its last line never got its newline
-                emit_line(off + len(buf), buf)
-            emit({"e": "rotated", "offset": off + len(buf)})
-            out.flush()
-            f.close()
-            f, off, buf, want, draining = None, 0, b"", "-", False
-            continue
-        try:
-            now = ident(os.stat(path))
-        except OSError:
-            now = want
-        if now != want:
-            draining = True  # read what was written to the old file meanwhile, then switch
-            continue
-        time.sleep(idle)
-        idle = min(0.1, idle * 2)
-
-try:
-    main()
-except (BrokenPipeError, KeyboardInterrupt):
-    pass
-"""
 
 _decode_frame = msgspec.json.Decoder().decode
 _PIECE = 8192  # characters per frame: at most ~48 KiB of JSON, under asyncio's 64 KiB line limit
@@ -680,7 +562,7 @@ class FileFollower(_Follower):
 
     def _argv(self) -> list[str]:
         return [
-            host_python(self.host), "-c", _TAIL_SCRIPT, self.path, str(self.offset),
+            host_python(self.host), "-c", script_source(tail_program), self.path, str(self.offset),
             self.file_id or "-", "1" if self.follow else "0", str(self.max_line), str(_PIECE),
         ]
 

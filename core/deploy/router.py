@@ -21,34 +21,10 @@ from typing import Any
 import msgspec
 
 from ..domain import Evidence, Finding, Fix, Plan
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
+from ..hosts.programs import router_probe as router_probe_program
 from .watch import WITH_ENV_FILE, Watch
 
-# Runs on the router's host with its python (standard library only), no proxies: one JSON line.
-# A keyed router (--api-key) wants the key for /workers: $GPUOPS_API_KEY, from its env file there.
-_PROBE = r"""
-import json, os, sys, urllib.error, urllib.request
-base = "http://%s:%s" % (sys.argv[1], sys.argv[2])
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-key = os.environ.get("GPUOPS_API_KEY")
-out = {}
-for path in ("/readiness", "/workers"):
-    req = urllib.request.Request(base + path)
-    if key:
-        req.add_header("Authorization", "Bearer " + key)
-    try:
-        with opener.open(req, timeout=5) as r:
-            out[path] = [r.status, json.loads(r.read() or b"null")]
-    except urllib.error.HTTPError as e:
-        try:
-            body = json.loads(e.read() or b"null")
-        except ValueError:
-            body = None
-        out[path] = [e.code, body]
-    except Exception as e:
-        out[path] = [None, str(e)[:300]]
-print(json.dumps(out))
-"""
 
 READY_WITHIN_S = 120.0  # a router that counts its (ready) replicas healthy within this is fine
 
@@ -96,7 +72,7 @@ def parse_view(text: str) -> RouterView:
 async def router_view(host: Host, plan: Plan, env_path: str | None = None) -> RouterView:
     """The router's view of its replicas, asked on its host (with the key of its env file at
     `env_path` there when it has one: the key is read on the host, never here)."""
-    argv = [host_python(host), "-c", _PROBE, plan.client_host, str(plan.port)]
+    argv = [host_python(host), "-c", script_source(router_probe_program), plan.client_host, str(plan.port)]
     if env_path and plan.uses_api_key:
         argv = ["sh", "-c", WITH_ENV_FILE, "gpuops-router-probe", env_path, *argv]
     try:

@@ -45,8 +45,9 @@ from ..domain import (
     StateEvent,
     utc_now,
 )
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.procs import process_tree
+from ..hosts.programs import quick_check as quick_check_program
 from ..telemetry.samples import Snapshot, memory_used, snapshot
 from .journal import FollowError, RingBuffer
 from .launchers import Launcher, open_launcher
@@ -132,25 +133,6 @@ def watcher_alive(d: Deployment, *, now: float | None = None) -> bool:
 # 0600 env file on its host: the API key is read there, never by gpuops) exported, when readable
 WITH_ENV_FILE = 'set -a; [ -r "$1" ] && . "$1"; set +a; shift; exec "$@"'
 
-# argv[1] port, argv[2] model name, $GPUOPS_API_KEY from the env file: one short chat completion
-_QUICK_CHECK = r"""
-import json, os, sys, time, urllib.request
-body = json.dumps({"model": sys.argv[2], "max_tokens": 16,
-                   "messages": [{"role": "user", "content": "Say hello in five words."}]}).encode()
-host = sys.argv[3]
-req = urllib.request.Request(f"http://{host}:{sys.argv[1]}/v1/chat/completions", data=body,
-                             headers={"Content-Type": "application/json"})
-key = os.environ.get("GPUOPS_API_KEY")
-if key:
-    req.add_header("Authorization", "Bearer " + key)
-t0 = time.time()
-with urllib.request.urlopen(req, timeout=120) as r:
-    out = json.load(r)
-msg = out["choices"][0]["message"]
-print(json.dumps({"seconds": round(time.time() - t0, 3), "content": msg.get("content"),
-                  "reasoning": bool(msg.get("reasoning_content")), "usage": out.get("usage")}))
-"""
-
 
 async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict | None, str | None]:
     """One short chat completion against the server, from its host (with the deployment's API key
@@ -158,8 +140,9 @@ async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict 
     env_path = launcher.env_path
     script = WITH_ENV_FILE
     client = plan.client_host
-    res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c", _QUICK_CHECK,
-                          str(plan.port), plan.served_name, f"[{client}]" if ":" in client else client], timeout=180)
+    res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c",
+                          script_source(quick_check_program), str(plan.port), plan.served_name,
+                          f"[{client}]" if ":" in client else client], timeout=180)
     if not res.ok:
         return None, (res.stderr.strip().splitlines() or ["no output"])[-1]
     try:

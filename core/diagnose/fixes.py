@@ -111,45 +111,42 @@ def describe_patch(patch: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def apply_patch(plan: Plan, patch: dict[str, Any], *, why: str | None = None) -> tuple[Plan, list[tuple[str, str]]]:
-    """(the new plan, its diff). The diff lists every change as ("-", old) / ("+", new) lines:
-    ``--flag values`` for argv, ``NAME=value`` for the environment; an empty diff means the patch
-    changes nothing in this plan (the plan itself comes back). When something changed, the plan's
-    ``rules`` gain ``fix`` (WHY) so every flag still says which rule put it there. The input plan
-    is never changed; the new one is validated like any plan."""
-    p = validate_patch(patch)
-    flags = split_flags(plan.argv)
-    diff: list[tuple[str, str]] = []
-    adds: list[str] = []
-    removes: list[str] = []
+def _show(name: str, values: tuple[str, ...] | list[str]) -> str:
+    return " ".join([name, *values])
 
-    def show(name: str, values: tuple[str, ...] | list[str]) -> str:
-        return " ".join([name, *values])
 
+def _patch_flags(flags: list[tuple[str, tuple[str, ...]]], p: dict[str, Any], wanted: dict[str, list[str]],
+                 diff: list[tuple[str, str]], adds: list[str], removes: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """`flags` without the patch's removed flags and with its set ones (each in the place of its first
+    occurrence, or last); every change into `diff`, `adds` and `removes`."""
     for name in p["remove_flags"]:
-        for n, values in flags:
+        for n, have in flags:
             if n == name:
-                diff.append(("-", show(n, values)))
-                removes.extend([n, *values])
+                diff.append(("-", _show(n, have)))
+                removes.extend([n, *have])
         flags = [f for f in flags if f[0] != name]
-    wanted = dict(p["set_flags"])
-    if p["port"] is not None:
-        wanted["--port"] = [str(p["port"])]
     for name, values in wanted.items():
         where = [i for i, (n, _) in enumerate(flags) if n == name]
         if where and [list(flags[i][1]) for i in where] == [values]:
             continue
         for i in where:
-            diff.append(("-", show(*flags[i])))
+            diff.append(("-", _show(*flags[i])))
             removes.extend([flags[i][0], *flags[i][1]])
-        diff.append(("+", show(name, values)))
+        diff.append(("+", _show(name, values)))
         adds.extend([name, *values])
         if where:
             flags[where[0]] = (name, tuple(values))
             flags = [f for i, f in enumerate(flags) if i not in where[1:]]
         else:
             flags.append((name, tuple(values)))
-    new_env = dict(plan.env)
+    return flags
+
+
+def _patch_env(env: dict[str, str], p: dict[str, Any], diff: list[tuple[str, str]], adds: list[str],
+               removes: list[str]) -> dict[str, str]:
+    """`env` without the patch's unset variables and with its set ones; every change into `diff`,
+    `adds` and `removes`."""
+    new_env = dict(env)
     for key in p["unset_env"]:
         if key in new_env:
             old = f"{key}={new_env.pop(key)}"
@@ -163,6 +160,24 @@ def apply_patch(plan: Plan, patch: dict[str, Any], *, why: str | None = None) ->
         diff.append(("+", f"{key}={value}"))
         adds.append(f"{key}={value}")
         new_env[key] = value
+    return new_env
+
+
+def apply_patch(plan: Plan, patch: dict[str, Any], *, why: str | None = None) -> tuple[Plan, list[tuple[str, str]]]:
+    """(the new plan, its diff). The diff lists every change as ("-", old) / ("+", new) lines:
+    ``--flag values`` for argv, ``NAME=value`` for the environment; an empty diff means the patch
+    changes nothing in this plan (the plan itself comes back). When something changed, the plan's
+    ``rules`` gain ``fix`` (WHY) so every flag still says which rule put it there. The input plan
+    is never changed; the new one is validated like any plan."""
+    p = validate_patch(patch)
+    diff: list[tuple[str, str]] = []
+    adds: list[str] = []
+    removes: list[str] = []
+    wanted = dict(p["set_flags"])
+    if p["port"] is not None:
+        wanted["--port"] = [str(p["port"])]
+    flags = _patch_flags(split_flags(plan.argv), p, wanted, diff, adds, removes)
+    new_env = _patch_env(plan.env, p, diff, adds, removes)
     if not diff:
         return plan, diff
     warnings = list(plan.warnings)

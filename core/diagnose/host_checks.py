@@ -177,17 +177,7 @@ def check_driver_libraries(doc: dict[str, Any]) -> HostCheckResult:
                                + ", ".join(libs.get("searched") or ()))
         shown = ", ".join(f"{_lib_name(f)} {f['version']}" for f in files)
         return HostCheckResult(name, True, f"kernel module {module} matches {shown} ({where})")
-    evidence = [Evidence(drv.get("path") or "/proc/driver/nvidia/version", reading=f"kernel module {module}"
-                         + (f": {drv['line']}" if drv.get("line") else ""))]
-    for f in bad or files:
-        source = f"/proc/{f['pid']}/maps" if f.get("pid") else f["path"]
-        evidence.append(Evidence(source, reading=f"{f['path']}: {_lib_name(f)} {f['version']}"))
-    if nvml_says:
-        evidence.append(Evidence("nvml", reading=f"nvmlInit: {nvml.get('error')}"))
-    kernel = _section(doc, "kernel")
-    evidence += [Evidence(kernel.get("log_source") or "kernel log", line=ln)
-                 for ln in kernel.get("log_lines") or [] if "NVRM: API mismatch" in ln
-                 or "NVRM: this kernel module has the version" in ln][-4:]
+    evidence = _mismatch_evidence(doc, module, bad or files, nvml_says)
     versions = sorted({f["version"] for f in bad})
     said = (f"the server's userspace driver libraries are {', '.join(versions)} ({where})" if bad
             else "NVML reports a driver/library version mismatch")
@@ -202,6 +192,23 @@ def check_driver_libraries(doc: dict[str, Any]) -> HostCheckResult:
         data={"module_version": module, "library_versions": versions},
     )
     return HostCheckResult(name, False, finding.summary, (finding,))
+
+
+def _mismatch_evidence(doc: dict[str, Any], module: str, libs: list[dict[str, Any]], nvml_says: bool) -> list[Evidence]:
+    """The kernel module's version, the libraries' (`libs`), NVML's word and the kernel log's NVRM lines."""
+    drv, nvml = _section(doc, "driver"), _section(doc, "nvml")
+    evidence = [Evidence(drv.get("path") or "/proc/driver/nvidia/version", reading=f"kernel module {module}"
+                         + (f": {drv['line']}" if drv.get("line") else ""))]
+    for f in libs:
+        source = f"/proc/{f['pid']}/maps" if f.get("pid") else f["path"]
+        evidence.append(Evidence(source, reading=f"{f['path']}: {_lib_name(f)} {f['version']}"))
+    if nvml_says:
+        evidence.append(Evidence("nvml", reading=f"nvmlInit: {nvml.get('error')}"))
+    kernel = _section(doc, "kernel")
+    evidence += [Evidence(kernel.get("log_source") or "kernel log", line=ln)
+                 for ln in kernel.get("log_lines") or [] if "NVRM: API mismatch" in ln
+                 or "NVRM: this kernel module has the version" in ln][-4:]
+    return evidence
 
 
 def _mismatched(lib: dict[str, Any], module: str) -> bool:
@@ -272,20 +279,12 @@ def check_cuda_driver(doc: dict[str, Any]) -> HostCheckResult:
 # ------------------------------------------------------------------ P2P, IOMMU
 
 
-def check_p2p(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
-    name = "p2p-unavailable"
-    gpu_ids = sorted(set(plan.gpu_ids))
-    if len(gpu_ids) < 2:
-        return HostCheckResult(name, True, "one GPU: no peer-to-peer between ranks")
-    if plan.env.get("NCCL_P2P_DISABLE") == "1":
-        return HostCheckResult(name, True, "NCCL_P2P_DISABLE=1 is set: NCCL does not use peer-to-peer")
-    topo, nvml, kernel = _section(doc, "topo"), _section(doc, "nvml"), _section(doc, "kernel")
-    links = parse_topo(topo.get("stdout") or "")
-    pairs = [(a, b) for i, a in enumerate(gpu_ids) for b in gpu_ids[i + 1:]]
-    known = {p: links[p] for p in pairs if p in links}
+def _p2p_against(nvml: dict[str, Any], kernel: dict[str, Any],
+                 known: dict[tuple[int, int], str]) -> tuple[list[str], list[Evidence], list[Any], str | None]:
+    """What speaks against peer-to-peer: NVML's refusal, a translating IOMMU on a PCIe path, a
+    confidential-computing kernel. (reasons, evidence, NVML's refused pairs, the IOMMU mode)."""
     evidence: list[Evidence] = []
     reasons: list[str] = []
-
     refused = [r for r in nvml.get("p2p") or [] if any(r.get(c) not in (None, "OK") for c in ("read", "write"))]
     for r in refused:
         evidence.append(Evidence("nvml", reading=f"GPU{r['a']}-GPU{r['b']} P2P read {r.get('read') or 'N/A'}, "
@@ -306,7 +305,12 @@ def check_p2p(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
         evidence += [Evidence(kernel.get("log_source") or "kernel log", line=ln) for ln in cc[:3]]
         reasons.append("the kernel runs in a confidential-computing mode (SEV-SNP/TDX), where GPU peer-to-peer "
                        "is restricted")
+    return reasons, evidence, refused, mode
 
+
+def _p2p_detail(topo: dict[str, Any], nvml: dict[str, Any], known: dict[tuple[int, int], str], refused: list[Any],
+                mode: str | None) -> tuple[str, bool]:
+    """The check's one line (the links, NVML's word, the IOMMU), and whether NVML answered for every pair."""
     shown_links = ", ".join(f"GPU{a}-GPU{b} {link}" for (a, b), link in sorted(known.items())) or \
         f"links unknown ({(topo.get('error') or 'no GPU matrix in nvidia-smi topo -m').splitlines()[0]})"
     rows = nvml.get("p2p") or []
@@ -317,7 +321,22 @@ def check_p2p(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
         shown_nvml = "NVML P2P read/write OK"
     else:  # N/A: NVML's error, else the first hint (an API quirk)
         shown_nvml = f"NVML P2P N/A ({nvml.get('error') or next(iter(nvml.get('hints') or []), 'no reading')})"
-    detail = f"{shown_links}; {shown_nvml}; IOMMU {mode or 'unknown'}"
+    return f"{shown_links}; {shown_nvml}; IOMMU {mode or 'unknown'}", answered
+
+
+def check_p2p(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
+    name = "p2p-unavailable"
+    gpu_ids = sorted(set(plan.gpu_ids))
+    if len(gpu_ids) < 2:
+        return HostCheckResult(name, True, "one GPU: no peer-to-peer between ranks")
+    if plan.env.get("NCCL_P2P_DISABLE") == "1":
+        return HostCheckResult(name, True, "NCCL_P2P_DISABLE=1 is set: NCCL does not use peer-to-peer")
+    topo, nvml, kernel = _section(doc, "topo"), _section(doc, "nvml"), _section(doc, "kernel")
+    links = parse_topo(topo.get("stdout") or "")
+    pairs = [(a, b) for i, a in enumerate(gpu_ids) for b in gpu_ids[i + 1:]]
+    known = {p: links[p] for p in pairs if p in links}
+    reasons, evidence, refused, mode = _p2p_against(nvml, kernel, known)
+    detail, answered = _p2p_detail(topo, nvml, known, refused, mode)
     if not reasons:
         # nothing against P2P; but with neither the links nor NVML's word nothing for it either
         return HostCheckResult(name, True if known or answered else None, detail)

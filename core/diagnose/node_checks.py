@@ -13,25 +13,9 @@ import json
 from typing import Any
 
 from ..domain import Evidence, Finding, Fix, Plan
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
+from ..hosts.programs import node_probe as node_probe_program
 from .host_checks import HostCheckResult
-
-# Run on a node (standard library only): its network interfaces, and a TCP connect to HOST PORT.
-NODE_PROBE = r"""
-import json, os, socket, sys
-host, port, iface = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-out = {"ifaces": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None}
-try:
-    with socket.create_connection((host.strip("[]"), port), timeout=3):
-        out["connect"] = "ok"
-except ConnectionRefusedError:
-    out["connect"] = "refused"
-except socket.timeout:
-    out["connect"] = "timeout"
-except OSError as e:
-    out["connect"] = "error: %s" % (e.strerror or e)
-print(json.dumps(out))
-"""
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -43,7 +27,8 @@ async def node_probe(host: Host, plan: Plan, iface: str | None) -> dict[str, Any
     """What node `host` says: its interfaces, and whether it reaches the plan's rendezvous."""
     addr, port = split_addr(plan.dist_init_addr or "")
     try:
-        res = await host.run([host_python(host), "-c", NODE_PROBE, addr, str(port), iface or ""], timeout=30)
+        argv = [host_python(host), "-c", script_source(node_probe_program), addr, str(port), iface or ""]
+        res = await host.run(argv, timeout=30)
         return json.loads(res.stdout.strip().splitlines()[-1]) if res.ok else {"error": res.stderr.strip()[-300:]}
     except (HostError, ValueError, IndexError) as exc:
         return {"error": getattr(exc, "message", str(exc))}

@@ -1279,6 +1279,13 @@ def script_source(module: ModuleType) -> str:
     return text
 
 
+@functools.cache
+def shell_source(name: str) -> str:
+    """The text of one of gpuops' shell programs (``core/hosts/programs/NAME``, POSIX sh), as sent to
+    hosts (``sh -c SOURCE NAME ARGS...``)."""
+    return (Path(__file__).parent / "programs" / name).read_text()
+
+
 def make_host(config: HostConfig, connect_options: dict[str, Any] | None = None) -> Host:
     if config.local:
         return LocalHost(config)

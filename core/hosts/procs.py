@@ -9,26 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..redact import MASK, redact
-from .host import Host
-
-# $1 pid, $2 the command line as shown (may be empty: then not checked), $3 grace seconds
-_END = r"""
-pid=$1; want=$2; grace=$3
-[ -d "/proc/$pid" ] || { echo gone; exit 0; }
-if [ -n "$want" ]; then
-    have=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | sed 's/ $//')
-    case "$have" in "$want"*) ;; *) echo "changed $have"; exit 3 ;; esac
-fi
-kill -TERM "$pid" 2>/dev/null || { echo "refused"; exit 4; }
-i=0
-while [ -d "/proc/$pid" ] && [ "$i" -lt "$((grace * 10))" ]; do sleep 0.1; i=$((i + 1)); done
-if [ -d "/proc/$pid" ]; then
-    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
-    [ "$state" = "Z" ] && { echo ended; exit 0; }
-    echo alive; exit 5
-fi
-echo ended
-"""
+from .host import Host, script_source, shell_source
+from .programs import proc_tree as proc_tree_program
 
 
 @dataclass
@@ -44,7 +26,8 @@ async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: 
         raise ValueError(f"refusing to signal pid {pid!r}")
     # what was shown is redacted: the check is on the command line up to its first secret
     want = (shown_command or "").strip().split(MASK, 1)[0]
-    res = await host.run(["sh", "-c", _END, "gpuops-end", str(pid), want, str(int(grace_s))],
+    res = await host.run(["sh", "-c", shell_source("end_process.sh"), "gpuops-end", str(pid), want,
+                          str(int(grace_s))],
                          timeout=grace_s + 15)
     word, _, rest = res.stdout.strip().partition(" ")
     if word in ("ended", "gone"):
@@ -57,35 +40,6 @@ async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: 
         return EndResult(pid, False, f"no permission to signal pid {pid} on {host.name}")
     return EndResult(pid, False, f"could not end pid {pid} on {host.name}: {(res.stderr or res.stdout).strip()[:200]}")
 
-
-# argv[1] the root pid: that process and its descendants, one "pid<TAB>cmdline" per line
-_TREE = r"""
-import os, sys
-root = int(sys.argv[1])
-parent, cmd = {}, {}
-for d in os.listdir("/proc"):
-    if not d.isdigit():
-        continue
-    try:
-        with open(f"/proc/{d}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-        with open(f"/proc/{d}/cmdline", "rb") as f:
-            line = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        continue
-    fields = stat[stat.rfind(")") + 2:].split()
-    if fields and fields[0] == "Z":
-        continue  # a zombie is not alive
-    parent[int(d)] = int(fields[1]) if len(fields) > 1 else 0
-    cmd[int(d)] = line
-tree, todo = [], [root] if root in parent else []
-while todo:
-    pid = todo.pop()
-    tree.append(pid)
-    todo.extend(p for p, pp in parent.items() if pp == pid)
-for pid in sorted(tree):
-    print(f"{pid}\t{cmd[pid][:300]}")
-"""
 
 RANK_PREFIX = "sglang::scheduler"  # SGLang's process titles: sglang::scheduler_TP0, …_DP1_TP1
 
@@ -105,7 +59,7 @@ async def process_tree(host: Host, pid: int, python: str) -> ProcessTree:
     """`pid` and its live descendants on `host` (an empty tree when `pid` is gone)."""
     if not isinstance(pid, int) or pid <= 0:
         raise ValueError(f"invalid pid {pid!r}")
-    res = await host.run([python, "-c", _TREE, str(pid)], timeout=20)
+    res = await host.run([python, "-c", script_source(proc_tree_program), str(pid)], timeout=20)
     pids, commands = [], {}
     for line in res.stdout.splitlines():
         p, _, command = line.partition("\t")

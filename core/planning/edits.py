@@ -21,7 +21,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from ipaddress import ip_address
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 from . import PlanError
@@ -56,6 +56,94 @@ class Edit:
         return ("-" if self.op == "-flag" else "") + " ".join([self.name, *self.values])
 
 
+def _name(args: list[str]) -> tuple[str, Any]:
+    from ..config import validate_host_name
+
+    try:
+        return "wish", {"name": validate_host_name(args[0])}
+    except ValueError as exc:
+        raise EditError(f"name: {exc}") from None
+
+
+def _port(args: list[str]) -> tuple[str, Any]:
+    if not args[0].isdigit() or not 1024 <= int(args[0]) <= 65535:
+        raise EditError(f"port: a number 1024..65535, not {args[0]!r}")
+    return "wish", {"port": int(args[0])}
+
+
+def _tp(args: list[str]) -> tuple[str, Any]:
+    if not args[0].isdigit() or not 1 <= int(args[0]) <= 64:
+        raise EditError(f"tp: a number 1..64, not {args[0]!r}")
+    return "wish", {"tp": int(args[0]), "gpu_ids": None}
+
+
+def _gpus(args: list[str]) -> tuple[str, Any]:
+    try:
+        ids = tuple(int(x) for x in args[0].split(","))
+    except ValueError:
+        raise EditError(f"gpus: GPU indexes such as 0,1,2,3, not {args[0]!r}") from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise EditError(f"gpus: distinct GPU indexes, not {args[0]!r}")
+    return "wish", {"gpu_ids": ids, "tp": len(ids)}
+
+
+def _replicas(args: list[str]) -> tuple[str, Any]:
+    if args == ["-"]:
+        return "replicas", (0, ())
+    if not 1 <= len(args) <= 2 or not args[0].isdigit() or not 2 <= int(args[0]) <= MAX_REPLICAS:
+        raise EditError(f"replicas takes a count 2..{MAX_REPLICAS} and the other hosts if any (replicas 2, "
+                        "replicas 4 gpu2,gpu3), or - for one server")
+    return "replicas", (int(args[0]), _nodes(args[1:], "replicas") if len(args) == 2 else ())
+
+
+def _mem(args: list[str]) -> tuple[str, Any]:
+    try:
+        frac = float(args[0])
+    except ValueError:
+        frac = -1.0
+    if not 0.3 <= frac <= 0.97:
+        raise EditError(f"mem: the static memory fraction, 0.3..0.97, not {args[0]!r}")
+    return "wish", {"mem_fraction_static": frac}
+
+
+def _bind(args: list[str]) -> tuple[str, Any]:
+    try:
+        ip_address(args[0])
+    except ValueError:
+        raise EditError(f"bind: an IP address such as 127.0.0.1 or 0.0.0.0, not {args[0]!r}") from None
+    return "bind", args[0]
+
+
+def _env(word: str, args: list[str]) -> tuple[str, Any]:
+    """`env NAME=VALUE`, `-env NAME`."""
+    if len(args) != 1:
+        raise EditError(f"{word} takes {'NAME=VALUE' if word == 'env' else 'NAME'}")
+    name, sep, value = args[0].partition("=")
+    if not _ENV_NAME.fullmatch(name) or (word == "env" and not sep) or (word == "-env" and sep):
+        raise EditError(f"{word}: {'NAME=VALUE' if word == 'env' else 'NAME'} with a POSIX name, not {args[0]!r}")
+    return "edit", Edit(word, name, (value,) if word == "env" else ())
+
+
+def _flag(word: str, args: list[str], known_flags: frozenset[str] | None) -> tuple[str, Any]:
+    """`flag --NAME [VALUE…]`, `-flag --NAME`: never one the planner owns; `flag` one the host knows."""
+    if not args or not _FLAG.fullmatch(args[0]):
+        raise EditError(f"{word}: an SGLang flag such as --chunked-prefill-size, not {' '.join(args) or 'nothing'}")
+    name = args[0]
+    if name in OWNED_FLAGS or name in _OWNED_HINT:
+        hint = _OWNED_HINT.get(name)
+        raise EditError(f"{name} is the planner's" + (f": use `{hint}`" if hint else " (derived from the model)"))
+    if word == "flag" and known_flags is not None and name not in known_flags:
+        raise EditError(f"{name}: this host's SGLang has no such flag")
+    if word == "-flag" and len(args) > 1:
+        raise EditError("-flag takes only the flag's name")
+    return "edit", Edit(word, name, tuple(args[1:]))
+
+
+# the words of one value each, and what reads it
+_ONE_VALUE: dict[str, Callable[[list[str]], tuple[str, Any]]] = {
+    "name": _name, "port": _port, "tp": _tp, "mem": _mem, "bind": _bind, "gpus": _gpus}
+
+
 def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, Any]:
     """One typed edit: ("wish", {field: value}) for the planner's choices, ("bind", address),
     ("nodes", (host, …)) for the other nodes of a multi-node plan (empty: one host again), ("replicas",
@@ -70,72 +158,17 @@ def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, An
     word, args = words[0].lower(), words[1:]
     if word not in WORDS:
         raise EditError(f"unknown change {word!r}: one of {', '.join(WORDS)}")
-    if word in ("name", "port", "tp", "mem", "bind", "gpus") and len(args) != 1:
-        raise EditError(f"{word} takes one value")
-    if word == "name":
-        from ..config import validate_host_name
-
-        try:
-            return "wish", {"name": validate_host_name(args[0])}
-        except ValueError as exc:
-            raise EditError(f"name: {exc}") from None
-    if word == "port":
-        if not args[0].isdigit() or not 1024 <= int(args[0]) <= 65535:
-            raise EditError(f"port: a number 1024..65535, not {args[0]!r}")
-        return "wish", {"port": int(args[0])}
-    if word == "tp":
-        if not args[0].isdigit() or not 1 <= int(args[0]) <= 64:
-            raise EditError(f"tp: a number 1..64, not {args[0]!r}")
-        return "wish", {"tp": int(args[0]), "gpu_ids": None}
-    if word == "gpus":
-        try:
-            ids = tuple(int(x) for x in args[0].split(","))
-        except ValueError:
-            raise EditError(f"gpus: GPU indexes such as 0,1,2,3, not {args[0]!r}") from None
-        if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-            raise EditError(f"gpus: distinct GPU indexes, not {args[0]!r}")
-        return "wish", {"gpu_ids": ids, "tp": len(ids)}
+    if word in _ONE_VALUE:
+        if len(args) != 1:
+            raise EditError(f"{word} takes one value")
+        return _ONE_VALUE[word](args)
     if word == "nodes":
         return "nodes", _nodes(args)
     if word == "replicas":
-        if args == ["-"]:
-            return "replicas", (0, ())
-        if not 1 <= len(args) <= 2 or not args[0].isdigit() or not 2 <= int(args[0]) <= MAX_REPLICAS:
-            raise EditError(f"replicas takes a count 2..{MAX_REPLICAS} and the other hosts if any (replicas 2, "
-                            "replicas 4 gpu2,gpu3), or - for one server")
-        return "replicas", (int(args[0]), _nodes(args[1:], "replicas") if len(args) == 2 else ())
-    if word == "mem":
-        try:
-            frac = float(args[0])
-        except ValueError:
-            frac = -1.0
-        if not 0.3 <= frac <= 0.97:
-            raise EditError(f"mem: the static memory fraction, 0.3..0.97, not {args[0]!r}")
-        return "wish", {"mem_fraction_static": frac}
-    if word == "bind":
-        try:
-            ip_address(args[0])
-        except ValueError:
-            raise EditError(f"bind: an IP address such as 127.0.0.1 or 0.0.0.0, not {args[0]!r}") from None
-        return "bind", args[0]
+        return _replicas(args)
     if word in ("env", "-env"):
-        if len(args) != 1:
-            raise EditError(f"{word} takes {'NAME=VALUE' if word == 'env' else 'NAME'}")
-        name, sep, value = args[0].partition("=")
-        if not _ENV_NAME.fullmatch(name) or (word == "env" and not sep) or (word == "-env" and sep):
-            raise EditError(f"{word}: {'NAME=VALUE' if word == 'env' else 'NAME'} with a POSIX name, not {args[0]!r}")
-        return "edit", Edit(word, name, (value,) if word == "env" else ())
-    if not args or not _FLAG.fullmatch(args[0]):
-        raise EditError(f"{word}: an SGLang flag such as --chunked-prefill-size, not {' '.join(args) or 'nothing'}")
-    name = args[0]
-    if name in OWNED_FLAGS or name in _OWNED_HINT:
-        hint = _OWNED_HINT.get(name)
-        raise EditError(f"{name} is the planner's" + (f": use `{hint}`" if hint else " (derived from the model)"))
-    if word == "flag" and known_flags is not None and name not in known_flags:
-        raise EditError(f"{name}: this host's SGLang has no such flag")
-    if word == "-flag" and len(args) > 1:
-        raise EditError("-flag takes only the flag's name")
-    return "edit", Edit(word, name, tuple(args[1:]))
+        return _env(word, args)
+    return _flag(word, args, known_flags)
 
 
 def _nodes(args: list[str], word: str = "nodes") -> tuple[str, ...]:

@@ -9,89 +9,12 @@ from pathlib import Path
 from .. import engines
 from ..engines.sglang import versions as sv
 from ..config import DEFAULT_LAUNCHER
-from ..hosts.host import Host, HostError, host_python
+from ..hosts.host import Host, HostError, host_python, script_source
+from ..hosts.programs import free_space as free_space_program
+from ..hosts.programs import listening as listening_program
+from ..hosts.programs import model_config as model_config_program
 from .plan import GpuInfo, Target
 from ..telemetry.samples import is_na, snapshot
-
-# argv[1:] are directories; prints {dir: free bytes} measured at the nearest existing ancestor.
-_FREE = r"""
-import json, os, sys
-out = {}
-for d in sys.argv[1:]:
-    p = d
-    while p and not os.path.isdir(p):
-        p = os.path.dirname(p.rstrip("/")) or "/"
-        if p == "/" and not os.path.isdir(p):
-            break
-    try:
-        st = os.statvfs(p)
-        out[d] = st.f_bavail * st.f_frsize
-    except OSError:
-        pass
-sys.stdout.write(json.dumps(out))
-"""
-
-
-# Prints {"listening": {port: holder}} for every TCP port in LISTEN on the host (IPv4 and IPv6, from
-# /proc/net/tcp and tcp6), the holder as "pid N (user: command)" where /proc/*/fd shows its socket,
-# else ""; exits 3 when neither table can be read (not Linux).
-_LISTENING = r"""
-import json, os, sys
-ports, inodes, read = {}, {}, False
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-        with open(table) as f:
-            rows = f.read().splitlines()[1:]
-    except OSError:
-        continue
-    read = True
-    for row in rows:
-        col = row.split()
-        if len(col) < 10 or col[3] != "0A":  # 0A: TCP_LISTEN
-            continue
-        port = int(col[1].rsplit(":", 1)[1], 16)
-        ports.setdefault(port, "")
-        if col[9] != "0":
-            inodes["socket:[%s]" % col[9]] = port
-if not read:
-    sys.exit(3)
-
-
-def holder(pid):
-    try:
-        with open("/proc/%s/cmdline" % pid, "rb") as f:
-            cmd = " ".join(p.decode("utf-8", "replace") for p in f.read().split(b"\0") if p)
-        uid = os.stat("/proc/%s" % pid).st_uid
-    except OSError:
-        return ""
-    try:
-        import pwd
-        user = pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):
-        user = str(uid)
-    return "pid %s (%s: %s)" % (pid, user, cmd[:120])
-
-
-left = set(inodes.values())
-for pid in os.listdir("/proc"):
-    if not left:
-        break
-    if not pid.isdigit():
-        continue
-    try:
-        fds = os.listdir("/proc/%s/fd" % pid)
-    except OSError:
-        continue
-    for fd in fds:
-        try:
-            port = inodes.get(os.readlink("/proc/%s/fd/%s" % (pid, fd)))
-        except OSError:
-            continue
-        if port in left:
-            ports[port] = holder(pid)
-            left.discard(port)
-sys.stdout.write(json.dumps({"listening": ports}))
-"""
 
 
 def cache_dir() -> Path:
@@ -135,7 +58,7 @@ async def free_space(host: Host, dirs: tuple[str, ...]) -> dict[str, int]:
     if not dirs:
         return {}
     python = host_python(host)
-    res = await host.run([python, "-c", _FREE, *dirs], timeout=30)
+    res = await host.run([python, "-c", script_source(free_space_program), *dirs], timeout=30)
     try:
         data = json.loads(res.stdout) if res.ok else {}
     except ValueError:
@@ -147,7 +70,7 @@ async def listening_ports(host: Host) -> dict[int, str]:
     """The TCP ports listening on the host: {port: holder} ("pid N (user: command)", "" when gpuops
     cannot see whose it is); {} when the host cannot say."""
     try:
-        res = await host.run([host_python(host), "-c", _LISTENING], timeout=30)
+        res = await host.run([host_python(host), "-c", script_source(listening_program)], timeout=30)
         data = json.loads(res.stdout)["listening"] if res.ok else {}
         # a command line may hold anything; no string of a plan holds a control character
         return {int(port): "".join(c if c.isprintable() else "?" for c in str(holder))[:200]
@@ -213,36 +136,12 @@ async def existing_copies(host: Host) -> dict[str, str]:
     return out
 
 
-# Prints {"config": …, "index": …|null} for a model folder or an HF cache entry on the host.
-_READ_CONFIG = r"""
-import glob, json, os, sys
-p = sys.argv[1]
-cands = [p] + sorted(glob.glob(os.path.join(p, "snapshots", "*")))
-for d in cands:
-    f = os.path.join(d, "config.json")
-    if os.path.isfile(f):
-        idx = os.path.join(d, "model.safetensors.index.json")
-        sizes = {}
-        for name in os.listdir(d):
-            if name.endswith(".safetensors"):
-                try:
-                    sizes[name] = os.stat(os.path.join(d, name)).st_size
-                except OSError:
-                    pass
-        out = {"config": json.load(open(f)), "index": json.load(open(idx)) if os.path.isfile(idx) else None,
-               "sizes": sizes, "dir": d}
-        sys.stdout.write(json.dumps(out))
-        sys.exit(0)
-sys.exit(3)
-"""
-
-
 async def facts_on_host(host: Host, model_id: str, path: str):
     """Model facts from a copy on the host (its config.json, index and shard sizes)."""
     from .model_facts import ModelError, facts_from_config
 
     python = host_python(host)
-    res = await host.run([python, "-c", _READ_CONFIG, path], timeout=30)
+    res = await host.run([python, "-c", script_source(model_config_program), path], timeout=30)
     if not res.ok:
         raise ModelError(f"{path} on {host.name}: no config.json found")
     try:

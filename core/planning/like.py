@@ -15,6 +15,7 @@ from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join
 from . import PlanError
 from ..engines.sglang import versions as sv
 from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, Ctx, _is_fp4
+from .model_facts import ModelFacts
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -89,6 +90,17 @@ def _without_secrets(prev: Previous) -> Previous:
 NODE_FLAGS = frozenset({"--nnodes", "--node-rank", "--dist-init-addr"})
 
 
+def _quant_reason(name: str, values: tuple[str, ...], facts: ModelFacts) -> str | None:
+    """Why a quantization flag of the previous deployment does not fit this checkpoint (None: it does)."""
+    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]) and not _is_fp4(facts):
+        return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
+    if name == "--fp4-gemm-backend" and not _is_fp4(facts):
+        return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
+    if name == "--quantization" and (facts.quant is None or facts.quant.sglang_quantization not in values):
+        return f"{facts.id} carries no {' '.join(values)} quantization"
+    return None
+
+
 def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -> str | None:
     """Why a flag of the previous deployment no longer applies (None: keep it)."""
     facts = ctx.facts
@@ -96,12 +108,9 @@ def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -
         return "a multi-node deployment's own: a plan over several nodes sets it for each node"
     if name in OWNED_FLAGS or name in ours:
         return None  # replaced by this plan's own value
-    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]) and not _is_fp4(facts):
-        return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
-    if name == "--fp4-gemm-backend" and not _is_fp4(facts):
-        return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
-    if name == "--quantization" and (facts.quant is None or facts.quant.sglang_quantization not in values):
-        return f"{facts.id} carries no {' '.join(values)} quantization"
+    quant = _quant_reason(name, values, facts)
+    if quant is not None:
+        return quant
     if name in SPEC_FLAGS and not ctx.spec:
         return "speculative decoding is off for this model (" + ("--no-mtp" if not ctx.wishes.mtp else "no MTP layers") + ")"
     if name in MAMBA_FLAGS and facts.hybrid is None:
@@ -127,15 +136,13 @@ def _derived_reason(rule: str, why: str, source: str, ctx: Ctx) -> str:
             f"{ctx.facts.id}")
 
 
-def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env: dict[str, str], ctx: Ctx,
-                fired: list[RuleFired]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str], list[tuple[str, str]]]:
-    ours = {n for n, _ in produced}
+def _like_flags(prev: Previous, ours: set[str], ctx: Ctx, fired: list[RuleFired],
+                diff: list[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:
+    """The previous deployment's flags this plan keeps (a deprecated one under its new name); each
+    drop and rename said in `diff` and `fired`."""
     prev_flags = [(canonical_flag(n, ctx.flags), v) for n, v in split_flags(_strip_launcher(prev.argv))]
-    prev_map = dict(prev_flags)
     derived = {(canonical_flag(n, ctx.flags), v): (rule, why) for n, v, rule, why in prev.derived}
     kept: list[tuple[str, tuple[str, ...]]] = []
-    dropped: list[str] = []
-    diff: list[tuple[str, str]] = []
     for name, values in prev_flags:
         reason = _drop_reason(name, values, ctx, ours)
         if reason is None and name not in ours and (name, values) in derived:
@@ -154,14 +161,19 @@ def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env:
                 kept.append((new_name, new_values))
                 continue
         if reason is not None:
-            dropped.extend([name, *values])
             diff.append(("-", f"{' '.join([name, *values])}  ({reason})"))
             fired.append(RuleFired("like-drop", reason, [], [name, *values]))
         elif name not in ours:
             kept.append((name, values))
-    if kept:
-        fired.append(RuleFired("like-keep", f"kept from {prev.source}: still valid for this model and SGLang "
-                               f"{ctx.version}", join_flags(kept)))
+    return kept
+
+
+def _produced_diff(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], ctx: Ctx, fired: list[RuleFired],
+                   diff: list[tuple[str, str]]) -> None:
+    """What this plan's own flags add or change against the previous deployment's, each with the
+    reason of the rule that put it there."""
+    prev_map = dict((canonical_flag(n, ctx.flags), v) for n, v in split_flags(_strip_launcher(prev.argv)))
+
     def because(name: str) -> str:
         """Why this plan sets `name`: the reason of the rule that put it there."""
         rule = next((r for r in fired if r.id not in ("like-keep", "like-drop", "like-rename")
@@ -173,6 +185,12 @@ def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env:
             diff.append(("+", " ".join([name, *values]) + because(name)))
         elif prev_map[name] != values:
             diff.append(("~", f"{name} {' '.join(prev_map[name])} → {' '.join(values)}" + because(name)))
+
+
+def _like_env(prev: Previous, env: dict[str, str], ctx: Ctx, fired: list[RuleFired],
+              diff: list[tuple[str, str]]) -> dict[str, str]:
+    """The previous deployment's environment without what no longer applies (a variable the previous
+    model's rules set, SGLANG_ENABLE_SPEC_V2 where it means nothing), then this plan's own."""
     new_env = dict(prev.env)
     for key, value, rule, why in prev.derived_env:
         if new_env.get(key) == value and key not in env:  # the previous model's rule set it; this plan's do not
@@ -192,7 +210,19 @@ def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env:
         if new_env.get(k) != v:
             diff.append(("+" if k not in new_env else "~", f"{k}={v}"))
         new_env[k] = v
-    return produced + kept, new_env, diff
+    return new_env
+
+
+def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env: dict[str, str], ctx: Ctx,
+               fired: list[RuleFired]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str], list[tuple[str, str]]]:
+    ours = {n for n, _ in produced}
+    diff: list[tuple[str, str]] = []
+    kept = _like_flags(prev, ours, ctx, fired, diff)
+    if kept:
+        fired.append(RuleFired("like-keep", f"kept from {prev.source}: still valid for this model and SGLang "
+                               f"{ctx.version}", join_flags(kept)))
+    _produced_diff(prev, produced, ctx, fired, diff)
+    return produced + kept, _like_env(prev, env, ctx, fired, diff), diff
 
 
 ALIASES = {"--tensor-parallel-size": "--tp-size", "--tp": "--tp-size", "--model": "--model-path",

@@ -616,6 +616,199 @@ def _vision_tower(t: _Tally, vision: dict[str, Any], missing: list[str]) -> None
 # --------------------------------------------------------------------------- facts
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What each decoder layer is: full or linear (Gated DeltaNet) attention, a dense MLP or experts;
+    and the multi-token-prediction layers after them."""
+
+    count: int
+    linear: list[bool]  # Gated DeltaNet layers
+    gdn: _Gdn | None
+    moe: _Moe | None
+    sparse: list[bool]  # MoE layers
+    dense_inter: int  # the dense MLP's width (0 when every layer has experts)
+    mtp: int
+    deepseek_mtp: bool  # DeepSeek-style MTP: stores its own copies of the embedding and the head
+
+
+def _model_types(config: dict[str, Any], cfg: _Config) -> tuple[str | None, str]:
+    """The config's own model_type, and the text model's (a multimodal wrapper's text_config first)."""
+    model_type_top = config.get("model_type") if isinstance(config.get("model_type"), str) else None
+    text_type = cfg.text.get("model_type")
+    return model_type_top, (text_type if isinstance(text_type, str) else model_type_top) or ""
+
+
+def _dtype(cfg: _Config) -> tuple[str | None, QuantInfo | None, int]:
+    """The weights' dtype, their quantization, and the bytes of an unquantized element."""
+    dtype_name = cfg.get("dtype") or cfg.get("torch_dtype")
+    dtype = dtype_name if isinstance(dtype_name, str) else None
+    quant = _quant_info(cfg)
+    if dtype is None and quant is None:
+        cfg.missing.append("torch_dtype")
+    return dtype, quant, _DTYPE_BYTES.get(dtype or "bfloat16", 2)
+
+
+def _mla(cfg: _Config) -> MlaInfo | None:
+    """Multi-head latent attention (DeepSeek), when the config has a KV LoRA rank."""
+    kv_lora = cfg.number("kv_lora_rank")
+    if not kv_lora:
+        return None
+    return MlaInfo(
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=cfg.need("qk_rope_head_dim"),
+        qk_nope_head_dim=cfg.number("qk_nope_head_dim"),
+        v_head_dim=cfg.number("v_head_dim"),
+        q_lora_rank=cfg.number("q_lora_rank"),
+    )
+
+
+def _linear_layers(cfg: _Config, layers: int) -> list[bool]:
+    """Which layers are Gated DeltaNet (linear attention), which full attention."""
+    layer_types = cfg.get("layer_types")
+    interval = cfg.number("full_attention_interval")
+    if isinstance(layer_types, list) and "linear_attention" in layer_types:
+        return [i < len(layer_types) and layer_types[i] == "linear_attention" for i in range(layers)]
+    if interval:
+        return [(i + 1) % interval != 0 for i in range(layers)]
+    return [False] * layers
+
+
+def _experts(cfg: _Config, layers: int, model_type: str) -> tuple[_Moe | None, list[bool]]:
+    """The experts (None for a dense model), and which layers have them."""
+    num_experts = cfg.number("num_experts", "n_routed_experts", "num_local_experts") or 0
+    if not num_experts:
+        return None, [False] * layers
+    active = cfg.need("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+    expert_inter = cfg.number("moe_intermediate_size") or cfg.need("intermediate_size")
+    n_shared = cfg.number("n_shared_experts") or 0
+    shared_inter = cfg.number("shared_expert_intermediate_size") or 0
+    if n_shared:
+        shared_inter = n_shared * expert_inter
+    topk_method = cfg.get("topk_method")
+    moe = _Moe(
+        experts=num_experts,
+        active=active,
+        expert_inter=expert_inter,
+        shared_inter=shared_inter,
+        shared_gate=bool(cfg.number("shared_expert_intermediate_size")),
+        router_bias=num_experts if (topk_method == "noaux_tc" or model_type == "gpt_oss") else 0,
+        router_bias_bytes=4 if topk_method == "noaux_tc" else None,
+        fused_bias=model_type == "gpt_oss",
+    )
+    first_dense = cfg.number("first_k_dense_replace") or 0
+    freq = cfg.number("moe_layer_freq") or 1
+    step = cfg.number("decoder_sparse_step") or 1
+    mlp_only = cfg.get("mlp_only_layers")
+    dense_only = {i for i in mlp_only if isinstance(i, int)} if isinstance(mlp_only, list) else set()
+    sparse = [
+        i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only
+        for i in range(layers)
+    ]
+    return moe, sparse
+
+
+def _mtp_layers(cfg: _Config, model_type: str) -> tuple[int, bool]:
+    """The multi-token-prediction layers, and whether they are DeepSeek's (NextN)."""
+    nextn = cfg.number("num_nextn_predict_layers")
+    mtp_layers = cfg.number("mtp_num_hidden_layers")
+    if mtp_layers is None:
+        mtp_layers = nextn if nextn is not None else (1 if model_type == "qwen3_next" else 0)
+    return mtp_layers, nextn is not None and mtp_layers > 0
+
+
+def _layout(cfg: _Config, layers: int, model_type: str) -> _Layout:
+    linear = _linear_layers(cfg, layers)
+    gdn = _gdn_dims(cfg) if any(linear) else None
+    moe, sparse = _experts(cfg, layers, model_type)
+    dense_inter = cfg.need("intermediate_size") if moe is None or not all(sparse) else 0
+    mtp, deepseek_mtp = _mtp_layers(cfg, model_type)
+    return _Layout(layers, linear, gdn, moe, sparse, dense_inter, mtp, deepseek_mtp)
+
+
+def _count_decoder(t: _Tally, cfg: _Config, shape: _Shape, vocab: int, lay: _Layout, mla: MlaInfo | None,
+                   model_type: str) -> None:
+    """The decoder's weights into `t`: the embeddings and head, each layer, the MTP layers."""
+    hidden = shape.hidden
+    tied = bool(cfg.get("tie_word_embeddings"))
+    t.plain("main", vocab * hidden * (1 if tied else 2) + hidden)  # embeddings, head, final norm
+
+    def decoder_layer(section: str, linear: bool, sparse: bool) -> None:
+        if linear and lay.gdn is not None:
+            _linear_attention(t, lay.gdn, hidden, section)
+        else:
+            _attention(t, cfg, shape, section, mla, model_type)
+        if sparse and lay.moe is not None:
+            _moe_block(t, lay.moe, hidden, section)
+        else:
+            _mlp(t, hidden, lay.dense_inter, section)
+        t.plain(section, 2 * hidden)  # input and post-attention norms
+
+    for i in range(lay.count):
+        decoder_layer("main", lay.linear[i], lay.sparse[i])
+    for _ in range(lay.mtp):
+        decoder_layer("mtp", False, lay.moe is not None)
+        if lay.deepseek_mtp:
+            # enorm, hnorm, eh_proj, shared_head.norm, and the copies of embed/head it stores
+            t.plain("mtp", 3 * hidden + 2 * hidden * hidden + 2 * vocab * hidden)
+        else:
+            # pre_fc norms (embedding, hidden), fc, final norm
+            t.plain("mtp", 3 * hidden + 2 * hidden * hidden)
+
+
+def _active_params(t: _Tally, hidden: int, lay: _Layout, params: int) -> int:
+    """The parameters one token runs through: all of them but the experts it is not routed to."""
+    moe = lay.moe
+    if moe is None or not moe.experts:
+        return params
+    expert_params = 3 * hidden * moe.expert_inter * moe.experts * sum(lay.sparse)
+    inactive = expert_params * (moe.experts - moe.active) // moe.experts
+    return t.params["main"] - inactive
+
+
+def _checkpoint_bytes(index: dict[str, Any] | None, file_sizes: dict[str, int] | None,
+                      computed_bytes: int) -> tuple[int, str, int]:
+    """(the checkpoint's bytes, where that figure comes from, the safetensors files' bytes present):
+    the index's total size, else the files' sizes, else the computed weights."""
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
+    safetensors = sum(size for name, size in (file_sizes or {}).items() if name.endswith(".safetensors"))
+    if isinstance(total_size, int) and total_size > 0:
+        return total_size, "index", safetensors
+    if safetensors > 0:
+        return safetensors, "files", safetensors
+    return computed_bytes, "computed", safetensors
+
+
+def _hybrid(cfg: _Config, lay: _Layout, dtype_bytes: int) -> HybridInfo | None:
+    """A hybrid model's layer counts and the recurrent state each request holds."""
+    gdn = lay.gdn
+    if gdn is None:
+        return None
+    linear_layers = sum(lay.linear)
+    ssm_dtype = cfg.get("mamba_ssm_dtype")
+    ssm_bytes = _DTYPE_BYTES.get(ssm_dtype if isinstance(ssm_dtype, str) else "float32", 4)
+    conv_state = gdn.conv_dim * max(gdn.kernel - 1, 0) * dtype_bytes
+    ssm_state = gdn.v_heads * gdn.k_head_dim * gdn.v_head_dim * ssm_bytes
+    return HybridInfo(
+        full_attention_layers=lay.count - linear_layers,
+        linear_attention_layers=linear_layers,
+        state_bytes_per_request=linear_layers * (conv_state + ssm_state),
+    )
+
+
+def _moe_info(cfg: _Config, lay: _Layout) -> MoeInfo | None:
+    moe = lay.moe
+    if moe is None:
+        return None
+    return MoeInfo(
+        num_experts=moe.experts,
+        active_experts=moe.active,
+        shared_experts=(cfg.number("n_shared_experts") or (1 if moe.shared_inter else 0)),
+        moe_intermediate_size=cfg.number("moe_intermediate_size"),
+        dense_layers=lay.count - sum(lay.sparse),
+    )
+
+
 def facts_from_config(
     config: dict[str, Any],
     *,
@@ -629,9 +822,7 @@ def facts_from_config(
     the safetensors file sizes when the caller has them). Never raises on a partial config."""
     cfg = _Config(config)
     architecture = _architecture(config)
-    model_type_top = config.get("model_type") if isinstance(config.get("model_type"), str) else None
-    text_type = cfg.text.get("model_type")
-    model_type = (text_type if isinstance(text_type, str) else model_type_top) or ""
+    model_type_top, model_type = _model_types(config, cfg)
 
     hidden = cfg.need("hidden_size", "d_model", "n_embd")
     layers = cfg.need("num_hidden_layers", "n_layer", "num_layers")
@@ -641,141 +832,28 @@ def facts_from_config(
     head_dim = cfg.number("head_dim") or (hidden // heads if heads else 0)
     shape = _Shape(hidden, heads, kv_heads, head_dim)
 
-    dtype_name = cfg.get("dtype") or cfg.get("torch_dtype")
-    dtype = dtype_name if isinstance(dtype_name, str) else None
-    quant = _quant_info(cfg)
-    if dtype is None and quant is None:
-        cfg.missing.append("torch_dtype")
-    dtype_bytes = _DTYPE_BYTES.get(dtype or "bfloat16", 2)
-
-    mla = None
-    kv_lora = cfg.number("kv_lora_rank")
-    if kv_lora:
-        mla = MlaInfo(
-            kv_lora_rank=kv_lora,
-            qk_rope_head_dim=cfg.need("qk_rope_head_dim"),
-            qk_nope_head_dim=cfg.number("qk_nope_head_dim"),
-            v_head_dim=cfg.number("v_head_dim"),
-            q_lora_rank=cfg.number("q_lora_rank"),
-        )
+    dtype, quant, dtype_bytes = _dtype(cfg)
+    mla = _mla(cfg)
+    if mla is not None:
         head_dim = (mla.qk_nope_head_dim or 0) + mla.qk_rope_head_dim  # per query/key head
-
-    # Which layers are full attention, which Gated DeltaNet.
-    layer_types = cfg.get("layer_types")
-    interval = cfg.number("full_attention_interval")
-    is_linear: list[bool]
-    if isinstance(layer_types, list) and "linear_attention" in layer_types:
-        is_linear = [i < len(layer_types) and layer_types[i] == "linear_attention" for i in range(layers)]
-    elif interval:
-        is_linear = [(i + 1) % interval != 0 for i in range(layers)]
-    else:
-        is_linear = [False] * layers
-    gdn = _gdn_dims(cfg) if any(is_linear) else None
-
-    # Experts.
-    num_experts = cfg.number("num_experts", "n_routed_experts", "num_local_experts") or 0
-    moe: _Moe | None = None
-    moe_layers = [False] * layers
-    if num_experts:
-        active = cfg.need("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
-        expert_inter = cfg.number("moe_intermediate_size") or cfg.need("intermediate_size")
-        n_shared = cfg.number("n_shared_experts") or 0
-        shared_inter = cfg.number("shared_expert_intermediate_size") or 0
-        if n_shared:
-            shared_inter = n_shared * expert_inter
-        topk_method = cfg.get("topk_method")
-        moe = _Moe(
-            experts=num_experts,
-            active=active,
-            expert_inter=expert_inter,
-            shared_inter=shared_inter,
-            shared_gate=bool(cfg.number("shared_expert_intermediate_size")),
-            router_bias=num_experts if (topk_method == "noaux_tc" or model_type == "gpt_oss") else 0,
-            router_bias_bytes=4 if topk_method == "noaux_tc" else None,
-            fused_bias=model_type == "gpt_oss",
-        )
-        first_dense = cfg.number("first_k_dense_replace") or 0
-        freq = cfg.number("moe_layer_freq") or 1
-        step = cfg.number("decoder_sparse_step") or 1
-        mlp_only = cfg.get("mlp_only_layers")
-        dense_only = {i for i in mlp_only if isinstance(i, int)} if isinstance(mlp_only, list) else set()
-        moe_layers = [
-            i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only
-            for i in range(layers)
-        ]
-    dense_inter = cfg.need("intermediate_size") if moe is None or not all(moe_layers) else 0
-
-    nextn = cfg.number("num_nextn_predict_layers")
-    mtp_layers = cfg.number("mtp_num_hidden_layers")
-    if mtp_layers is None:
-        mtp_layers = nextn if nextn is not None else (1 if model_type == "qwen3_next" else 0)
-    deepseek_mtp = nextn is not None and mtp_layers > 0
+    lay = _layout(cfg, layers, model_type)
 
     t = _Tally(dtype_bytes=dtype_bytes, quant=quant)
-    tied = bool(cfg.get("tie_word_embeddings"))
-    t.plain("main", vocab * hidden * (1 if tied else 2) + hidden)  # embeddings, head, final norm
-
-    def decoder_layer(section: str, linear: bool, sparse: bool) -> None:
-        if linear and gdn is not None:
-            _linear_attention(t, gdn, hidden, section)
-        else:
-            _attention(t, cfg, shape, section, mla, model_type)
-        if sparse and moe is not None:
-            _moe_block(t, moe, hidden, section)
-        else:
-            _mlp(t, hidden, dense_inter, section)
-        t.plain(section, 2 * hidden)  # input and post-attention norms
-
-    for i in range(layers):
-        decoder_layer("main", is_linear[i], moe_layers[i])
-    for _ in range(mtp_layers):
-        decoder_layer("mtp", False, moe is not None)
-        if deepseek_mtp:
-            # enorm, hnorm, eh_proj, shared_head.norm, and the copies of embed/head it stores
-            t.plain("mtp", 3 * hidden + 2 * hidden * hidden + 2 * vocab * hidden)
-        else:
-            # pre_fc norms (embedding, hidden), fc, final norm
-            t.plain("mtp", 3 * hidden + 2 * hidden * hidden)
+    _count_decoder(t, cfg, shape, vocab, lay, mla, model_type)
     vision = config.get("vision_config")
     if isinstance(vision, dict) and architecture and "ConditionalGeneration" in architecture:
         _vision_tower(t, vision, cfg.missing)
 
     params = sum(t.params.values())
-    computed_bytes = round(sum(t.nbytes.values()))
-    active_params: int | None = params
-    if moe is not None and moe.experts:
-        expert_params = 3 * hidden * moe.expert_inter * moe.experts * sum(moe_layers)
-        inactive = expert_params * (moe.experts - moe.active) // moe.experts
-        active_params = t.params["main"] - inactive
-
-    metadata = index.get("metadata") if isinstance(index, dict) else None
-    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    safetensors = sum(size for name, size in (file_sizes or {}).items() if name.endswith(".safetensors"))
-    if isinstance(total_size, int) and total_size > 0:
-        checkpoint_bytes, bytes_source = total_size, "index"
-    elif safetensors > 0:
-        checkpoint_bytes, bytes_source = safetensors, "files"
-    else:
-        checkpoint_bytes, bytes_source = computed_bytes, "computed"
+    active_params: int | None = _active_params(t, hidden, lay, params)
+    checkpoint_bytes, bytes_source, safetensors = _checkpoint_bytes(index, file_sizes,
+                                                                     round(sum(t.nbytes.values())))
     known = architecture in _KNOWN_ARCHITECTURES
     if not known and bytes_source != "computed" and quant is None:
         # An architecture the computation does not model: the weights themselves are the count.
         params = checkpoint_bytes // dtype_bytes
-        if moe is None:
+        if lay.moe is None:
             active_params = params
-
-    hybrid = None
-    if gdn is not None:
-        linear_layers = sum(is_linear)
-        ssm_dtype = cfg.get("mamba_ssm_dtype")
-        ssm_bytes = _DTYPE_BYTES.get(ssm_dtype if isinstance(ssm_dtype, str) else "float32", 4)
-        conv_state = gdn.conv_dim * max(gdn.kernel - 1, 0) * dtype_bytes
-        ssm_state = gdn.v_heads * gdn.k_head_dim * gdn.v_head_dim * ssm_bytes
-        hybrid = HybridInfo(
-            full_attention_layers=layers - linear_layers,
-            linear_attention_layers=linear_layers,
-            state_bytes_per_request=linear_layers * (conv_state + ssm_state),
-        )
 
     family = _family(model_type, architecture, vocab, id)
     return ModelFacts(
@@ -793,19 +871,9 @@ def facts_from_config(
         num_kv_heads=kv_heads or None,
         head_dim=head_dim or None,
         mla=mla,
-        moe=(
-            MoeInfo(
-                num_experts=moe.experts,
-                active_experts=moe.active,
-                shared_experts=(cfg.number("n_shared_experts") or (1 if moe.shared_inter else 0)),
-                moe_intermediate_size=cfg.number("moe_intermediate_size"),
-                dense_layers=layers - sum(moe_layers),
-            )
-            if moe is not None
-            else None
-        ),
-        hybrid=hybrid,
-        mtp_layers=mtp_layers,
+        moe=_moe_info(cfg, lay),
+        hybrid=_hybrid(cfg, lay, dtype_bytes),
+        mtp_layers=lay.mtp,
         dtype=dtype,
         quant=quant,
         context_length=_context_length(cfg),

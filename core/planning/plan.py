@@ -193,6 +193,19 @@ def under_any(path: str, roots: Sequence[str]) -> str | None:
     return None
 
 
+def _check_gpu_ids(ids: tuple[int, ...], allowed: list[int], tp: int | None) -> tuple[int, ...]:
+    """--gpu-ids, refused unless they are the host's for gpuops, each once, as many as the TP."""
+    outside = [i for i in ids if i not in allowed]
+    if outside:
+        raise PlanError(f"GPU ids {','.join(map(str, outside))}: not among this host's GPUs for gpuops "
+                        f"({','.join(map(str, allowed))})")
+    if len(set(ids)) != len(ids):
+        raise PlanError("the GPU ids list a GPU twice")
+    if tp is not None and tp != len(ids):
+        raise PlanError(f"TP {tp} but the GPU ids name {gpus(len(ids))}: they must match")
+    return tuple(ids)
+
+
 def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[str]) -> tuple[int, tuple[int, ...]]:
     allowed = [g.index for g in target.gpus]
     if target.allowed_gpu_ids is not None:
@@ -200,16 +213,8 @@ def _pick_gpus(target: Target, wishes: Wishes, tp: int | None, warnings: list[st
     if not allowed:
         raise PlanError("no GPUs to plan for: give --host (its GPUs are read) or --gpus N --gpu-memory GIB")
     if wishes.gpu_ids is not None:
-        ids = wishes.gpu_ids
-        outside = [i for i in ids if i not in allowed]
-        if outside:
-            raise PlanError(f"GPU ids {','.join(map(str, outside))}: not among this host's GPUs for gpuops "
-                            f"({','.join(map(str, allowed))})")
-        if len(set(ids)) != len(ids):
-            raise PlanError("the GPU ids list a GPU twice")
-        if tp is not None and tp != len(ids):
-            raise PlanError(f"TP {tp} but the GPU ids name {gpus(len(ids))}: they must match")
-        return len(ids), tuple(ids)
+        ids = _check_gpu_ids(wishes.gpu_ids, allowed, tp)
+        return len(ids), ids
     busy = {g.index for g in target.gpus if g.processes > 0}
     free_first = [i for i in allowed if i not in busy] + [i for i in allowed if i in busy]
     want = tp if tp is not None else None
@@ -265,23 +270,17 @@ def _keep_from_like(target: Target, wishes: Wishes, warnings: list[str]) -> tupl
     return target, wishes, notes
 
 
-def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
-    warnings: list[str] = []
-    like_notes: list[str] = []
-    if wishes.like is not None:
-        target, wishes, like_notes = _keep_from_like(target, wishes, warnings)
-    if wishes.name is not None:
-        try:
-            name = validate_host_name(wishes.name)
-        except ValueError as exc:
-            raise PlanError(f"--name: {exc}") from None
-    else:
-        name = default_name(facts.id)
-    wishes = replace(wishes, port=_choose_port(target, wishes, name, warnings))  # the flag rules read wishes.port
-    if not 0.1 <= wishes.mem_fraction_static <= 0.98:
-        raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
+def _plan_name(facts: ModelFacts, wishes: Wishes) -> str:
+    if wishes.name is None:
+        return default_name(facts.id)
+    try:
+        return validate_host_name(wishes.name)
+    except ValueError as exc:
+        raise PlanError(f"--name: {exc}") from None
 
-    # the SGLang version whose rules and flags apply
+
+def _sglang_version(target: Target, wishes: Wishes, warnings: list[str]) -> tuple[str, str]:
+    """The SGLang version whose rules and flags apply, and where it comes from."""
     if wishes.sglang_version:
         version, version_source = wishes.sglang_version, "--sglang-version"
         if target.sglang_version and sv.version_key(target.sglang_version) != sv.version_key(version):
@@ -295,21 +294,32 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     elif target.host and not target.sglang_version:
         warnings.append(f"SGLang is not installed on {target.host} (with {target.python or 'python3'}): planned for "
                         f"{version}; deploy will refuse until SGLang is installed there")
+    return version, version_source
+
+
+def _facts_warnings(facts: ModelFacts, warnings: list[str]) -> None:
     if facts.missing:
         warnings.append(f"config.json lacks {', '.join(facts.missing)}: sizes and fit are estimates")
     if not facts.known_architecture:
         warnings.append(f"unknown architecture {facts.architecture or '?'}: generic rules only (no parsers, "
                         "no quantization flags); check the launch before deploying")
-    # a host's --help leaves out the options SGLang hides; they are accepted all the same
-    # the host's own --help only when the plan is for the SGLang it has (--sglang-version X on a host
-    # with Y: X's flags, from its wheel)
+
+
+def _known_flags(target: Target, version: str) -> tuple[frozenset[str], str]:
+    """The flags SGLang `version` takes, and what they were checked against: the host's own --help
+    only when the plan is for the SGLang it has (--sglang-version X on a host with Y: X's flags, from
+    its wheel); a host's --help leaves out the options SGLang hides, accepted all the same."""
     host_help = target.help_flags if target.help_flags and target.sglang_version and \
         sv.version_key(target.sglang_version) == sv.version_key(version) else None
     flags = (host_help | sv.hidden_flags(version)) if host_help else sv.flags_for(version)
     checked_against = (f"{target.host}'s `launch_server --help` (SGLang {target.sglang_version})"
                        if host_help else f"SGLang {sv.resolve_version(version)}'s flags (from its wheel)")
+    return frozenset(flags), checked_against
 
-    # GPUs and TP
+
+def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
+                 warnings: list[str]) -> tuple[int, tuple[int, ...], int]:
+    """(TP, the GPUs, the smallest one's memory): without --tp, the smallest TP that fits."""
     if wishes.tp is not None and wishes.tp < 1:
         raise PlanError(f"TP must be at least 1, got {wishes.tp}")
     tp, gpu_ids = _pick_gpus(target, wishes, wishes.tp, warnings)
@@ -325,11 +335,11 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     if heads and heads % tp:
         raise PlanError(f"TP {tp} does not divide the model's {heads} attention heads "
                         f"(try {', '.join(map(str, tp_choices(facts, max(tp, 8))))})")
+    return tp, gpu_ids, gpu_mem
 
-    # where the weights go
-    download_dir, model_path, reuse = _choose_download_dir(facts, target, wishes, warnings)
 
-    ctx = Ctx(facts, target, wishes, version, frozenset(flags), tp, gpu_ids, model_path)
+def _fire_rules(ctx: Ctx) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str], list[RuleFired]]:
+    """The flag rules that apply: the flags they produce, their env, and each one's why."""
     produced: list[tuple[str, tuple[str, ...]]] = []
     env: dict[str, str] = {}
     fired: list[RuleFired] = []
@@ -342,6 +352,41 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         env.update(rule_env)
         fired.append(RuleFired(rule.id, rule.why(ctx),
                                join_flags(rule_flags) + [f"{k}={v}" for k, v in rule_env.items()]))
+    return produced, env, fired
+
+
+def _like_secrets(like: Previous, argv: list[str], env: dict[str, str], fired: list[RuleFired]) -> list[str]:
+    """The secrets --like carries (the values the source had: a secret flag's, a secret variable's):
+    their names only, the values read again from the source at deploy, into the 0600 env file."""
+    had = dict(like.secrets)
+    flagged = [a[2:-1] for a in argv if a.startswith("${GPUOPS_") and a.endswith("}")]
+    secret_env = list(dict.fromkeys([*(n for n in flagged if n in had),
+                                     *(k for k in like.secret_env if k not in env)]))
+    if secret_env:
+        fired.append(RuleFired("like-secrets", f"secrets of {like.source}: kept only in the deployment's "
+                               "0600 env file (read there again at deploy), never in the plan, a command line or "
+                               "the store", secret_env))
+    return secret_env
+
+
+def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
+    warnings: list[str] = []
+    like_notes: list[str] = []
+    if wishes.like is not None:
+        target, wishes, like_notes = _keep_from_like(target, wishes, warnings)
+    name = _plan_name(facts, wishes)
+    wishes = replace(wishes, port=_choose_port(target, wishes, name, warnings))  # the flag rules read wishes.port
+    if not 0.1 <= wishes.mem_fraction_static <= 0.98:
+        raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
+    version, version_source = _sglang_version(target, wishes, warnings)
+    _facts_warnings(facts, warnings)
+    flags, checked_against = _known_flags(target, version)
+    tp, gpu_ids, gpu_mem = _tp_and_gpus(facts, target, wishes, warnings)
+    # where the weights go
+    download_dir, model_path, reuse = _choose_download_dir(facts, target, wishes, warnings)
+
+    ctx = Ctx(facts, target, wishes, version, flags, tp, gpu_ids, model_path)
+    produced, env, fired = _fire_rules(ctx)
     if facts.mtp_layers > 0 and not ctx.spec:
         why = "--no-mtp" if not wishes.mtp else f"SGLang {version} has no --speculative-algorithm"
         warnings.append(f"the checkpoint has MTP layers but speculative decoding is off ({why})")
@@ -354,18 +399,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         produced, env, like_diff = apply_like(wishes.like, produced, env, ctx, fired)
 
     argv = join_flags(produced)
-    # the secrets --like carries (the values the source had: a secret flag's, a secret variable's):
-    # their names only, the values read again from the source at deploy, into the 0600 env file
-    secret_env: list[str] = []
-    if wishes.like is not None:
-        had = dict(wishes.like.secrets)
-        flagged = [a[2:-1] for a in argv if a.startswith("${GPUOPS_") and a.endswith("}")]
-        secret_env = list(dict.fromkeys([*(n for n in flagged if n in had),
-                                         *(k for k in wishes.like.secret_env if k not in env)]))
-        if secret_env:
-            fired.append(RuleFired("like-secrets", f"secrets of {wishes.like.source}: kept only in the deployment's "
-                                   "0600 env file (read there again at deploy), never in the plan, a command line or "
-                                   "the store", secret_env))
+    secret_env = _like_secrets(wishes.like, argv, env, fired) if wishes.like is not None else []
     unknown = sorted({n for n, _ in produced if n not in flags})
     if unknown:
         warnings.append(f"flags unknown to SGLang {version}: {', '.join(unknown)} — deploy would fail; "
@@ -401,11 +435,9 @@ class Node:
     nccl_interface: str | None = None
 
 
-def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> Plan:
-    """One SGLang deployment over several hosts: TP split evenly (TP/N GPUs on each node), fit per
-    node (the smallest GPU of any node counts), the same model path on every node, SGLang's own
-    `--nnodes N --node-rank R --dist-init-addr HOST0:PORT` with node 0 holding the rendezvous, the
-    NCCL interface where the inventory names one. Deploy starts one server per node."""
+def _multinode_tp(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> tuple[int, list[str | None]]:
+    """The TP over the nodes (--tp, else every GPU of the smallest node, lowered until it divides the
+    heads), after refusing what cannot be split; and the nodes' host names."""
     n = len(nodes)
     if n < 2:
         raise PlanError("--hosts: name two or more hosts for a multi-node plan (one host: --host)")
@@ -429,21 +461,12 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     short = [f"{h} has {c}" for h, c, in zip(hosts, per_node) if c < g]
     if short:
         raise PlanError(f"TP{tp} over {n} nodes needs {gpus(g)} on each: {', '.join(short)} for gpuops")
+    return tp, hosts
 
-    warnings: list[str] = []
-    picked: list[tuple[int, ...]] = []
-    for node in nodes:
-        own: list[str] = []
-        _, ids = _pick_gpus(node.target, replace(wishes, tp=g, gpu_ids=None), g, own)
-        picked.append(ids)
-        warnings += [f"{node.target.host}: {w}" for w in own]
-    # node 0's plan, with the whole TP over a stand-in of the nodes' GPUs (the smallest of any node):
-    # the rules, the fit and the flags read the deployment as SGLang sees it
-    t0 = nodes[0].target
-    smallest = min(gpu.memory_total for node, ids in zip(nodes, picked) for gpu in node.target.gpus if gpu.index in ids)
-    stand_in = replace(t0, gpus=tuple(GpuInfo(i, smallest) for i in range(tp)), allowed_gpu_ids=None)
-    plan = build_plan(facts, stand_in, replace(wishes, tp=tp, gpu_ids=tuple(range(tp))))
 
+def _check_nodes(nodes: Sequence[Node], plan: Plan, warnings: list[str]) -> None:
+    """What the nodes must agree on: one SGLang version, and the model path (a copy on each, or a
+    download there that its policy allows)."""
     versions = {node.target.host: node.target.sglang_version for node in nodes}
     if len({v for v in versions.values()}) > 1:
         listed = ", ".join(f"{h} {v or 'none'}" for h, v in versions.items())
@@ -457,12 +480,10 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
         if bad:
             raise PlanError(f"{plan.model_path} is under {bad} on {t.host}, which forbids it (forbidden_paths): give "
                             "--download-dir a path every node allows")
-    dist_port = _dist_init_port(t0, plan.port)
-    dist = f"{'[' + nodes[0].addr + ']' if ':' in nodes[0].addr else nodes[0].addr}:{dist_port}"
-    if is_loopback(nodes[0].addr) and any(not is_loopback(node.addr) for node in nodes[1:]):
-        warnings.append(f"{t0.host} is reached at {nodes[0].addr}, a loopback address the other nodes cannot reach: "
-                        f"set node_addr in [hosts.{t0.host}]")
-    adds = ["--nnodes", str(n), "--node-rank", "0", "--dist-init-addr", dist]
+
+
+def _members(nodes: Sequence[Node], picked: list[tuple[int, ...]], plan: Plan, dist_port: int) -> list[Member]:
+    """Each node's launch: its rank, its GPUs, its NCCL interface, its port."""
     members = []
     for rank, (node, ids) in enumerate(zip(nodes, picked)):
         env = ({"NCCL_SOCKET_IFNAME": node.nccl_interface, "GLOO_SOCKET_IFNAME": node.nccl_interface}
@@ -471,6 +492,13 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
         members.append(Member(host=str(node.target.host), node_rank=rank, gpu_ids=ids, python=node.target.python,
                               launcher=node.target.launcher, env=env,
                               port=plan.port if rank == 0 else _member_port(node.target, plan.port + rank, dist_port)))
+    return members
+
+
+def _multinode_rules(plan: Plan, nodes: Sequence[Node], hosts: list[str | None], picked: list[tuple[int, ...]],
+                     tp: int, dist: str) -> list[RuleFired]:
+    """Node 0's rules with the TP rule said per node, the multi-node rule, the NCCL interface's."""
+    n, g, t0 = len(nodes), tp // len(nodes), nodes[0].target
     why = (f"TP{tp} over {n} nodes, {gpus(g)} each ({', '.join(f'{h}: {_ids(i)}' for h, i in zip(hosts, picked))}); "
            f"node 0 ({t0.host}) holds the rendezvous at {dist}; each node's own --node-rank")
     per_node_rules = [RuleFired("tensor-parallel", f"shard over {tp} GPUs: {g} on each of {n} nodes (each node's "
@@ -483,18 +511,68 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
                                "NCCL and gloo use it, not the first one they find",
                                [f"{node.target.host}: NCCL_SOCKET_IFNAME={node.nccl_interface}" for node in nodes
                                 if node.nccl_interface]))
+    return fired
+
+
+def _pick_node_gpus(node: Node, wishes: Wishes, g: int, warnings: list[str]) -> tuple[int, ...]:
+    """A node's `g` GPUs (its free ones first); its warnings named after it."""
+    own: list[str] = []
+    _, ids = _pick_gpus(node.target, replace(wishes, tp=g, gpu_ids=None), g, own)
+    warnings += [f"{node.target.host}: {w}" for w in own]
+    return ids
+
+
+def _rendezvous(nodes: Sequence[Node], http_port: int, warnings: list[str]) -> tuple[int, str]:
+    """Node 0's rendezvous: its port, and the --dist-init-addr the other nodes reach it at."""
+    t0, addr = nodes[0].target, nodes[0].addr
+    dist_port = _dist_init_port(t0, http_port)
+    dist = f"{'[' + addr + ']' if ':' in addr else addr}:{dist_port}"
+    if is_loopback(addr) and any(not is_loopback(node.addr) for node in nodes[1:]):
+        warnings.append(f"{t0.host} is reached at {addr}, a loopback address the other nodes cannot reach: "
+                        f"set node_addr in [hosts.{t0.host}]")
+    return dist_port, dist
+
+
+def _per_node_like(like: Like | None, fired: list[RuleFired]) -> tuple[Like | None, list[RuleFired]]:
+    """--like's diff and drops without the node flags and each node's GPUs: set here again, per node."""
+    if like is None:
+        return None, fired
+    like = msgspec.structs.replace(like, diff=tuple(
+        c for c in like.diff if c.text.split(" ", 1)[0] not in NODE_FLAGS
+        and not c.text.startswith("CUDA_VISIBLE_DEVICES=")))
+    return like, [r for r in fired if not (r.id == "like-drop" and r.removes and r.removes[0] in NODE_FLAGS)]
+
+
+def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> Plan:
+    """One SGLang deployment over several hosts: TP split evenly (TP/N GPUs on each node), fit per
+    node (the smallest GPU of any node counts), the same model path on every node, SGLang's own
+    `--nnodes N --node-rank R --dist-init-addr HOST0:PORT` with node 0 holding the rendezvous, the
+    NCCL interface where the inventory names one. Deploy starts one server per node."""
+    tp, hosts = _multinode_tp(facts, nodes, wishes)
+    n = len(nodes)
+    g = tp // n
+
+    warnings: list[str] = []
+    picked = [_pick_node_gpus(node, wishes, g, warnings) for node in nodes]
+    # node 0's plan, with the whole TP over a stand-in of the nodes' GPUs (the smallest of any node):
+    # the rules, the fit and the flags read the deployment as SGLang sees it
+    t0 = nodes[0].target
+    smallest = min(gpu.memory_total for node, ids in zip(nodes, picked) for gpu in node.target.gpus if gpu.index in ids)
+    stand_in = replace(t0, gpus=tuple(GpuInfo(i, smallest) for i in range(tp)), allowed_gpu_ids=None)
+    plan = build_plan(facts, stand_in, replace(wishes, tp=tp, gpu_ids=tuple(range(tp))))
+
+    _check_nodes(nodes, plan, warnings)
+    dist_port, dist = _rendezvous(nodes, plan.port, warnings)
+    adds = ["--nnodes", str(n), "--node-rank", "0", "--dist-init-addr", dist]
+    members = _members(nodes, picked, plan, dist_port)
+    fired = _multinode_rules(plan, nodes, hosts, picked, tp, dist)
     unknown = [f for f in ("--nnodes", "--node-rank", "--dist-init-addr") if f not in _flags_of(plan, t0)]
     if unknown:
         warnings.append(f"flags unknown to SGLang {plan.sglang_version}: {', '.join(unknown)}")
     fit = plan.fit
     if fit is not None:
         fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" ({gpus(g)} on each of {n} nodes)")
-    like = plan.like
-    if like is not None:  # the node flags and each node's GPUs are set here again, per node
-        like = msgspec.structs.replace(like, diff=tuple(
-            c for c in like.diff if c.text.split(" ", 1)[0] not in NODE_FLAGS
-            and not c.text.startswith("CUDA_VISIBLE_DEVICES=")))
-        fired = [r for r in fired if not (r.id == "like-drop" and r.removes and r.removes[0] in NODE_FLAGS)]
+    like, fired = _per_node_like(plan.like, fired)
     try:
         return plan.replace(gpu_ids=picked[0], argv=[*plan.argv, *adds], members=members, dist_init_addr=dist, like=like,
                             env={**plan.env, **members[0].env},
@@ -510,14 +588,67 @@ ROUTER_PROMETHEUS_PORT = 29000  # sglang-router's own default for its metrics
 ROUTER_HEALTH = ("--health-check-interval-secs", "5", "--health-failure-threshold", "2")
 
 
-def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes, replicas: int) -> Plan:
-    """K servers of the model, each a one-host plan of its own on its own GPUs and port (the GPUs the
-    replicas before it took left out), and sglang-router in front of them on the same host: the
-    router's plan holds the replicas' plans. Deploy starts the replicas, then the router (python -m
-    sglang_router.launch_router --worker-urls ...). The replicas go round the hosts of `nodes` (the
-    router on the first): a replica on another host serves beyond loopback (its serve_host), so
-    with an API key; then the router carries it (`--api-key`: sglang-router checks it from clients
-    and sends it to the replicas), and deploy gives the router and every replica the same key."""
+@dataclass
+class _Replicas:
+    """What the replicas of a replicated plan take, as they are planned one after the other."""
+
+    name: str
+    head: Target
+    ours: dict[str, dict[int, str]]  # the ports this plan takes, by address (two hosts at one address share them)
+    used: dict[str | None, set[int]] = field(default_factory=dict)  # the GPUs taken, by host
+    warned: set[str] = field(default_factory=set)  # the hosts whose loopback address was warned of
+
+
+def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: int, taken: _Replicas,
+             warnings: list[str]) -> tuple[Plan, str]:
+    """Replica `i`'s one-host plan on `node` (the GPUs and ports the replicas before it took left out)
+    and the URL the router reaches it at."""
+    t, head, name = node.target, taken.head, taken.name
+    free = tuple(g for g in _allowed(t) if g not in taken.used.get(t.host, set()))
+    if not free:
+        raise PlanError(f"replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
+                        f"hold {_ids(sorted(taken.used.get(t.host, ())))}): fewer replicas, or a smaller TP")
+    one = replace(t, allowed_gpu_ids=free, ports_taken={**t.ports_taken, **taken.ours.get(node.addr, {})})
+    p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
+    away = t.host != head.host
+    if away and is_loopback(p.bind_host):
+        raise PlanError(f"replicas: {t.host} serves on loopback only (its serve_host {p.bind_host}), so the router "
+                        f"on {head.host} cannot reach replica {i} there: set serve_host in [hosts.{t.host}]")
+    if not p.fit or not p.fit.fits:
+        raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
+    taken.used.setdefault(t.host, set()).update(p.gpu_ids)
+    taken.ours.setdefault(node.addr, {})[p.port] = f"replica {i} of {name}"
+    # on the router's host: where a client there reaches the replica; elsewhere: the host's
+    # address for other machines (node_addr, else its ssh host)
+    addr = node.addr if away else p.client_host
+    if away and is_loopback(addr) and t.host not in taken.warned:
+        taken.warned.add(str(t.host))
+        warnings.append(f"{t.host} is reached at {addr}, a loopback address: the router on {head.host} reaches "
+                        f"its replicas there only if both are this machine (set node_addr in [hosts.{t.host}])")
+    url = f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}"
+    return p.replace(replica_of=name, warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]), url
+
+
+def _router_rules(plans: list[Plan], head: Target, urls: list[str], router_port: int, metrics: int,
+                  keyed: bool) -> list[RuleFired]:
+    where = "; ".join(f"{r.name}: {r.host} {_ids(r.gpu_ids)} port {r.port}" for r in plans)
+    fired = [
+        RuleFired("replicas", f"{len(plans)} servers of the model, each on GPUs of its own ({where})", []),
+        RuleFired("router", f"sglang-router on {head.host} spreads the requests over them at port {router_port} "
+                            f"(metrics at {metrics})", join_flags([("--worker-urls", tuple(urls))])),
+        RuleFired("router-health", "the router asks each replica's /health every 5 s and counts it lost after 2 "
+                                   "failures (its defaults notice a lost replica after 3 minutes)", list(ROUTER_HEALTH)),
+    ]
+    if keyed:
+        bind = head.serve_host
+        served = sorted({str(p.host) for p in plans if p.uses_api_key} | ({str(head.host)} if not is_loopback(bind) else set()))
+        fired.append(RuleFired("router-api-key", f"serving beyond loopback ({', '.join(served)}): one API key for the "
+                               "router and every replica, generated at deploy; the router checks it from clients and "
+                               "sends it to the replicas", ["--api-key", API_KEY_PLACEHOLDER]))
+    return fired
+
+
+def _check_replicated(nodes: Sequence[Node], wishes: Wishes, replicas: int) -> None:
     if replicas < 2:
         raise PlanError("--replicas: two or more (one server: leave --replicas out)")
     if wishes.gpu_ids is not None:
@@ -526,6 +657,17 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         raise PlanError("--like with --replicas: plan one server like the old one first (not supported yet)")
     if not nodes:
         raise PlanError("--replicas: name the host (--host) or hosts (--hosts)")
+
+
+def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes, replicas: int) -> Plan:
+    """K servers of the model, each a one-host plan of its own on its own GPUs and port (the GPUs the
+    replicas before it took left out), and sglang-router in front of them on the same host: the
+    router's plan holds the replicas' plans. Deploy starts the replicas, then the router (python -m
+    sglang_router.launch_router --worker-urls ...). The replicas go round the hosts of `nodes` (the
+    router on the first): a replica on another host serves beyond loopback (its serve_host), so
+    with an API key; then the router carries it (`--api-key`: sglang-router checks it from clients
+    and sends it to the replicas), and deploy gives the router and every replica the same key."""
+    _check_replicated(nodes, wishes, replicas)
     try:
         name = validate_host_name(wishes.name) if wishes.name is not None else default_name(facts.id)
     except ValueError as exc:
@@ -533,61 +675,22 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
     head = nodes[0].target
     warnings: list[str] = []
     router_port = _choose_port(head, wishes, name, warnings)
-    # the ports this plan takes, by address: two inventory hosts at one address share its ports
-    ours: dict[str, dict[int, str]] = {nodes[0].addr: {router_port: f"the router of {name}"}}
-    used: dict[str | None, set[int]] = {}
+    taken = _Replicas(name, head, {nodes[0].addr: {router_port: f"the router of {name}"}})
     plans: list[Plan] = []
     urls: list[str] = []
-    warned: set[str] = set()  # the hosts whose loopback address was warned of
     for i in range(1, replicas + 1):
-        node = nodes[(i - 1) % len(nodes)]
-        t = node.target
-        free = tuple(g for g in _allowed(t) if g not in used.get(t.host, set()))
-        if not free:
-            raise PlanError(f"replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
-                            f"hold {_ids(sorted(used.get(t.host, ())))}): fewer replicas, or a smaller TP")
-        taken = {**t.ports_taken, **ours.get(node.addr, {})}
-        one = replace(t, allowed_gpu_ids=free, ports_taken=taken)
-        p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
-        away = t.host != head.host
-        if away and is_loopback(p.bind_host):
-            raise PlanError(f"replicas: {t.host} serves on loopback only (its serve_host {p.bind_host}), so the router "
-                            f"on {head.host} cannot reach replica {i} there: set serve_host in [hosts.{t.host}]")
-        if not p.fit or not p.fit.fits:
-            raise PlanError(f"replica {i} on {t.host} ({_ids(p.gpu_ids)}): {p.fit.verdict if p.fit else 'no fit'}")
-        used.setdefault(t.host, set()).update(p.gpu_ids)
-        ours.setdefault(node.addr, {})[p.port] = f"replica {i} of {name}"
-        # on the router's host: where a client there reaches the replica; elsewhere: the host's
-        # address for other machines (node_addr, else its ssh host)
-        addr = node.addr if away else p.client_host
-        if away and is_loopback(addr) and t.host not in warned:
-            warned.add(str(t.host))
-            warnings.append(f"{t.host} is reached at {addr}, a loopback address: the router on {head.host} reaches "
-                            f"its replicas there only if both are this machine (set node_addr in [hosts.{t.host}])")
-        urls.append(f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}")
-        plans.append(p.replace(replica_of=name,
-                               warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]))
-    taken = {**ports_taken(head, name, wishes.replacing), **ours.get(nodes[0].addr, {})}
-    metrics = next((q for q in range(ROUTER_PROMETHEUS_PORT, 65536) if q not in taken), None)
+        p, url = _replica(facts, nodes[(i - 1) % len(nodes)], wishes, i, replicas, taken, warnings)
+        plans.append(p)
+        urls.append(url)
+    ports = {**ports_taken(head, name, wishes.replacing), **taken.ours.get(nodes[0].addr, {})}
+    metrics = next((q for q in range(ROUTER_PROMETHEUS_PORT, 65536) if q not in ports), None)
     if metrics is None:
         raise PlanError(f"no free port for the router's metrics on {head.host}")
     bind = head.serve_host
     keyed = not is_loopback(bind) or any(p.uses_api_key for p in plans)
     argv = ["--worker-urls", *urls, "--host", bind, "--port", str(router_port), "--prometheus-port", str(metrics),
             *ROUTER_HEALTH, *(["--api-key", API_KEY_PLACEHOLDER] if keyed else [])]
-    where = "; ".join(f"{r.name}: {r.host} {_ids(r.gpu_ids)} port {r.port}" for r in plans)
-    fired = [
-        RuleFired("replicas", f"{replicas} servers of the model, each on GPUs of its own ({where})", []),
-        RuleFired("router", f"sglang-router on {head.host} spreads the requests over them at port {router_port} "
-                            f"(metrics at {metrics})", join_flags([("--worker-urls", tuple(urls))])),
-        RuleFired("router-health", "the router asks each replica's /health every 5 s and counts it lost after 2 "
-                                   "failures (its defaults notice a lost replica after 3 minutes)", list(ROUTER_HEALTH)),
-    ]
-    if keyed:
-        served = sorted({str(p.host) for p in plans if p.uses_api_key} | ({str(head.host)} if not is_loopback(bind) else set()))
-        fired.append(RuleFired("router-api-key", f"serving beyond loopback ({', '.join(served)}): one API key for the "
-                               "router and every replica, generated at deploy; the router checks it from clients and "
-                               "sends it to the replicas", ["--api-key", API_KEY_PLACEHOLDER]))
+    fired = _router_rules(plans, head, urls, router_port, metrics, keyed)
     first = plans[0]
     fit = first.fit
     if fit is not None:

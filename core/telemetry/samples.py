@@ -266,41 +266,63 @@ class _Head:
         self.nvml: NvmlStatus | None = None
 
 
+def _host_from_wire(h: Any, head: _Head | None) -> HostSample:
+    """The host's figures; its disks those of the line before when they are equal (`head`)."""
+    if h is None:
+        return HostSample(None, NA, NA, NA, [])
+    wire_disks = h.disks
+    if head is not None and head.disks is not None and wire_disks == head.disks_wire:
+        disks = head.disks
+    else:
+        disks = [Disk(d.mount, int(d.total_bytes), int(d.free_bytes)) for d in wire_disks or ()]
+        if head is not None:
+            head.disks_wire, head.disks = wire_disks, disks
+    return HostSample(
+        h.hostname,
+        NA if h.cpu_percent is None else h.cpu_percent,
+        NA if h.mem_total_bytes is None else h.mem_total_bytes,
+        NA if h.mem_used_bytes is None else h.mem_used_bytes,
+        disks,
+    )
+
+
+def _nvml_from_wire(n: Any, head: _Head | None) -> NvmlStatus:
+    """NVML's state; that of the line before when it is equal (`head`)."""
+    if head is not None and head.nvml is not None and n is not None and n == head.nvml_wire:
+        return head.nvml
+    status = (NvmlStatus(ok=False) if n is None else
+              NvmlStatus(bool(n.ok), n.code, n.error, n.hint, n.driver_version, n.nvml_version,
+                         n.cuda_driver_version))
+    if head is not None and n is not None:
+        head.nvml_wire, head.nvml = n, status
+    return status
+
+
+def _gpu_from_wire(g: Any) -> GpuSample:
+    command = _command
+    return GpuSample(
+        int(g.index), g.uuid, g.name,
+        NA if g.memory_total_bytes is None else g.memory_total_bytes,
+        NA if g.memory_used_bytes is None else g.memory_used_bytes,
+        NA if g.memory_reserved_bytes is None else g.memory_reserved_bytes,
+        NA if g.util_percent is None else g.util_percent,
+        NA if g.power_w is None else g.power_w,
+        NA if g.temp_c is None else g.temp_c,
+        NA if g.sm_clock_mhz is None else g.sm_clock_mhz,
+        [GpuProcess(int(p.pid), p.user, command(p.command), NA if p.used_bytes is None else p.used_bytes)
+         for p in g.processes or ()],
+    )
+
+
 def _snapshot_from_wire(r: Any, unset: Any, rows: dict[str, Any] | None = None, head: _Head | None = None) -> Snapshot:
     """`rows`: a host's GPU rows as its last line had them (index -> (wire row, GpuSample)), kept up
     to date here; a row equal to the one before gives the same GpuSample (nothing is made for a GPU
     whose figures did not change: most of a fleet's, most seconds). Equal rows are alike in type
     too: the reporter writes each figure as one JSON type (NVML's integers; power rounded to a
     float, which JSON keeps as 75.0). `head`: the same for the host's disks and NVML state."""
-    h = r.host
-    if h is None:
-        host = HostSample(None, NA, NA, NA, [])
-    else:
-        wire_disks = h.disks
-        if head is not None and head.disks is not None and wire_disks == head.disks_wire:
-            disks = head.disks
-        else:
-            disks = [Disk(d.mount, int(d.total_bytes), int(d.free_bytes)) for d in wire_disks or ()]
-            if head is not None:
-                head.disks_wire, head.disks = wire_disks, disks
-        host = HostSample(
-            h.hostname,
-            NA if h.cpu_percent is None else h.cpu_percent,
-            NA if h.mem_total_bytes is None else h.mem_total_bytes,
-            NA if h.mem_used_bytes is None else h.mem_used_bytes,
-            disks,
-        )
-    n = r.nvml
-    if head is not None and head.nvml is not None and n is not None and n == head.nvml_wire:
-        status = head.nvml
-    else:
-        status = (NvmlStatus(ok=False) if n is None else
-                  NvmlStatus(bool(n.ok), n.code, n.error, n.hint, n.driver_version, n.nvml_version,
-                             n.cuda_driver_version))
-        if head is not None and n is not None:
-            head.nvml_wire, head.nvml = n, status
+    host = _host_from_wire(r.host, head)
+    status = _nvml_from_wire(r.nvml, head)
     gpus = []
-    command = _command
     for g in r.gpus or ():
         if g.error is not unset:
             continue
@@ -309,18 +331,7 @@ def _snapshot_from_wire(r: Any, unset: Any, rows: dict[str, Any] | None = None, 
             if last is not None and last[0] == g:
                 gpus.append(last[1])
                 continue
-        gpu = GpuSample(
-            int(g.index), g.uuid, g.name,
-            NA if g.memory_total_bytes is None else g.memory_total_bytes,
-            NA if g.memory_used_bytes is None else g.memory_used_bytes,
-            NA if g.memory_reserved_bytes is None else g.memory_reserved_bytes,
-            NA if g.util_percent is None else g.util_percent,
-            NA if g.power_w is None else g.power_w,
-            NA if g.temp_c is None else g.temp_c,
-            NA if g.sm_clock_mhz is None else g.sm_clock_mhz,
-            [GpuProcess(int(p.pid), p.user, command(p.command), NA if p.used_bytes is None else p.used_bytes)
-             for p in g.processes or ()],
-        )
+        gpu = _gpu_from_wire(g)
         gpus.append(gpu)
         if rows is not None:
             rows[g.index] = (g, gpu)

@@ -13,22 +13,7 @@ from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
 
-__all__ = ["SGLang", "VERSION_PROGRAM", "EVAL_MODULE"]
-
-# Prints the installed sglang version (package metadata first: no import of the server stack).
-VERSION_PROGRAM = r"""
-import sys
-try:
-    from importlib.metadata import version
-    v = version("sglang")
-except Exception:
-    try:
-        import sglang
-        v = sglang.__version__
-    except Exception:
-        sys.exit(3)
-sys.stdout.write(v)
-"""
+__all__ = ["SGLang", "EVAL_MODULE"]
 
 EVAL_MODULE = "sglang.test.run_eval"  # the quality profile's evaluation (gsm8k)
 
@@ -54,7 +39,11 @@ class SGLang(Engine):
         return self.router if router else self.server
 
     def version_program(self) -> str:
-        return VERSION_PROGRAM
+        """core/hosts/programs/sglang_version.py as sent (package metadata first: no import of the server stack)."""
+        from ...hosts.host import script_source
+        from ...hosts.programs import sglang_version
+
+        return script_source(sglang_version)
 
     def clean(self, raw: str) -> LogLine:
         return clean(raw)

@@ -820,16 +820,7 @@ class LogScanner:
         claimed: set[int] = set()
         merged: dict[tuple[str, PatchFn | None], _Found] = {}
         for rule in LINE_RULES:
-            hits = []
-            for h in self._hits.get(rule.id, ()):
-                phase = crash.phase if crash is not None and crash_at is not None and h.line_no >= crash_at else h.phase
-                if h.line_no in claimed or (rule.phases is not None and phase not in rule.phases):
-                    continue
-                if rule.fallback and (crash_at is None or h.line_no < crash_at):
-                    continue
-                if rule.severity == "error" and ready_at is not None and h.line_no < ready_at:
-                    continue  # the server got to ready after it: not what stopped it
-                hits.append((h, phase))
+            hits = self._rule_hits(rule, crash, crash_at, ready_at, claimed)
             if not hits:
                 continue
             claimed.update(h.line_no for h, _ in hits)
@@ -839,9 +830,7 @@ class LogScanner:
             else:
                 merged[key] = _Found(rule, hits, self._counts[rule.id] - len(self._hits[rule.id]))
         found = [(f.hits[0][0].line_no, f.finding(self, tracker, plan), f.rule) for f in merged.values()]
-        out = [(n, f) for n, f, r in found
-               if not any(f.code in o.covers or r.id in o.covers for _, _, o in found if o is not r)
-               and not (r.fallback and any(o.severity == "error" and not o.fallback for _, _, o in found))]
+        out = _uncovered(found)
         if tracker.outcome == "incomplete":
             out.extend(self._silence(tracker, plan, {f.code for _, f in out}))
         if tracker.outcome == "crashed" and crash is not None and crash_at is not None and not any(
@@ -850,6 +839,23 @@ class LogScanner:
         order = {s: i for i, s in enumerate(SEVERITIES)}
         out.sort(key=lambda x: (order[x[1].severity], x[0]))
         return [f for _, f in out]
+
+    def _rule_hits(self, rule: LineRule, crash: Crash | None, crash_at: int | None, ready_at: int | None,
+                   claimed: set[int]) -> list[tuple[_Hit, str | None]]:
+        """A line rule's hits that count, each with its phase (a line at or after the crash: the
+        crash's): not a line an earlier rule claimed, in the rule's phases, a fallback's only from
+        the crash on, an error's only after the last ready (the server got past what came before)."""
+        hits = []
+        for h in self._hits.get(rule.id, ()):
+            phase = crash.phase if crash is not None and crash_at is not None and h.line_no >= crash_at else h.phase
+            if h.line_no in claimed or (rule.phases is not None and phase not in rule.phases):
+                continue
+            if rule.fallback and (crash_at is None or h.line_no < crash_at):
+                continue
+            if rule.severity == "error" and ready_at is not None and h.line_no < ready_at:
+                continue  # the server got to ready after it: not what stopped it
+            hits.append((h, phase))
+        return hits
 
     def fix(self, summary: str, build: PatchFn | None, ctx: Ctx) -> Fix:
         """A rule's fix: with its plan_patch when the rule builds one that changes the plan."""
@@ -907,6 +913,14 @@ class LogScanner:
                        {"rule": "crash", "phase": crash.phase})
 
 
+def _uncovered(found: list[tuple[int, Finding, LineRule]]) -> list[tuple[int, Finding]]:
+    """The findings no other one covers (by its code or rule), and a fallback's only when no rule
+    that is not a fallback found an error."""
+    return [(n, f) for n, f, r in found
+            if not any(f.code in o.covers or r.id in o.covers for _, _, o in found if o is not r)
+            and not (r.fallback and any(o.severity == "error" and not o.fallback for _, _, o in found))]
+
+
 class _Found:
     """One finding in the making: the hits of one rule (and of later rules with its code and fix)."""
 
@@ -932,23 +946,30 @@ class _Found:
         for h, _ in self.hits:
             if len(evidence) < _EVIDENCE_LINES and all(e.line != h.line for e in evidence):
                 evidence.append(Evidence(f"log:{h.line_no}", h.line))
-        vals = _Vals(groups)
-        vals["phase"] = f"in {phase}" if phase else ""
-        vals["want_text"] = f" (tried to allocate {groups['want']})" if groups.get("want") else ""
-        vals["rendezvous_text"] = (f"{groups['joined']} of {groups['world']} ranks joined" if groups.get("world") else
-                                   f"a rank could not reach the store at {groups.get('host', '?')}:"
-                                   f"{groups.get('store_port', '?')}")
-        vals["assert_text"] = "" if groups.get("what") or groups.get("code") or not groups.get("assertion") else (
-            f"device-side assert `{groups['assertion']}`")
-        port = groups.get("port") or groups.get("port2") or groups.get("port3") or groups.get("port4")
-        vals["port_text"] = (f": {port}" + (f" ({groups['name']})" if groups.get("name") else "")) if port else ""
-        detail = next((groups[k] for k in ("path", "what", "missing") if groups.get(k)), "")
-        vals["detail"] = f": {detail}" if detail else ""
+        vals = _texts(groups, phase)
         data = {"rule": rule.id, "lines": len(self.hits) + self.dropped, "phase": phase}
         data.update({k: v for k, v in groups.items() if k != "all"})
         fix = scan.fix(rule.fix.format_map(vals), rule.patch, Ctx(plan, groups, scan, tracker))
         summary = " ".join(rule.summary.format_map(vals).split()).replace(" .", ".")
         return Finding(rule.code, rule.severity, summary, tuple(evidence), fix, data)
+
+
+def _texts(groups: dict[str, str], phase: str | None) -> _Vals:
+    """What a rule's summary and fix are formatted with: its match's groups, and the phrases made of
+    them (the phase, the allocation tried, the rendezvous, the assert, the port, the detail)."""
+    vals = _Vals(groups)
+    vals["phase"] = f"in {phase}" if phase else ""
+    vals["want_text"] = f" (tried to allocate {groups['want']})" if groups.get("want") else ""
+    vals["rendezvous_text"] = (f"{groups['joined']} of {groups['world']} ranks joined" if groups.get("world") else
+                               f"a rank could not reach the store at {groups.get('host', '?')}:"
+                               f"{groups.get('store_port', '?')}")
+    vals["assert_text"] = "" if groups.get("what") or groups.get("code") or not groups.get("assertion") else (
+        f"device-side assert `{groups['assertion']}`")
+    port = groups.get("port") or groups.get("port2") or groups.get("port3") or groups.get("port4")
+    vals["port_text"] = (f": {port}" + (f" ({groups['name']})" if groups.get("name") else "")) if port else ""
+    detail = next((groups[k] for k in ("path", "what", "missing") if groups.get(k)), "")
+    vals["detail"] = f": {detail}" if detail else ""
+    return vals
 
 
 def findings_for_log(lines: Iterable[str], plan: Plan | None = None) -> list[Finding]:
