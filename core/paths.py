@@ -29,7 +29,7 @@ def _tighten(path: Path, keep: int) -> None:
 def private_dir(path: Path) -> Path:
     """gpuops' own folder on this machine (the state folder): made 0700, and kept so: a folder
     made earlier 0755, and every file in it (the store, its -wal and -shm, ui.json), loses what
-    other users could read (the store holds every plan and log line gpuops recorded). Called again
+    other users could read or run (its owner's bits stay: 0644 becomes 0600, 0755 0700) (the store holds every plan and log line gpuops recorded). Called again
     once files were made in it: a new file takes the umask's mode (0644), which only this user can
     reach inside the 0700 folder until it is tightened too."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -39,7 +39,7 @@ def private_dir(path: Path) -> Path:
     except OSError:
         return path
     for entry in entries:
-        _tighten(entry, 0o700 if entry.is_dir() else 0o600)
+        _tighten(entry, 0o700)  # group's and others' bits gone; the owner's kept (a program stays runnable)
     return path
 
 

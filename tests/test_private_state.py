@@ -92,6 +92,22 @@ def test_an_older_gpuops_readable_store_is_tightened(open_home):
         held.close()
 
 
+def test_tightening_takes_nothing_from_the_owner(tmp_path):
+    """A store opened in a folder given explicitly (Store(path), as tests/gpu/check_nccl_stall.py does) may
+    share it with the operator's own files: tightening takes group's and others' bits away, never the owner's.
+    The GPU proof's stand-in `python` beside its store was made 0600 and could no longer run (Permission denied)."""
+    from gpuops.core.deploy.store import Store
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    tool = folder / "python"
+    tool.write_text("#!/bin/sh\necho ran\n")
+    tool.chmod(0o755)
+    Store(folder / "gpuops.db").close()
+    assert mode(tool) == 0o700 and mode(folder / "gpuops.db") == 0o600, oct(mode(tool))
+    assert subprocess.run([str(tool)], capture_output=True, text=True, timeout=30).stdout == "ran\n"
+
+
 def test_ui_json_is_written_0600(open_home, monkeypatch):
     from gpuops.core.paths import save_ui_state, ui_state_path
 
