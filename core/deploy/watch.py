@@ -220,6 +220,7 @@ class Watch:
         self.deployment = deployment
         self.name = deployment.name
         self.plan = deployment.plan
+        self.engine = engines.get(self.plan.engine)  # its phase grammar and rules: looked up once, not per line
         self.run_no = deployment.run
         self.store = store
         self.bus = bus or Bus()
@@ -402,13 +403,13 @@ class Watch:
 
     def _clean(self, text: str) -> LogLine:
         """A log line as the plan's engine reads it."""
-        return engines.get(self.plan.engine).clean(text)
+        return self.engine.clean(text)
 
     async def _active(self) -> str:
         """The watch proper: parse, record, publish. One turn: the next record, taken (shown, parsed);
         the outcome it led to (crashed, ready); once a poll the store, the server's processes and GPUs;
         then an exit or a stall."""
-        engine = engines.get(self.plan.engine)
+        engine = self.engine
         tracker = engine.tracker()  # the engine's phase grammar
         watcher = StallWatcher(self.stall_thresholds, clock=self.clock)
         view = self.view
@@ -690,7 +691,7 @@ class Watch:
         if self.triage_on_stall:
             await self.triage(scanner, tracker)
             p2p_ok = next((r.ok for r in self.last_checks if r.name == "p2p-unavailable"), None)
-        self.finding(stall_finding(stall, last_line, last_line_no, nccl_log=engines.get(self.plan.engine).nccl_log_on(scanner, self.plan),
+        self.finding(stall_finding(stall, last_line, last_line_no, nccl_log=self.engine.nccl_log_on(scanner, self.plan),
                                    p2p_ok=p2p_ok, p2p_off=self.plan.env.get("NCCL_P2P_DISABLE") == "1"))
 
     async def triage(self, scanner: LogScanner | None = None, tracker: PhaseTracker | None = None) -> list[Finding]:
