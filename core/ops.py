@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+
+import msgspec
 
 from . import units
 from .config import HostConfig, Inventory
@@ -30,7 +33,9 @@ from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
-from .domain import LIVE_STATES, Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
+from .domain import (LIVE_STATES, BenchEvent, BenchRun, Deployment, Event, Plan, PlanEvent, StateEvent, SwapBenchNew,
+                     SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState,
+                     SwapPlanned, SwapRollback, SwapStep, SwapStopOld, TriageReport, is_loopback)
 from .hosts.host import Host, HostError, make_host
 from .planning.plan import Target, under_any
 from .telemetry.samples import Snapshot
@@ -1072,8 +1077,8 @@ class Ops:
 
     async def swap(self, old: str, plan: Plan, profile: Any, *, confirmed: bool = False,
                    rollback_on_failure: bool = False, keep: Callable[[dict], Awaitable[bool]] | None = None,
-                   emit: Callable[[dict], Any] = lambda step: None,
-                   bench_emit: Callable[[Any], Any] = lambda e: None, bench_old: str = "reuse",
+                   emit: Callable[[SwapStep], Any] = lambda step: None,
+                   bench_emit: Callable[[BenchEvent], Any] = lambda e: None, bench_old: str = "reuse",
                    bench_new: bool = True, hf_token: str | None = None) -> dict:
         """Replace ready deployment `old` by `plan` (planned like it: same host, GPUs, port, bind,
         served name) as one action: the new weights fetched on the host and checked while `old`
@@ -1081,15 +1086,35 @@ class Ops:
         that profile, else run one; "run" one; "none"); `old` stopped; the new one started and
         watched; benchmarked the same way (unless not `bench_new`); compared; then kept or rolled
         back (`old` restarted with its plan: a new run of its name). A new one that crashes or
-        stalls is rolled back at once when `rollback_on_failure`. Every step is one `emit`ted dict
-        ({"step": …}); the outage (no server ready: from the stop of `old` until the new one, or
-        `old` again, is ready) is measured, `outage_s` in the result and the last step. Both
-        deployments keep their whole history."""
-        import time
-
-        from .bench.runner import compare
-
+        stalls is rolled back at once when `rollback_on_failure`. Every step is one `emit`ted
+        :data:`~gpuops.core.domain.SwapStep` (``"step": NAME``); the outage (no server ready: from
+        the stop of `old` until the new one, or `old` again, is ready) is measured, `outage_s` in the
+        result and the last step. Both deployments keep their whole history."""
         self._writable("a swap stops and starts servers")
+        d = self._swap_refusal(old, plan, bench_old)
+        if not confirmed:
+            raise NeedsConfirmation(_swap_question(old, d, plan, profile, bench_old, bench_new))
+        emit(SwapPlanned(old=old, new=plan.name, model=plan.model.id,
+                         diff=[f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]))
+        run = _SwapRun(old, plan, profile, emit, bench_emit)
+        state = await self._swap_start(run, bench_old, hf_token)
+        if isinstance(state, dict):
+            return state  # not swapped: nothing was stopped
+        if state == "ready":
+            run.outage += time.monotonic() - (run.down_at or time.monotonic())
+            run.down_at = None
+        emit(SwapNewState(state=state, new=plan.name,
+                          outage_s=round(run.outage, 1) if state == "ready" else msgspec.UNSET))
+        if state != "ready":
+            why = f"{plan.name} {state}"
+            if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
+                return await self._swap_rollback(run, why)
+            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name, "before": run.before_id,
+                    "outage_s": None}
+        return await self._swap_end(run, keep, bench_new)
+
+    def _swap_refusal(self, old: str, plan: Plan, bench_old: str) -> Deployment:
+        """Deployment `old`, which `plan` may replace (else Refused, nothing changed)."""
         if bench_old not in self.BENCH_OLD:
             raise Refused(f"bench_old must be one of {', '.join(self.BENCH_OLD)}, not {bench_old!r}")
         d = self.deployment(old)
@@ -1104,127 +1129,125 @@ class Ops:
         taken = self.store.refusal(plan.name)
         if taken:
             raise Refused(taken)
-        diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
-        if not confirmed:
-            measured = {"reuse": f"benchmark {old} ({profile.name}; its latest ok run of it is reused)",
-                        "run": f"benchmark {old} ({profile.name})", "none": None}[bench_old]
-            raise NeedsConfirmation(
-                f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: fetch {plan.model.id} there "
-                f"while {old} serves, " + (f"{measured}, " if measured else "") + f"stop {old}, start {plan.name} on "
-                f"GPUs {','.join(map(str, plan.gpu_ids))}, port {plan.port}"
-                + (", benchmark it, compare?" if measured and bench_new else
-                   ", benchmark it?" if bench_new else "?"))
-        emit({"step": "plan", "old": old, "new": plan.name, "model": plan.model.id, "diff": diff})
+        return d
 
-        # the new weights first, while the old server serves: the outage is a start-up, not a download
+    async def _swap_start(self, run: _SwapRun, bench_old: str, hf_token: str | None) -> str | dict:
+        """The new weights first, while the old server serves (the outage is a start-up, not a
+        download), the old one benchmarked and stopped, the new one started: its state, or the
+        result of a swap that stopped before the old one did (nothing stopped, the new one's parts
+        recorded stopped: not started)."""
+        plan = run.plan
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
         deployers = self._deployers(plans, yes=True, ask=None, hf_token=hf_token or local_hf_token(),
                                     secrets=await self.carried_secrets(plan))
         await self._begin_parts(deployers, held=True)
         names = [dep.name for dep in deployers]
         launching = False
-        unstarted = "the swap ended before it started"
-
-        def not_swapped(reason: str) -> dict:
-            nonlocal unstarted
-            unstarted = reason
-            return {"outcome": "not-swapped", "reason": reason, "old": old, "new": plan.name, "outage_s": 0.0}
-
         try:
-            emit({"step": "fetch-new", "old": old, "new": plan.name, "model": plan.model.id})
-            try:
-                failed = await self._fetch_parts(plan, deployers)
-            except HostError as exc:
-                for dep in deployers:
-                    self.store.release_watch(dep.name, os.getpid())
-                failed = self._host_error(plan.name, exc)
-            if failed is not None:
-                emit({"step": "fetch-new", "old": old, "new": plan.name, "status": failed})
-                return not_swapped(f"the download of {plan.model.id} for {plan.name} {failed}; {old} serves on")
-            got = deployers[0].fetched
-            emit({"step": "fetch-new", "old": old, "new": plan.name, "status": "ok",
-                  "present": bool(got.get("present", True)),
-                  "bytes": got.get("bytes", 0), "seconds": got.get("seconds", 0.0)})
-
-            before = None
-            if bench_old == "none":
-                emit({"step": "bench-old", "old": old, "run": None, "skipped": True})
-            else:
-                reused = None if bench_old == "run" else next(
-                    (r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
-                     and r.status == "ok"), None)
-                if reused is not None:
-                    before = reused
-                    emit({"step": "bench-old", "run": before.id, "reused": True})
-                else:
-                    emit({"step": "bench-old", "run": None, "reused": False})
-                    before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
-                    emit({"step": "bench-old", "run": before.id, "status": before.status})
-                    if before.status != "ok":
-                        return not_swapped(f"the benchmark of {old} {before.status}")
-
-            emit({"step": "stop-old", "old": old})
-            down_at: float | None = time.monotonic()
-            await self.stop(old, confirmed=True)
-            emit({"step": "deploy-new", "new": plan.name})
+            stopped = await self._swap_fetch(run, deployers)
+            if stopped is None:
+                stopped = await self._swap_bench_old(run, bench_old)
+            if stopped is not None:
+                return stopped
+            run.emit(SwapStopOld(old=run.old))
+            run.down_at = time.monotonic()
+            await self.stop(run.old, confirmed=True)
+            run.emit(SwapDeployNew(new=plan.name))
             launching = True
-            state = await self._launch_parts(plan, deployers, ("ready", "crashed", "stalled"), False, check_held=True)
+            return await self._launch_parts(plan, deployers, ("ready", "crashed", "stalled"), False, check_held=True)
         finally:
             if not launching:
-                for name in names:  # recorded, never started: said so (not an interrupted download)
-                    try:
-                        part = self.store.deployment(name)
-                        if part is not None and part.state in UNSTARTED:
-                            self.bus.publish(name, self.store.set_state(name, "stopped",
-                                                                        detail=f"not started: {unstarted}"))
-                    except StoreError:
-                        pass
-                self._end_parts(names)
-        outage = 0.0
-        if state == "ready":
-            outage += time.monotonic() - (down_at or time.monotonic())
-            down_at = None
-        emit({"step": "new-" + state, "new": plan.name,
-              **({"outage_s": round(outage, 1)} if state == "ready" else {})})
+                self._swap_unstarted(names, run.unstarted)
 
-        async def rollback(why: str) -> dict:
-            nonlocal down_at, outage
-            emit({"step": "rollback", "old": old, "why": why})
-            new = self.store.deployment(plan.name)
-            if down_at is None:
-                down_at = time.monotonic()  # the new one served until now
-            if new is not None and new.state not in ("stopped", "planned", "downloading"):
-                await self.stop(plan.name, confirmed=True)
-            back = await self.restart(old, confirmed=True,
-                                      why=PlanEvent(code="rollback", summary=f"rolled back from {plan.name}: {why}"))
-            total = round(outage + time.monotonic() - down_at, 1) if back == "ready" else None
-            emit({"step": "old-" + back, "old": old, "outage_s": total})
-            return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
-                    "new": plan.name, "old_state": back, "before": before.id if before else None, "outage_s": total}
+    def _swap_unstarted(self, names: list[str], why: str) -> None:
+        """The new one's parts, recorded and never started: said so (not an interrupted download)."""
+        for name in names:
+            try:
+                part = self.store.deployment(name)
+                if part is not None and part.state in UNSTARTED:
+                    self.bus.publish(name, self.store.set_state(name, "stopped", detail=f"not started: {why}"))
+            except StoreError:
+                pass
+        self._end_parts(names)
 
-        if state != "ready":
-            why = f"{plan.name} {state}"
-            if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
-                return await rollback(why)
-            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name,
-                    "before": before.id if before else None, "outage_s": None}
+    async def _swap_fetch(self, run: _SwapRun, deployers: list[Deployer]) -> dict | None:
+        """The new weights on the host (None), or the swap's end: they could not be fetched."""
+        plan, old = run.plan, run.old
+        run.emit(SwapFetch(old=old, new=plan.name, model=plan.model.id))
+        try:
+            failed = await self._fetch_parts(plan, deployers)
+        except HostError as exc:
+            for dep in deployers:
+                self.store.release_watch(dep.name, os.getpid())
+            failed = self._host_error(plan.name, exc)
+        if failed is not None:
+            run.emit(SwapFetch(old=old, new=plan.name, status=failed))
+            return run.not_swapped(f"the download of {plan.model.id} for {plan.name} {failed}; {old} serves on")
+        got = deployers[0].fetched
+        run.emit(SwapFetch(old=old, new=plan.name, status="ok", present=bool(got.get("present", True)),
+                           bytes=got.get("bytes", 0), seconds=got.get("seconds", 0.0)))
+        return None
 
+    async def _swap_bench_old(self, run: _SwapRun, bench_old: str) -> dict | None:
+        """The old one's benchmark (`run.before`): skipped, reused or run (None), or the swap's end:
+        it did not end ok."""
+        old = run.old
+        if bench_old == "none":
+            run.emit(SwapBenchOld(old=old, run=None, skipped=True))
+            return None
+        reused = None if bench_old == "run" else next(
+            (r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == run.profile.name
+             and r.status == "ok"), None)
+        if reused is not None:
+            run.before = reused
+            run.emit(SwapBenchOld(run=reused.id, reused=True))
+            return None
+        run.emit(SwapBenchOld(run=None, reused=False))
+        before = run.before = await self.bench(await self.bench_target(deployment=old), run.profile,
+                                               emit=run.bench_emit)
+        run.emit(SwapBenchOld(run=before.id, status=before.status))
+        if before.status != "ok":
+            return run.not_swapped(f"the benchmark of {old} {before.status}")
+        return None
+
+    async def _swap_rollback(self, run: _SwapRun, why: str) -> dict:
+        """The new one stopped, the old one restarted with its plan: the swap's result."""
+        new_name, old = run.plan.name, run.old
+        run.emit(SwapRollback(old=old, why=why))
+        new = self.store.deployment(new_name)
+        if run.down_at is None:
+            run.down_at = time.monotonic()  # the new one served until now
+        if new is not None and new.state not in ("stopped", "planned", "downloading"):
+            await self.stop(new_name, confirmed=True)
+        back = await self.restart(old, confirmed=True,
+                                  why=PlanEvent(code="rollback", summary=f"rolled back from {new_name}: {why}"))
+        total = round(run.outage + time.monotonic() - run.down_at, 1) if back == "ready" else None
+        run.emit(SwapOldState(state=back, old=old, outage_s=total))
+        return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
+                "new": new_name, "old_state": back, "before": run.before_id, "outage_s": total}
+
+    async def _swap_end(self, run: _SwapRun, keep: Callable[[dict], Awaitable[bool]] | None,
+                        bench_new: bool) -> dict:
+        """The new one ready: benchmarked, compared, then kept or rolled back."""
+        from .bench.runner import compare
+
+        plan = run.plan
         after = None
         if bench_new:
-            after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
-            emit({"step": "bench-new", "run": after.id, "status": after.status})
+            after = await self.bench(await self.bench_target(deployment=plan.name), run.profile, emit=run.bench_emit)
+            run.emit(SwapBenchNew(run=after.id, status=after.status))
         else:
-            emit({"step": "bench-new", "new": plan.name, "run": None, "skipped": True})
+            run.emit(SwapBenchNew(new=plan.name, run=None, skipped=True))
         doc = None
-        if before is not None and after is not None:
-            doc = compare([before, after])
-            emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
-        ids = {"before": before.id if before else None, "after": after.id if after else None}
+        if run.before is not None and after is not None:
+            doc = compare([run.before, after])
+            run.emit(SwapCompare(before=run.before.id, after=after.id, compare=doc))
+        ids = {"before": run.before_id, "after": after.id if after else None}
         if keep is not None and not await keep({"compare": doc, **ids}):
-            return await rollback("the operator chose the old one")
-        emit({"step": "kept", "new": plan.name, "outage_s": round(outage, 1)})
-        return {"outcome": "swapped", "old": old, "new": plan.name, **ids, "compare": doc,
-                "outage_s": round(outage, 1)}
+            return await self._swap_rollback(run, "the operator chose the old one")
+        run.emit(SwapKept(new=plan.name, outage_s=round(run.outage, 1)))
+        return {"outcome": "swapped", "old": run.old, "new": plan.name, **ids, "compare": doc,
+                "outage_s": round(run.outage, 1)}
 
     async def bench_target(self, *, deployment: str | None = None, url: str | None = None,
                            host_name: str | None = None) -> Any:
@@ -1251,3 +1274,40 @@ class Ops:
 
         self._writable("a benchmark loads a server and writes on its host")
         return await BenchRunner(target, profile, self.store, emit=emit).run()
+
+
+def _swap_question(old: str, d: Deployment, plan: Plan, profile: Any, bench_old: str, bench_new: bool) -> str:
+    """What a swap asks before it does anything."""
+    measured = {"reuse": f"benchmark {old} ({profile.name}; its latest ok run of it is reused)",
+                "run": f"benchmark {old} ({profile.name})", "none": None}[bench_old]
+    return (f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: fetch {plan.model.id} there "
+            f"while {old} serves, " + (f"{measured}, " if measured else "") + f"stop {old}, start {plan.name} on "
+            f"GPUs {','.join(map(str, plan.gpu_ids))}, port {plan.port}"
+            + (", benchmark it, compare?" if measured and bench_new else ", benchmark it?" if bench_new else "?"))
+
+
+class _SwapRun:
+    """One swap as it goes: what it replaces by what, where its steps go, the old one's
+    benchmark, and the outage (`down_at`: since when no server is ready; `outage`: seconds so far)."""
+
+    def __init__(self, old: str, plan: Plan, profile: Any, emit: Callable[[SwapStep], Any],
+                 bench_emit: Callable[[BenchEvent], Any]) -> None:
+        self.old = old
+        self.plan = plan
+        self.profile = profile
+        self.emit = emit
+        self.bench_emit = bench_emit
+        self.before: BenchRun | None = None
+        self.down_at: float | None = None
+        self.outage = 0.0
+        self.unstarted = "the swap ended before it started"  # why the new one's parts never started
+
+    @property
+    def before_id(self) -> int | None:
+        return self.before.id if self.before is not None else None
+
+    def not_swapped(self, reason: str) -> dict:
+        """The result of a swap that ended before it stopped the old one (`reason` also said of the
+        new one's parts, recorded stopped: not started)."""
+        self.unstarted = reason
+        return {"outcome": "not-swapped", "reason": reason, "old": self.old, "new": self.plan.name, "outage_s": 0.0}
