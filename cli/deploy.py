@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core import units
 from ..core.config import Inventory
+from ..core.states import State
 from ..core.domain import (BenchEvent, BenchResultEvent, BenchStateEvent, SwapBenchNew, SwapBenchOld, SwapCompare,
                            SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState, SwapPlanned, SwapRollback,
                            SwapStep, SwapStopOld)
@@ -282,7 +283,7 @@ def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -
         line = describe_event(event)
         if line is not None:
             print(own + line, flush=True)
-        if getattr(event, "state", None) == "planned":
+        if getattr(event, "state", None) == State.PLANNED:
             for warning in warnings:
                 print(f"          plan: {warning}", flush=True)
 
@@ -304,10 +305,10 @@ def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -
 def _after(ops: Any, name: str, state: str) -> str | None:
     """What an operator needs to hear when a deploy, restart or fix ended stalled: what still
     holds the GPUs and what to do next (None for any other outcome)."""
-    if state != "stalled":
+    if state != State.STALLED:
         return None
     d = ops.deployment(name)
-    stall = next((e for e in reversed(ops.events(name, run=d.run)) if getattr(e, "state", None) == "stalled"), None)
+    stall = next((e for e in reversed(ops.events(name, run=d.run)) if getattr(e, "state", None) == State.STALLED), None)
     phase = getattr(stall, "phase", None)
     if phase is None:  # the download stalled: no server was started
         return (f"{name}: the download stalled; no server runs and no GPU is held: `gpuops stop {name}`, then deploy "
@@ -335,7 +336,7 @@ def _ended(inv: Inventory, args: argparse.Namespace, use: Any, *, yes: bool = Fa
         return 130
     if said:
         print("gpuops: " + said, file=sys.stderr, flush=True)
-    return 0 if state == "ready" else 1
+    return 0 if state == State.READY else 1
 
 
 # ------------------------------------------------------------------ restart, fix

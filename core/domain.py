@@ -27,7 +27,10 @@ from msgspec import Struct, field
 
 from . import engines
 from .config import DEFAULT_LAUNCHER, LAUNCHERS, launcher_choices, validate_host_name
-from .states import PHASES as PHASES  # (re-exported: core.ops reads it here)
+from .states import LIVE_STATES as LIVE_STATES  # (re-exported: the front ends read them here)
+from .states import PHASES as PHASES
+from .states import STATES as STATES
+from .states import State as State
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
@@ -68,6 +71,7 @@ __all__ = [
     "RuleFired",
     "LIVE_STATES",
     "STATES",
+    "State",
     "StateEvent",
     "SwapBenchNew",
     "SwapBenchOld",
@@ -88,10 +92,6 @@ __all__ = [
 ]
 
 SCHEMA = 1
-STATES: tuple[str, ...] = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
-# The states in which a deployment's server runs (or should, and someone should watch it): only then
-# is what its GPUs hold its own (planned, downloading, crashed and stopped ones hold nothing there).
-LIVE_STATES: tuple[str, ...] = (*PHASES, "stalled")
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 Severity = Literal["error", "warning", "info"]
 # systemd fills it from the env file; the process launcher's start script from its env file

@@ -33,6 +33,7 @@ from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
+from .states import State
 from .domain import (LIVE_STATES, BenchEvent, BenchRun, Deployment, Event, Plan, PlanEvent, StateEvent, SwapBenchNew,
                      SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState,
                      SwapPlanned, SwapRollback, SwapStep, SwapStopOld, TriageReport, is_loopback)
@@ -45,7 +46,7 @@ __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_p
 # States in which a deployment's server should be running and someone should be watching it.
 LIVE = LIVE_STATES
 # (UNSTARTED: its deploy has not started the server yet; the gpuops that deploys it holds its lease.)
-UNSTARTED = ("planned", "downloading")
+UNSTARTED = (State.PLANNED, State.DOWNLOADING)
 
 
 class Refused(Exception):
@@ -224,7 +225,7 @@ class Ops:
         out: list[tuple[str, int | None, int | None]] = []
         for name in sorted(self.deploying):
             d = self.store.deployment(name)
-            if d is None or d.state != "downloading":
+            if d is None or d.state != State.DOWNLOADING:
                 continue
             last = [e for e in self.store.events(name, run=d.run, kinds=("progress",)) if isinstance(e, ProgressEvent)]
             if last and last[-1].total and last[-1].done >= last[-1].total:
@@ -238,7 +239,7 @@ class Ops:
 
         progress = [e for e in self.store.events(d.name, run=d.run, kinds=("progress",))
                     if isinstance(e, ProgressEvent) and e.phase == "downloading"]
-        if d.state == "downloading":
+        if d.state == State.DOWNLOADING:
             where = d.plan.model_path if (d.plan.model_path or "").startswith("/") else "the host's HF cache"
             got = (f" at {units.size(progress[-1].done)} of {units.size(progress[-1].total)}"
                    if progress and progress[-1].total else "")
@@ -257,7 +258,7 @@ class Ops:
                               fix=Fix("deploy again (r on the deployments view restarts it)"))
             reason = "deploy interrupted before the server started: deploy again"
         try:
-            for event in (FindingEvent.of(finding), StateEvent(state="stopped", reason=reason)):
+            for event in (FindingEvent.of(finding), StateEvent(state=State.STOPPED, reason=reason)):
                 self.bus.publish(d.name, self.store.record(d.name, event, run=d.run))
         except RunMoved:
             pass  # a new run began meanwhile: it is that one's to say
@@ -321,7 +322,7 @@ class Ops:
     # ---------------------------------------------------------------- deploy
 
     async def deploy(self, plan: Plan, host_name: str, *, yes: bool = False, ask: Callable[[str], bool] | None = None,
-                     hf_token: str | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                     hf_token: str | None = None, until: tuple[str, ...] = (State.READY, State.CRASHED, State.STALLED),
                      on_begin: Callable[[Deployment], Awaitable[Any]] | None = None, keep_on: bool = False) -> str:
         """Checks (DeployError/Refused: nothing changed), then the deployment recorded, the download,
         the launch, and its watch until one of `until`: the state returned. `keep_on`: the watch goes
@@ -454,7 +455,7 @@ class Ops:
                 begun.append(dep)
         except (DeployError, StoreError) as exc:
             for dep in begun:  # recorded already: marked as never started, their leases go
-                self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=f"not started: {exc}"))
+                self.bus.publish(dep.name, self.store.set_state(dep.name, State.STOPPED, detail=f"not started: {exc}"))
                 self._release(dep.name)
             raise Refused(str(exc)) from None
         self.deploying.update(dep.name for dep in deployers)
@@ -482,8 +483,8 @@ class Ops:
             self.store.release_watch(dep.name, os.getpid())
             if ok:
                 self.bus.publish(dep.name, self.store.set_state(
-                    dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s download failed"))
-        return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
+                    dep.name, State.STOPPED, detail=f"not started: node {failed[0].plan.node_rank}'s download failed"))
+        return self.deployment(failed[0].name).state if failed[0].name == plan.name else State.CRASHED
 
     async def _launch_parts(self, plan: Plan, deployers: list[Deployer], until: tuple[str, ...], keep_on: bool,
                             *, check_held: bool = False) -> str:
@@ -505,11 +506,11 @@ class Ops:
                     for dep in deployers:
                         self.store.release_watch(dep.name, os.getpid())
                         if dep.name != plan.name:
-                            self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=why))
+                            self.bus.publish(dep.name, self.store.set_state(dep.name, State.STOPPED, detail=why))
                     for event in (FindingEvent.of(Finding("port-in-use", "error", str(exc))),
-                                  StateEvent(state="crashed", reason=why)):
+                                  StateEvent(state=State.CRASHED, reason=why)):
                         self.bus.publish(plan.name, self.store.record(plan.name, event))
-                    return "crashed"
+                    return State.CRASHED
             for dep in deployers:
                 await dep.launch()
         except HostError as exc:
@@ -523,15 +524,15 @@ class Ops:
             await self.watches.stop(dep.name)
             self.watches.watch(dep.name, until=until, keep_on=True)
         state = await self._watch(plan.name, deployers[0].host, until, keep_on)
-        if state == "stalled" and plan.members:
+        if state == State.STALLED and plan.members:
             self._name_missing_nodes(plan)
-        elif state == "ready":  # the deployment is ready when every node is (each goes on being watched)
+        elif state == State.READY:  # the deployment is ready when every node is (each goes on being watched)
             for dep in deployers[1:]:
                 try:
                     member = await self.watches.outcome(dep.name)
                 except HostError as exc:
                     member = self._host_error(dep.name, exc)
-                if member != "ready":
+                if member != State.READY:
                     return member
         return state
 
@@ -619,11 +620,11 @@ class Ops:
             for deployer in deployers[:-1]:
                 replica = deployer.plan
                 state = await self._deploy_one(replica, replica.host or "", yes=True, ask=None, hf_token=hf_token,
-                                               until=("ready", "crashed", "stalled"), on_begin=None, keep_on=True,
+                                               until=(State.READY, State.CRASHED, State.STALLED), on_begin=None, keep_on=True,
                                                api_key=key if replica.uses_api_key else None)
-                if state != "ready":
+                if state != State.READY:
                     why = f"replica {replica.name} is {state}: the router was not started"
-                    self.bus.publish(plan.name, self.store.record(plan.name, StateEvent(state="crashed", reason=why)))
+                    self.bus.publish(plan.name, self.store.record(plan.name, StateEvent(state=State.CRASHED, reason=why)))
                     self.store.release_watch(plan.name, os.getpid())
                     return state
             try:
@@ -648,7 +649,7 @@ class Ops:
         dist_init, or its server is gone) is named in a finding of node 0."""
         from .domain import PHASES, Evidence, Finding, FindingEvent, Fix
 
-        dist = PHASES.index("dist_init")
+        dist = PHASES.index(State.DIST_INIT)
         for rank, name in enumerate(plan.member_names, start=1):
             m = self.store.deployment(name)
             if m is None:
@@ -692,12 +693,12 @@ class Ops:
         from .domain import Finding, FindingEvent
 
         for event in (FindingEvent.of(Finding("host-error", "error", exc.message)),
-                      StateEvent(state="crashed", reason=exc.message)):
+                      StateEvent(state=State.CRASHED, reason=exc.message)):
             try:
                 self.bus.publish(name, self.store.record(name, event))
             except StoreError:
                 break
-        return "crashed"
+        return State.CRASHED
 
     def watch(self, name: str) -> Watch | None:
         """The deployment's watch in this process, started when there is none: the screen
@@ -726,7 +727,7 @@ class Ops:
         status = await (await open_launcher(host, d.plan)).stop()
         unrecorded: list[str] = []
         try:
-            self.bus.publish(name, self.store.set_state(name, "stopped", detail=status.detail))
+            self.bus.publish(name, self.store.set_state(name, State.STOPPED, detail=status.detail))
         except StoreError as exc:
             unrecorded.append(f"{name}'s server on {d.host} is stopped ({status.detail}), but the store could not "
                               f"record it: {exc}")
@@ -751,7 +752,7 @@ class Ops:
             if status.running:
                 raise Refused(f"{name}'s server runs on {d.host} (pid {status.pid}): stop it first")
         taken = self.store.refusal(name)
-        if taken and d.state in ("planned", "downloading"):  # another gpuops deploys it right now
+        if taken and d.state in (State.PLANNED, State.DOWNLOADING):  # another gpuops deploys it right now
             raise Refused(taken)
         if not confirmed:
             raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}){self.parts_said(d)} "
@@ -763,7 +764,7 @@ class Ops:
         self.store.remove(name)
 
     async def restart(self, name: str, *, confirmed: bool = False, plan: Plan | None = None,
-                      why: PlanEvent | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                      why: PlanEvent | None = None, until: tuple[str, ...] = (State.READY, State.CRASHED, State.STALLED),
                       keep_on: bool = False) -> str:
         """Stop the server and start it again (with `plan` and its reason `why`: a fix), as a new
         run watched from where its log ends now. As deploy does, the weights are checked on the host
@@ -815,7 +816,7 @@ class Ops:
         return await self._watch(name, host, until, keep_on)
 
     async def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None,
-                        confirmed: bool = False, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                        confirmed: bool = False, until: tuple[str, ...] = (State.READY, State.CRASHED, State.STALLED),
                         keep_on: bool = False) -> str:
         """A finding's fix: the plan patched (its diff recorded with the finding's code), the server
         restarted with it. ValueError-free: a bad patch is Refused."""
@@ -921,7 +922,7 @@ class Ops:
         from .diagnose.stall import with_p2p_check
 
         stalled = [f for f in self.findings(d.name) if f.code == "nccl-init-stall" and "silent_s" in f.data] \
-            if d.state == "stalled" else []
+            if d.state == State.STALLED else []
         if stalled:
             return [f for f in found if f.code != "nccl-init-stall"] + stalled[:1]
         p2p_ok = next((r.ok for r in results if r.name == "p2p-unavailable"), None)
@@ -1001,7 +1002,7 @@ class Ops:
         """Deployments on `host_name` whose server runs or is about to (name → model path): a
         model they use is not deleted. A stopped or crashed one holds no file of it."""
         return {d.name: d.plan.model_path or d.model for d in self.store.deployments()
-                if d.host == host_name and d.state not in ("stopped", "crashed")}
+                if d.host == host_name and d.state not in (State.STOPPED, State.CRASHED)}
 
     async def delete_model(self, host_name: str, model: Any, *, confirmed: bool = False) -> Any:
         """Remove a model copy (from a scan of the host) after asking; the host re-checks the
@@ -1031,7 +1032,7 @@ class Ops:
         if host is None:
             return None
         for d in self.store.deployments():
-            if d.host != host_name or d.state in ("planned", "stopped"):
+            if d.host != host_name or d.state in (State.PLANNED, State.STOPPED):
                 continue
             status = await (await open_launcher(host, d.plan)).status()
             if not status.running or not status.pid:
@@ -1100,12 +1101,12 @@ class Ops:
         state = await self._swap_start(run, bench_old, hf_token)
         if isinstance(state, dict):
             return state  # not swapped: nothing was stopped
-        if state == "ready":
+        if state == State.READY:
             run.outage += time.monotonic() - (run.down_at or time.monotonic())
             run.down_at = None
         emit(SwapNewState(state=state, new=plan.name,
-                          outage_s=round(run.outage, 1) if state == "ready" else msgspec.UNSET))
-        if state != "ready":
+                          outage_s=round(run.outage, 1) if state == State.READY else msgspec.UNSET))
+        if state != State.READY:
             why = f"{plan.name} {state}"
             if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
                 return await self._swap_rollback(run, why)
@@ -1118,7 +1119,7 @@ class Ops:
         if bench_old not in self.BENCH_OLD:
             raise Refused(f"bench_old must be one of {', '.join(self.BENCH_OLD)}, not {bench_old!r}")
         d = self.deployment(old)
-        if d.state != "ready":
+        if d.state != State.READY:
             raise Refused(f"{old} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)")
         if plan.name == old:
             raise Refused(f"the new deployment needs its own name (not {old!r}, which a rollback restarts): give --name")
@@ -1154,7 +1155,7 @@ class Ops:
             await self.stop(run.old, confirmed=True)
             run.emit(SwapDeployNew(new=plan.name))
             launching = True
-            return await self._launch_parts(plan, deployers, ("ready", "crashed", "stalled"), False, check_held=True)
+            return await self._launch_parts(plan, deployers, (State.READY, State.CRASHED, State.STALLED), False, check_held=True)
         finally:
             if not launching:
                 self._swap_unstarted(names, run.unstarted)
@@ -1165,7 +1166,7 @@ class Ops:
             try:
                 part = self.store.deployment(name)
                 if part is not None and part.state in UNSTARTED:
-                    self.bus.publish(name, self.store.set_state(name, "stopped", detail=f"not started: {why}"))
+                    self.bus.publish(name, self.store.set_state(name, State.STOPPED, detail=f"not started: {why}"))
             except StoreError:
                 pass
         self._end_parts(names)
@@ -1217,11 +1218,11 @@ class Ops:
         new = self.store.deployment(new_name)
         if run.down_at is None:
             run.down_at = time.monotonic()  # the new one served until now
-        if new is not None and new.state not in ("stopped", "planned", "downloading"):
+        if new is not None and new.state not in (State.STOPPED, State.PLANNED, State.DOWNLOADING):
             await self.stop(new_name, confirmed=True)
         back = await self.restart(old, confirmed=True,
                                   why=PlanEvent(code="rollback", summary=f"rolled back from {new_name}: {why}"))
-        total = round(run.outage + time.monotonic() - run.down_at, 1) if back == "ready" else None
+        total = round(run.outage + time.monotonic() - run.down_at, 1) if back == State.READY else None
         run.emit(SwapOldState(state=back, old=old, outage_s=total))
         return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
                 "new": new_name, "old_state": back, "before": run.before_id, "outage_s": total}
@@ -1258,7 +1259,7 @@ class Ops:
         d = None
         if deployment is not None:
             d = self.deployment(deployment)
-            if d.state != "ready":
+            if d.state != State.READY:
                 raise Refused(f"deployment {d.name} is {d.state}, not ready")
             host_name = d.host
         if host_name is None:

@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
 from ..core import units
+from ..core.states import State
 from ..core.domain import (BenchEvent, BenchProgressEvent, BenchStateEvent, Plan, ProgressEvent, StateEvent,
                            SwapBenchNew, SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState,
                            SwapOldState, SwapPlanned, SwapRollback, SwapStep, SwapStopOld)
@@ -27,6 +28,7 @@ from ..tui.widgets import KeyFooter, LiteralTable, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
+STATE_STYLE: dict[str, str] = {State.READY: "green", State.CRASHED: "red", State.STALLED: "yellow"}
 OUTCOME_TEXT = {
     "swapped": ("{new} kept: it serves in {old}'s place{outage}", "bold green"),
     "rolled-back": ("rolled back: {old} serves again ({reason}){outage}", "bold yellow"),
@@ -158,7 +160,7 @@ class SwapScreen(GpuopsScreen):
     def _event(self, name: str, event: Any) -> None:
         if isinstance(event, StateEvent):
             self.post_message(self.State(name, event.state))
-            if event.state != "downloading" and name == self.plan.name:
+            if event.state != State.DOWNLOADING and name == self.plan.name:
                 self.post_message(self.Progress(""))
         elif isinstance(event, ProgressEvent) and event.phase == "downloading" and event.total:
             rate = f" at {units.rate(event.rate_bps)}" if event.rate_bps else ""
@@ -287,8 +289,7 @@ class SwapScreen(GpuopsScreen):
         for name in (self.old, self.plan.name):
             if name in self.states:
                 live.append(f"{name}: ", style="bold")
-                live.append(self.states[name] + "   ", style={"ready": "green", "crashed": "red",
-                                                            "stalled": "yellow"}.get(self.states[name], ""))
+                live.append(self.states[name] + "   ", style=STATE_STYLE.get(self.states[name], ""))
         if self.progress:
             live.append(self.progress, style="cyan")
         self.query_one("#swap-live", Static).update(live)

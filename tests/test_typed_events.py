@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from gpuops.core.domain import (BENCH_EVENT_KINDS, BenchChecksEvent, BenchLogEvent, BenchProgressEvent,
                                 BenchQualityEvent, BenchResultEvent, BenchStateEvent, BenchStepEvent, SwapBenchNew,
                                 SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState,
                                 SwapOldState, SwapPlanned, SwapRollback, SwapStopOld)
+from gpuops.core.states import LIVE_STATES, PHASES, STATES, State
 
 TS = "2026-12-07T06:43:08.123Z"
 PROFILE = {"name": "smoke", "kind": "serving", "settings": {"num_prompts": 8}}
@@ -96,3 +98,13 @@ def test_a_swap_steps_json_is_the_dict_it_was(step, before):
     assert json.dumps({"event": "swap", **step.to_json()}) == json.dumps({"event": "swap", **before})
     assert step.name == before["step"]
 
+
+def test_states_are_their_names_as_text():
+    """A State is the str the store and every --json carry: equal to it, the same dict key, the
+    same JSON, the same text in an f-string."""
+    assert State.CRASHED == "crashed" and {"crashed": 1}[State.CRASHED] == 1 and hash(State.CRASHED) == hash("crashed")
+    assert f"{State.CRASHED} {State.KV_CACHE:>9}" == "crashed  kv_cache"
+    assert json.dumps([State.READY]) == '["ready"]' and msgspec.json.encode(State.READY) == b'"ready"'
+    assert STATES == ("planned", "downloading", "starting", "dist_init", "weights", "kv_cache", "cuda_graph", "draft",
+                      "http", "ready", "crashed", "stalled", "stopped")
+    assert STATES[2:10] == PHASES and (*PHASES, "stalled") == LIVE_STATES
