@@ -486,11 +486,11 @@ class Watch:
     async def _outcome(self, t: "_Turn") -> str | None:
         """The crash or the readiness the log showed, recorded: the state that ends the watch, or None."""
         view, tracker = self.view, t.tracker
-        if tracker.outcome == "crashed" and view.state != "crashed":
+        if tracker.outcome == "crashed" and view.state != State.CRASHED:
             await self._settle_after_crash(tracker, t.scanner, t.queue, t.reader)
             await self._crashed(tracker, t.scanner, t.queue)
             return State.CRASHED
-        if tracker.outcome == "ready" and view.state != "ready":
+        if tracker.outcome == "ready" and view.state != State.READY:
             await self._ready()
             if self._ended(State.READY):
                 return State.READY
@@ -582,9 +582,9 @@ class Watch:
         """``follow=False``: what the log holds is read. Say what is true now."""
         self._changes(tracker.finish(), tracker, StallWatcher(self.stall_thresholds, clock=self.clock))
         view = self.view
-        if tracker.outcome == "crashed" and view.state != "crashed":
+        if tracker.outcome == "crashed" and view.state != State.CRASHED:
             await self._crashed(tracker, scanner, asyncio.Queue())
-        elif tracker.outcome == "ready" and view.state != "ready":
+        elif tracker.outcome == "ready" and view.state != State.READY:
             await self._ready(check=False)
         if view.state in (State.CRASHED, State.STOPPED):
             return view.state
