@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from ..core.config import Inventory
+from ..core.domain import (BenchChecksEvent, BenchEvent, BenchProgressEvent, BenchQualityEvent, BenchResultEvent,
+                           BenchStateEvent, BenchStepEvent)
 from ..core.literal import literal, literal_lines
 from .common import UsageError, markup_literal, minute
 
@@ -224,14 +226,14 @@ def _run(inv: Inventory, args: argparse.Namespace) -> int:
     live = not args.json and sys.stdout.isatty()
     quiet = _Heartbeat()  # not a terminal: a line at least every HEARTBEAT_S while it runs
 
-    def emit(event) -> None:
+    def emit(event: BenchEvent) -> None:
         if args.json:
             print(json.dumps(event.to_json(), allow_nan=False), flush=True)
         elif live:
             _print_event(event, live)
         else:
             quiet.saw(event)
-            if event.kind != "progress":
+            if not isinstance(event, BenchProgressEvent):
                 _print_event(event, live)
                 quiet.printed()
 
@@ -270,10 +272,10 @@ class _Heartbeat:
         self.started = self.last
         self.progress: tuple[int, int] | None = None
 
-    def saw(self, event) -> None:
-        if event.kind == "progress":
-            self.progress = (event.data["done"], event.data["total"])
-        elif event.kind == "step":
+    def saw(self, event: BenchEvent) -> None:
+        if isinstance(event, BenchProgressEvent):
+            self.progress = (event.done, event.total)
+        elif isinstance(event, BenchStepEvent):
             self.progress = None
 
     def printed(self) -> None:
@@ -289,36 +291,35 @@ class _Heartbeat:
                 self.last = now
 
 
-def _print_event(event, live: bool) -> None:
+def _print_event(event: BenchEvent, live: bool) -> None:
     from ..core.bench.runner import CHECK_WORDS, fmt
 
-    d = event.data
-    if event.kind == "state" and d["state"] == "running":
-        p = d["profile"]
-        print(f"bench #{d['run']}: {p['name']} against {d['deployment'] or d['url']} on {d['host']} "
-              f"(SGLang {d['sglang_version']}, {d['module']})", flush=True)
-    elif event.kind == "state":
-        if live:
-            print()
-        print(f"#{d['run']}: {d['state']}" + (f": {literal(d['error'])}" if d.get("error") else ""), flush=True)
-    elif event.kind == "step":
-        n = d.get("num_prompts") or d.get("num_examples")
-        print(f"step {d['step'] + 1}/{d['steps']}: concurrency {d['max_concurrency'] or 'unlimited'}, {n} requests",
-              flush=True)
-    elif event.kind == "progress" and live:
-        print(f"\r  {d['done']}/{d['total']} requests, {d['elapsed_s']:.1f} s", end="", flush=True)
-    elif event.kind == "result":
-        s = d["summary"]
-        if live:
-            print()
-        print(f"  {fmt(s['output_throughput'])} tok/s out, {fmt(s['request_throughput'])} req/s, TTFT median "
-              f"{fmt(s['median_ttft_ms'])} ms, ITL median {fmt(s['median_itl_ms'])} ms, "
-              f"{s['completed']} completed in {fmt(s['duration'])} s", flush=True)
-    elif event.kind == "quality":
-        if live:
-            print()
-        print(f"  {d['eval']} score {fmt(d['score'])} ({d['num_examples']} examples)", flush=True)
-    elif event.kind == "checks":
-        for c in d["checks"]:
-            print(f"  check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f": {literal(c['reason'])}" if c["reason"] else ""),
-                  flush=True)
+    match event:
+        case BenchStateEvent(state="running"):
+            name = event.profile["name"] if isinstance(event.profile, dict) else "?"
+            print(f"bench #{event.run}: {name} against {event.deployment or event.url} on {event.host} "
+                  f"(SGLang {event.sglang_version}, {event.module})", flush=True)
+        case BenchStateEvent():
+            if live:
+                print()
+            print(f"#{event.run}: {event.state}" + (f": {literal(event.error)}" if event.error else ""), flush=True)
+        case BenchStepEvent():
+            n = event.num_prompts or event.num_examples
+            print(f"step {event.step + 1}/{event.steps}: concurrency {event.max_concurrency or 'unlimited'}, "
+                  f"{n} requests", flush=True)
+        case BenchProgressEvent() if live:
+            print(f"\r  {event.done}/{event.total} requests, {event.elapsed_s:.1f} s", end="", flush=True)
+        case BenchResultEvent(summary=s):
+            if live:
+                print()
+            print(f"  {fmt(s['output_throughput'])} tok/s out, {fmt(s['request_throughput'])} req/s, TTFT median "
+                  f"{fmt(s['median_ttft_ms'])} ms, ITL median {fmt(s['median_itl_ms'])} ms, "
+                  f"{s['completed']} completed in {fmt(s['duration'])} s", flush=True)
+        case BenchQualityEvent():
+            if live:
+                print()
+            print(f"  {event.eval} score {fmt(event.score)} ({event.num_examples} examples)", flush=True)
+        case BenchChecksEvent():
+            for c in event.checks:
+                print(f"  check {c['name']}: {CHECK_WORDS[c['ok']]}"
+                      + (f": {literal(c['reason'])}" if c["reason"] else ""), flush=True)

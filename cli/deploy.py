@@ -12,6 +12,10 @@ from typing import Any
 
 from ..core import units
 from ..core.config import Inventory
+from ..core.states import State
+from ..core.domain import (BenchEvent, BenchResultEvent, BenchStateEvent, SwapBenchNew, SwapBenchOld, SwapCompare,
+                           SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState, SwapPlanned, SwapRollback,
+                           SwapStep, SwapStopOld)
 from ..core.literal import literal, literal_lines
 from .common import OperationFailed, UsageError, minute, run_use_case
 from .plan import add_planning_options
@@ -279,7 +283,7 @@ def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -
         line = describe_event(event)
         if line is not None:
             print(own + line, flush=True)
-        if getattr(event, "state", None) == "planned":
+        if getattr(event, "state", None) == State.PLANNED:
             for warning in warnings:
                 print(f"          plan: {warning}", flush=True)
 
@@ -301,10 +305,10 @@ def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -
 def _after(ops: Any, name: str, state: str) -> str | None:
     """What an operator needs to hear when a deploy, restart or fix ended stalled: what still
     holds the GPUs and what to do next (None for any other outcome)."""
-    if state != "stalled":
+    if state != State.STALLED:
         return None
     d = ops.deployment(name)
-    stall = next((e for e in reversed(ops.events(name, run=d.run)) if getattr(e, "state", None) == "stalled"), None)
+    stall = next((e for e in reversed(ops.events(name, run=d.run)) if getattr(e, "state", None) == State.STALLED), None)
     phase = getattr(stall, "phase", None)
     if phase is None:  # the download stalled: no server was started
         return (f"{name}: the download stalled; no server runs and no GPU is held: `gpuops stop {name}`, then deploy "
@@ -332,7 +336,7 @@ def _ended(inv: Inventory, args: argparse.Namespace, use: Any, *, yes: bool = Fa
         return 130
     if said:
         print("gpuops: " + said, file=sys.stderr, flush=True)
-    return 0 if state == "ready" else 1
+    return 0 if state == State.READY else 1
 
 
 # ------------------------------------------------------------------ restart, fix
@@ -515,7 +519,7 @@ def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
 
 def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     """`gpuops swap OLD MODEL`: the afternoon as one action (core/ops.py Ops.swap does it)."""
-    from ..core.bench.runner import BenchInputError, compare_rows, resolve_profile
+    from ..core.bench.runner import BenchInputError, resolve_profile
     from ..core.deploy.store import Store
     from .bench import _print_event
 
@@ -552,41 +556,18 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     # the old server's GPUs: freed by the stop (its port is no conflict for the planner: `replacing`)
     warnings = [w for w in plan.warnings if "already run processes" not in w]
 
-    def emit(step: dict) -> None:
+    def emit(step: SwapStep) -> None:
         if args.json:
-            print(json.dumps({"event": "swap", **step}, allow_nan=False), flush=True)
+            print(json.dumps({"event": "swap", **step.to_json()}, allow_nan=False), flush=True)
             return
-        name = step["step"]
-        if name == "plan":
-            print(f"swap {step['old']} → {step['new']} ({step['model']})")
-            for line in step["diff"]:
-                print(f"  {literal(line)}")
-            for w in warnings:
-                print(f"  warning: {literal(w)}")
-        elif name == "fetch-new" and "status" not in step:
-            print(f"fetching {literal(step['model'])} for {step['new']} ({args.old} serves meanwhile)", flush=True)
-        elif name == "fetch-new":
-            print(f"{step['new']}'s weights: " + ("already on the host" if step.get("present") else
-                  f"{units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
-                  if step["status"] == "ok" else literal(str(step["status"]))), flush=True)
-        elif name in ("bench-old", "bench-new") and step.get("skipped"):
-            print(f"benchmark of {args.old if name == 'bench-old' else step.get('new', 'the new one')}: skipped")
-        elif name == "bench-old" and step.get("reused"):
-            print(f"benchmark of {args.old}: run #{step['run']} ({profile.name}), reused")
-        elif name == "compare":
-            header, rows = compare_rows(step["compare"])
-            widths = [max(len(literal(r[i])) for r in [header, *rows]) for i in range(len(header))]
-            for row in [header, *rows]:
-                print("  " + "  ".join(literal(c).ljust(w) for c, w in zip(row, widths)))
-        elif name in ("stop-old", "deploy-new", "kept", "rollback") or name.startswith(("new-", "old-")):
-            print({"stop-old": f"stopping {step.get('old')}", "deploy-new": f"deploying {step.get('new')}",
-                   "kept": f"kept {step.get('new')}", "rollback": f"rolling back to {step.get('old')}: "
-                   f"{literal(step.get('why'))}"}.get(name, f"{name.replace('-', ': ', 1)}"), flush=True)
+        line = _swap_step_line(step, args.old, profile.name, warnings)
+        if line is not None:
+            print(line, flush=True)
 
-    def bench_emit(event: Any) -> None:
+    def bench_emit(event: BenchEvent) -> None:
         if args.json:
             print(json.dumps({"event": "bench", **event.to_json()}, allow_nan=False), flush=True)
-        elif event.kind in ("state", "result"):
+        elif isinstance(event, (BenchStateEvent, BenchResultEvent)):
             _print_event(event, False)
 
     async def keep(what: dict) -> bool:
@@ -620,6 +601,44 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
               + (f"; outage {outage:.1f} s (from the stop of {result['old']} until a server was ready again)"
                  if outage else "; no outage" if outage == 0 else "; the outage goes on: no server is ready"))
     return 0 if result["outcome"] in ("swapped", "rolled-back") else 1
+
+
+def _swap_step_line(step: SwapStep, old: str, profile: str, warnings: list[str]) -> str | None:
+    """What `gpuops swap` prints for a step of Ops.swap (None: nothing)."""
+    match step:
+        case SwapPlanned():
+            return "\n".join([f"swap {step.old} → {step.new} ({step.model})", *(f"  {literal(line)}" for line in step.diff),
+                              *(f"  warning: {literal(w)}" for w in warnings)])
+        case SwapFetch() if not isinstance(step.status, str):
+            return f"fetching {literal(str(step.model))} for {step.new} ({old} serves meanwhile)"
+        case SwapFetch():
+            return f"{step.new}'s weights: " + ("already on the host" if step.present else
+                                               f"{units.size(step.bytes or 0)} in {step.seconds or 0:.0f} s"
+                                               if step.status == "ok" else literal(str(step.status)))
+        case SwapBenchOld() if step.skipped:
+            return f"benchmark of {old}: skipped"
+        case SwapBenchNew() if step.skipped:
+            return f"benchmark of {step.new or 'the new one'}: skipped"
+        case SwapBenchOld() if step.reused:
+            return f"benchmark of {old}: run #{step.run} ({profile}), reused"
+        case SwapCompare():
+            from ..core.bench.runner import compare_rows
+
+            header, rows = compare_rows(step.compare)
+            widths = [max(len(literal(r[i])) for r in [header, *rows]) for i in range(len(header))]
+            return "\n".join("  " + "  ".join(literal(c).ljust(w) for c, w in zip(row, widths))
+                             for row in [header, *rows])
+        case SwapStopOld():
+            return f"stopping {step.old}"
+        case SwapDeployNew():
+            return f"deploying {step.new}"
+        case SwapKept():
+            return f"kept {step.new}"
+        case SwapRollback():
+            return f"rolling back to {step.old}: {literal(step.why)}"
+        case SwapNewState() | SwapOldState():
+            return step.name.replace("-", ": ", 1)
+    return None
 
 
 def run_forget(inv: Inventory, args: argparse.Namespace) -> int:

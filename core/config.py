@@ -57,7 +57,7 @@ LAUNCHERS: list[str] = ["systemd", "process"]
 DEFAULT_LAUNCHER = LAUNCHERS[0]  # a host that names none
 _LAUNCHER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # [stall] accepts the phases plus the download-stall threshold.
-_STALL_KEYS = (*PHASES, "download")
+_STALL_KEYS = (*map(str, PHASES), "download")  # as text: an unknown key's hint quotes the close one
 _DATASET_NAMES = ("random-ids", "random", "sharegpt", "custom")
 _HOST_KEYS = (
     "ssh",

@@ -27,14 +27,26 @@ from msgspec import Struct, field
 
 from . import engines
 from .config import DEFAULT_LAUNCHER, LAUNCHERS, launcher_choices, validate_host_name
-from .states import PHASES as PHASES  # (re-exported: core.ops reads it here)
+from .states import LIVE_STATES as LIVE_STATES  # (re-exported: the front ends read them here)
+from .states import PHASES as PHASES
+from .states import STATES as STATES
+from .states import State as State
 
 __all__ = [
     "API_KEY_PLACEHOLDER",
     "SECRET_FLAGS",
     "is_secret_env",
     "placeholder",
+    "BENCH_EVENT_KINDS",
+    "BenchChecksEvent",
+    "BenchEvent",
+    "BenchLogEvent",
+    "BenchProgressEvent",
+    "BenchQualityEvent",
+    "BenchResultEvent",
     "BenchRun",
+    "BenchStateEvent",
+    "BenchStepEvent",
     "ChecksEvent",
     "Deployment",
     "Event",
@@ -59,7 +71,20 @@ __all__ = [
     "RuleFired",
     "LIVE_STATES",
     "STATES",
+    "State",
     "StateEvent",
+    "SwapBenchNew",
+    "SwapBenchOld",
+    "SwapCompare",
+    "SwapDeployNew",
+    "SwapFetch",
+    "SwapKept",
+    "SwapNewState",
+    "SwapOldState",
+    "SwapPlanned",
+    "SwapRollback",
+    "SwapStep",
+    "SwapStopOld",
     "TriageReport",
     "join_flags",
     "split_flags",
@@ -67,10 +92,6 @@ __all__ = [
 ]
 
 SCHEMA = 1
-STATES: tuple[str, ...] = ("planned", "downloading", *PHASES, "crashed", "stalled", "stopped")
-# The states in which a deployment's server runs (or should, and someone should watch it): only then
-# is what its GPUs hold its own (planned, downloading, crashed and stopped ones hold nothing there).
-LIVE_STATES: tuple[str, ...] = (*PHASES, "stalled")
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 Severity = Literal["error", "warning", "info"]
 # systemd fills it from the env file; the process launcher's start script from its env file
@@ -936,3 +957,205 @@ class BenchRun(Struct, kw_only=True):
             for key in self.LISTED:
                 doc.pop(key, None)
         return doc
+
+
+# ------------------------------------------------------------------ benchmark events
+
+
+class _BenchTagged(Struct, kw_only=True, tag_field="event", frozen=True):
+    """A benchmark run's event (``"event": KIND``), as :class:`~gpuops.core.bench.runner.BenchRunner`
+    emits it. A field left ``UNSET`` is not in the JSON: each kind says only what it said before."""
+
+    run: int | None = None
+    ts: str = field(default_factory=utc_now)
+
+    @property
+    def kind(self) -> str:
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"schema": 1, "ts": …, "event": KIND, "run": …, …}``: the document ``bench --json`` prints."""
+        doc: dict[str, Any] = msgspec.to_builtins(self)  # (the tag, this kind's fields, then run and ts)
+        return {"schema": SCHEMA, "ts": doc.pop("ts"), "event": doc.pop("event"), "run": doc.pop("run"), **doc}
+
+
+class BenchStateEvent(_BenchTagged, tag="state", frozen=True):
+    """The run is ``running`` (with what it runs: profile, target, module) or ended (ok, failed,
+    cancelled; ``error`` says why)."""
+
+    state: str
+    profile: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    deployment: str | None | msgspec.UnsetType = msgspec.UNSET
+    host: str | msgspec.UnsetType = msgspec.UNSET
+    url: str | msgspec.UnsetType = msgspec.UNSET
+    sglang_version: str | msgspec.UnsetType = msgspec.UNSET
+    module: str | msgspec.UnsetType = msgspec.UNSET
+    error: str | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class BenchStepEvent(_BenchTagged, tag="step", frozen=True):
+    """A step begins: a serving run at one concurrency (``num_prompts``), or the eval (``num_examples``)."""
+
+    step: int
+    steps: int
+    max_concurrency: int | None
+    num_prompts: int | msgspec.UnsetType = msgspec.UNSET
+    num_examples: int | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def is_eval(self) -> bool:
+        """The eval's step (its examples), not a serving run's (its requests)."""
+        return not isinstance(self.num_examples, msgspec.UnsetType)
+
+
+class BenchProgressEvent(_BenchTagged, tag="progress", frozen=True):
+    step: int
+    steps: int
+    done: int
+    total: int
+    elapsed_s: float
+
+
+class BenchLogEvent(_BenchTagged, tag="log", frozen=True):
+    step: int
+    line: str
+
+
+class BenchResultEvent(_BenchTagged, tag="result", frozen=True):
+    """One record of a serving step, summarised (``bench.runner.summary``)."""
+
+    step: int
+    summary: dict[str, Any]
+
+
+class BenchQualityEvent(_BenchTagged, tag="quality", frozen=True):
+    eval: str
+    score: float
+    num_examples: int
+    latency_s: float | None
+    output_throughput: float | None
+
+
+class BenchChecksEvent(_BenchTagged, tag="checks", frozen=True):
+    """The functional checks' results (each ``FunctionalCheck.to_json()``)."""
+
+    checks: list[dict[str, Any]]
+
+
+BenchEvent = Union[BenchStateEvent, BenchStepEvent, BenchProgressEvent, BenchLogEvent, BenchResultEvent,
+                   BenchQualityEvent, BenchChecksEvent]
+BENCH_EVENT_KINDS: tuple[str, ...] = ("state", "step", "progress", "log", "result", "quality", "checks")
+
+
+# ------------------------------------------------------------------ swap steps
+
+
+class _SwapTagged(Struct, kw_only=True, tag_field="step", frozen=True):
+    """A step of ``Ops.swap`` (``"step": NAME``). A field left ``UNSET`` is not in the JSON."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"step": NAME, …}``: ``gpuops swap --json`` prints it after ``"event": "swap"``."""
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+
+class SwapPlanned(_SwapTagged, tag="plan", frozen=True):
+    old: str
+    new: str
+    model: str
+    diff: list[str]
+
+
+class SwapFetch(_SwapTagged, tag="fetch-new", frozen=True):
+    """The new weights: being fetched (no ``status``), fetched (``status`` "ok", with what it
+    took) or not (``status`` says how it ended)."""
+
+    old: str
+    new: str
+    model: str | msgspec.UnsetType = msgspec.UNSET
+    status: str | msgspec.UnsetType = msgspec.UNSET
+    present: bool | msgspec.UnsetType = msgspec.UNSET
+    bytes: int | msgspec.UnsetType = msgspec.UNSET
+    seconds: float | msgspec.UnsetType = msgspec.UNSET
+
+
+class SwapBenchOld(_SwapTagged, tag="bench-old", frozen=True):
+    """The old one's benchmark: skipped, a run reused, a run begun (``run`` None, ``reused``
+    False) or ended (``status``)."""
+
+    old: str | msgspec.UnsetType = msgspec.UNSET
+    run: int | None = None
+    reused: bool | msgspec.UnsetType = msgspec.UNSET
+    status: str | msgspec.UnsetType = msgspec.UNSET
+    skipped: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class SwapStopOld(_SwapTagged, tag="stop-old", frozen=True):
+    old: str
+
+
+class SwapDeployNew(_SwapTagged, tag="deploy-new", frozen=True):
+    new: str
+
+
+class SwapNewState(_SwapTagged, tag="new-", frozen=True):
+    """The new one's start ended in ``state`` (``"step": "new-" + state``; the outage when ready)."""
+
+    state: str
+    new: str
+    outage_s: float | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def name(self) -> str:
+        return "new-" + self.state
+
+    def to_json(self) -> dict[str, Any]:
+        doc = msgspec.to_builtins(self)
+        return {"step": self.name, **{k: v for k, v in doc.items() if k not in ("step", "state")}}
+
+
+class SwapRollback(_SwapTagged, tag="rollback", frozen=True):
+    old: str
+    why: str
+
+
+class SwapOldState(_SwapTagged, tag="old-", frozen=True):
+    """The rollback's restart of the old one ended in ``state`` (``"step": "old-" + state``), the
+    whole outage when ready (None: it goes on)."""
+
+    state: str
+    old: str
+    outage_s: float | None
+
+    @property
+    def name(self) -> str:
+        return "old-" + self.state
+
+    def to_json(self) -> dict[str, Any]:
+        doc = msgspec.to_builtins(self)
+        return {"step": self.name, **{k: v for k, v in doc.items() if k not in ("step", "state")}}
+
+
+class SwapBenchNew(_SwapTagged, tag="bench-new", frozen=True):
+    new: str | msgspec.UnsetType = msgspec.UNSET
+    run: int | None = None
+    status: str | msgspec.UnsetType = msgspec.UNSET
+    skipped: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class SwapCompare(_SwapTagged, tag="compare", frozen=True):
+    before: int
+    after: int
+    compare: dict[str, Any]
+
+
+class SwapKept(_SwapTagged, tag="kept", frozen=True):
+    new: str
+    outage_s: float
+
+
+SwapStep = Union[SwapPlanned, SwapFetch, SwapBenchOld, SwapStopOld, SwapDeployNew, SwapNewState, SwapRollback,
+                 SwapOldState, SwapBenchNew, SwapCompare, SwapKept]

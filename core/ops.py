@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+
+import msgspec
 
 from . import units
 from .config import HostConfig, Inventory
@@ -30,7 +33,10 @@ from .diagnose.fixes import apply_patch
 from .diagnose.host_checks import findings as check_findings
 from .diagnose.host_checks import run_checks, stacks
 from .diagnose.triage import ranked, triage_log
-from .domain import LIVE_STATES, Deployment, Event, Plan, PlanEvent, StateEvent, TriageReport, is_loopback
+from .states import State
+from .domain import (LIVE_STATES, BenchEvent, BenchRun, Deployment, Event, Plan, PlanEvent, StateEvent, SwapBenchNew,
+                     SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState,
+                     SwapPlanned, SwapRollback, SwapStep, SwapStopOld, TriageReport, is_loopback)
 from .hosts.host import Host, HostError, make_host
 from .planning.plan import Target, under_any
 from .telemetry.samples import Snapshot
@@ -40,7 +46,7 @@ __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_p
 # States in which a deployment's server should be running and someone should be watching it.
 LIVE = LIVE_STATES
 # (UNSTARTED: its deploy has not started the server yet; the gpuops that deploys it holds its lease.)
-UNSTARTED = ("planned", "downloading")
+UNSTARTED = (State.PLANNED, State.DOWNLOADING)
 
 
 class Refused(Exception):
@@ -219,7 +225,7 @@ class Ops:
         out: list[tuple[str, int | None, int | None]] = []
         for name in sorted(self.deploying):
             d = self.store.deployment(name)
-            if d is None or d.state != "downloading":
+            if d is None or d.state != State.DOWNLOADING:
                 continue
             last = [e for e in self.store.events(name, run=d.run, kinds=("progress",)) if isinstance(e, ProgressEvent)]
             if last and last[-1].total and last[-1].done >= last[-1].total:
@@ -233,7 +239,7 @@ class Ops:
 
         progress = [e for e in self.store.events(d.name, run=d.run, kinds=("progress",))
                     if isinstance(e, ProgressEvent) and e.phase == "downloading"]
-        if d.state == "downloading":
+        if d.state == State.DOWNLOADING:
             where = d.plan.model_path if (d.plan.model_path or "").startswith("/") else "the host's HF cache"
             got = (f" at {units.size(progress[-1].done)} of {units.size(progress[-1].total)}"
                    if progress and progress[-1].total else "")
@@ -252,7 +258,7 @@ class Ops:
                               fix=Fix("deploy again (r on the deployments view restarts it)"))
             reason = "deploy interrupted before the server started: deploy again"
         try:
-            for event in (FindingEvent.of(finding), StateEvent(state="stopped", reason=reason)):
+            for event in (FindingEvent.of(finding), StateEvent(state=State.STOPPED, reason=reason)):
                 self.bus.publish(d.name, self.store.record(d.name, event, run=d.run))
         except RunMoved:
             pass  # a new run began meanwhile: it is that one's to say
@@ -316,7 +322,7 @@ class Ops:
     # ---------------------------------------------------------------- deploy
 
     async def deploy(self, plan: Plan, host_name: str, *, yes: bool = False, ask: Callable[[str], bool] | None = None,
-                     hf_token: str | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                     hf_token: str | None = None, until: tuple[str, ...] = (State.READY, State.CRASHED, State.STALLED),
                      on_begin: Callable[[Deployment], Awaitable[Any]] | None = None, keep_on: bool = False) -> str:
         """Checks (DeployError/Refused: nothing changed), then the deployment recorded, the download,
         the launch, and its watch until one of `until`: the state returned. `keep_on`: the watch goes
@@ -449,7 +455,7 @@ class Ops:
                 begun.append(dep)
         except (DeployError, StoreError) as exc:
             for dep in begun:  # recorded already: marked as never started, their leases go
-                self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=f"not started: {exc}"))
+                self.bus.publish(dep.name, self.store.set_state(dep.name, State.STOPPED, detail=f"not started: {exc}"))
                 self._release(dep.name)
             raise Refused(str(exc)) from None
         self.deploying.update(dep.name for dep in deployers)
@@ -477,8 +483,8 @@ class Ops:
             self.store.release_watch(dep.name, os.getpid())
             if ok:
                 self.bus.publish(dep.name, self.store.set_state(
-                    dep.name, "stopped", detail=f"not started: node {failed[0].plan.node_rank}'s download failed"))
-        return self.deployment(failed[0].name).state if failed[0].name == plan.name else "crashed"
+                    dep.name, State.STOPPED, detail=f"not started: node {failed[0].plan.node_rank}'s download failed"))
+        return self.deployment(failed[0].name).state if failed[0].name == plan.name else State.CRASHED
 
     async def _launch_parts(self, plan: Plan, deployers: list[Deployer], until: tuple[str, ...], keep_on: bool,
                             *, check_held: bool = False) -> str:
@@ -500,11 +506,11 @@ class Ops:
                     for dep in deployers:
                         self.store.release_watch(dep.name, os.getpid())
                         if dep.name != plan.name:
-                            self.bus.publish(dep.name, self.store.set_state(dep.name, "stopped", detail=why))
+                            self.bus.publish(dep.name, self.store.set_state(dep.name, State.STOPPED, detail=why))
                     for event in (FindingEvent.of(Finding("port-in-use", "error", str(exc))),
-                                  StateEvent(state="crashed", reason=why)):
+                                  StateEvent(state=State.CRASHED, reason=why)):
                         self.bus.publish(plan.name, self.store.record(plan.name, event))
-                    return "crashed"
+                    return State.CRASHED
             for dep in deployers:
                 await dep.launch()
         except HostError as exc:
@@ -518,15 +524,15 @@ class Ops:
             await self.watches.stop(dep.name)
             self.watches.watch(dep.name, until=until, keep_on=True)
         state = await self._watch(plan.name, deployers[0].host, until, keep_on)
-        if state == "stalled" and plan.members:
+        if state == State.STALLED and plan.members:
             self._name_missing_nodes(plan)
-        elif state == "ready":  # the deployment is ready when every node is (each goes on being watched)
+        elif state == State.READY:  # the deployment is ready when every node is (each goes on being watched)
             for dep in deployers[1:]:
                 try:
                     member = await self.watches.outcome(dep.name)
                 except HostError as exc:
                     member = self._host_error(dep.name, exc)
-                if member != "ready":
+                if member != State.READY:
                     return member
         return state
 
@@ -614,11 +620,11 @@ class Ops:
             for deployer in deployers[:-1]:
                 replica = deployer.plan
                 state = await self._deploy_one(replica, replica.host or "", yes=True, ask=None, hf_token=hf_token,
-                                               until=("ready", "crashed", "stalled"), on_begin=None, keep_on=True,
+                                               until=(State.READY, State.CRASHED, State.STALLED), on_begin=None, keep_on=True,
                                                api_key=key if replica.uses_api_key else None)
-                if state != "ready":
+                if state != State.READY:
                     why = f"replica {replica.name} is {state}: the router was not started"
-                    self.bus.publish(plan.name, self.store.record(plan.name, StateEvent(state="crashed", reason=why)))
+                    self.bus.publish(plan.name, self.store.record(plan.name, StateEvent(state=State.CRASHED, reason=why)))
                     self.store.release_watch(plan.name, os.getpid())
                     return state
             try:
@@ -643,7 +649,7 @@ class Ops:
         dist_init, or its server is gone) is named in a finding of node 0."""
         from .domain import PHASES, Evidence, Finding, FindingEvent, Fix
 
-        dist = PHASES.index("dist_init")
+        dist = PHASES.index(State.DIST_INIT)
         for rank, name in enumerate(plan.member_names, start=1):
             m = self.store.deployment(name)
             if m is None:
@@ -687,12 +693,12 @@ class Ops:
         from .domain import Finding, FindingEvent
 
         for event in (FindingEvent.of(Finding("host-error", "error", exc.message)),
-                      StateEvent(state="crashed", reason=exc.message)):
+                      StateEvent(state=State.CRASHED, reason=exc.message)):
             try:
                 self.bus.publish(name, self.store.record(name, event))
             except StoreError:
                 break
-        return "crashed"
+        return State.CRASHED
 
     def watch(self, name: str) -> Watch | None:
         """The deployment's watch in this process, started when there is none: the screen
@@ -721,7 +727,7 @@ class Ops:
         status = await (await open_launcher(host, d.plan)).stop()
         unrecorded: list[str] = []
         try:
-            self.bus.publish(name, self.store.set_state(name, "stopped", detail=status.detail))
+            self.bus.publish(name, self.store.set_state(name, State.STOPPED, detail=status.detail))
         except StoreError as exc:
             unrecorded.append(f"{name}'s server on {d.host} is stopped ({status.detail}), but the store could not "
                               f"record it: {exc}")
@@ -746,7 +752,7 @@ class Ops:
             if status.running:
                 raise Refused(f"{name}'s server runs on {d.host} (pid {status.pid}): stop it first")
         taken = self.store.refusal(name)
-        if taken and d.state in ("planned", "downloading"):  # another gpuops deploys it right now
+        if taken and d.state in (State.PLANNED, State.DOWNLOADING):  # another gpuops deploys it right now
             raise Refused(taken)
         if not confirmed:
             raise NeedsConfirmation(f"forget {name} ({d.model} on {d.host}, {d.state}, run {d.run}){self.parts_said(d)} "
@@ -758,7 +764,7 @@ class Ops:
         self.store.remove(name)
 
     async def restart(self, name: str, *, confirmed: bool = False, plan: Plan | None = None,
-                      why: PlanEvent | None = None, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                      why: PlanEvent | None = None, until: tuple[str, ...] = (State.READY, State.CRASHED, State.STALLED),
                       keep_on: bool = False) -> str:
         """Stop the server and start it again (with `plan` and its reason `why`: a fix), as a new
         run watched from where its log ends now. As deploy does, the weights are checked on the host
@@ -810,7 +816,7 @@ class Ops:
         return await self._watch(name, host, until, keep_on)
 
     async def apply_fix(self, name: str, patch: dict, *, code: str | None = None, summary: str | None = None,
-                        confirmed: bool = False, until: tuple[str, ...] = ("ready", "crashed", "stalled"),
+                        confirmed: bool = False, until: tuple[str, ...] = (State.READY, State.CRASHED, State.STALLED),
                         keep_on: bool = False) -> str:
         """A finding's fix: the plan patched (its diff recorded with the finding's code), the server
         restarted with it. ValueError-free: a bad patch is Refused."""
@@ -916,7 +922,7 @@ class Ops:
         from .diagnose.stall import with_p2p_check
 
         stalled = [f for f in self.findings(d.name) if f.code == "nccl-init-stall" and "silent_s" in f.data] \
-            if d.state == "stalled" else []
+            if d.state == State.STALLED else []
         if stalled:
             return [f for f in found if f.code != "nccl-init-stall"] + stalled[:1]
         p2p_ok = next((r.ok for r in results if r.name == "p2p-unavailable"), None)
@@ -996,7 +1002,7 @@ class Ops:
         """Deployments on `host_name` whose server runs or is about to (name → model path): a
         model they use is not deleted. A stopped or crashed one holds no file of it."""
         return {d.name: d.plan.model_path or d.model for d in self.store.deployments()
-                if d.host == host_name and d.state not in ("stopped", "crashed")}
+                if d.host == host_name and d.state not in (State.STOPPED, State.CRASHED)}
 
     async def delete_model(self, host_name: str, model: Any, *, confirmed: bool = False) -> Any:
         """Remove a model copy (from a scan of the host) after asking; the host re-checks the
@@ -1026,7 +1032,7 @@ class Ops:
         if host is None:
             return None
         for d in self.store.deployments():
-            if d.host != host_name or d.state in ("planned", "stopped"):
+            if d.host != host_name or d.state in (State.PLANNED, State.STOPPED):
                 continue
             status = await (await open_launcher(host, d.plan)).status()
             if not status.running or not status.pid:
@@ -1072,8 +1078,8 @@ class Ops:
 
     async def swap(self, old: str, plan: Plan, profile: Any, *, confirmed: bool = False,
                    rollback_on_failure: bool = False, keep: Callable[[dict], Awaitable[bool]] | None = None,
-                   emit: Callable[[dict], Any] = lambda step: None,
-                   bench_emit: Callable[[Any], Any] = lambda e: None, bench_old: str = "reuse",
+                   emit: Callable[[SwapStep], Any] = lambda step: None,
+                   bench_emit: Callable[[BenchEvent], Any] = lambda e: None, bench_old: str = "reuse",
                    bench_new: bool = True, hf_token: str | None = None) -> dict:
         """Replace ready deployment `old` by `plan` (planned like it: same host, GPUs, port, bind,
         served name) as one action: the new weights fetched on the host and checked while `old`
@@ -1081,19 +1087,39 @@ class Ops:
         that profile, else run one; "run" one; "none"); `old` stopped; the new one started and
         watched; benchmarked the same way (unless not `bench_new`); compared; then kept or rolled
         back (`old` restarted with its plan: a new run of its name). A new one that crashes or
-        stalls is rolled back at once when `rollback_on_failure`. Every step is one `emit`ted dict
-        ({"step": …}); the outage (no server ready: from the stop of `old` until the new one, or
-        `old` again, is ready) is measured, `outage_s` in the result and the last step. Both
-        deployments keep their whole history."""
-        import time
-
-        from .bench.runner import compare
-
+        stalls is rolled back at once when `rollback_on_failure`. Every step is one `emit`ted
+        :data:`~gpuops.core.domain.SwapStep` (``"step": NAME``); the outage (no server ready: from
+        the stop of `old` until the new one, or `old` again, is ready) is measured, `outage_s` in the
+        result and the last step. Both deployments keep their whole history."""
         self._writable("a swap stops and starts servers")
+        d = self._swap_refusal(old, plan, bench_old)
+        if not confirmed:
+            raise NeedsConfirmation(_swap_question(old, d, plan, profile, bench_old, bench_new))
+        emit(SwapPlanned(old=old, new=plan.name, model=plan.model.id,
+                         diff=[f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]))
+        run = _SwapRun(old, plan, profile, emit, bench_emit)
+        state = await self._swap_start(run, bench_old, hf_token)
+        if isinstance(state, dict):
+            return state  # not swapped: nothing was stopped
+        if state == State.READY:
+            run.outage += time.monotonic() - (run.down_at or time.monotonic())
+            run.down_at = None
+        emit(SwapNewState(state=state, new=plan.name,
+                          outage_s=round(run.outage, 1) if state == State.READY else msgspec.UNSET))
+        if state != State.READY:
+            why = f"{plan.name} {state}"
+            if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
+                return await self._swap_rollback(run, why)
+            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name, "before": run.before_id,
+                    "outage_s": None}
+        return await self._swap_end(run, keep, bench_new)
+
+    def _swap_refusal(self, old: str, plan: Plan, bench_old: str) -> Deployment:
+        """Deployment `old`, which `plan` may replace (else Refused, nothing changed)."""
         if bench_old not in self.BENCH_OLD:
             raise Refused(f"bench_old must be one of {', '.join(self.BENCH_OLD)}, not {bench_old!r}")
         d = self.deployment(old)
-        if d.state != "ready":
+        if d.state != State.READY:
             raise Refused(f"{old} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)")
         if plan.name == old:
             raise Refused(f"the new deployment needs its own name (not {old!r}, which a rollback restarts): give --name")
@@ -1104,127 +1130,125 @@ class Ops:
         taken = self.store.refusal(plan.name)
         if taken:
             raise Refused(taken)
-        diff = [f"{c.op} {c.text}" for c in (plan.like.diff if plan.like is not None else ())]
-        if not confirmed:
-            measured = {"reuse": f"benchmark {old} ({profile.name}; its latest ok run of it is reused)",
-                        "run": f"benchmark {old} ({profile.name})", "none": None}[bench_old]
-            raise NeedsConfirmation(
-                f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: fetch {plan.model.id} there "
-                f"while {old} serves, " + (f"{measured}, " if measured else "") + f"stop {old}, start {plan.name} on "
-                f"GPUs {','.join(map(str, plan.gpu_ids))}, port {plan.port}"
-                + (", benchmark it, compare?" if measured and bench_new else
-                   ", benchmark it?" if bench_new else "?"))
-        emit({"step": "plan", "old": old, "new": plan.name, "model": plan.model.id, "diff": diff})
+        return d
 
-        # the new weights first, while the old server serves: the outage is a start-up, not a download
+    async def _swap_start(self, run: _SwapRun, bench_old: str, hf_token: str | None) -> str | dict:
+        """The new weights first, while the old server serves (the outage is a start-up, not a
+        download), the old one benchmarked and stopped, the new one started: its state, or the
+        result of a swap that stopped before the old one did (nothing stopped, the new one's parts
+        recorded stopped: not started)."""
+        plan = run.plan
         plans = [plan] + [plan.member_plan(r) for r in range(1, plan.nnodes)]
         deployers = self._deployers(plans, yes=True, ask=None, hf_token=hf_token or local_hf_token(),
                                     secrets=await self.carried_secrets(plan))
         await self._begin_parts(deployers, held=True)
         names = [dep.name for dep in deployers]
         launching = False
-        unstarted = "the swap ended before it started"
-
-        def not_swapped(reason: str) -> dict:
-            nonlocal unstarted
-            unstarted = reason
-            return {"outcome": "not-swapped", "reason": reason, "old": old, "new": plan.name, "outage_s": 0.0}
-
         try:
-            emit({"step": "fetch-new", "old": old, "new": plan.name, "model": plan.model.id})
-            try:
-                failed = await self._fetch_parts(plan, deployers)
-            except HostError as exc:
-                for dep in deployers:
-                    self.store.release_watch(dep.name, os.getpid())
-                failed = self._host_error(plan.name, exc)
-            if failed is not None:
-                emit({"step": "fetch-new", "old": old, "new": plan.name, "status": failed})
-                return not_swapped(f"the download of {plan.model.id} for {plan.name} {failed}; {old} serves on")
-            got = deployers[0].fetched
-            emit({"step": "fetch-new", "old": old, "new": plan.name, "status": "ok",
-                  "present": bool(got.get("present", True)),
-                  "bytes": got.get("bytes", 0), "seconds": got.get("seconds", 0.0)})
-
-            before = None
-            if bench_old == "none":
-                emit({"step": "bench-old", "old": old, "run": None, "skipped": True})
-            else:
-                reused = None if bench_old == "run" else next(
-                    (r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == profile.name
-                     and r.status == "ok"), None)
-                if reused is not None:
-                    before = reused
-                    emit({"step": "bench-old", "run": before.id, "reused": True})
-                else:
-                    emit({"step": "bench-old", "run": None, "reused": False})
-                    before = await self.bench(await self.bench_target(deployment=old), profile, emit=bench_emit)
-                    emit({"step": "bench-old", "run": before.id, "status": before.status})
-                    if before.status != "ok":
-                        return not_swapped(f"the benchmark of {old} {before.status}")
-
-            emit({"step": "stop-old", "old": old})
-            down_at: float | None = time.monotonic()
-            await self.stop(old, confirmed=True)
-            emit({"step": "deploy-new", "new": plan.name})
+            stopped = await self._swap_fetch(run, deployers)
+            if stopped is None:
+                stopped = await self._swap_bench_old(run, bench_old)
+            if stopped is not None:
+                return stopped
+            run.emit(SwapStopOld(old=run.old))
+            run.down_at = time.monotonic()
+            await self.stop(run.old, confirmed=True)
+            run.emit(SwapDeployNew(new=plan.name))
             launching = True
-            state = await self._launch_parts(plan, deployers, ("ready", "crashed", "stalled"), False, check_held=True)
+            return await self._launch_parts(plan, deployers, (State.READY, State.CRASHED, State.STALLED), False, check_held=True)
         finally:
             if not launching:
-                for name in names:  # recorded, never started: said so (not an interrupted download)
-                    try:
-                        part = self.store.deployment(name)
-                        if part is not None and part.state in UNSTARTED:
-                            self.bus.publish(name, self.store.set_state(name, "stopped",
-                                                                        detail=f"not started: {unstarted}"))
-                    except StoreError:
-                        pass
-                self._end_parts(names)
-        outage = 0.0
-        if state == "ready":
-            outage += time.monotonic() - (down_at or time.monotonic())
-            down_at = None
-        emit({"step": "new-" + state, "new": plan.name,
-              **({"outage_s": round(outage, 1)} if state == "ready" else {})})
+                self._swap_unstarted(names, run.unstarted)
 
-        async def rollback(why: str) -> dict:
-            nonlocal down_at, outage
-            emit({"step": "rollback", "old": old, "why": why})
-            new = self.store.deployment(plan.name)
-            if down_at is None:
-                down_at = time.monotonic()  # the new one served until now
-            if new is not None and new.state not in ("stopped", "planned", "downloading"):
-                await self.stop(plan.name, confirmed=True)
-            back = await self.restart(old, confirmed=True,
-                                      why=PlanEvent(code="rollback", summary=f"rolled back from {plan.name}: {why}"))
-            total = round(outage + time.monotonic() - down_at, 1) if back == "ready" else None
-            emit({"step": "old-" + back, "old": old, "outage_s": total})
-            return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
-                    "new": plan.name, "old_state": back, "before": before.id if before else None, "outage_s": total}
+    def _swap_unstarted(self, names: list[str], why: str) -> None:
+        """The new one's parts, recorded and never started: said so (not an interrupted download)."""
+        for name in names:
+            try:
+                part = self.store.deployment(name)
+                if part is not None and part.state in UNSTARTED:
+                    self.bus.publish(name, self.store.set_state(name, State.STOPPED, detail=f"not started: {why}"))
+            except StoreError:
+                pass
+        self._end_parts(names)
 
-        if state != "ready":
-            why = f"{plan.name} {state}"
-            if rollback_on_failure or (keep is not None and not await keep({"failed": why})):
-                return await rollback(why)
-            return {"outcome": "failed", "reason": why, "old": old, "new": plan.name,
-                    "before": before.id if before else None, "outage_s": None}
+    async def _swap_fetch(self, run: _SwapRun, deployers: list[Deployer]) -> dict | None:
+        """The new weights on the host (None), or the swap's end: they could not be fetched."""
+        plan, old = run.plan, run.old
+        run.emit(SwapFetch(old=old, new=plan.name, model=plan.model.id))
+        try:
+            failed = await self._fetch_parts(plan, deployers)
+        except HostError as exc:
+            for dep in deployers:
+                self.store.release_watch(dep.name, os.getpid())
+            failed = self._host_error(plan.name, exc)
+        if failed is not None:
+            run.emit(SwapFetch(old=old, new=plan.name, status=failed))
+            return run.not_swapped(f"the download of {plan.model.id} for {plan.name} {failed}; {old} serves on")
+        got = deployers[0].fetched
+        run.emit(SwapFetch(old=old, new=plan.name, status="ok", present=bool(got.get("present", True)),
+                           bytes=got.get("bytes", 0), seconds=got.get("seconds", 0.0)))
+        return None
 
+    async def _swap_bench_old(self, run: _SwapRun, bench_old: str) -> dict | None:
+        """The old one's benchmark (`run.before`): skipped, reused or run (None), or the swap's end:
+        it did not end ok."""
+        old = run.old
+        if bench_old == "none":
+            run.emit(SwapBenchOld(old=old, run=None, skipped=True))
+            return None
+        reused = None if bench_old == "run" else next(
+            (r for r in reversed(self.bench_runs()) if r.deployment == old and r.profile == run.profile.name
+             and r.status == "ok"), None)
+        if reused is not None:
+            run.before = reused
+            run.emit(SwapBenchOld(run=reused.id, reused=True))
+            return None
+        run.emit(SwapBenchOld(run=None, reused=False))
+        before = run.before = await self.bench(await self.bench_target(deployment=old), run.profile,
+                                               emit=run.bench_emit)
+        run.emit(SwapBenchOld(run=before.id, status=before.status))
+        if before.status != "ok":
+            return run.not_swapped(f"the benchmark of {old} {before.status}")
+        return None
+
+    async def _swap_rollback(self, run: _SwapRun, why: str) -> dict:
+        """The new one stopped, the old one restarted with its plan: the swap's result."""
+        new_name, old = run.plan.name, run.old
+        run.emit(SwapRollback(old=old, why=why))
+        new = self.store.deployment(new_name)
+        if run.down_at is None:
+            run.down_at = time.monotonic()  # the new one served until now
+        if new is not None and new.state not in (State.STOPPED, State.PLANNED, State.DOWNLOADING):
+            await self.stop(new_name, confirmed=True)
+        back = await self.restart(old, confirmed=True,
+                                  why=PlanEvent(code="rollback", summary=f"rolled back from {new_name}: {why}"))
+        total = round(run.outage + time.monotonic() - run.down_at, 1) if back == State.READY else None
+        run.emit(SwapOldState(state=back, old=old, outage_s=total))
+        return {"outcome": "rolled-back" if back == "ready" else "rollback-failed", "reason": why, "old": old,
+                "new": new_name, "old_state": back, "before": run.before_id, "outage_s": total}
+
+    async def _swap_end(self, run: _SwapRun, keep: Callable[[dict], Awaitable[bool]] | None,
+                        bench_new: bool) -> dict:
+        """The new one ready: benchmarked, compared, then kept or rolled back."""
+        from .bench.runner import compare
+
+        plan = run.plan
         after = None
         if bench_new:
-            after = await self.bench(await self.bench_target(deployment=plan.name), profile, emit=bench_emit)
-            emit({"step": "bench-new", "run": after.id, "status": after.status})
+            after = await self.bench(await self.bench_target(deployment=plan.name), run.profile, emit=run.bench_emit)
+            run.emit(SwapBenchNew(run=after.id, status=after.status))
         else:
-            emit({"step": "bench-new", "new": plan.name, "run": None, "skipped": True})
+            run.emit(SwapBenchNew(new=plan.name, run=None, skipped=True))
         doc = None
-        if before is not None and after is not None:
-            doc = compare([before, after])
-            emit({"step": "compare", "before": before.id, "after": after.id, "compare": doc})
-        ids = {"before": before.id if before else None, "after": after.id if after else None}
+        if run.before is not None and after is not None:
+            doc = compare([run.before, after])
+            run.emit(SwapCompare(before=run.before.id, after=after.id, compare=doc))
+        ids = {"before": run.before_id, "after": after.id if after else None}
         if keep is not None and not await keep({"compare": doc, **ids}):
-            return await rollback("the operator chose the old one")
-        emit({"step": "kept", "new": plan.name, "outage_s": round(outage, 1)})
-        return {"outcome": "swapped", "old": old, "new": plan.name, **ids, "compare": doc,
-                "outage_s": round(outage, 1)}
+            return await self._swap_rollback(run, "the operator chose the old one")
+        run.emit(SwapKept(new=plan.name, outage_s=round(run.outage, 1)))
+        return {"outcome": "swapped", "old": run.old, "new": plan.name, **ids, "compare": doc,
+                "outage_s": round(run.outage, 1)}
 
     async def bench_target(self, *, deployment: str | None = None, url: str | None = None,
                            host_name: str | None = None) -> Any:
@@ -1235,7 +1259,7 @@ class Ops:
         d = None
         if deployment is not None:
             d = self.deployment(deployment)
-            if d.state != "ready":
+            if d.state != State.READY:
                 raise Refused(f"deployment {d.name} is {d.state}, not ready")
             host_name = d.host
         if host_name is None:
@@ -1251,3 +1275,40 @@ class Ops:
 
         self._writable("a benchmark loads a server and writes on its host")
         return await BenchRunner(target, profile, self.store, emit=emit).run()
+
+
+def _swap_question(old: str, d: Deployment, plan: Plan, profile: Any, bench_old: str, bench_new: bool) -> str:
+    """What a swap asks before it does anything."""
+    measured = {"reuse": f"benchmark {old} ({profile.name}; its latest ok run of it is reused)",
+                "run": f"benchmark {old} ({profile.name})", "none": None}[bench_old]
+    return (f"swap {old} ({d.model}) for {plan.name} ({plan.model.id}) on {d.host}: fetch {plan.model.id} there "
+            f"while {old} serves, " + (f"{measured}, " if measured else "") + f"stop {old}, start {plan.name} on "
+            f"GPUs {','.join(map(str, plan.gpu_ids))}, port {plan.port}"
+            + (", benchmark it, compare?" if measured and bench_new else ", benchmark it?" if bench_new else "?"))
+
+
+class _SwapRun:
+    """One swap as it goes: what it replaces by what, where its steps go, the old one's
+    benchmark, and the outage (`down_at`: since when no server is ready; `outage`: seconds so far)."""
+
+    def __init__(self, old: str, plan: Plan, profile: Any, emit: Callable[[SwapStep], Any],
+                 bench_emit: Callable[[BenchEvent], Any]) -> None:
+        self.old = old
+        self.plan = plan
+        self.profile = profile
+        self.emit = emit
+        self.bench_emit = bench_emit
+        self.before: BenchRun | None = None
+        self.down_at: float | None = None
+        self.outage = 0.0
+        self.unstarted = "the swap ended before it started"  # why the new one's parts never started
+
+    @property
+    def before_id(self) -> int | None:
+        return self.before.id if self.before is not None else None
+
+    def not_swapped(self, reason: str) -> dict:
+        """The result of a swap that ended before it stopped the old one (`reason` also said of the
+        new one's parts, recorded stopped: not started)."""
+        self.unstarted = reason
+        return {"outcome": "not-swapped", "reason": reason, "old": self.old, "new": self.plan.name, "outage_s": 0.0}

@@ -21,6 +21,7 @@ from textual.widgets.option_list import Option
 
 from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
 from ..core.domain import Deployment
+from ..core.states import State
 from .base import GpuopsScreen
 from ..core.literal import literal
 from ..tui.widgets import KeyFooter, TextView
@@ -235,7 +236,7 @@ class BenchLaunchScreen(GpuopsScreen):
         if deployment is None:
             self._show_error("choose a deployment first" if self.deployment is None
                          else f"deployment {self.deployment.name} is no longer stored")
-        elif deployment.state != "ready":
+        elif deployment.state != State.READY:
             self._show_error(f"deployment {deployment.name} is {deployment.state}, not ready")
         else:
             self.app.switch_screen(BenchRunScreen(deployment, profile))

@@ -24,8 +24,9 @@ from textual.widgets import DataTable, Header, Sparkline
 from textual.worker import Worker, WorkerState
 
 from ..core import units
-from ..core.bench.runner import BenchEvent, Profile, ServerMetrics, Target, compare, fmt
-from ..core.domain import Deployment
+from ..core.bench.runner import Profile, ServerMetrics, Target, compare, fmt
+from ..core.domain import (BenchChecksEvent, BenchEvent, BenchLogEvent, BenchProgressEvent, BenchQualityEvent,
+                           BenchResultEvent, BenchStateEvent, BenchStepEvent, Deployment)
 from ..core.telemetry.samples import is_na
 from .base import GpuopsScreen
 from .bench_launch import describe_profile
@@ -78,10 +79,10 @@ class BenchRunScreen(GpuopsScreen):
         self.state = "starting"  # then running, then one of FINAL
         self.error: str | None = None
         self.run_id: int | None = None
-        self.about: dict = {}  # the runner's "running" event: SGLang version, module, url
-        self.step: dict = {}  # the current "step" event
-        self.progress: dict = {}  # the last "progress" event
-        self.results: list[dict] = []  # "result" and "quality" events
+        self.about: BenchStateEvent | None = None  # the runner's "running" event: SGLang version, module, url
+        self.step: BenchStepEvent | None = None  # the current step
+        self.progress: BenchProgressEvent | None = None  # the step's last progress
+        self.results: list[BenchResultEvent | BenchQualityEvent] = []
         self.log_lines: deque[str] = deque(maxlen=LOG_LINES)
         self.metrics: ServerMetrics | None = None
         self.throughput: deque[float] = deque(maxlen=HISTORY)
@@ -158,26 +159,27 @@ class BenchRunScreen(GpuopsScreen):
     # ------------------------------------------------------------- messages → state
 
     def on_bench_run_screen_event(self, message: Event) -> None:
-        kind, d = message.event.kind, message.event.data
-        if d.get("run") is not None:
-            self.run_id = d["run"]
-        if kind == "state" and d["state"] == "running":
-            self.state, self.about = "running", d
-        elif kind == "state":
-            self._end(d["state"], d.get("error"))
-        elif kind == "step":
-            self.step, self.progress = d, {}
-        elif kind == "progress":
-            self.progress = d
-        elif kind in ("result", "quality"):
-            self.results.append({"kind": kind, **d})
-        elif kind == "log":
-            self.log_lines.append(d["line"])
-        elif kind == "checks":
-            from ..core.bench.runner import CHECK_WORDS
+        event = message.event
+        if event.run is not None:
+            self.run_id = event.run
+        match event:
+            case BenchStateEvent(state="running"):
+                self.state, self.about = "running", event
+            case BenchStateEvent():
+                self._end(event.state, event.error if isinstance(event.error, str) else None)
+            case BenchStepEvent():
+                self.step, self.progress = event, None
+            case BenchProgressEvent():
+                self.progress = event
+            case BenchResultEvent() | BenchQualityEvent():
+                self.results.append(event)
+            case BenchLogEvent():
+                self.log_lines.append(event.line)
+            case BenchChecksEvent():
+                from ..core.bench.runner import CHECK_WORDS
 
-            self.log_lines.extend(f"check {c['name']}: {CHECK_WORDS[c['ok']]}" + (f" ({c['reason']})" if c["reason"]
-                                                                                   else "") for c in d["checks"])
+                self.log_lines.extend(f"check {c['name']}: {CHECK_WORDS[c['ok']]}"
+                                      + (f" ({c['reason']})" if c["reason"] else "") for c in event.checks)
         self.show()
 
     def on_bench_run_screen_metrics(self, message: Metrics) -> None:
@@ -228,8 +230,8 @@ class BenchRunScreen(GpuopsScreen):
         d, a = self.deployment, self.about
         title = Text.assemble(("bench ", "bold"), (f"#{self.run_id} " if self.run_id else "", "bold"),
                               f"{self.profile.name} against ", (d.name, "bold"), f" ({d.model}) on {d.host}")
-        if a:
-            title.append(f" · SGLang {a.get('sglang_version')} · {a.get('module')}", style="dim")
+        if a is not None:
+            title.append(f" · SGLang {a.sglang_version or None} · {a.module or None}", style="dim")
         title.append("\n" + describe_profile(self.profile), style="dim")
         self.query_one("#run-title", TextView).set(title)
 
@@ -239,17 +241,17 @@ class BenchRunScreen(GpuopsScreen):
         style = {"ok": "bold green", "failed": "bold red", "cancelled": "bold yellow"}.get(self.state, "bold cyan")
         out.append(self.state.upper(), style=style)
         out.append(f"  elapsed {now - self.started:.1f} s")
-        if self.step:
+        if self.step is not None:
             s = self.step
-            n = s.get("num_prompts") or s.get("num_examples")
-            what = "examples" if "num_examples" in s else "requests"
-            out.append(f"\nstep {s['step'] + 1}/{s['steps']}: concurrency {s['max_concurrency'] or 'unlimited'}, "
+            n = s.num_prompts or s.num_examples
+            what = "examples" if s.is_eval else "requests"
+            out.append(f"\nstep {s.step + 1}/{s.steps}: concurrency {s.max_concurrency or 'unlimited'}, "
                        f"{n} {what}")
-        if self.progress:
+        if self.progress is not None:
             p = self.progress
             out.append("\n")
-            out.append_text(bar(p["done"] / p["total"] if p["total"] else 0, 30))
-            out.append(f" {p['done']}/{p['total']} done  ({p['elapsed_s']:.1f} s this step)")
+            out.append_text(bar(p.done / p.total if p.total else 0, 30))
+            out.append(f" {p.done}/{p.total} done  ({p.elapsed_s:.1f} s this step)")
         if self.error:
             out.append(f"\n{literal(self.error)}", style="red")
         self.query_one("#run-progress", TextView).set(out)
@@ -257,10 +259,10 @@ class BenchRunScreen(GpuopsScreen):
     def _show_steps(self) -> None:
         out = Text()
         for r in self.results:
-            if r["kind"] == "quality":
-                out.append(f"{r['eval']} score {fmt(r['score'])} ({r['num_examples']} examples)\n", style="bold")
+            if isinstance(r, BenchQualityEvent):
+                out.append(f"{r.eval} score {fmt(r.score)} ({r.num_examples} examples)\n", style="bold")
                 continue
-            s = r["summary"]
+            s = r.summary
             out.append(f"c={s['max_concurrency'] or 'unl.'}", style="bold")
             out.append(f"  {fmt(s['output_throughput'])} tok/s out · {fmt(s['request_throughput'])} req/s · TTFT p50 "
                        f"{fmt(s['median_ttft_ms'])} ms · ITL p50 {fmt(s['median_itl_ms'])} ms · "

@@ -27,6 +27,7 @@ from textual.widgets import Header, Input
 from ..core.deploy.view import RunView
 from ..core.diagnose.triage import top_fix
 from ..core.domain import Deployment, Finding, LogEvent, member_name
+from ..core.states import State
 from ..core.literal import literal
 from ..tui.deployment_view import gpu_lines, numbers_text, phases_text
 from ..tui.logview import LogView
@@ -240,7 +241,7 @@ class DeploymentScreen(GpuopsScreen):
         for name, where, lost in rows:  # (as wide as the names and places are: the pane is narrow)
             state = self.view.state if name == plan.name else self._state_of(name)
             out.append(f"  {name:<{wide[0]}}  {where:<{wide[1]}}  ")
-            out.append(state, style="green" if state == "ready" else "red" if state in ("crashed", "stalled") else "")
+            out.append(state, style="green" if state == State.READY else "red" if state in (State.CRASHED, State.STALLED) else "")
             if lost:
                 out.append("  lost (router)", style="bold red")
             out.append("\n")
@@ -266,9 +267,9 @@ class DeploymentScreen(GpuopsScreen):
             out.append(f"STALLED: {literal(v.stall_summary())}\n", style="bold red")  # silent for as long as it lasts
             if v.checks is None:
                 out.append("triage running…\n", style="dim")
-        elif v.state == "crashed":
+        elif v.state == State.CRASHED:
             kind = "crashed"
-        elif v.state == "stopped" and v.findings:  # why it stopped on its own (a download interrupted)
+        elif v.state == State.STOPPED and v.findings:  # why it stopped on its own (a download interrupted)
             kind = "notice"
         findings = Text()
         for f in v.findings[:4]:
@@ -368,7 +369,7 @@ class DeploymentScreen(GpuopsScreen):
     async def action_quick_check(self) -> None:
         from ..core.hosts.host import HostError
 
-        if self.view.state != "ready":
+        if self.view.state != State.READY:
             self.notify("the server is not ready yet", severity="warning")
             return
         try:

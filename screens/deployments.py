@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Header
 from ..core import units
 from ..core.deploy.view import parse_ts
 from ..core.domain import LIVE_STATES, Deployment
+from ..core.states import State
 from ..core.telemetry.samples import memory_used
 from ..core.literal import literal
 from ..tui.widgets import KeyFooter, LiteralTable, TextView
@@ -26,7 +27,7 @@ from .confirm import ConfirmScreen
 # the model last: a folder's path is long, and at 80 columns it pushed the state, port and GPU memory
 # out of view (the line under the table shows it whole)
 COLUMNS = ("Name", "State", "Host", "Port", "Run", "For", "GPU mem", "Model")
-STATE_STYLE = {"ready": "green", "crashed": "red bold", "stalled": "yellow bold", "stopped": "dim"}
+STATE_STYLE: dict[str, str] = {State.READY: "green", State.CRASHED: "red bold", State.STALLED: "yellow bold", State.STOPPED: "dim"}
 
 
 def since(stamp: str, now: float | None = None) -> str:

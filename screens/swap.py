@@ -19,12 +19,16 @@ from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
 from ..core import units
-from ..core.domain import Plan, ProgressEvent, StateEvent
+from ..core.states import State
+from ..core.domain import (BenchEvent, BenchProgressEvent, BenchStateEvent, Plan, ProgressEvent, StateEvent,
+                           SwapBenchNew, SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState,
+                           SwapOldState, SwapPlanned, SwapRollback, SwapStep, SwapStopOld)
 from ..core.literal import literal
 from ..tui.widgets import KeyFooter, LiteralTable, TextView
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
+STATE_STYLE: dict[str, str] = {State.READY: "green", State.CRASHED: "red", State.STALLED: "yellow"}
 OUTCOME_TEXT = {
     "swapped": ("{new} kept: it serves in {old}'s place{outage}", "bold green"),
     "rolled-back": ("rolled back: {old} serves again ({reason}){outage}", "bold yellow"),
@@ -35,45 +39,53 @@ OUTCOME_TEXT = {
 }
 
 
-def step_text(step: dict) -> str | None:
+def step_text(step: SwapStep) -> str | None:
     """One line for a step of Ops.swap (None: not worth a line)."""
-    name = step.get("step", "")
-    if name == "plan":
-        return f"planned {step['new']} ({step['model']}) like {step['old']}"
-    if name == "fetch-new":
-        status = step.get("status")
-        if status is None:
-            return f"fetching {step['model']} for {step['new']} ({step.get('old', 'the old one')} serves meanwhile)"
-        if status != "ok":
-            return f"fetching {step['new']}'s weights: {status} (nothing was stopped)"
-        if step.get("present"):
-            return f"{step['new']}'s weights: already on the host"
-        return f"{step['new']}'s weights fetched: {units.size(step.get('bytes') or 0)} in {step.get('seconds') or 0:.0f} s"
-    if name in ("bench-old", "bench-new") and step.get("skipped"):
-        return f"benchmark of {step.get('old') or step.get('new') or 'it'}: skipped"
-    if name == "bench-old":
-        if step.get("reused"):
-            return f"benchmark of {step.get('old', 'the old one')}: run #{step['run']} reused"
-        if step.get("run") is None:
-            return "benchmarking the old one…"
-        return f"benchmark of the old one: run #{step['run']} {step.get('status', '')}".rstrip()
-    if name == "stop-old":
-        return f"stopping {step['old']}"
-    if name == "deploy-new":
-        return f"deploying {step['new']} (o opens it)"
-    if name == "bench-new":
-        return f"benchmark of {step.get('new', 'the new one')}: run #{step['run']} {step.get('status', '')}".rstrip()
-    if name == "compare":
-        return f"compared runs #{step['before']} and #{step['after']}"
-    if name == "rollback":
-        return f"rolling back to {step['old']}: {step['why']}"
-    if name == "kept":
-        return f"kept {step['new']}"
-    if name.startswith(("new-", "old-")):
-        who, _, state = name.partition("-")
-        outage = step.get("outage_s")
-        return f"{step.get(who, who)}: {state}" + (f" (outage {outage:.1f} s)" if outage is not None else "")
+    match step:
+        case SwapPlanned():
+            return f"planned {step.new} ({step.model}) like {step.old}"
+        case SwapFetch():
+            return _fetch_text(step)
+        case SwapBenchOld() | SwapBenchNew():
+            return _bench_text(step)
+        case SwapStopOld():
+            return f"stopping {step.old}"
+        case SwapDeployNew():
+            return f"deploying {step.new} (o opens it)"
+        case SwapCompare():
+            return f"compared runs #{step.before} and #{step.after}"
+        case SwapRollback():
+            return f"rolling back to {step.old}: {step.why}"
+        case SwapKept():
+            return f"kept {step.new}"
+        case SwapNewState() | SwapOldState():
+            who = step.new if isinstance(step, SwapNewState) else step.old
+            outage = step.outage_s if isinstance(step.outage_s, float) else None
+            return f"{who}: {step.state}" + (f" (outage {outage:.1f} s)" if outage is not None else "")
     return None
+
+
+def _fetch_text(step: SwapFetch) -> str:
+    if not isinstance(step.status, str):
+        return f"fetching {step.model} for {step.new} ({step.old} serves meanwhile)"
+    if step.status != "ok":
+        return f"fetching {step.new}'s weights: {step.status} (nothing was stopped)"
+    if step.present:
+        return f"{step.new}'s weights: already on the host"
+    return f"{step.new}'s weights fetched: {units.size(step.bytes or 0)} in {step.seconds or 0:.0f} s"
+
+
+def _bench_text(step: SwapBenchOld | SwapBenchNew) -> str:
+    if step.skipped:
+        who = step.old if isinstance(step, SwapBenchOld) else step.new
+        return f"benchmark of {who or 'it'}: skipped"
+    if isinstance(step, SwapBenchNew):
+        return f"benchmark of {step.new or 'the new one'}: run #{step.run} {step.status or ''}".rstrip()
+    if step.reused:
+        return f"benchmark of {step.old or 'the old one'}: run #{step.run} reused"
+    if step.run is None:
+        return "benchmarking the old one…"
+    return f"benchmark of the old one: run #{step.run} {step.status or ''}".rstrip()
 
 
 class SwapScreen(GpuopsScreen):
@@ -84,9 +96,16 @@ class SwapScreen(GpuopsScreen):
     ]
 
     class Step(Message):
-        def __init__(self, step: dict) -> None:
+        def __init__(self, step: SwapStep) -> None:
             super().__init__()
             self.step = step
+
+    class Outcome(Message):
+        """Ops.swap's result (``outcome``, ``reason``, ``outage_s``, …)."""
+
+        def __init__(self, result: dict) -> None:
+            super().__init__()
+            self.result = result
 
     class State(Message):
         def __init__(self, name: str, state: str) -> None:
@@ -141,7 +160,7 @@ class SwapScreen(GpuopsScreen):
     def _event(self, name: str, event: Any) -> None:
         if isinstance(event, StateEvent):
             self.post_message(self.State(name, event.state))
-            if event.state != "downloading" and name == self.plan.name:
+            if event.state != State.DOWNLOADING and name == self.plan.name:
                 self.post_message(self.Progress(""))
         elif isinstance(event, ProgressEvent) and event.phase == "downloading" and event.total:
             rate = f" at {units.rate(event.rate_bps)}" if event.rate_bps else ""
@@ -162,15 +181,15 @@ class SwapScreen(GpuopsScreen):
         except (Refused, StoreError, HostError) as exc:
             result = {"outcome": "not-swapped", "reason": getattr(exc, "message", None) or str(exc),
                       "old": self.old, "new": self.plan.name}
-        self.post_message(self.Step({"step": "outcome", **result}))
+        self.post_message(self.Outcome(result))
         self.app.notify(f"swap {self.old} → {self.plan.name}: {result['outcome']}",
                         severity="information" if result["outcome"] == "swapped" else "warning")
 
-    def _bench_event(self, event: Any) -> None:
-        if event.kind == "progress":
-            done, total = event.data.get("done"), event.data.get("total")
+    def _bench_event(self, event: BenchEvent) -> None:
+        if isinstance(event, BenchProgressEvent):
+            done, total = event.done, event.total
             self.post_message(self.Progress(f"benchmark: {done}/{total} requests" if total else "benchmark running"))
-        elif event.kind == "state" and event.data.get("state") != "running":
+        elif isinstance(event, BenchStateEvent) and event.state != "running":
             self.post_message(self.Progress(""))
 
     async def _keep(self, what: dict) -> bool:
@@ -215,23 +234,24 @@ class SwapScreen(GpuopsScreen):
 
     # ---------------------------------------------------------------- showing it
 
+    def on_swap_screen_outcome(self, message: Outcome) -> None:
+        self.outcome = message.result
+        self._show()
+
     def on_swap_screen_step(self, message: Step) -> None:
         step = message.step
-        if step.get("step") == "outcome":
-            self.outcome = step
-        elif step.get("step") == "compare":
-            self._fill_compare(step["compare"])
+        if isinstance(step, SwapCompare):
+            self._fill_compare(step.compare)
         text = step_text(step)
         if text:
             line = (time.strftime("%H:%M:%S"), text)
-            if self._going is not None and step.get("step") == self._going and self.lines:
+            if self._going is not None and step.name == self._going and self.lines:
                 self.lines[-1] = line  # the step's end in place of its start: the list stays short (80x24)
             else:
                 self.lines.append(line)
-            name = step.get("step")
-            started = (name == "fetch-new" and "status" not in step) or (name == "bench-old" and step.get("run") is None
-                                                                       and not step.get("skipped"))
-            self._going = name if started else None
+            started = ((isinstance(step, SwapFetch) and not isinstance(step.status, str))
+                       or (isinstance(step, SwapBenchOld) and step.run is None and not step.skipped))
+            self._going = step.name if started else None
         self._show()
 
     def on_swap_screen_state(self, message: State) -> None:
@@ -269,8 +289,7 @@ class SwapScreen(GpuopsScreen):
         for name in (self.old, self.plan.name):
             if name in self.states:
                 live.append(f"{name}: ", style="bold")
-                live.append(self.states[name] + "   ", style={"ready": "green", "crashed": "red",
-                                                            "stalled": "yellow"}.get(self.states[name], ""))
+                live.append(self.states[name] + "   ", style=STATE_STYLE.get(self.states[name], ""))
         if self.progress:
             live.append(self.progress, style="cyan")
         self.query_one("#swap-live", Static).update(live)

@@ -455,11 +455,11 @@ async def test_a_headless_benchmark_says_something_at_least_every_heartbeat(monk
     import asyncio
 
     from gpuops.cli import bench as cli_bench
-    from gpuops.core.bench.runner import BenchEvent
+    from gpuops.core.domain import BenchProgressEvent
 
     monkeypatch.setattr(cli_bench, "HEARTBEAT_S", 0.2)
     beat = cli_bench._Heartbeat()
-    beat.saw(BenchEvent("progress", {"done": 3, "total": 10}))
+    beat.saw(BenchProgressEvent(run=1, step=0, steps=1, done=3, total=10, elapsed_s=0.5))
     task = asyncio.create_task(beat.run())
     try:
         lines: list[str] = []

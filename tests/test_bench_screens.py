@@ -344,7 +344,7 @@ async def test_live_sweep_from_the_deployment_screen_then_cancel(simbox):
         await pilot.press("down", "down", "enter")  # throughput: 1000 prompts, the stand-in waits after one
         assert await until(pilot, lambda: isinstance(app.screen, BenchRunScreen))
         live = app.screen
-        assert await until(pilot, lambda: live.progress.get("done") == 1, timeout=60), live.error
+        assert await until(pilot, lambda: live.progress is not None and live.progress.done == 1, timeout=60), live.error
         assert "1/1000 done" in live.query_one("#run-progress").text.plain
         assert processes_matching(stand_in)
         await pilot.press("ctrl+c")  # asks first; no keeps it running

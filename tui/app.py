@@ -28,6 +28,7 @@ try:
     from ..core.literal import literal, literal_lines
     from ..core.telemetry.monitor import Monitor
     from ..core.paths import load_ui_state, save_ui_state
+    from ..core.states import State
     from ..screens.dashboard import DashboardScreen
     from ..themes import CSS_PATH, DEFAULT_THEME, SCREENS_CSS_PATH, THEMES, toggled
     from .commands import DeploymentCommands, HostCommands
@@ -350,7 +351,7 @@ class GpuopsApp(App):
         except Refused as exc:
             self.notify(str(exc), severity="error")
             return
-        if d.state != "ready":
+        if d.state != State.READY:
             self.notify(f"{name} is {d.state}: a swap replaces a ready deployment (deploy the new one instead)",
                         severity="error", timeout=8)
             return
@@ -532,7 +533,7 @@ class GpuopsApp(App):
             name, _, model = arg.partition(" ")
             self.begin_swap(name, model.strip() or None)
             return
-        ready = [d.name for d in self._deployments() if d.state == "ready"]
+        ready = [d.name for d in self._deployments() if d.state == State.READY]
         self.notify(":swap NAME [MODEL]: NAME is the ready deployment to replace ("
                     + (f"ready now: {', '.join(ready[:6])}" if ready else "none is ready now") + "), MODEL the "
                     "one to put in its place (else pick it)", severity="warning", timeout=10, markup=False)

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from rich.text import Text
 
 from ..core import units
-from ..core.states import PHASES
+from ..core.states import PHASES, State
 from ..core.deploy.view import RunView
 from ..core.domain import LIVE_STATES, Plan
 from ..core.literal import literal
@@ -24,22 +24,22 @@ def shown_phases(plan: Plan, view: RunView) -> tuple[str, ...]:
     start-up, it starts, then is ready; a server without a draft model has no draft phase (unless
     its log shows one)."""
     if plan.replicas:
-        return ("starting", "ready")
-    return tuple(p for p in PHASES if p != "draft" or plan.speculative or "draft" in view.phases)
+        return (State.STARTING, State.READY)
+    return tuple(p for p in PHASES if p != State.DRAFT or plan.speculative or State.DRAFT in view.phases)
 
 
 def phase_mark(view: RunView, phase: str, i: int, reached: int, failed: str | None) -> tuple[str, str]:
     """(mark, style) of the `i`th phase: passed, passed without a line, crashed, stopped, current, to come."""
-    current, ready = view.phase, view.state == "ready"
+    current, ready = view.phase, view.state == State.READY
     passed = i < reached or (phase == current and ready)
     if passed and phase not in view.phases:
         return "–", "dim"  # passed without a line of its own (SGLang skipped it, or said nothing)
     if passed:
         return "✔", "green"
-    if phase == failed and view.state == "crashed":
+    if phase == failed and view.state == State.CRASHED:
         return "✖", "bold red"
-    if phase == failed and view.state == "stopped":  # stopped there (a ready one had got there: ✔)
-        return ("✔", "green") if phase == "ready" else ("■", "bold")
+    if phase == failed and view.state == State.STOPPED:  # stopped there (a ready one had got there: ✔)
+        return ("✔", "green") if phase == State.READY else ("■", "bold")
     if phase == failed:
         return "▶", "bold yellow"
     return "·", "dim"
@@ -49,14 +49,14 @@ def _phase_rows(out: Text, view: RunView, phases: tuple[str, ...], now: datetime
     current = view.phase
     # a crash is marked on the phase it happened in (a kv_cache crash while the last phase line
     # seen was the weights'), else on the last phase reached
-    crash_phase = view.crash.phase if view.state == "crashed" and view.crash is not None else None
+    crash_phase = view.crash.phase if view.state == State.CRASHED and view.crash is not None else None
     failed = crash_phase if crash_phase in phases else current
     reached = phases.index(failed) if failed in phases else -1
     times = dict(view.phase_times(now))
     for i, phase in enumerate(phases):
         mark, style = phase_mark(view, phase, i, reached, failed)
         took = times.get(phase)
-        elapsed = "" if took is None or phase == "ready" else f"{took:6.1f}s"
+        elapsed = "" if took is None or phase == State.READY else f"{took:6.1f}s"
         if narrow:
             out.append(f"{mark} {phase:<11}{elapsed:>7}", style=style)
             out.append("\n" if i % 2 else "  ")
@@ -66,7 +66,7 @@ def _phase_rows(out: Text, view: RunView, phases: tuple[str, ...], now: datetime
         if prog is not None:
             total = f"/{prog.total}" if prog.total else ""
             out.append(f"  {prog.what or ''} {prog.done}{total}", style="cyan")
-        if phase == "weights" and view.draft_shards is not None:
+        if phase == State.WEIGHTS and view.draft_shards is not None:
             d = view.draft_shards
             out.append(f"  draft shards {d.done}" + (f"/{d.total}" if d.total else ""), style="cyan")
         out.append("\n")
@@ -77,13 +77,13 @@ def _phase_rows(out: Text, view: RunView, phases: tuple[str, ...], now: datetime
 def _progress_lines(out: Text, view: RunView, narrow: bool) -> None:
     """Narrow: the current phase's progress under the phases; and the download's, while downloading."""
     current = view.phase
-    settled = view.state in ("ready", "crashed")
+    settled = view.state in (State.READY, State.CRASHED)
     prog = view.progress.get(current) if narrow and current and not settled else None
     if prog is not None:
         total = f"/{prog.total}" if prog.total else ""
         out.append(f"{current}: {prog.what or ''} {prog.done}{total}\n", style="cyan")
     dl = view.progress.get("downloading")
-    if dl is not None and view.state == "downloading" and dl.total:
+    if dl is not None and view.state == State.DOWNLOADING and dl.total:
         out.append(f"\ndownloading {units.size(dl.done)} / {units.size(dl.total)}", style="cyan")
         if dl.rate_bps:
             out.append(f" at {units.rate(dl.rate_bps)}", style="cyan")
@@ -92,17 +92,17 @@ def _progress_lines(out: Text, view: RunView, narrow: bool) -> None:
 
 def _outcome_lines(out: Text, view: RunView, plan: Plan, narrow: bool, check_result: str | None) -> None:
     """How the run ended (crashed, stopped) or where it serves (ready, with the quick check's answer)."""
-    crash = view.crash if view.state == "crashed" else None
+    crash = view.crash if view.state == State.CRASHED else None
     if crash is not None and narrow and view.findings:
         # the banner under it says why (80x24: the reason twice pushed the fix out of view)
         out.append(f"\ncrashed in {crash.phase or '?'}\n", style="bold red")
     elif crash is not None:
         why = crash.reason or (view.findings[0].summary if view.findings else "see the log")
         out.append(f"\ncrashed in {crash.phase or '?'}: {literal(why)}\n", style="bold red")
-    if view.state == "stopped":
+    if view.state == State.STOPPED:
         stop_why = view.state_event.reason if view.state_event is not None else None
         out.append(f"\nstopped: {literal(stop_why)}\n" if stop_why else "\nstopped\n", style="bold")
-    if view.state == "ready":
+    if view.state == State.READY:
         out.append(f"\nready: {plan.endpoint}  (k: quick check)\n", style="bold green")
         if check_result:
             out.append(check_result + "\n")

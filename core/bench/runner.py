@@ -30,7 +30,7 @@ import math
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
@@ -40,7 +40,9 @@ from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import bench_relay as bench_relay_program
 from ..deploy.store import Store
-from ..domain import BenchRun, Deployment, Plan, client_host, utc_now
+from ..domain import (BENCH_EVENT_KINDS, BenchChecksEvent, BenchEvent, BenchLogEvent, BenchProgressEvent,
+                      BenchQualityEvent, BenchResultEvent, BenchRun, BenchStateEvent, BenchStepEvent, Deployment,
+                      Plan, client_host, utc_now)
 from ..redact import redact_all
 
 SCHEMA = 1
@@ -66,7 +68,7 @@ EVALS = ("gsm8k",)  # run_eval's evals that read a local file (--gsm8k-data-path
 SWEEP_WAVES = 4
 RUN_DIR = ".local/state/gpuops/bench"  # under the host user's home: RUN_DIR/RUNKEY/
 CHECK_WORDS = {True: "pass", False: "FAIL", None: "skipped", "not run": "-"}  # a check's ok, as a word
-EVENT_KINDS = ("state", "step", "progress", "log", "result", "quality", "checks")  # what BenchRunner emits
+EVENT_KINDS = BENCH_EVENT_KINDS  # what BenchRunner emits (core/domain.py's BenchEvent, one struct a kind)
 
 # The headline figures, in the order compare and export show them: (key, label, unit, better).
 # "quality_score" is the run's eval score; the others are bench_serving record keys.
@@ -332,16 +334,6 @@ async def _gpus(host: Host, ids: list[int]) -> dict:
 # ------------------------------------------------------------------ the runner
 
 
-@dataclass
-class BenchEvent:
-    kind: str  # EVENT_KINDS
-    data: dict
-    ts: str = field(default_factory=utc_now)
-
-    def to_json(self) -> dict:
-        return {"schema": SCHEMA, "ts": self.ts, "event": self.kind, **self.data}
-
-
 def serving_argv(python: str, module: str, target: Target, profile: Profile, concurrency: int | None,
                  output_file: str) -> list[str]:
     s = profile.settings
@@ -397,8 +389,8 @@ class BenchRunner:
         self.clock = clock
         self.run_id: int | None = None
 
-    def emit(self, kind: str, **data: Any) -> None:
-        self.emit_cb(BenchEvent(kind, {"run": self.run_id, **data}))
+    def emit(self, event: BenchEvent) -> None:
+        self.emit_cb(event)
 
     async def prepare(self) -> tuple[str, str]:
         """(engine version, module) of the host; BenchInputError when it cannot run there."""
@@ -428,9 +420,9 @@ class BenchRunner:
             url=t.url, model=t.model, sglang_version=version, gpus=t.gpus, plan=t.plan, remote_dir=run_dir,
             started_at=utc_now())
         self.run_id = run.id
-        self.emit("state", state="running", profile=self.profile.to_json(), deployment=t.deployment,
-                  host=t.host.name, url=t.url, sglang_version=version,
-                  module=_eval_module(t) if self.profile.kind == "quality" else module)
+        self.emit(BenchStateEvent(run=self.run_id, state="running", profile=self.profile.to_json(),
+                                  deployment=t.deployment, host=t.host.name, url=t.url, sglang_version=version,
+                                  module=_eval_module(t) if self.profile.kind == "quality" else module))
         quality = None
         try:
             await self._functional_checks()
@@ -464,7 +456,7 @@ class BenchRunner:
                                        api_key=key, plan=t.plan)
         assert self.run_id is not None
         self.store.set_bench_checks(self.run_id, results)
-        self.emit("checks", checks=[r.to_json() for r in results])
+        self.emit(BenchChecksEvent(run=self.run_id, checks=[r.to_json() for r in results]))
 
     def _finish(self, status: str, error: str | None, quality: dict | None) -> BenchRun:
         assert self.run_id is not None
@@ -474,7 +466,7 @@ class BenchRunner:
                                          if isinstance(r.get("server_info"), dict)), {})
             model = info.get("served_model_name") or info.get("model_path")
             run = self.store.set_bench_model(run.id, model) if model else run
-        self.emit("state", state=status, error=error)
+        self.emit(BenchStateEvent(run=self.run_id, state=status, error=error))
         return run
 
     async def _stream(self, argv: list[str], run_dir: str, step: int, steps: int) -> list[str]:
@@ -493,11 +485,11 @@ class BenchRunner:
                     if progress == last:  # tqdm repeats its last bar when it closes
                         continue
                     last = progress
-                    self.emit("progress", step=step, steps=steps, done=progress[0], total=progress[1],
-                              elapsed_s=round(self.clock() - started, 3))
+                    self.emit(BenchProgressEvent(run=self.run_id, step=step, steps=steps, done=progress[0],
+                                                 total=progress[1], elapsed_s=round(self.clock() - started, 3)))
                     continue
                 lines.append(line)
-                self.emit("log", step=step, line=line)
+                self.emit(BenchLogEvent(run=self.run_id, step=step, line=line))
         if stream.returncode != 0:
             said = [x for x in [*lines, *stream.stderr_tail] if x.strip()]
             reason = said[-1].strip() if said else "no output"
@@ -507,8 +499,8 @@ class BenchRunner:
     async def _serving_step(self, module: str, run_dir: str, step: int, concurrency: int | None) -> None:
         steps = len(self.profile.steps())
         output = f"{run_dir}/step-{step}.jsonl"
-        self.emit("step", step=step, steps=steps, max_concurrency=concurrency,
-                  num_prompts=self.profile.num_prompts(concurrency))
+        self.emit(BenchStepEvent(run=self.run_id, step=step, steps=steps, max_concurrency=concurrency,
+                                 num_prompts=self.profile.num_prompts(concurrency)))
         await self._stream(serving_argv(host_python(self.target.host), module, self.target, self.profile,
                                         concurrency, output), run_dir, step, steps)
         res = await self.target.host.run(["cat", output], timeout=60)
@@ -521,11 +513,12 @@ class BenchRunner:
         assert self.run_id is not None
         self.store.add_bench_records(self.run_id, records)
         for record in records:
-            self.emit("result", step=step, summary=summary(record))
+            self.emit(BenchResultEvent(run=self.run_id, step=step, summary=summary(record)))
 
     async def _quality(self, run_dir: str) -> dict:
         s = self.profile.settings
-        self.emit("step", step=0, steps=1, max_concurrency=s["max_concurrency"], num_examples=s["num_examples"])
+        self.emit(BenchStepEvent(run=self.run_id, step=0, steps=1, max_concurrency=s["max_concurrency"],
+                                 num_examples=s["num_examples"]))
         lines = await self._stream(quality_argv(host_python(self.target.host), self.target, self.profile),
                                    run_dir, 0, 1)
         found = {}
@@ -538,7 +531,7 @@ class BenchRunner:
             raise BenchFailed("run_eval printed no score")
         quality = {"eval": s["eval_name"], "score": found["score"], "num_examples": s["num_examples"],
                    "latency_s": found.get("latency_s"), "output_throughput": found.get("output_throughput")}
-        self.emit("quality", **quality)
+        self.emit(BenchQualityEvent(run=self.run_id, **quality))
         return quality
 
 

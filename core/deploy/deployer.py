@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from .. import units
 from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
+from ..states import State
 from ..hosts.files import new_api_key, read_env_value, remote_home
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import port_free as port_free_program
@@ -152,7 +153,7 @@ class Deployer:
         downloaded: planned, with `why` (a PlanEvent: the plan it starts with and the reason). The
         name's lease is this process's until its server has started; StoreError (NameTaken): another
         gpuops deploys it, nothing changed."""
-        self.run = self.store.new_run(self.name, lease=Lease.mine(), state="planned")
+        self.run = self.store.new_run(self.name, lease=Lease.mine(), state=State.PLANNED)
         self.bus.publish(self.name, next(iter(self.store.events(self.name, run=self.run))))
         if why is not None:
             self.bus.publish(self.name, self.store.replace_plan(self.name, self.plan, why))
@@ -193,7 +194,7 @@ class Deployer:
             from ..hosts.model_copies import hf_cache_entry
 
             cache_folder = (await hf_cache_entry(self.host, plan.model_path))[1]
-        self.record(StateEvent(state="downloading", model=plan.model.id,
+        self.record(StateEvent(state=State.DOWNLOADING, model=plan.model.id,
                                into=cache_folder or plan.model_path))
         home = await remote_home(self.host)
         dl = Download(self.host, plan.model.id, None if into_cache else plan.model_path, plan.model.checkpoint_bytes,
@@ -213,7 +214,7 @@ class Deployer:
         except DownloadError as exc:
             stalled = exc.message.startswith("download-stalled")
             self.record(FindingEvent.of(await self._download_finding(exc, stalled, dl)))
-            self.record(StateEvent(state="stalled" if stalled else "crashed", reason=exc.message))
+            self.record(StateEvent(state=State.STALLED if stalled else State.CRASHED, reason=exc.message))
             return False
         self.fetched = {"present": False, "bytes": done, "seconds": round(time.monotonic() - began, 1)}
         return True
@@ -270,4 +271,4 @@ class Deployer:
             secrets_env[name] = value
         await self.launcher.install(secrets_env)
         await self.launcher.start()
-        self.record(StateEvent(state="starting", launcher=self.launcher.kind))
+        self.record(StateEvent(state=State.STARTING, launcher=self.launcher.kind))

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from ..domain import Evidence, Finding, Fix, Plan
+from ..states import State
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import router_probe as router_probe_program
 from .watch import WITH_ENV_FILE, Watch
@@ -167,19 +168,19 @@ class RouterWatch(Watch):
         assert self.launcher is not None
         status = await self.launcher.status()
         if not status.running:
-            after = " after it was ready" if view.state == "ready" else ""
+            after = " after it was ready" if view.state == State.READY else ""
             self.finding(Finding(
                 "router-exited", "error", f"the router exited{after} ({status.detail})",
                 evidence=tuple(Evidence(source="log", reading=t[:300]) for t in last_lines),
                 fix=Fix(f"read its log (gpuops logs {self.name}); restart it from the deployments view")))
-            self.set_state("crashed", phase=view.phase or "starting", reason=f"the router exited ({status.detail})")
-            return "crashed"
+            self.set_state(State.CRASHED, phase=view.phase or State.STARTING, reason=f"the router exited ({status.detail})")
+            return State.CRASHED
         rv = await router_view(self.host, self.plan, self.launcher.env_path or None)
-        if view.state != "ready":
+        if view.state != State.READY:
             ended = self._router_readiness(rv, started)
             if ended is not None:
                 return ended
-        if rv.answering and view.state in ("ready", "stalled"):
+        if rv.answering and view.state in (State.READY, State.STALLED):
             states = {n: (r.state if (r := self.store.deployment(n)) is not None else "forgotten")
                       for n in self.plan.replica_names}
             # the replicas lost so far: what this run's findings said (the run view keeps it)
@@ -195,10 +196,10 @@ class RouterWatch(Watch):
         than its threshold. The state that ends the watch, or None."""
         view = self.view
         if rv.answering and rv.total == len(self.plan.replicas) and rv.healthy == rv.total:
-            self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name,
+            self.set_state(State.READY, endpoint=self.plan.endpoint, model=self.plan.served_name,
                            detail=f"{rv.healthy} of {rv.total} replicas healthy")
-            return "ready" if self._ended("ready") else None
-        if self.clock() - started > self.stall_thresholds.get("router", READY_WITHIN_S) and view.state != "stalled":
+            return State.READY if self._ended(State.READY) else None
+        if self.clock() - started > self.stall_thresholds.get("router", READY_WITHIN_S) and view.state != State.STALLED:
             said = (f"it counts {rv.healthy} of {rv.total} replicas healthy" if rv.answering
                     else f"it does not answer ({rv.error})")
             self.finding(Finding(
@@ -207,8 +208,8 @@ class RouterWatch(Watch):
                 evidence=(Evidence(source=f"router:{self.name}", reading=said),),
                 fix=Fix(f"check each replica ({', '.join(self.plan.replica_names)}) is ready and "
                         f"reachable from {self.plan.host} at its URL")))
-            self.set_state("stalled", phase="starting", summary=said)
-            return "stalled" if self._ended("stalled") else None
+            self.set_state(State.STALLED, phase=State.STARTING, summary=said)
+            return State.STALLED if self._ended(State.STALLED) else None
         return None
 
 

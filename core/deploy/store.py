@@ -35,6 +35,7 @@ import msgspec
 import psutil
 
 from ..config import validate_host_name
+from ..states import State
 from ..domain import (
     EVENT_KINDS,
     STATES,
@@ -59,7 +60,7 @@ BENCH_STATUSES = ("running", "ok", "failed", "cancelled")
 BENCH_SOURCES = ("gpuops", "import")
 # A name in one of these states may be deployed again (a new run): its server is not running,
 # or never started (gpuops closed or killed while planning or downloading: the download resumes).
-REDEPLOYABLE = ("stopped", "planned", "downloading")
+REDEPLOYABLE = (State.STOPPED, State.PLANNED, State.DOWNLOADING)
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: deployments and their events
@@ -350,7 +351,7 @@ class Store:
     # ---------------------------------------------------------------- deployments
 
     @_guarded
-    def add_deployment(self, host: str, plan: Plan, state: str = "planned", *,
+    def add_deployment(self, host: str, plan: Plan, state: str = State.PLANNED, *,
                        lease: Lease | None = None) -> Deployment:
         """Record a deployment of `plan` on `host` (run 1), or a new run of a name whose server is
         not running (:data:`REDEPLOYABLE`): the name keeps its history, the run number grows.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterable
 
-from ..states import PHASES
+from ..states import PHASES, State
 from ..engines.records import DRAFT_SHARDS
 from ..diagnose.triage import ranked
 from ..domain import (
@@ -29,7 +29,7 @@ from ..domain import (
     StateEvent,
 )
 
-TERMINAL = ("crashed", "stopped")
+TERMINAL = (State.CRASHED, State.STOPPED)
 
 
 def parse_ts(ts: str) -> datetime:
@@ -51,7 +51,7 @@ def parse_log_ts(text: str | None) -> datetime | None:
 class RunView:
     name: str
     run: int = 0
-    state: str = "planned"
+    state: str = State.PLANNED
     state_event: StateEvent | None = None  # the event that set the state
     phases: dict[str, str] = field(default_factory=dict)  # phase -> when it began (RFC 3339)
     phase_lines: dict[str, str] = field(default_factory=dict)
@@ -85,7 +85,7 @@ class RunView:
     @property
     def outcome(self) -> str | None:
         """ready, crashed, stalled, stopped, or None while it is on its way."""
-        if self.state in ("ready", "crashed", "stalled", "stopped"):
+        if self.state in (State.READY, State.CRASHED, State.STALLED, State.STOPPED):
             return self.state
         return None
 
@@ -112,7 +112,7 @@ class RunView:
                 self.draft_shards = event
             else:
                 self.progress[event.phase] = event
-            if event.phase != "downloading":
+            if event.phase != State.DOWNLOADING:
                 self._progressed(event.ts)
         elif isinstance(event, NumbersEvent):
             self.numbers.update(event.values)
@@ -136,7 +136,7 @@ class RunView:
         self.__dict__.update(fresh.__dict__)
 
     def _state(self, event: StateEvent) -> None:
-        if event.state != "stalled":
+        if event.state != State.STALLED:
             self.last_progress = event.ts
         self.state = event.state
         self.state_event = event
@@ -144,14 +144,14 @@ class RunView:
             self.phases[event.state] = event.ts
             if event.line:
                 self.phase_lines[event.state] = event.line
-        if event.state == "stalled":
+        if event.state == State.STALLED:
             self.stall = event
-        elif event.state != "stopped":
+        elif event.state != State.STOPPED:
             self.stall = None
-        if event.state == "ready":
+        if event.state == State.READY:
             self.ready = event
-            self.phases.setdefault("ready", event.ts)
-        if event.state == "crashed":
+            self.phases.setdefault(State.READY, event.ts)
+        if event.state == State.CRASHED:
             self.crash = event
 
     def stall_summary(self, now: datetime | None = None) -> str:
@@ -193,7 +193,7 @@ class RunView:
         out: list[tuple[str, float | None]] = []
         starts = {p: parse_ts(ts) for p, ts in self.phases.items()}
         end_of_run = None
-        if self.state in ("crashed", "stopped") and self.state_event is not None:
+        if self.state in (State.CRASHED, State.STOPPED) and self.state_event is not None:
             end_of_run = parse_ts(self.state_event.ts)
         for i, phase in enumerate(PHASES):
             begun = starts.get(phase)

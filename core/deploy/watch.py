@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ..states import PHASES
+from ..states import PHASES, State
 from .. import engines
 from ..engines import Scanner as LogScanner, Tracker as PhaseTracker
 from ..engines.records import LogLine, Numbers, PhaseChange, Progress
@@ -160,14 +160,14 @@ async def log_end(host: Host, launcher: Launcher, journal_dir: str | None) -> di
 def _log_begun(d: Deployment) -> bool:
     """The run's server has been started (its log begins at a recorded position), so its log is
     this run's to read; before that (planning, downloading) the log holds earlier runs only."""
-    return d.state not in ("planned", "downloading") or d.run_offset is not None or d.run_cursor is not None
+    return d.state not in (State.PLANNED, State.DOWNLOADING) or d.run_offset is not None or d.run_cursor is not None
 
 
 def _before(state: str, phase: str) -> bool:
     """A state the run may move on from to `phase` (not ready or a later phase already)."""
     if state in PHASES:
         return PHASES.index(state) < PHASES.index(phase)
-    return state in ("planned", "downloading", "stalled")
+    return state in (State.PLANNED, State.DOWNLOADING, State.STALLED)
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class WatchOptions:
     journal_dir: str | None = None
     poll_s: float = POLL_S
     clock: Callable[[], float] = time.monotonic
-    until: Iterable[str] = ("ready", "crashed", "stalled")
+    until: Iterable[str] = (State.READY, State.CRASHED, State.STALLED)
     quick_check: bool = True
     follow: bool = True
     triage: bool = True
@@ -325,9 +325,9 @@ class Watch:
 
     def _ended(self, state: str) -> bool:
         """`state` is one the caller waits for: say so; True when the watch ends there."""
-        if state in self.until or state == "crashed":
+        if state in self.until or state == State.CRASHED:
             self._reach(state)
-            return state == "crashed" or not self.keep_on
+            return state == State.CRASHED or not self.keep_on
         return False
 
     async def _backlog_only(self) -> None:
@@ -487,14 +487,14 @@ class Watch:
     async def _outcome(self, t: "_Turn") -> str | None:
         """The crash or the readiness the log showed, recorded: the state that ends the watch, or None."""
         view, tracker = self.view, t.tracker
-        if tracker.outcome == "crashed" and view.state != "crashed":
+        if tracker.outcome == "crashed" and view.state != State.CRASHED:
             await self._settle_after_crash(tracker, t.scanner, t.queue, t.reader)
             await self._crashed(tracker, t.scanner, t.queue)
-            return "crashed"
-        if tracker.outcome == "ready" and view.state != "ready":
+            return State.CRASHED
+        if tracker.outcome == "ready" and view.state != State.READY:
             await self._ready()
-            if self._ended("ready"):
-                return "ready"
+            if self._ended(State.READY):
+                return State.READY
             t.now = utc_now()  # (after the quick check's wait)
         return None
 
@@ -515,15 +515,15 @@ class Watch:
         """The server exited and its log has gone quiet since: a crash; or the stall watcher's stall."""
         view = self.view
         if t.exited is not None and rec is None:
-            after = " after it was ready" if view.state == "ready" else ""
+            after = " after it was ready" if view.state == State.READY else ""
             await self._settle_after_crash(t.tracker, t.scanner, t.queue, t.reader, exited=True)
             await self._crashed(t.tracker, t.scanner, t.queue, reason=f"the server exited{after} ({t.exited})")
-            return "crashed"
+            return State.CRASHED
         stall = t.watcher.check()
-        if stall is not None and view.state not in ("ready", "stalled"):
+        if stall is not None and view.state not in (State.READY, State.STALLED):
             await self._stalled(stall, *t.last, scanner=t.scanner, tracker=t.tracker)
-            if self._ended("stalled"):
-                return "stalled"
+            if self._ended(State.STALLED):
+                return State.STALLED
             t.now = utc_now()  # (after the triage's wait)
         return None
 
@@ -531,7 +531,7 @@ class Watch:
         """Whether this run is over in the store (removed, a new run, or stopped); a stop by another
         gpuops is relayed (its events applied and published)."""
         d = self.store.deployment(self.name)
-        if d is not None and d.run == self.run_no and d.state != "stopped":
+        if d is not None and d.run == self.run_no and d.state != State.STOPPED:
             return False
         if d is not None and d.run == self.run_no:
             for event in list(self.store.events(self.name, run=self.run_no))[self.view.events:]:
@@ -561,12 +561,12 @@ class Watch:
                 # with its position: a reattach resumes in this phase just after its line, never before it
                 self.record(PhaseEvent(phase=ch.phase, line=ch.text, log_ts=ch.ts or self._last_ts), at_position=True)
                 # the ready state comes with the quick check's answer; a state never goes backwards
-                if ch.phase != "ready" and _before(view.state, ch.phase):
+                if ch.phase != State.READY and _before(view.state, ch.phase):
                     self.set_state(ch.phase, line=ch.text)
             elif isinstance(ch, Progress):
                 watcher.progress()
                 self.record(ProgressEvent(phase=ch.phase, done=ch.done, total=ch.total, what=ch.what))
-                if view.state == "stalled" and tracker.phase:  # the stall is over
+                if view.state == State.STALLED and tracker.phase:  # the stall is over
                     self.set_state(tracker.phase)
             elif isinstance(ch, Numbers):
                 self._numbers.update(ch.values)
@@ -583,16 +583,16 @@ class Watch:
         """``follow=False``: what the log holds is read. Say what is true now."""
         self._changes(tracker.finish(), tracker, StallWatcher(self.stall_thresholds, clock=self.clock))
         view = self.view
-        if tracker.outcome == "crashed" and view.state != "crashed":
+        if tracker.outcome == "crashed" and view.state != State.CRASHED:
             await self._crashed(tracker, scanner, asyncio.Queue())
-        elif tracker.outcome == "ready" and view.state != "ready":
+        elif tracker.outcome == "ready" and view.state != State.READY:
             await self._ready(check=False)
-        if view.state in ("crashed", "stopped"):
+        if view.state in (State.CRASHED, State.STOPPED):
             return view.state
         assert self.launcher is not None
         status = await self.launcher.status()
         if not status.running:
-            after = " after it was ready" if view.state == "ready" else ""
+            after = " after it was ready" if view.state == State.READY else ""
             await self._crashed(tracker, scanner, asyncio.Queue(),
                                 reason=f"the server exited{after} ({status.detail})")
         return self.view.state
@@ -603,7 +603,7 @@ class Watch:
                        if check and self.want_quick_check and not self.plan.node_rank else (None, None))
         if why is not None:
             self.finding(Finding("quick-check-failed", "warning", why))
-        self.set_state("ready", endpoint=self.plan.endpoint, model=self.plan.served_name, quick_check=answer)
+        self.set_state(State.READY, endpoint=self.plan.endpoint, model=self.plan.served_name, quick_check=answer)
 
     async def _sample(self, watcher: StallWatcher) -> bool:
         """Feed the watcher the server's processes and its GPUs' memory; False when the server
@@ -667,7 +667,7 @@ class Watch:
         of the traceback, the other ranks' errors) as far as they have arrived. `reason`: the
         server exited without a crash the tracker recognised."""
         d = self.store.deployment(self.name)
-        if reason is not None and d is not None and d.run == self.run_no and d.state == "stopped":
+        if reason is not None and d is not None and d.run == self.run_no and d.state == State.STOPPED:
             return  # stopped on purpose (by another gpuops): not a crash
         while not queue.empty():
             rec, live = queue.get_nowait()
@@ -678,15 +678,15 @@ class Watch:
                     self._took(rec)
         for finding in scanner.findings(tracker, self.plan):
             self.finding(finding)
-        phase = tracker.crash.phase if tracker.crash else tracker.phase or self.view.phase or "starting"
-        self.set_state("crashed", phase=phase, **({"reason": reason} if reason else {}))
+        phase = tracker.crash.phase if tracker.crash else tracker.phase or self.view.phase or State.STARTING
+        self.set_state(State.CRASHED, phase=phase, **({"reason": reason} if reason else {}))
 
     async def _stalled(self, stall: Stall, last_line: str | None, last_line_no: int | None, *,
                        scanner: LogScanner, tracker: PhaseTracker) -> None:
         """Say the stall (its state at once), triage it on the host (what the log's silence suggests,
         the host checks: driver/library, P2P, ports, /dev/shm, …), then its finding with its evidence,
         whose fix follows what the log and the checks showed (NCCL's own log on, the P2P check)."""
-        self.set_state("stalled", phase=stall.phase, silent_s=round(stall.silent_s, 1), summary=stall.summary)
+        self.set_state(State.STALLED, phase=stall.phase, silent_s=round(stall.silent_s, 1), summary=stall.summary)
         p2p_ok = None
         if self.triage_on_stall:
             await self.triage(scanner, tracker)
@@ -774,7 +774,7 @@ class Watches:
         task, watch = self.tasks.get(name), self.watches.get(name)
         if task is None or watch is None:
             d = self.store.deployment(name)
-            return d.state if d is not None else "stopped"
+            return d.state if d is not None else State.STOPPED
         assert watch.reached is not None
         done, _ = await asyncio.wait([task, watch.reached], return_when=asyncio.FIRST_COMPLETED)
         if task in done and task.exception() is not None:

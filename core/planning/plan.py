@@ -17,6 +17,7 @@ from .. import units
 from ..config import DEFAULT_LAUNCHER, validate_abs_path, validate_host_name
 import msgspec
 
+from ..states import State
 from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
                       gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
@@ -85,7 +86,7 @@ class Wishes:
 
 
 # a stored deployment in one of these states has no server and will start none: its port is free again
-PORT_RELEASED_STATES = ("stopped", "crashed")
+PORT_RELEASED_STATES = (State.STOPPED, State.CRASHED)
 
 
 def with_deployment_ports(target: Target, deployments: Iterable[tuple[str, str, str, int]]) -> Target:

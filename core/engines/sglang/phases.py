@@ -211,35 +211,18 @@ def _unwrap(s: str) -> str:
         c = s[:1]
         m = None
         if c == "[":
-            if s.startswith("[pod/"):
-                m = _KUBECTL_RE.match(s)
-            elif s[1:2].isdigit():
-                if s[11:12] == "T":
-                    m = _BRACKET_ISO_RE.match(s)
-                elif s.find("]<std", 2, 14) > 0:
-                    m = _MPI_RE.match(s)
+            m = _bracket_wrap(s)
         elif c == ">":  # a Markdown quote
             if s[1:2] in (" ", ""):
                 s = s[2:]
                 continue
         elif c.isdigit():
-            if s[4:5] == "-" and s[13:14] == ":":
-                if s[10:11] == "T":
-                    m = _JOURNAL_RE.match(s)
-                m = m or _TS_WRAP_RE.match(s)
-            else:
-                m = _SLURM_RE.match(s)
+            m = _digit_wrap(s)
         elif c == " ":
             if s[1:5].strip()[:1].isdigit():
                 m = _SLURM_RE.match(s)
         elif c.isupper():
-            if s[3:4] == " ":
-                if s[9:10] == ":":
-                    m = _JOURNAL_RE.match(s)
-                elif s[7:8] == " " and s.find("]<std", 20, 40) > 0:
-                    m = _MPI_RE.match(s)
-            elif s[:4] in _PYLOG_HEADS and s[s.find(":", 4, 9) + 1:][:1] not in (" ", ""):
-                m = _PYLOG_RE.match(s)
+            m = _upper_wrap(s)
         elif c == "(":
             m = _RAY_RE.match(s)
         if m is None and c != "[":
@@ -251,6 +234,39 @@ def _unwrap(s: str) -> str:
             return s
         s = s[m.end():]
     return s
+
+
+def _bracket_wrap(s: str) -> re.Match[str] | None:
+    """kubectl's "[pod/…] ", a collector's "[2026-07-14T…] ", mpirun's "[1,0]<stdout>:"."""
+    if s.startswith("[pod/"):
+        return _KUBECTL_RE.match(s)
+    if s[1:2].isdigit():
+        if s[11:12] == "T":
+            return _BRACKET_ISO_RE.match(s)
+        if s.find("]<std", 2, 14) > 0:
+            return _MPI_RE.match(s)
+    return None
+
+
+def _digit_wrap(s: str) -> re.Match[str] | None:
+    """A journal's ISO time, docker's timestamp, Slurm's "0: " task label."""
+    if s[4:5] == "-" and s[13:14] == ":":
+        m = _JOURNAL_RE.match(s) if s[10:11] == "T" else None
+        return m or _TS_WRAP_RE.match(s)
+    return _SLURM_RE.match(s)
+
+
+def _upper_wrap(s: str) -> re.Match[str] | None:
+    """A journal's "Jul 14 07:49:04 host unit[pid]: ", mpirun's dated tag, Python logging's "INFO:name:"."""
+    if s[3:4] == " ":
+        if s[9:10] == ":":
+            return _JOURNAL_RE.match(s)
+        if s[7:8] == " " and s.find("]<std", 20, 40) > 0:
+            return _MPI_RE.match(s)
+        return None
+    if s[:4] in _PYLOG_HEADS and s[s.find(":", 4, 9) + 1:][:1] not in (" ", ""):
+        return _PYLOG_RE.match(s)
+    return None
 
 
 def _sgl(s: str, raw: str) -> LogLine:
@@ -1163,39 +1179,9 @@ class PhaseTracker:
         """Feed a line to the open traceback; False when the line is not part of it."""
         tb = self._tb
         assert tb is not None
-        t = ln.text
         if tb.state == _TB_FRAMES:
-            part = tb.parts[-1]
-            if t[:1] in (" ", "\t"):
-                if t.startswith('  File "'):
-                    m = _FRAME_RE.match(t)
-                    if m:
-                        part.frames.append((t.strip(), m.group(1), m.group(3).strip(), ""))
-                        tb.miss = 0
-                elif part.frames and not part.frames[-1][3]:
-                    self._tb_code(part, t)
-                return True
-            if not t.strip():
-                return True
-            if t.startswith('File "') and ln.ts is None:  # indentation lost in the paste
-                m = _FRAME_RE.match(t)
-                if m:
-                    part.frames.append(("  " + t.strip(), m.group(1), m.group(3).strip(), ""))
-                    tb.flat = True
-                    tb.miss = 0
-                    return True
-            if ln.ts is None and _EXC_RE.match(t):
-                part.exc.append(t.strip())
-                tb.state = _TB_AFTER
-                self._tb_exception(tb, out)
-                return True
-            if tb.flat and part.frames and not part.frames[-1][3] and ln.ts is None and not t.startswith(_TB_MARK):
-                self._tb_code(part, t)  # the frame's source line, unindented
-                return True
-            tb.miss += 1
-            if tb.miss > 5 or t.startswith(_TB_MARK):
-                self._tb_dropped(tb, out)
-            return False
+            return self._tb_frames(tb, ln, out)
+        t = ln.text
         if tb.state == _TB_AFTER:
             if t.startswith(_CHAIN_MARKS):
                 tb.state = _TB_CHAIN
@@ -1219,6 +1205,48 @@ class PhaseTracker:
         self._tb = None
         return False
 
+    def _tb_frames(self, tb: _Tb, ln: LogLine, out: list[Change]) -> bool:
+        """A line of the traceback's frames (a frame, its source line, the exception line)."""
+        t = ln.text
+        part = tb.parts[-1]
+        if t[:1] in (" ", "\t"):
+            if t.startswith('  File "'):
+                m = _FRAME_RE.match(t)
+                if m:
+                    part.frames.append((t.strip(), m.group(1), m.group(3).strip(), ""))
+                    tb.miss = 0
+            elif part.frames and not part.frames[-1][3]:
+                self._tb_code(part, t)
+            return True
+        if not t.strip():
+            return True
+        if ln.ts is None and self._tb_unindented(tb, part, t, out):
+            return True
+        tb.miss += 1
+        if tb.miss > 5 or t.startswith(_TB_MARK):
+            self._tb_dropped(tb, out)
+        return False
+
+    def _tb_unindented(self, tb: _Tb, part: _Part, t: str, out: list[Change]) -> bool:
+        """An unindented line without a timestamp that belongs to the frames: a frame or its source
+        line whose indentation the paste lost, or the exception line (which ends them)."""
+        if t.startswith('File "'):  # indentation lost in the paste
+            m = _FRAME_RE.match(t)
+            if m:
+                part.frames.append(("  " + t.strip(), m.group(1), m.group(3).strip(), ""))
+                tb.flat = True
+                tb.miss = 0
+                return True
+        if _EXC_RE.match(t):
+            part.exc.append(t.strip())
+            tb.state = _TB_AFTER
+            self._tb_exception(tb, out)
+            return True
+        if tb.flat and part.frames and not part.frames[-1][3] and not t.startswith(_TB_MARK):
+            self._tb_code(part, t)  # the frame's source line, unindented
+            return True
+        return False
+
     @staticmethod
     def _tb_code(part: _Part, t: str) -> None:
         code = t.strip()
@@ -1236,12 +1264,7 @@ class PhaseTracker:
             self._tb_exception(tb, out)
 
     def _tb_exception(self, tb: _Tb, out: list[Change]) -> None:
-        if not tb.fatal:
-            return
-        cur = self.crash
-        if not (self._crash_open() or self._crash_tb is tb or cur is None
-                or (self._crash_tb is None and len(cur.evidence) <= 1)
-                or (cur.summary in _TB_NO_EXC and tb.parts[-1].exc[0] not in _TB_NO_EXC)):
+        if not tb.fatal or not self._tb_is_cause(tb):
             # the first crash is the cause; later ones (other ranks, the parent) follow from it; a
             # traceback cut before its exception line gives way to one that has it
             return
@@ -1256,26 +1279,40 @@ class PhaseTracker:
         else:
             phase, src = self._crash_phase(fphase)
         final = tb.parts[-1].exc[0]
-        ev: list[str] = []
-        if tb.sglang:
-            ev.append(tb.sglang[:400])
-        if fframe is not None and src == "traceback":
-            ev.append(fframe[0])
-            if fframe[3]:
-                ev.append(fframe[3])
-        root = tb.parts[0]
-        for fr in root.frames[-2:]:
-            if fr[0] not in ev:
-                ev.append(fr[0])
-                if fr[3]:
-                    ev.append(fr[3])
-        for part in tb.parts[:-1]:
-            ev.extend(part.exc[:1])
-        ev.append(final)
+        ev = _tb_evidence(tb, fframe if src == "traceback" else None)
         start = self.crash.line_no if (self._crash_tb is tb and self.crash is not None) else tb.start
         self.crash = Crash(phase, start, final, tuple(ev[-12:]), src)
         self._crash_tb = tb
         out.append(self.crash)
+
+    def _tb_is_cause(self, tb: _Tb) -> bool:
+        """Whether traceback `tb` says what the crash is: there is none yet, or it is the crash's
+        own, or the crash so far is one that gives way to it."""
+        cur = self.crash
+        return (self._crash_open() or self._crash_tb is tb or cur is None
+                or (self._crash_tb is None and len(cur.evidence) <= 1)
+                or (cur.summary in _TB_NO_EXC and tb.parts[-1].exc[0] not in _TB_NO_EXC))
+
+
+def _tb_evidence(tb: _Tb, frame: tuple[str, str, str, str] | None) -> list[str]:
+    """A traceback's evidence: SGLang's own line, the frame that told the phase (`frame`), the
+    root's last two frames with their source, each chained exception, the final one."""
+    ev: list[str] = []
+    if tb.sglang:
+        ev.append(tb.sglang[:400])
+    if frame is not None:
+        ev.append(frame[0])
+        if frame[3]:
+            ev.append(frame[3])
+    for fr in tb.parts[0].frames[-2:]:
+        if fr[0] not in ev:
+            ev.append(fr[0])
+            if fr[3]:
+                ev.append(fr[3])
+    for part in tb.parts[:-1]:
+        ev.extend(part.exc[:1])
+    ev.append(tb.parts[-1].exc[0])
+    return ev
 
 
 # --------------------------------------------------------------------------------------------
