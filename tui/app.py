@@ -24,7 +24,7 @@ try:
     from textual.theme import Theme
 
     from ..core.config import Inventory
-    from ..core.hosts.host import Host
+    from ..core.api import Host
     from ..core.literal import literal, literal_lines
     from ..core.telemetry.monitor import Monitor
     from ..core.paths import load_ui_state, save_ui_state
@@ -232,7 +232,7 @@ class GpuopsApp(App):
 
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.ops import NeedsConfirmation, Refused, StoreError
 
         async def guarded() -> None:
