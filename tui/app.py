@@ -216,7 +216,9 @@ class GpuopsApp(App):
         from ..core.ops import Ops, Store, StoreError
 
         try:
-            return Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+            ops = Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+            ops.open_store()
+            return ops
         except StoreError as exc:
             # the dashboard goes on (hosts, GPUs); deployments and benchmarks wait for a usable store
             self.notify(f"{exc} (until then nothing is deployed or recorded)", severity="error", timeout=30)
