@@ -14,14 +14,15 @@ from typing import Callable, Sequence
 from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join_flags, placeholder, split_flags
 from . import PlanError
 from ..engines.sglang import versions as sv
-from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, Ctx, _is_fp4
+from ..engines.sglang.flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, _is_fp4
+from .rules import Ctx
 from .model_facts import ModelFacts
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_ITEM = re.compile(r"[A-Z_][A-Z0-9_]*=.*")  # an env value among a rule's adds (flags are --names)
-# the planner's own rules (flag_rules.RULES): what they add is derived from the model, not chosen
+# the planner's own rules (SGLang's flag_rules.RULES): what they add is derived from the model, not chosen
 PLANNER_RULES = frozenset(rule.id for rule in RULES)
 
 
