@@ -315,3 +315,15 @@ def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_en
         assert sglang.engine == "sglang" and "--tp-size" in sglang.argv and "--model-path" in sglang.argv
     finally:
         engines._LOADED.pop("toy-planned", None)
+
+
+def test_a_servers_ranks_are_known_by_its_engines_process_titles(toy_engine):
+    """The stall watcher's rank count: the processes whose title starts with the engine's
+    rank_title (SGLang's schedulers); an engine that names none counts no ranks."""
+    from gpuops.core.hosts.procs import ProcessTree
+
+    tree = ProcessTree([10, 11, 12, 13], {10: "python3 -m sglang.launch_server --port 30000",
+                                          11: "sglang::scheduler_TP0", 12: "sglang::scheduler_DP1_TP1",
+                                          13: "sglang::detokenizer"})
+    assert tree.ranks(engines.get("sglang").rank_title) == [11, 12]
+    assert engines.get("toy").rank_title is None and tree.ranks(engines.get("toy").rank_title) == []

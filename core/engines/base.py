@@ -91,6 +91,9 @@ class Engine(ABC):
     # gpuops' names of the server's live numbers -> the engine's Prometheus metric names
     metrics: ClassVar[Mapping[str, str]] = {}
     router_title: ClassVar[str] = "its router"  # how text names what serves in front of replicas
+    # the start of the process title each of the server's rank processes gives itself (None: it gives none;
+    # the stall watcher then counts processes only)
+    rank_title: ClassVar[str | None] = None
 
     # -- the command line ----------------------------------------------------------------------
 

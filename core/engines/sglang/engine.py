@@ -56,6 +56,7 @@ class SGLang(Engine):
     server = "sglang.launch_server"
     router = "sglang_router.launch_router"
     router_title = "sglang-router"
+    rank_title = "sglang::scheduler"  # its ranks' process titles: sglang::scheduler_TP0, …_DP1_TP1
     bench_backend = "sglang"  # bench_serving's --backend
     versions = SGLangVersions()
     owned_flags = flag_rules.OWNED_FLAGS
