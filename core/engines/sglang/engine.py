@@ -71,11 +71,11 @@ class SGLang(Engine):
         return self.router if router else self.server
 
     def version_program(self) -> str:
-        """core/hosts/programs/sglang_version.py as sent (package metadata first: no import of the server stack)."""
+        """programs/version.py as sent (package metadata first: no import of the server stack)."""
         from ...hosts.host import script_source
-        from ...hosts.programs import sglang_version
+        from .programs import version
 
-        return script_source(sglang_version)
+        return script_source(version)
 
     def clean(self, raw: str) -> LogLine:
         return clean(raw)
