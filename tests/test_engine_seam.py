@@ -327,3 +327,14 @@ def test_a_servers_ranks_are_known_by_its_engines_process_titles(toy_engine):
                                           13: "sglang::detokenizer"})
     assert tree.ranks(engines.get("sglang").rank_title) == [11, 12]
     assert engines.get("toy").rank_title is None and tree.ranks(engines.get("toy").rank_title) == []
+
+
+def test_a_previous_command_lines_flags_are_what_follows_its_engines_server(toy_engine):
+    """--like reads a unit's ExecStart: the flags after the plan's engine's server command."""
+    sglang, toy = engines.get("sglang"), engines.get("toy")
+    assert sglang.command_flags(["/v/bin/python", "-m", "sglang.launch_server", "--tp-size", "2"]) == ["--tp-size", "2"]
+    assert sglang.command_flags(["sglang", "serve", "--port", "1"]) == ["--port", "1"]
+    assert toy.command_flags(["/v/bin/python", "-m", "toyserve.serve", "--shards", "3"]) == ["--shards", "3"]
+    assert toy.command_flags(["toyserve", "--shards", "3"]) == ["--shards", "3"]
+    assert toy.command_flags(["/v/bin/python", "-m", "sglang.launch_server", "serve"]) == \
+        ["/v/bin/python", "-m", "sglang.launch_server", "serve"]  # not the toy's server: nothing taken for it

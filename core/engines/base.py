@@ -106,6 +106,18 @@ class Engine(ABC):
         """The server's command line: python [gpuops' launcher] -m MODULE FLAGS."""
         return [python, *([launcher] if launcher else []), "-m", self.server_module(router=router), *flags]
 
+    def command_flags(self, argv: Sequence[str]) -> list[str]:
+        """The flags of a command line that ran the server (a unit's ExecStart, for --like): what
+        follows its module (``python -m MODULE``), else everything from the first ``--`` option."""
+        args = list(argv)
+        module = self.server_module()
+        for i, a in enumerate(args):
+            if a == module:
+                return args[i + 1:]
+            if a.startswith("--"):
+                return args[i:]
+        return args
+
     # -- what a host has -----------------------------------------------------------------------
 
     @abstractmethod

@@ -70,6 +70,16 @@ class SGLang(Engine):
     def server_module(self, *, router: bool = False) -> str:
         return self.router if router else self.server
 
+    def command_flags(self, argv: Sequence[str]) -> list[str]:
+        """What follows `python -m sglang.launch_server`, `sglang serve` or a launch_server.py."""
+        args = list(argv)
+        for i, a in enumerate(args):
+            if a in (self.server, "serve") or a.endswith("launch_server.py"):
+                return args[i + 1:]
+            if a.startswith("--"):
+                return args[i:]
+        return args
+
     def version_program(self) -> str:
         """programs/version.py as sent (package metadata first: no import of the server stack)."""
         from ...hosts.host import script_source
