@@ -46,9 +46,9 @@ def run_bench(inv: Inventory, args: argparse.Namespace) -> int:
     if verb is None:
         return _run(inv, args)
     from ..core.bench.runner import BenchInputError
-    from ..core.deploy.store import Store
+    from ..core.ops import Ops
 
-    store = Store()
+    store = Ops(inv).store  # the runs' verbs read and write the store alone (no host)
     try:
         return {"list": _list, "show": _show, "compare": _compare, "import": _import,
                 "export": _export}[verb](store, args)

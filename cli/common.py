@@ -56,6 +56,7 @@ def run_use_case(inv: Inventory, args: argparse.Namespace, use: Callable[[Any, b
         readonly = bool(getattr(args, "readonly", False))
         try:
             ops = Ops(inv, readonly=readonly)
+            ops.open_store()
         except StoreError as exc:
             if not store_read_only or isinstance(exc, NameTaken):
                 raise

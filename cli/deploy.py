@@ -520,7 +520,7 @@ def run_stop(inv: Inventory, args: argparse.Namespace) -> int:
 def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
     """`gpuops swap OLD MODEL`: the afternoon as one action (core/ops.py Ops.swap does it)."""
     from ..core.bench.runner import BenchInputError, resolve_profile
-    from ..core.deploy.store import Store
+    from ..core.ops import Ops
     from .bench import _print_event
 
     if getattr(args, "readonly", False):
@@ -532,7 +532,7 @@ def run_swap(inv: Inventory, args: argparse.Namespace) -> int:
         profile = resolve_profile(args.profile, inv.bench_profiles)
     except BenchInputError as exc:
         raise UsageError(str(exc)) from None
-    store = Store()
+    store = Ops(inv).store  # (opened here: the swap's own Ops opens it again)
     try:
         old = store.deployment(args.old)
     finally:

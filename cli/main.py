@@ -140,20 +140,25 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------ snapshot verbs
 
 
-async def _snapshots(hosts: Sequence[HostConfig]) -> list[tuple[HostConfig, Any, Exception | None]]:
-    from ..core.hosts.host import HostError, make_host
+async def _snapshots(inv: Inventory, hosts: Sequence[HostConfig]) -> list[tuple[HostConfig, Any, Exception | None]]:
+    from ..core.hosts.host import HostError
+    from ..core.ops import Ops
     from ..core.telemetry.samples import snapshot
 
+    ops = Ops(inv)  # its hosts, closed with it (it opens no store for this)
+
     async def one(cfg: HostConfig) -> tuple[HostConfig, Any, Exception | None]:
-        host = make_host(cfg)
+        host = ops.host(cfg.name)
+        assert host is not None  # (cfg is the inventory's)
         try:
             return cfg, await snapshot(host), None
         except HostError as exc:
             return cfg, None, exc
-        finally:
-            await host.close()
 
-    return await asyncio.gather(*(one(c) for c in hosts))
+    try:
+        return await asyncio.gather(*(one(c) for c in hosts))
+    finally:
+        await ops.close()
 
 
 def _error_fields(exc: Exception | None) -> tuple[str | None, str | None]:
@@ -256,7 +261,7 @@ def _print_gpus(doc: dict) -> None:
 
 
 def cmd_hosts(inv: Inventory, args: argparse.Namespace) -> int:
-    doc = hosts_document(asyncio.run(_snapshots(inv.hosts)))
+    doc = hosts_document(asyncio.run(_snapshots(inv, inv.hosts)))
     print(json.dumps(doc, indent=2)) if args.json else _print_hosts(doc)
     return 0
 
@@ -268,7 +273,7 @@ def cmd_gpus(inv: Inventory, args: argparse.Namespace) -> int:
             hosts = (inv.host(args.host),)
         except KeyError:
             raise UsageError(f"unknown host {args.host!r} (known: {', '.join(inv.names())})") from None
-    doc = gpus_document(asyncio.run(_snapshots(hosts)))
+    doc = gpus_document(asyncio.run(_snapshots(inv, hosts)))
     print(json.dumps(doc, indent=2)) if args.json else _print_gpus(doc)
     return 0
 

@@ -79,20 +79,17 @@ def _deployments(inventory: Inventory, host: str) -> Mapping[str, str]:
 
 
 def _list(inventory: Inventory, args: argparse.Namespace) -> int:
-    from ..core.hosts.host import make_host
-    from ..core.hosts.model_copies import scan_or_error
+    from ..core.ops import Ops
 
     configs = inventory.hosts if args.host is None else (_host_config(inventory, args.host),)
-
-    async def one(cfg: HostConfig):
-        host = make_host(cfg)
-        try:
-            return await scan_or_error(host, _deployments(inventory, cfg.name))
-        finally:
-            await host.close()
+    users = {cfg.name: _deployments(inventory, cfg.name) for cfg in configs}
 
     async def every():
-        return await asyncio.gather(*(one(c) for c in configs))
+        ops = Ops(inventory)  # its hosts, closed with it
+        try:
+            return await asyncio.gather(*(ops.scan_storage(c.name, users[c.name]) for c in configs))
+        finally:
+            await ops.close()
 
     results = asyncio.run(every())
     doc = {"schema": SCHEMA, "hosts": [r.to_json() for r in results]}
@@ -158,7 +155,7 @@ def _ask(question: str, stdin: TextIO, stderr: TextIO) -> bool:
 def _rm(inventory: Inventory, args: argparse.Namespace,
         ask: Callable[[str], bool] | None = None) -> int:
     from ..core import units
-    from ..core.hosts.host import HostError, make_host
+    from ..core.hosts.host import HostError
     from ..core.hosts.model_copies import matches, refusal_for, scan
     from ..core.ops import Ops, Refused
 
@@ -177,7 +174,9 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
     ask = ask or (lambda q: _ask(q, sys.stdin, sys.stderr))
 
     async def work() -> int:
-        host = make_host(cfg)
+        ops = Ops(inventory, readonly=readonly)  # its hosts and store, closed with it
+        host = ops.host(cfg.name)
+        assert host is not None  # (cfg is the inventory's)
         try:
             storage = await scan(host, deployments)
             found = matches(storage, query)
@@ -199,13 +198,10 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
                 if not await asyncio.to_thread(ask, question):
                     print("gpuops: not deleted", file=sys.stderr)
                     return 2
-            ops = Ops(inventory, readonly=readonly, hosts={name: host})
             try:
                 done = await ops.delete_model(name, model, confirmed=True)
             except Refused as exc:
                 raise _Refused(str(exc)) from None
-            finally:
-                await ops.close()
             if as_json:
                 print(json.dumps({"schema": SCHEMA, **done.to_json()}, indent=2))
             else:
@@ -217,7 +213,7 @@ def _rm(inventory: Inventory, args: argparse.Namespace,
                   file=sys.stderr)
             return 1
         finally:
-            await host.close()
+            await ops.close()
 
     return asyncio.run(work())
 

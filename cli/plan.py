@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
-from ..core.config import HostConfig, Inventory
+from ..core.config import Inventory
 from .common import UsageError
 
 
@@ -61,41 +61,6 @@ def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
 
 
-def _stored_plan(name: str):
-    """A stored deployment's plan (for --like NAME); a store that cannot be read: bad input."""
-    from ..core.deploy.store import Store, StoreError
-
-    store = Store()
-    try:
-        d = store.deployment(name)
-    except StoreError as exc:
-        raise PlanUsageError(f"--like {name}: {exc}") from None
-    finally:
-        store.close()
-    return d.plan if d is not None else None
-
-
-def _stored_ports() -> list[tuple[str, str, str, int]]:
-    """(name, host, state, port) of each stored deployment: their ports are taken on their hosts
-    even before their servers listen. A store that cannot be read says nothing."""
-    import sqlite3
-
-    from ..core.deploy.store import Store, StoreError, default_path
-
-    if not default_path().is_file():  # nothing deployed from here: planning creates no store
-        return []
-    try:
-        store = Store()
-    except (StoreError, OSError, sqlite3.Error):
-        return []
-    try:
-        return [(d.name, d.host, d.state, d.plan.port) for d in store.deployments()]
-    except (StoreError, OSError, sqlite3.Error):
-        return []
-    finally:
-        store.close()
-
-
 def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
     facts, plan = make_plan(inv, request_from_args(args))
     if args.json:
@@ -106,23 +71,21 @@ def run_plan(inv: Inventory, args: argparse.Namespace) -> int:
 
 
 def make_plan(inv: Inventory, req: PlanRequest):
-    """(the model's facts, the plan) that `req` asks for: the planning use case
-    (:func:`gpuops.core.planning.request.plan_request`) for `plan`, `deploy MODEL` and `swap`, with the
-    hosts opened for the reading and the store read only when there is one (planning creates none);
-    PlanUsageError on bad input, nothing changed."""
-    from ..core.hosts.host import make_host
+    """(the model's facts, the plan) that `req` asks for: the planning use case (``Ops.plan``) for
+    `plan`, `deploy MODEL` and `swap`, with the hosts opened for the reading and the store read only
+    when there is one (planning creates none); PlanUsageError on bad input, nothing changed."""
+    from ..core.ops import Ops
     from ..core.planning import PlanError
-    from ..core.planning.request import plan_request
 
-    async def open_host(cfg: HostConfig):
-        return make_host(cfg)
-
-    async def close_host(host) -> None:
-        await host.close()
+    async def go():
+        ops = Ops(inv)
+        try:
+            return await ops.plan(req)
+        finally:
+            await ops.close()
 
     try:
-        return asyncio.run(plan_request(inv, req, open_host=open_host, close_host=close_host,
-                                        stored_ports=_stored_ports, stored_plan=_stored_plan))
+        return asyncio.run(go())
     except PlanError as exc:
         raise PlanUsageError(str(exc)) from None
 

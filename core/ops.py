@@ -15,6 +15,7 @@ Policy lives here once:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
@@ -26,7 +27,7 @@ from .config import HostConfig, Inventory
 from .deploy.deployer import DeployError, Deployer
 from .deploy.download import local_hf_token
 from .deploy.launchers import open_launcher
-from .deploy.store import Store, StoreError
+from .deploy.store import Store, StoreError, default_path
 from .deploy.router import watch_class
 from .deploy.watch import POLL_S, Bus, Watch, Watches, WatchOptions, quick_check, watcher_alive
 from .diagnose.fixes import apply_patch
@@ -125,13 +126,34 @@ class Ops:
         self.inventory = inventory
         self.readonly = readonly
         self.readonly_why: str | None = None  # why, when it is not the operator's --readonly
-        self.store = store or Store()
+        self._store = store  # opened when first used (`gpuops plan` opens none, so creates none)
         self.pool = HostPool(inventory, hosts)
         self.monitor = monitor
         self._own_monitor: Any = None
-        self.watches = Watches(self.store, self.host, readings=self.readings, stall=dict(inventory.stall),
-                               poll_s=poll_s)
+        self._poll_s = poll_s
         self.deploying: set[str] = set()  # deploys and restarts in progress in this process
+
+    @property
+    def store(self) -> Store:
+        """The store, opened (and created) the first time it is asked for (StoreError: it cannot be used)."""
+        if self._store is None:
+            self._store = Store()
+        return self._store
+
+    def open_store(self) -> Store:
+        """The store opened now: a front end that wants a StoreError at its start calls this."""
+        return self.store
+
+    def _stored(self) -> Store | None:
+        """The store when it is open or exists, else None (reading it creates none)."""
+        if self._store is None and not default_path().is_file():
+            return None
+        return self.store
+
+    @functools.cached_property
+    def watches(self) -> Watches:
+        return Watches(self.store, self.host, readings=self.readings, stall=dict(self.inventory.stall),
+                       poll_s=self._poll_s)
 
     @property
     def bus(self) -> Bus:
@@ -142,16 +164,19 @@ class Ops:
         self.inventory = inventory
         self.pool.inventory = inventory
         self.pool.given = dict(hosts or {})
-        self.watches.stall = dict(inventory.stall)
+        if "watches" in self.__dict__:  # (made later, it reads the inventory's then)
+            self.watches.stall = dict(inventory.stall)
 
     async def close(self) -> None:
         for name in sorted(self.deploying):  # what this process deploys ends with it: its leases go
             self._release(name)
-        await self.watches.close()
+        if "watches" in self.__dict__:
+            await self.watches.close()
         if self._own_monitor is not None:
             await self._own_monitor.close()
         await self.pool.close()
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
 
     # ---------------------------------------------------------------- lookups
 
@@ -299,7 +324,12 @@ class Ops:
     async def plan(self, request: Any) -> tuple[Any, Plan]:
         """(the model's facts, the plan) a :class:`~gpuops.core.planning.request.PlanRequest` asks for:
         one host, several nodes or replicas, its hosts read through this Ops' pool, the stored
-        deployments' ports taken and `--like NAME` read from its store (PlanError on bad input)."""
+        deployments' ports taken and `--like NAME` read from its store (PlanError on bad input).
+        Planning creates no store: the ports are read when there is one (a store that cannot be read
+        gives none), and a `--like NAME` that cannot be read is bad input."""
+        import sqlite3
+
+        from .planning import PlanError
         from .planning.request import plan_request
 
         async def open_host(cfg: HostConfig) -> Host:
@@ -312,12 +342,23 @@ class Ops:
             pass
 
         def stored_plan(name: str) -> Plan | None:
-            d = self.store.deployment(name)
+            try:
+                d = self.store.deployment(name)
+            except StoreError as exc:
+                raise PlanError(f"--like {name}: {exc}") from None
             return d.plan if d is not None else None
 
-        return await plan_request(
-            self.inventory, request, open_host=open_host, close_host=keep_open, stored_plan=stored_plan,
-            stored_ports=lambda: [(d.name, d.host, d.state, d.plan.port) for d in self.store.deployments()])
+        def stored_ports() -> list[tuple[str, str, str, int]]:
+            try:
+                store = self._stored()
+                if store is None:  # nothing deployed from here
+                    return []
+                return [(d.name, d.host, d.state, d.plan.port) for d in store.deployments()]
+            except (StoreError, OSError, sqlite3.Error):
+                return []
+
+        return await plan_request(self.inventory, request, open_host=open_host, close_host=keep_open,
+                                  stored_plan=stored_plan, stored_ports=stored_ports)
 
     # ---------------------------------------------------------------- deploy
 

@@ -130,7 +130,7 @@ class BenchRunScreen(GpuopsScreen):
     @work(exclusive=True, group="bench-run", exit_on_error=False)
     async def run_bench(self) -> None:
         from ..core.bench.runner import BenchInputError
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.ops import Refused
 
         ops = self.gapp.ops
@@ -147,7 +147,7 @@ class BenchRunScreen(GpuopsScreen):
     async def follow_metrics(self, target: Target) -> None:
         """Until the screen closes: the server draining after the run is worth seeing too."""
         from ..core.bench.runner import poll_metrics
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.domain import utc_now
 
         try:

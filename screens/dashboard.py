@@ -651,7 +651,7 @@ class DashboardScreen(GpuopsScreen):
     async def _ask_end(self, host: str, proc: Any) -> None:
         """Ask before ending `proc`: a deployment's server is named, and ending it stops that
         deployment (as `s` on the deployments view does); any other process is ended by itself."""
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from .confirm import ConfirmScreen
 
         held = f"user {literal(proc.user or '?')}, holding {units.size(proc.used_bytes)} of GPU memory"

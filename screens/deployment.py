@@ -367,7 +367,7 @@ class DeploymentScreen(GpuopsScreen):
 
     @work(exclusive=True, group="quick-check")
     async def action_quick_check(self) -> None:
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
 
         if self.view.state != State.READY:
             self.notify("the server is not ready yet", severity="warning")

@@ -183,7 +183,7 @@ class DeploymentsScreen(GpuopsScreen):
             return
 
         async def check() -> None:
-            from ..core.hosts.host import HostError
+            from ..core.api import HostError
             from ..core.ops import NeedsConfirmation, Refused
 
             try:

@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static
 
 from ..core import units
-from ..core.hosts.host import Host, HostError
+from ..core.api import Host, HostError
 from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.plan import Wishes
 from .base import GpuopsScreen

@@ -248,7 +248,7 @@ class PlanReviewScreen(GpuopsScreen):
         """`nodes H2,…` (or `replicas K H2,…`): read each host as the model picker reads this one (its
         GPUs, disks, SGLang, the ports its deployments hold), then plan over them all (one SGLang over
         the nodes, or K replicas round the hosts); on any error the plan stays."""
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         word = "replicas" if replicas else "nodes"
         nodes: list[Node] = []
         try:

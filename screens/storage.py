@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Header, Static
 
 from ..core import units
-from ..core.hosts.model_copies import (
+from ..core.api import (
     Deleted,
     HostStorage,
     ModelCopy,
@@ -29,7 +29,7 @@ from .base import GpuopsScreen
 from .confirm import ConfirmScreen
 
 if TYPE_CHECKING:
-    from ..core.hosts.host import Host
+    from ..core.api import Host
 
 # what decides a deletion first (how big, complete, who uses it): at 80 columns Kind and Modified
 # are the ones that go past the edge

@@ -169,7 +169,7 @@ class SwapScreen(GpuopsScreen):
     # ---------------------------------------------------------------- the swap
 
     async def _swap(self) -> None:
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.ops import Refused, StoreError
 
         ops = self.gapp.ops

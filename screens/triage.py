@@ -93,7 +93,7 @@ class TriageScreen(GpuopsScreen):
 
     @work(exclusive=True, group="triage")
     async def action_rerun(self) -> None:
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.ops import Refused
 
         self._detail(Text("running the log rules and the host checks…"))
@@ -214,7 +214,7 @@ class TriageScreen(GpuopsScreen):
 
     @work(exclusive=True, group="triage-end")
     async def end_processes(self, rows: list[dict]) -> None:
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.ops import NeedsConfirmation, Refused
 
         for pid in dict.fromkeys(r["pid"] for r in rows):

@@ -247,3 +247,94 @@ async def test_a_toy_engine_plugs_in_and_deploys_to_ready(tmp_path, monkeypatch,
     finally:
         await ops.close()
         kill_marked(str(tmp_path / "box"))
+
+
+# --------------------------------------------------------------------------------- the planner asks the engine
+
+
+class ToyVersions(engines.VersionData):
+    def newest(self) -> str:
+        return "1.0.0"
+
+    def flags_for(self, version: str) -> frozenset[str]:
+        return frozenset({"--model-path", "--host", "--port", "--shards"})
+
+
+class ToyWithRules(Toy):
+    """The toy with a planner's knowledge: its own flag rules and version data."""
+
+    name = "toy-planned"
+    versions = ToyVersions()
+    owned_flags = frozenset({"--shards"})
+
+    def plan_rules(self):
+        from gpuops.core.planning.rules import Rule
+
+        return (Rule("toy-serve", lambda c: True,
+                     lambda c: [("--model-path", [c.model_path]), ("--port", [str(c.wishes.port)]),
+                                ("--shards", [str(c.tp * 3)]), ("--speed", ["fast"])],
+                     lambda c: "the toy serves the model on its port"),)
+
+    def max_running(self, spec: bool) -> int:
+        return 1
+
+
+def _facts():
+    from gpuops.core.planning.model_facts import facts_from_config
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+              "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+              "torch_dtype": "bfloat16"}
+    return facts_from_config(config, id="toy/model", source="hub")
+
+
+def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_engine):
+    """A plan is made with its engine's flag rules, flags and version data; an engine that knows
+    none of it (the toy) still plans (no rules: no flags), and SGLang's rules stay SGLang's."""
+    from gpuops.core.planning import edits
+    from gpuops.core.planning.hostfacts import offline_target
+    from gpuops.core.planning.plan import Wishes, build_plan
+
+    engines.register(ToyWithRules)
+    try:
+        facts, target = _facts(), offline_target(2, 80.0)
+        plan = build_plan(facts, target, Wishes(tp=2, port=31000, engine="toy-planned"))
+        assert plan.engine == "toy-planned" and plan.sglang_version == "1.0.0"
+        assert plan.argv[:6] == ["--model-path", plan.model_path, "--port", "31000", "--shards", "6"]
+        assert [r.id for r in plan.rules if r.id.startswith("toy")] == ["toy-serve"]
+        assert plan.unknown_flags == ["--speed"]  # checked against the toy's flags, not SGLang's
+        assert not any(a.startswith("--reasoning-parser") or a == "--tp-size" for a in plan.argv)
+        with pytest.raises(edits.EditError, match="--shards is the planner's"):
+            edits.parse("flag --shards 2", engine="toy-planned")
+        assert edits.parse("flag --shards 2")[0] == "edit"  # SGLang's planner does not own it
+
+        bare = build_plan(facts, target, Wishes(tp=1, port=31001, engine="toy"))
+        assert bare.engine == "toy" and bare.argv == [] and bare.unknown_flags == []
+        sglang = build_plan(facts, target, Wishes(tp=1, port=31002, sglang_version="0.5.10"))
+        assert sglang.engine == "sglang" and "--tp-size" in sglang.argv and "--model-path" in sglang.argv
+    finally:
+        engines._LOADED.pop("toy-planned", None)
+
+
+def test_a_servers_ranks_are_known_by_its_engines_process_titles(toy_engine):
+    """The stall watcher's rank count: the processes whose title starts with the engine's
+    rank_title (SGLang's schedulers); an engine that names none counts no ranks."""
+    from gpuops.core.hosts.procs import ProcessTree
+
+    tree = ProcessTree([10, 11, 12, 13], {10: "python3 -m sglang.launch_server --port 30000",
+                                          11: "sglang::scheduler_TP0", 12: "sglang::scheduler_DP1_TP1",
+                                          13: "sglang::detokenizer"})
+    assert tree.ranks(engines.get("sglang").rank_title) == [11, 12]
+    assert engines.get("toy").rank_title is None and tree.ranks(engines.get("toy").rank_title) == []
+
+
+def test_a_previous_command_lines_flags_are_what_follows_its_engines_server(toy_engine):
+    """--like reads a unit's ExecStart: the flags after the plan's engine's server command."""
+    sglang, toy = engines.get("sglang"), engines.get("toy")
+    assert sglang.command_flags(["/v/bin/python", "-m", "sglang.launch_server", "--tp-size", "2"]) == ["--tp-size", "2"]
+    assert sglang.command_flags(["sglang", "serve", "--port", "1"]) == ["--port", "1"]
+    assert toy.command_flags(["/v/bin/python", "-m", "toyserve.serve", "--shards", "3"]) == ["--shards", "3"]
+    assert toy.command_flags(["toyserve", "--shards", "3"]) == ["--shards", "3"]
+    assert toy.command_flags(["/v/bin/python", "-m", "sglang.launch_server", "serve"]) == \
+        ["/v/bin/python", "-m", "sglang.launch_server", "serve"]  # not the toy's server: nothing taken for it

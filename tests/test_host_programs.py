@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 
 from gpuops.core.hosts.host import script_source, shell_source
-from gpuops.core.hosts.programs import (folder_size, free_space, listening, model_config, port_free, proc_tree,
-                                        sglang_version)
+from gpuops.core.engines.sglang.programs import version as sglang_version
+from gpuops.core.hosts.programs import folder_size, free_space, listening, model_config, port_free, proc_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "core" / "hosts" / "programs"
+# where programs live: gpuops' own, and each engine's (core/engines/NAME/programs/)
+PROGRAM_DIRS = (PROGRAMS, *sorted((ROOT / "core" / "engines").glob("*/programs")))
 PRODUCT = ("core", "cli", "tui", "screens")
 
 
@@ -40,7 +42,8 @@ def _imports(tree: ast.AST, guarded: bool = False):
         yield from _imports(child, guarded or isinstance(child, ast.Try))
 
 
-@pytest.mark.parametrize("path", sorted(PROGRAMS.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(p for d in PROGRAM_DIRS for p in d.glob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT / "core")))
 def test_each_program_is_python_3_6_and_standard_library_only(path):
     """A program imports the standard library; anything else (pynvml, sglang: what it asks about)
     only inside a try, and ``.common`` only, which is inlined when sent."""
@@ -53,13 +56,13 @@ def test_each_program_is_python_3_6_and_standard_library_only(path):
                 assert name.split(".")[0] in sys.stdlib_module_names, f"{path.name}:{node.lineno} imports {name}"
     # what is sent parses as one standalone file too (common.py inlined)
     if path.name not in ("__init__.py", "common.py"):
-        ast.parse(script_source(_module(path.stem)), path.name, feature_version=(3, 6))
+        ast.parse(script_source(_module(path)), path.name, feature_version=(3, 6))
 
 
-def _module(name: str):
+def _module(path: Path):
     import importlib
 
-    return importlib.import_module(f"gpuops.core.hosts.programs.{name}")
+    return importlib.import_module("gpuops." + ".".join(path.relative_to(ROOT).with_suffix("").parts))
 
 
 def _python_programs_in_strings(path: Path) -> list[str]:
@@ -82,7 +85,7 @@ def test_no_python_program_is_a_string_literal_in_the_product():
     offenders = []
     for top in PRODUCT:
         for path in sorted((ROOT / top).rglob("*.py")):
-            if PROGRAMS not in path.parents:
+            if not any(d in path.parents for d in PROGRAM_DIRS):
                 offenders += _python_programs_in_strings(path)
     assert not offenders, "python programs in string literals (move them to core/hosts/programs/): " + \
         ", ".join(offenders)

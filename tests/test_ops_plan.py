@@ -51,3 +51,31 @@ def test_ops_plan_refuses_bad_input_in_one_line(model_dir, tmp_path, req, messag
     with pytest.raises(PlanError) as err:
         _plan(tmp_path, PlanRequest(str(model_dir), **wish))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ops_opens_its_store_when_first_used_so_planning_creates_none(model_dir, tmp_path, monkeypatch):  # noqa: F811
+    """Ops owns the store and opens it lazily: an Ops that only plans (the CLI's `gpuops plan`) creates
+    no store; a use case that records something opens (and creates) it."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    from gpuops.core.deploy.store import default_path
+
+    db = default_path()
+    assert str(db).startswith(str(tmp_path))
+
+    async def go():
+        ops = Ops(parse_inventory("", source="test"))
+        try:
+            _facts, plan = await ops.plan(PlanRequest(str(model_dir), gpus=4, gpu_memory=140.4, tp=4,
+                                                      sglang_version="0.5.23"))
+            assert plan.tp == 4
+            assert not db.exists()  # planned, nothing stored, no store made
+        finally:
+            await ops.close()
+        assert not db.exists()
+        ops = Ops(parse_inventory("", source="test"))
+        try:
+            assert ops.deployments() == [] and db.is_file()  # a use case that reads the store opens it
+        finally:
+            await ops.close()
+
+    asyncio.run(go())

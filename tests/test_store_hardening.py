@@ -462,3 +462,20 @@ async def test_a_store_that_fills_up_while_open_does_not_keep_the_server_running
         for pid in own_pids(name):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(home, ignore_errors=True)
+
+
+async def test_the_dashboard_goes_on_read_only_when_its_store_cannot_be_used(tmp_path, monkeypatch):
+    """The app's Ops opens its store at once (Ops itself opens it when first used): a store that
+    cannot be used leaves the dashboard on, read-only, saying why, on a store in memory."""
+    from gpuops.core.config import parse_inventory
+    from gpuops.tui.app import GpuopsApp
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "state" / "gpuops" / "gpuops.db").mkdir(parents=True)  # a folder where the store goes
+    app = GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
+    async with app.run_test(size=(100, 30)):
+        ops = app.ops
+        assert ops.readonly and "the store cannot be used" in (ops.readonly_why or ""), ops.readonly_why
+        assert "is not a file" in (ops.readonly_why or "")
+        assert ops.deployments() == []

@@ -24,7 +24,7 @@ try:
     from textual.theme import Theme
 
     from ..core.config import Inventory
-    from ..core.hosts.host import Host
+    from ..core.api import Host
     from ..core.literal import literal, literal_lines
     from ..core.telemetry.monitor import Monitor
     from ..core.paths import load_ui_state, save_ui_state
@@ -217,7 +217,9 @@ class GpuopsApp(App):
         from ..core.ops import Ops, Store, StoreError
 
         try:
-            return Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+            ops = Ops(self.inventory, readonly=self.readonly, hosts=self.monitor.hosts, monitor=self.monitor)
+            ops.open_store()
+            return ops
         except StoreError as exc:
             # the dashboard goes on (hosts, GPUs); deployments and benchmarks wait for a usable store
             self.notify(f"{exc} (until then nothing is deployed or recorded)", severity="error", timeout=30)
@@ -233,7 +235,7 @@ class GpuopsApp(App):
 
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""
-        from ..core.hosts.host import HostError
+        from ..core.api import HostError
         from ..core.ops import NeedsConfirmation, Refused, StoreError
 
         async def guarded() -> None:

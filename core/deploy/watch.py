@@ -614,7 +614,7 @@ class Watch:
             return False
         if st.pid:
             tree = await process_tree(self.host, st.pid, host_python(self.host))
-            watcher.processes(len(tree.pids), len(tree.ranks) or None)
+            watcher.processes(len(tree.pids), len(tree.ranks(engines.get(self.plan.engine).rank_title)) or None)
         # the Monitor's latest; none yet (its reporter still starting on a slow host) or stale: read
         # the host now, so a stall found early still says what the GPUs hold
         snap: Snapshot | None = self.readings() if self.readings is not None else None

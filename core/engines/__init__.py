@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Engine, Scanner, Tracker
+from .base import Engine, Scanner, Tracker, VersionData
 
-__all__ = ["Engine", "Scanner", "Tracker", "UnknownEngine", "DEFAULT", "get", "names", "register"]
+__all__ = ["Engine", "Scanner", "Tracker", "VersionData", "UnknownEngine", "DEFAULT", "get", "names", "register"]
 
 DEFAULT = "sglang"  # the engine of a plan that names none (every plan made before engines had names)
 

@@ -12,14 +12,15 @@ This module imports nothing of gpuops: the domain (``Plan``) asks an engine for 
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from .records import Change, LogLine
 
-__all__ = ["Engine", "Tracker", "Scanner"]
+__all__ = ["Engine", "Tracker", "Scanner", "VersionData"]
 
 
 class Tracker(Protocol):
@@ -49,6 +50,36 @@ class Scanner(Protocol):
     def findings(self, tracker: Any, plan: Any = None) -> list[Any]: ...
 
 
+class VersionData:
+    """What an engine's releases take: the planner's version data. These defaults know no release
+    (a version is taken as given, no flag list: the planner checks no flag against one); an engine
+    with data (SGLang's, from its wheels) overrides them."""
+
+    def key(self, version: str) -> tuple[int, ...]:
+        """`version` as a key that sorts releases in order."""
+        return tuple(int(n) for n in re.findall(r"\d+", version))
+
+    def newest(self) -> str:
+        """The newest release gpuops has data for (what a plan is for when the host has none)."""
+        return "0"
+
+    def resolve(self, version: str) -> str:
+        """The release whose data stands for `version`."""
+        return version
+
+    def flags_for(self, version: str) -> frozenset[str]:
+        """The server's flags in `version`."""
+        return frozenset()
+
+    def hidden_flags(self, version: str) -> frozenset[str]:
+        """The flags `version` accepts but leaves out of its --help."""
+        return frozenset()
+
+    def parse_help_flags(self, text: str) -> frozenset[str]:
+        """The option strings of the server's --help text."""
+        return frozenset(re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", text))
+
+
 class Engine(ABC):
     """An engine's adapter. Subclass it, fill in the class attributes and the abstract methods, and
     register the class (``engines.register``); a plan names its engine (``Plan.engine``)."""
@@ -60,6 +91,9 @@ class Engine(ABC):
     # gpuops' names of the server's live numbers -> the engine's Prometheus metric names
     metrics: ClassVar[Mapping[str, str]] = {}
     router_title: ClassVar[str] = "its router"  # how text names what serves in front of replicas
+    # the start of the process title each of the server's rank processes gives itself (None: it gives none;
+    # the stall watcher then counts processes only)
+    rank_title: ClassVar[str | None] = None
 
     # -- the command line ----------------------------------------------------------------------
 
@@ -71,6 +105,18 @@ class Engine(ABC):
                     launcher: str | None = None) -> list[str]:
         """The server's command line: python [gpuops' launcher] -m MODULE FLAGS."""
         return [python, *([launcher] if launcher else []), "-m", self.server_module(router=router), *flags]
+
+    def command_flags(self, argv: Sequence[str]) -> list[str]:
+        """The flags of a command line that ran the server (a unit's ExecStart, for --like): what
+        follows its module (``python -m MODULE``), else everything from the first ``--`` option."""
+        args = list(argv)
+        module = self.server_module()
+        for i, a in enumerate(args):
+            if a == module:
+                return args[i + 1:]
+            if a.startswith("--"):
+                return args[i:]
+        return args
 
     # -- what a host has -----------------------------------------------------------------------
 
@@ -85,6 +131,21 @@ class Engine(ABC):
     def router_check_argv(self, python: str) -> list[str]:
         """The command that succeeds where the router (``server_module(router=True)``) is installed."""
         return [python, "-m", self.server_module(router=True), "--help"]
+
+    # -- planning ------------------------------------------------------------------------------
+
+    versions: ClassVar[VersionData] = VersionData()  # its releases' flags (the planner's version data)
+    owned_flags: ClassVar[frozenset[str]] = frozenset()  # flags the planner writes itself (no edit may)
+
+    def plan_rules(self) -> Sequence[Any]:
+        """The planner's flag rules for this engine (``core.planning.rules.Rule``), fired in order;
+        none by default (a plan is then the model, the port and what the operator adds)."""
+        return ()
+
+    def max_running(self, spec: bool) -> int:
+        """How many requests the server runs at once by default (`spec`: with speculative decoding):
+        the fit keeps state for that many."""
+        return 128
 
     # -- the log -------------------------------------------------------------------------------
 

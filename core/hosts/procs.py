@@ -41,18 +41,17 @@ async def end_process(host: Host, pid: int, shown_command: str | None, grace_s: 
     return EndResult(pid, False, f"could not end pid {pid} on {host.name}: {(res.stderr or res.stdout).strip()[:200]}")
 
 
-RANK_PREFIX = "sglang::scheduler"  # SGLang's process titles: sglang::scheduler_TP0, …_DP1_TP1
-
-
 @dataclass
 class ProcessTree:
     pids: list[int]
     commands: dict[int, str]
 
-    @property
-    def ranks(self) -> list[int]:
-        """The SGLang rank processes (by their process title), in pid order."""
-        return [p for p in self.pids if self.commands.get(p, "").startswith(RANK_PREFIX)]
+    def ranks(self, title_prefix: str | None) -> list[int]:
+        """The server's rank processes, known by the process title they give themselves
+        (``Engine.rank_title``; None: the engine names none), in pid order."""
+        if not title_prefix:
+            return []
+        return [p for p in self.pids if self.commands.get(p, "").startswith(title_prefix)]
 
 
 async def process_tree(host: Host, pid: int, python: str) -> ProcessTree:

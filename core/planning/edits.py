@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 from . import PlanError
-from .flag_rules import OWNED_FLAGS
+from .. import engines
 
 WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "replicas", "flag", "-flag", "env", "-env")
 _OWNED_HINT = {"--port": "port N", "--tp-size": "tp N", "--tp": "tp N", "--host": "bind ADDRESS",
@@ -124,12 +124,12 @@ def _env(word: str, args: list[str]) -> tuple[str, Any]:
     return "edit", Edit(word, name, (value,) if word == "env" else ())
 
 
-def _flag(word: str, args: list[str], known_flags: frozenset[str] | None) -> tuple[str, Any]:
+def _flag(word: str, args: list[str], known_flags: frozenset[str] | None, engine: str) -> tuple[str, Any]:
     """`flag --NAME [VALUE…]`, `-flag --NAME`: never one the planner owns; `flag` one the host knows."""
     if not args or not _FLAG.fullmatch(args[0]):
         raise EditError(f"{word}: an SGLang flag such as --chunked-prefill-size, not {' '.join(args) or 'nothing'}")
     name = args[0]
-    if name in OWNED_FLAGS or name in _OWNED_HINT:
+    if name in engines.get(engine).owned_flags or name in _OWNED_HINT:
         hint = _OWNED_HINT.get(name)
         raise EditError(f"{name} is the planner's" + (f": use `{hint}`" if hint else " (derived from the model)"))
     if word == "flag" and known_flags is not None and name not in known_flags:
@@ -144,7 +144,7 @@ _ONE_VALUE: dict[str, Callable[[list[str]], tuple[str, Any]]] = {
     "name": _name, "port": _port, "tp": _tp, "mem": _mem, "bind": _bind, "gpus": _gpus}
 
 
-def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, Any]:
+def parse(line: str, known_flags: frozenset[str] | None = None, engine: str = engines.DEFAULT) -> tuple[str, Any]:
     """One typed edit: ("wish", {field: value}) for the planner's choices, ("bind", address),
     ("nodes", (host, …)) for the other nodes of a multi-node plan (empty: one host again), ("replicas",
     (K, (host, …))) for K servers behind a router on this host and those (K 0: one server again),
@@ -168,7 +168,7 @@ def parse(line: str, known_flags: frozenset[str] | None = None) -> tuple[str, An
         return _replicas(args)
     if word in ("env", "-env"):
         return _env(word, args)
-    return _flag(word, args, known_flags)
+    return _flag(word, args, known_flags, engine)
 
 
 def _nodes(args: list[str], word: str = "nodes") -> tuple[str, ...]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from .. import engines
 from ..domain import Fit, gpus
-from .flag_rules import DEFAULT_MAX_RUNNING, SPEC_MAX_RUNNING
 from .model_facts import ModelFacts
 
 GIB = 1024**3
@@ -24,9 +24,9 @@ def kv_bytes_per_token_per_gpu(facts: ModelFacts, tp: int) -> int:
 
 
 def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float, spec: bool,
-                gpu_count: int | None = None) -> Fit:
+                gpu_count: int | None = None, engine: str = engines.DEFAULT) -> Fit:
     weights = math.ceil(facts.checkpoint_bytes / tp)
-    running = SPEC_MAX_RUNNING if spec else DEFAULT_MAX_RUNNING
+    running = engines.get(engine).max_running(spec)  # the requests whose state the server keeps
     state = 0
     if facts.hybrid is not None:
         # extra_buffer keeps a second state per request for speculative decoding
@@ -51,7 +51,7 @@ def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float
               kv_bytes_per_token_per_gpu=per_token, verdict=verdict)
     if not fits and gpu_count:
         for bigger in tp_choices(facts, gpu_count):
-            if bigger > tp and compute_fit(facts, bigger, gpu_memory, mem_fraction, spec).fits:
+            if bigger > tp and compute_fit(facts, bigger, gpu_memory, mem_fraction, spec, engine=engine).fits:
                 fit.smallest_tp = bigger
                 fit.verdict += f"; the smallest TP that fits is {bigger}"
                 break

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from .. import engines
-from ..engines.sglang import versions as sv
 from ..config import DEFAULT_LAUNCHER
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import free_space as free_space_program
@@ -30,21 +29,21 @@ async def engine_version(host: Host, engine: str = engines.DEFAULT) -> str | Non
     return out if res.ok and out and len(out) < 64 else None
 
 
-async def help_flags(host: Host, version: str) -> frozenset[str] | None:
-    """The host's `launch_server --help` flags, cached per SGLang version."""
-    path = cache_dir() / "sglang-help" / f"{version}.json"
+async def help_flags(host: Host, version: str, engine: str = engines.DEFAULT) -> frozenset[str] | None:
+    """The host's server `--help` flags (SGLang's `launch_server --help`), cached per engine version."""
+    path = cache_dir() / f"{engine}-help" / f"{version}.json"
     try:
         return frozenset(json.loads(path.read_text()))
     except (OSError, ValueError):
         pass
     python = host_python(host)
     try:
-        res = await host.run([python, "-m", engines.get().server_module(), "--help"], timeout=180)
+        res = await host.run([python, "-m", engines.get(engine).server_module(), "--help"], timeout=180)
     except HostError:
         return None
     if not res.ok:
         return None
-    flags = sv.parse_help_flags(res.stdout)
+    flags = engines.get(engine).versions.parse_help_flags(res.stdout)
     if not flags:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,15 +13,17 @@ from typing import Callable, Sequence
 
 from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join_flags, placeholder, split_flags
 from . import PlanError
+from .. import engines
 from ..engines.sglang import versions as sv
-from .flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, Ctx, _is_fp4
+from ..engines.sglang.flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, _is_fp4
+from .rules import Ctx
 from .model_facts import ModelFacts
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_ITEM = re.compile(r"[A-Z_][A-Z0-9_]*=.*")  # an env value among a rule's adds (flags are --names)
-# the planner's own rules (flag_rules.RULES): what they add is derived from the model, not chosen
+# the planner's own rules (SGLang's flag_rules.RULES): what they add is derived from the model, not chosen
 PLANNER_RULES = frozenset(rule.id for rule in RULES)
 
 
@@ -140,7 +142,8 @@ def _like_flags(prev: Previous, ours: set[str], ctx: Ctx, fired: list[RuleFired]
                 diff: list[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:
     """The previous deployment's flags this plan keeps (a deprecated one under its new name); each
     drop and rename said in `diff` and `fired`."""
-    prev_flags = [(canonical_flag(n, ctx.flags), v) for n, v in split_flags(_strip_launcher(prev.argv))]
+    prev_flags = [(canonical_flag(n, ctx.flags), v)
+                  for n, v in split_flags(_strip_launcher(prev.argv, ctx.wishes.engine))]
     derived = {(canonical_flag(n, ctx.flags), v): (rule, why) for n, v, rule, why in prev.derived}
     kept: list[tuple[str, tuple[str, ...]]] = []
     for name, values in prev_flags:
@@ -172,7 +175,8 @@ def _produced_diff(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], 
                    diff: list[tuple[str, str]]) -> None:
     """What this plan's own flags add or change against the previous deployment's, each with the
     reason of the rule that put it there."""
-    prev_map = dict((canonical_flag(n, ctx.flags), v) for n, v in split_flags(_strip_launcher(prev.argv)))
+    prev_map = dict((canonical_flag(n, ctx.flags), v)
+                    for n, v in split_flags(_strip_launcher(prev.argv, ctx.wishes.engine)))
 
     def because(name: str) -> str:
         """Why this plan sets `name`: the reason of the rule that put it there."""
@@ -237,15 +241,9 @@ def canonical_flag(name: str, known: frozenset[str]) -> str:
     return sv.match_flag(name, known) or name
 
 
-def _strip_launcher(argv: Sequence[str]) -> list[str]:
-    """Drop `python -m sglang.launch_server` / `sglang serve` from the front of an argv."""
-    args = list(argv)
-    for i, a in enumerate(args):
-        if a in ("sglang.launch_server", "serve") or a.endswith("launch_server.py"):
-            return args[i + 1:]
-        if a.startswith("--"):
-            return args[i:]
-    return args
+def _strip_launcher(argv: Sequence[str], engine: str = engines.DEFAULT) -> list[str]:
+    """Drop the server's command (`python -m MODULE`: the engine says which) from the front of an argv."""
+    return engines.get(engine).command_flags(argv)
 
 
 # ------------------------------------------------------------------ --like sources

@@ -1,6 +1,7 @@
 """From a model and a host to a checked, explained SGLang deployment plan.
 
-Every flag in a plan comes from a rule of :mod:`gpuops.core.planning.flag_rules`; the finished argv
+Every flag in a plan comes from a rule of the plan's engine (``Engine.plan_rules``; SGLang's:
+:mod:`gpuops.core.engines.sglang.flag_rules`); the finished argv
 is checked against the target version's flag set (or the host's own ``--help``). ``--like``
 (:mod:`gpuops.core.planning.like`) starts from a previous deployment's flags. The result is the
 typed :class:`gpuops.core.domain.Plan`.
@@ -21,9 +22,10 @@ from ..states import State
 from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
                       gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
-from ..engines.sglang import versions as sv
+from .. import engines
+from ..engines.base import VersionData
 from .fit import compute_fit, tp_choices
-from .flag_rules import RULES, Ctx
+from .rules import Ctx, Rule
 from .like import NODE_FLAGS, Previous, apply_like
 from .model_facts import ModelFacts
 
@@ -80,6 +82,7 @@ class Wishes:
     served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
     sglang_version: str | None = None  # --sglang-version: overrides what the host says
     like: "Previous | None" = None
+    engine: str = engines.DEFAULT  # what serves: its flag rules and version data make the plan
     # the stored deployment this plan replaces (a swap): its server is stopped before this one
     # starts, so its port (and what listens there: its server) is not a conflict
     replacing: str | None = None
@@ -282,14 +285,15 @@ def _plan_name(facts: ModelFacts, wishes: Wishes) -> str:
 
 def _sglang_version(target: Target, wishes: Wishes, warnings: list[str]) -> tuple[str, str]:
     """The SGLang version whose rules and flags apply, and where it comes from."""
+    sv = engines.get(wishes.engine).versions
     if wishes.sglang_version:
         version, version_source = wishes.sglang_version, "--sglang-version"
-        if target.sglang_version and sv.version_key(target.sglang_version) != sv.version_key(version):
+        if target.sglang_version and sv.key(target.sglang_version) != sv.key(version):
             warnings.append(f"planning for SGLang {version} but the host has {target.sglang_version}")
     elif target.sglang_version:
         version, version_source = target.sglang_version, "host"
     else:
-        version, version_source = sv.newest_version(), "newest known"
+        version, version_source = sv.newest(), "newest known"
     if target.host and not target.sglang_version and not target.sglang_asked:
         warnings.append(f"{target.host} could not be asked which SGLang it has: planned for {version}")
     elif target.host and not target.sglang_version:
@@ -306,15 +310,15 @@ def _facts_warnings(facts: ModelFacts, warnings: list[str]) -> None:
                         "no quantization flags); check the launch before deploying")
 
 
-def _known_flags(target: Target, version: str) -> tuple[frozenset[str], str]:
+def _known_flags(target: Target, version: str, sv: VersionData) -> tuple[frozenset[str], str]:
     """The flags SGLang `version` takes, and what they were checked against: the host's own --help
     only when the plan is for the SGLang it has (--sglang-version X on a host with Y: X's flags, from
     its wheel); a host's --help leaves out the options SGLang hides, accepted all the same."""
     host_help = target.help_flags if target.help_flags and target.sglang_version and \
-        sv.version_key(target.sglang_version) == sv.version_key(version) else None
+        sv.key(target.sglang_version) == sv.key(version) else None
     flags = (host_help | sv.hidden_flags(version)) if host_help else sv.flags_for(version)
     checked_against = (f"{target.host}'s `launch_server --help` (SGLang {target.sglang_version})"
-                       if host_help else f"SGLang {sv.resolve_version(version)}'s flags (from its wheel)")
+                       if host_help else f"SGLang {sv.resolve(version)}'s flags (from its wheel)")
     return frozenset(flags), checked_against
 
 
@@ -330,7 +334,8 @@ def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
     if tp == 0:  # no --tp: the smallest that fits on the free GPUs
         choices = tp_choices(facts, len(gpu_ids))
         tp = next((t for t in choices if compute_fit(facts, t, gpu_mem, wishes.mem_fraction_static,
-                                                     spec_possible).fits), choices[-1] if choices else 1)
+                                                     spec_possible, engine=wishes.engine).fits),
+                  choices[-1] if choices else 1)
         gpu_ids = tuple(sorted(gpu_ids[:tp]))
         warnings.append(f"TP not chosen: TP{tp}, the smallest that fits")
     if heads and heads % tp:
@@ -339,12 +344,13 @@ def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
     return tp, gpu_ids, gpu_mem
 
 
-def _fire_rules(ctx: Ctx) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str], list[RuleFired]]:
+def _fire_rules(ctx: Ctx, rules: Sequence[Rule]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str],
+                                                           list[RuleFired]]:
     """The flag rules that apply: the flags they produce, their env, and each one's why."""
     produced: list[tuple[str, tuple[str, ...]]] = []
     env: dict[str, str] = {}
     fired: list[RuleFired] = []
-    for rule in RULES:
+    for rule in rules:
         if not rule.when(ctx):
             continue
         rule_flags = [(name, tuple(values)) for name, values in rule.flags(ctx)]
@@ -381,13 +387,14 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
     version, version_source = _sglang_version(target, wishes, warnings)
     _facts_warnings(facts, warnings)
-    flags, checked_against = _known_flags(target, version)
+    engine = engines.get(wishes.engine)
+    flags, checked_against = _known_flags(target, version, engine.versions)
     tp, gpu_ids, gpu_mem = _tp_and_gpus(facts, target, wishes, warnings)
     # where the weights go
     download_dir, model_path, reuse = _choose_download_dir(facts, target, wishes, warnings)
 
     ctx = Ctx(facts, target, wishes, version, flags, tp, gpu_ids, model_path)
-    produced, env, fired = _fire_rules(ctx)
+    produced, env, fired = _fire_rules(ctx, engine.plan_rules())
     if facts.mtp_layers > 0 and not ctx.spec:
         why = "--no-mtp" if not wishes.mtp else f"SGLang {version} has no --speculative-algorithm"
         warnings.append(f"the checkpoint has MTP layers but speculative decoding is off ({why})")
@@ -406,7 +413,8 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         warnings.append(f"flags unknown to SGLang {version}: {', '.join(unknown)} — deploy would fail; "
                         "fix the plan first")
 
-    fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None)
+    fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
+                      engine=wishes.engine)
     like = (Like(wishes.like.source, tuple(LikeChange(op, text) for op, text in like_diff))  # type: ignore[arg-type]
             if wishes.like is not None else None)
     try:
@@ -416,7 +424,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
             sglang_version_source=version_source, python=target.python, env=env, argv=argv,
             download_dir=download_dir, model_path=model_path, reuse_existing=reuse, fit=fit, rules=fired,
             warnings=warnings, flags_checked_against=checked_against, unknown_flags=unknown, like=like,
-            secret_env=secret_env,
+            secret_env=secret_env, engine=wishes.engine,
         )
     except Invalid as exc:  # a value from the host, a model folder or --like that no plan may hold
         raise PlanError(str(exc)) from None
@@ -717,8 +725,9 @@ def _ids(ids: Sequence[int]) -> str:
 
 
 def _flags_of(plan: Plan, target: Target) -> frozenset[str]:
+    sv = engines.get(plan.engine).versions
     host_help = target.help_flags if target.help_flags and target.sglang_version and \
-        sv.version_key(target.sglang_version) == sv.version_key(plan.sglang_version) else None
+        sv.key(target.sglang_version) == sv.key(plan.sglang_version) else None
     return frozenset((host_help | sv.hidden_flags(plan.sglang_version)) if host_help else sv.flags_for(plan.sglang_version))
 
 

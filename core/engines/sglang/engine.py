@@ -1,21 +1,44 @@
 """SGLang's adapter: what gpuops asks of SGLang, answered by this package's modules (the phase
-grammar ``phases.py``, the finding rules ``finding_rules.py``, the flags and benchmark modules
-of each version ``versions.py`` + ``data/``)."""
+grammar ``phases.py``, the finding rules ``finding_rules.py``, the planner's flag rules
+``flag_rules.py``, the flags and benchmark modules of each version ``versions.py`` + ``data/``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..base import Engine
-from . import versions
+from ..base import Engine, VersionData
+from . import flag_rules, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
+from ...planning.rules import Rule
 
 __all__ = ["SGLang", "EVAL_MODULE"]
 
 EVAL_MODULE = "sglang.test.run_eval"  # the quality profile's evaluation (gsm8k)
+
+
+class SGLangVersions(VersionData):
+    """SGLang's releases, read from its wheels (``versions.py`` + ``data/``)."""
+
+    def key(self, version: str) -> tuple[int, ...]:
+        return versions.version_key(version)
+
+    def newest(self) -> str:
+        return versions.newest_version()
+
+    def resolve(self, version: str) -> str:
+        return versions.resolve_version(version)
+
+    def flags_for(self, version: str) -> frozenset[str]:
+        return versions.flags_for(version)
+
+    def hidden_flags(self, version: str) -> frozenset[str]:
+        return versions.hidden_flags(version)
+
+    def parse_help_flags(self, text: str) -> frozenset[str]:
+        return versions.parse_help_flags(text)
 
 
 class SGLang(Engine):
@@ -33,17 +56,36 @@ class SGLang(Engine):
     server = "sglang.launch_server"
     router = "sglang_router.launch_router"
     router_title = "sglang-router"
+    rank_title = "sglang::scheduler"  # its ranks' process titles: sglang::scheduler_TP0, …_DP1_TP1
     bench_backend = "sglang"  # bench_serving's --backend
+    versions = SGLangVersions()
+    owned_flags = flag_rules.OWNED_FLAGS
+
+    def plan_rules(self) -> Sequence[Rule]:
+        return flag_rules.RULES
+
+    def max_running(self, spec: bool) -> int:
+        return flag_rules.SPEC_MAX_RUNNING if spec else flag_rules.DEFAULT_MAX_RUNNING
 
     def server_module(self, *, router: bool = False) -> str:
         return self.router if router else self.server
 
-    def version_program(self) -> str:
-        """core/hosts/programs/sglang_version.py as sent (package metadata first: no import of the server stack)."""
-        from ...hosts.host import script_source
-        from ...hosts.programs import sglang_version
+    def command_flags(self, argv: Sequence[str]) -> list[str]:
+        """What follows `python -m sglang.launch_server`, `sglang serve` or a launch_server.py."""
+        args = list(argv)
+        for i, a in enumerate(args):
+            if a in (self.server, "serve") or a.endswith("launch_server.py"):
+                return args[i + 1:]
+            if a.startswith("--"):
+                return args[i:]
+        return args
 
-        return script_source(sglang_version)
+    def version_program(self) -> str:
+        """programs/version.py as sent (package metadata first: no import of the server stack)."""
+        from ...hosts.host import script_source
+        from .programs import version
+
+        return script_source(version)
 
     def clean(self, raw: str) -> LogLine:
         return clean(raw)

@@ -68,7 +68,7 @@ from ...diagnose.fixes import apply_patch, describe_patch
 from .phases import Crash, JoinedLine, LogLine, PhaseTracker, clean, track_log
 from ...diagnose.stall import nccl_init_fix
 from ...domain import Plan, split_flags
-from ...planning.flag_rules import MAMBA_FLAGS
+from .flag_rules import MAMBA_FLAGS
 
 __all__ = ["LineRule", "SilenceRule", "LINE_RULES", "SILENCE_RULES", "CODES", "LogScanner", "findings_for_log"]
 

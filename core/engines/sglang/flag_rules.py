@@ -1,18 +1,14 @@
-"""The plan's rules as data: each flag of a plan comes from a rule (an id, when it applies, what it
-adds, why). Rules are version-aware: a flag is only emitted under the name the target SGLang
-version knows (:mod:`gpuops.core.engines.sglang.versions`)."""
+"""SGLang's plan rules as data (``SGLang.plan_rules``): each flag of a plan comes from a rule (an
+id, when it applies, what it adds, why: :class:`gpuops.core.planning.rules.Rule`). Rules are
+version-aware: a flag is only emitted under the name the target SGLang version knows
+(:mod:`gpuops.core.engines.sglang.versions`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
-
-from ..domain import API_KEY_PLACEHOLDER, gpus, is_loopback
-from ..engines.sglang import versions as sv
-from .model_facts import ModelFacts, model_name
-
-if TYPE_CHECKING:
-    from .plan import Target, Wishes
+from ...domain import API_KEY_PLACEHOLDER, gpus, is_loopback
+from ...planning.model_facts import ModelFacts, model_name
+from ...planning.rules import Ctx, Rule
+from . import versions as sv
 
 # With speculative decoding SGLang caps running requests at 48.
 SPEC_MAX_RUNNING = 48
@@ -20,34 +16,6 @@ DEFAULT_MAX_RUNNING = 128
 # The families whose cookbook command carries the FlashInfer all-reduce fusion (Qwen3.5's generator
 # adds it to every non-FP4 config); the cookbook gives it for no other family gpuops plans.
 ALLREDUCE_FUSION_FAMILIES = frozenset({"qwen3_5"})
-
-
-
-@dataclass
-class Ctx:
-    """What a rule sees while the plan is built."""
-
-    facts: ModelFacts
-    target: Target
-    wishes: Wishes
-    version: str
-    flags: frozenset[str]
-    tp: int
-    gpu_ids: tuple[int, ...]
-    model_path: str
-    spec: bool = False  # speculative decoding is on (set by the mtp rule)
-
-    def has(self, flag: str) -> bool:
-        return flag in self.flags
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    when: Callable[[Ctx], bool]
-    flags: Callable[[Ctx], Sequence[tuple[str, Sequence[str]]]]
-    why: Callable[[Ctx], str]
-    env: Callable[[Ctx], dict[str, str]] = lambda ctx: {}
 
 
 # Which parsers a model family uses (SGLang's cookbook, sgl-cookbook; tests/data/recipes.json holds
