@@ -5,8 +5,6 @@ sshd, gpuops as a subprocess, the TUI through Textual's pilot."""
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import re
 import shutil
 import signal
@@ -21,6 +19,7 @@ from gpuops.core.deploy.view import parse_log_ts
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.tui.app import GpuopsApp
 from tests.test_cli import GPUOPS
+from tests.sshd import ssh_user_home
 from tests.test_deploy import deploy, states
 from tests.tui_helpers import until
 
@@ -49,7 +48,7 @@ def calls(sim) -> list[str]:
 
 
 # the SSH user's home on the (loopback) host, where the process launcher keeps its files
-HOST_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+HOST_HOME = ssh_user_home()  # the SSH user's HOME on the (loopback) host: this test process's own
 
 
 def server_log(name: str) -> list[str]:
@@ -111,7 +110,7 @@ async def test_a_reused_name_never_shows_the_previous_runs_phases(world, monkeyp
     make, env = world
     cfg, sim = make("ok")
     rc, events, err = deploy(cfg, env, "--name", "again")
-    assert rc == 0, err
+    assert rc == 0, err + "\n".join(map(json.dumps, events[-8:]))
     assert gpuops(cfg, env, "stop", "again", "--yes").returncode == 0
     # the copy is gone and the next download is slow: run 2 sits in `downloading` for a while
     shutil.rmtree(Path(sim.directory) / "models" / "Qwen")

@@ -23,6 +23,7 @@ import pytest
 
 from gpuops.core.deploy.store import Store
 from tests.plans import make_plan
+from tests.sshd import ssh_user_home
 from tests.test_cli import GPUOPS
 
 LOCAL = '[hosts.here]\nlocal = true\n'
@@ -254,7 +255,7 @@ def test_a_full_disk_mid_deploy_leaves_the_server_and_status_reconciles(world):
         last = [ln for ln in err.strip().splitlines() if ln.startswith("gpuops:")][-1]
         assert "disk is full" in last and "left as it is" in last and "gpuops status full" in last, err
         assert "Traceback" not in err
-        pid_file = Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments/full/pid"
+        pid_file = ssh_user_home() / ".local/state/gpuops/deployments/full/pid"
         assert Path(f"/proc/{int(pid_file.read_text())}").exists()  # the server was left running
         filler.unlink()
 
