@@ -185,7 +185,7 @@ def test_a_deploy_killed_mid_download_resumes_from_what_is_on_disk(world):
     cfg, sim = make("ok")
     sim.set_sim(download_rate=150 << 20)  # / PACE: ~3 GB/s of apparent size, 16.4 GB takes ~5 s
     argv = [GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json", "--yes",
-            "--name", "resume"]
+            "--name", "resume", "--port", str(free_port())]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     first: list[dict] = []
     try:
