@@ -30,5 +30,10 @@ echo "== the SGLang host virtualenv (real bench_serving, run_eval and the CPU se
 bash scripts/sglang-host-venv.sh .cache/sglang-host-venv
 export GPUOPS_TEST_SGLANG_VENV="$PWD/.cache/sglang-host-venv"
 
-echo "== running the test suite (both tiers; the 40 slowest tests are listed at the end: tests/tiers.py)"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 "$@"
+# Several test processes at once (pytest-xdist), a file to a worker: most tests wait on a server, an sshd or a
+# subprocess, so 3 workers keep a 2-core machine busy. Each worker has its own sshd, and its sessions their own
+# HOME (tests/sshd.py), so no two workers share a deployment's remote state; tests take free ports.
+# GPUOPS_TEST_WORKERS=0 runs the suite in this one process.
+WORKERS=${GPUOPS_TEST_WORKERS:-3}
+echo "== running the test suite on $WORKERS workers (both tiers; the 40 slowest tests are listed at the end: tests/tiers.py)"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 -n "$WORKERS" --dist loadfile "$@"

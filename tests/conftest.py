@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.sim.host import setup_simhost
-from tests.sshd import Sshd, start_sshd
+from tests.sshd import Sshd, ssh_user_home, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,10 +32,12 @@ def sshd(tmp_path_factory) -> Sshd:
     # user's authorized_keys as that user.
     root = Path(tempfile.mkdtemp(prefix="gpuops-sshd-"))
     root.chmod(0o755)
+    shutil.rmtree(ssh_user_home(), ignore_errors=True)  # a folder a process of the same id left
     server = start_sshd(root / "sshd")
     yield server
     server.stop()
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(server.home, ignore_errors=True)
 
 
 @pytest.fixture

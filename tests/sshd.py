@@ -9,6 +9,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ssh_user_home() -> Path:
+    """The HOME that the test sshd gives its user's sessions (sshd_config's SetEnv): a folder of this test
+    process's own (one per pytest-xdist worker), not the account's (/root). What gpuops keeps in the host
+    user's home (the process launcher's ~/.local/state/gpuops/deployments/NAME, bench runs) is then never
+    shared by two test processes running at once, and a run leaves nothing in /root."""
+    return Path(tempfile.gettempdir()) / f"gpuops-ssh-home-{os.getpid()}"
 
 
 def _keygen(path: Path, kind: str = "ed25519") -> None:
@@ -48,6 +57,7 @@ class Sshd:
     host_key: Path
     user: str
     other_user: str | None
+    home: Path  # the HOME of `user`'s sessions (ssh_user_home()); other_user keeps its own
     proc: subprocess.Popen | None = None
     extra_hosts: list = field(default_factory=list)
 
@@ -94,12 +104,15 @@ def start_sshd(root: Path, host_key_type: str = "ed25519") -> Sshd:
         os.chown(f, pw.pw_uid, pw.pw_gid)
         os.chmod(f, 0o600)
     Path("/run/sshd").mkdir(exist_ok=True)
+    home = ssh_user_home()
+    home.mkdir(mode=0o755, exist_ok=True)
     port = free_port()
     cfg = root / "sshd_config"
     cfg.write_text(
         f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {host_key}\nPidFile {root}/sshd.pid\n"
         f"AuthorizedKeysFile {ak}/%u\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
         "MaxSessions 200\nMaxStartups 200:30:300\nLogLevel ERROR\n"
+        f"Match User {user}\n  SetEnv HOME={home}\n"
     )
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=open(root / "sshd.log", "wb"))  # noqa: SIM115  (sshd's, for its life)
     deadline = time.monotonic() + 10
@@ -114,7 +127,7 @@ def start_sshd(root: Path, host_key_type: str = "ed25519") -> Sshd:
     hostpub = (root / "hostkey.pub").read_text().split()
     known = root / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {hostpub[0]} {hostpub[1]}\n")
-    return Sshd(root, port, client_key, known, host_key, user, other, proc)
+    return Sshd(root, port, client_key, known, host_key, user, other, home, proc)
 
 
 class TcpProxy:

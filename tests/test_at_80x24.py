@@ -25,6 +25,7 @@ from gpuops.screens.triage import TriageScreen
 from gpuops.sim.host import setup_simhost
 from gpuops.tui.app import GpuopsApp
 from gpuops.tui.widgets import KeyFooter
+from tests.sshd import free_port
 from tests.conftest import kill_marked
 from tests.plans import make_plan
 from tests.test_rules import sim_plan
@@ -135,7 +136,7 @@ def test_a_stall_in_a_real_terminal_at_80x24(tmp_path):
 
     try:
         res = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", str(model), "--host", "gpu1", "--name", "hung",
-                              "--yes"], capture_output=True, text=True, timeout=300,
+                              "--port", str(free_port()), "--yes"], capture_output=True, text=True, timeout=300,
                              env={**{k: v for k, v in os.environ.items()
                                      if k not in ("GPUOPS_CONFIG", "SSH_AUTH_SOCK")}, **env})
         assert res.returncode == 1 and "stalled" in res.stdout, res.stdout + res.stderr

@@ -106,7 +106,7 @@ def w(sshd, sglang_venv, bench_tokenizer, tmp_path_factory):
         assert out.returncode == 0, out.stderr + out.stdout[-3000:]
         for f in bench_tokenizer.iterdir():
             shutil.copy(f, Path(plan["model_path"]) / f.name)
-        env_file = Path(os.path.expanduser(f"~{sshd.user}")) / ".local/state/gpuops/deployments" / NAME / "env"
+        env_file = sshd.home / ".local/state/gpuops/deployments" / NAME / "env"
         key = next(line.split("=", 1)[1] for line in env_file.read_text().splitlines()
                    if line.startswith("GPUOPS_API_KEY="))
         yield SimpleNamespace(**vars(ns), url=f"http://127.0.0.1:{port}", key=key, plan=plan)

@@ -128,7 +128,7 @@ def test_restart_and_fix_from_the_command_line(world):
     code. A code that has no applicable fix, or --readonly, is refused in one line."""
     world.host("gpu1")
     world.host("gpu2", scenario="kv-cache-oom")
-    assert world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "svc", "--yes").returncode == 0
+    assert world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "svc", "--port", str(free_port()), "--yes").returncode == 0
     out = world.run("restart", "svc")
     assert out.returncode == 2 and one_line(out).endswith("needs confirmation: add --yes"), out.stderr
     assert world.deployment("svc").run == 1
@@ -138,7 +138,7 @@ def test_restart_and_fix_from_the_command_line(world):
     assert seen[-1]["state"] == "ready" and {(e["deployment"], e["run"]) for e in seen} == {("svc", 2)}
     assert world.deployment("svc").run == 2
 
-    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu2", "--name", "oomy", "--yes")
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu2", "--name", "oomy", "--port", str(free_port()), "--yes")
     assert out.returncode == 1 and "kv-cache-oom" in out.stdout
     out = world.run("fix", "oomy")
     assert out.returncode == 2 and one_line(out).endswith("needs confirmation: add --yes") and out.stdout == ""
@@ -170,7 +170,7 @@ def test_a_stalled_deploy_says_what_holds_the_gpus_and_what_to_do(world):
     and the next steps (triage, stop) by name."""
     world.host("gpu1", scenario="hang-at-dist-init")
     world.stall(dist_init=3)
-    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "hung", "--gpu-ids", "2", "--yes")
+    out = world.run("deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "hung", "--gpu-ids", "2", "--port", str(free_port()), "--yes")
     assert out.returncode == 1, out.stderr
     assert "hung is stalled in dist_init: its server still runs on gpu1 and holds GPU 2." in out.stderr
     assert "gpuops triage --deployment hung" in out.stderr and "gpuops stop hung (frees the GPUs)" in out.stderr

@@ -15,27 +15,35 @@ import pytest
 from gpuops.core.deploy.store import Store
 from gpuops.core.planning.plan import DEFAULT_PORT
 from gpuops.sim.host import setup_simhost
+from tests.sshd import free_port
 from tests.test_cli import GPUOPS
 from tests.test_hosts import processes_matching
 
 
 
-def deploy(cfg: Path, env: dict, *args: str, timeout: float = 120) -> tuple[int, list[dict], str]:
+def deploy(cfg: Path, env: dict, *args: str, timeout: float = 120,
+           default_port: bool = False) -> tuple[int, list[dict], str]:
+    """`gpuops deploy Qwen/Qwen3-8B` to gpu1 with ARGS, on a free port of its own unless ARGS name one or
+    DEFAULT_PORT says the planner's default is what the test looks at (tests and other processes that run
+    at once would race for 30000, then the next free one, between the plan and the server's bind)."""
+    if not default_port and "--port" not in args:
+        args = (*args, "--port", str(free_port()))
     out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
                           "--yes", *args], capture_output=True, text=True, env=env, timeout=timeout)
     events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return out.returncode, events, out.stderr
 
 
-def served_port(env: dict, name: str) -> int:
-    """The stored deployment's port: the planner's default when the host had it free, else the next
-    free one above it, which its plan says in a warning (another process on this machine may hold it)."""
+def served_port(env: dict, name: str, default: bool = False) -> int:
+    """The stored deployment's port. DEFAULT: it was planned on the planner's default port (deploy's
+    default_port): 30000 when the host had it free, else the next free one above it, which its plan says
+    in a warning (another process on this machine may hold it)."""
     store = Store(Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db")
     try:
         plan = store.deployment(name).plan
     finally:
         store.close()
-    if plan.port != DEFAULT_PORT:
+    if default and plan.port != DEFAULT_PORT:
         assert plan.port > DEFAULT_PORT and any(
             w.startswith(f"port {DEFAULT_PORT} is in use on {plan.host}") and w.endswith(f"; using {plan.port}")
             for w in plan.warnings), (plan.port, plan.warnings)
@@ -60,7 +68,7 @@ def test_full_deploy_over_ssh_then_status_logs_and_stop(world):
     shards = [e for e in events if e["event"] == "progress" and e["phase"] == "weights"]
     assert shards and shards[-1]["done"] == shards[-1]["total"]
     ready = events[-1]
-    port = served_port(env, "qwen8b")  # 30000, or the next free port when something else holds it
+    port = served_port(env, "qwen8b")
     assert ready["endpoint"] == f"http://127.0.0.1:{port}" and ready["quick_check"]["content"]
     assert any(e["event"] == "log" and "fired up and ready" in e["line"] for e in events)
     assert all(e["ts"].endswith("Z") for e in events)
@@ -177,7 +185,7 @@ def test_a_deploy_killed_mid_download_resumes_from_what_is_on_disk(world):
     cfg, sim = make("ok")
     sim.set_sim(download_rate=150 << 20)  # / PACE: ~3 GB/s of apparent size, 16.4 GB takes ~5 s
     argv = [GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json", "--yes",
-            "--name", "resume"]
+            "--name", "resume", "--port", str(free_port())]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     first: list[dict] = []
     try:

@@ -24,6 +24,7 @@ from gpuops.core.config import load_inventory
 from gpuops.core.domain import Plan
 from gpuops.core.ops import Refused
 from gpuops.sim.host import setup_simhost
+from tests.sshd import free_port
 from tests.conftest import PACE, kill_marked, operator_hub, restart_deployment
 from tests.tui_helpers import screen_text, until
 from tests.test_cli import GPUOPS
@@ -50,6 +51,8 @@ def box(request, tmp_path):
     if request.param == "ssh":
         env["HOME"] = str(request.getfixturevalue("ssh_home"))
         ssh = "simbox"
+    else:  # the process launcher's files (~/.local/state/gpuops/deployments/dl) this test's own, not /root's
+        env["HOME"] = str(tmp_path / "home")
     sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE)
     sim.set_sim(download_rate=SLOW)
     cfg = tmp_path / "gpuops.toml"
@@ -82,7 +85,8 @@ def wait_for(predicate, timeout: float, step: float = 0.1) -> bool:
 def deploy_and_kill_mid_download(box) -> int:
     """`gpuops deploy` until a few hundred MB are on the host's disk, then kill -9: the bytes then."""
     proc = subprocess.Popen([GPUOPS, "--config", str(box.cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1",
-                             "--name", "dl", "--yes", "--json"], stdout=subprocess.PIPE, text=True, env=box.env)
+                             "--name", "dl", "--yes", "--json", "--port", str(free_port())],
+                            stdout=subprocess.PIPE, text=True, env=box.env)
     done = 0
     try:
         assert proc.stdout is not None
@@ -241,7 +245,8 @@ async def test_the_deployment_screen_says_when_the_download_lost_its_downloader(
     the screen says the download was interrupted instead of a frozen "x / y GB"."""
     _tui_env(box, monkeypatch)
     proc = subprocess.Popen([GPUOPS, "--config", str(box.cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1",
-                             "--name", "dl", "--yes", "--json"], stdout=subprocess.PIPE, text=True, env=box.env)
+                             "--name", "dl", "--yes", "--json", "--port", str(free_port())],
+                            stdout=subprocess.PIPE, text=True, env=box.env)
     try:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -315,7 +315,8 @@ def test_a_known_hosts_of_only_a_cert_authority_says_so(tmp_path, servers):
                         str(certified.host_key.with_suffix(".pub"))], check=True)
         certified.stop()
         config = certified.root / "sshd_config"
-        config.write_text(config.read_text() + f"HostCertificate {certified.host_key}-cert.pub\n")
+        # first: the config ends in a Match block (tests/sshd.py), where sshd refuses HostCertificate
+        config.write_text(f"HostCertificate {certified.host_key}-cert.pub\n" + config.read_text())
         certified.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
                                           stderr=open(certified.root / "sshd2.log", "wb"))  # noqa: SIM115
         deadline = time.monotonic() + 20

@@ -17,6 +17,7 @@ import pytest
 
 from gpuops.core.planning.like import load_previous, previous_from_unit
 from tests.plans import make_plan
+from tests.sshd import ssh_user_home
 from tests.test_cli import GPUOPS
 from tests.test_secrets import env_value, every_cmdline, files_under, free_port
 
@@ -116,7 +117,7 @@ def test_deploy_like_an_old_unit_keeps_its_secrets_in_the_env_file_only(world, t
         env_file = Path(f"/etc/gpuops/{name}.env")
         own = [env_file, Path(f"/etc/gpuops/{name}.launch.py"), Path(f"/etc/systemd/system/gpuops-{name}.service")]
     else:
-        env_file = Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments" / name / "env"
+        env_file = ssh_user_home() / ".local/state/gpuops/deployments" / name / "env"
         own = [env_file.parent]
     unit = tmp_path / "old.service"
     unit.write_text(old_unit("Qwen/Qwen3-8B", port))
@@ -197,7 +198,7 @@ def test_deploy_refuses_when_a_carried_secret_cannot_be_read_and_writes_nothing(
         nothing_secret(out.stdout + out.stderr, "the refusal")
         status = subprocess.run([*run, "status", "--json"], capture_output=True, text=True, env=env, timeout=60)
         assert name not in status.stdout  # nothing recorded
-        assert not (Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments" / name).exists()
+        assert not (ssh_user_home() / ".local/state/gpuops/deployments" / name).exists()
     finally:
         sim.shutdown()
 

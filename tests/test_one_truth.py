@@ -5,8 +5,6 @@ sshd, gpuops as a subprocess, the TUI through Textual's pilot."""
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import re
 import shutil
 import signal
@@ -21,6 +19,7 @@ from gpuops.core.deploy.view import parse_log_ts
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.tui.app import GpuopsApp
 from tests.test_cli import GPUOPS
+from tests.sshd import free_port, ssh_user_home
 from tests.test_deploy import deploy, states
 from tests.tui_helpers import until
 
@@ -49,7 +48,7 @@ def calls(sim) -> list[str]:
 
 
 # the SSH user's home on the (loopback) host, where the process launcher keeps its files
-HOST_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+HOST_HOME = ssh_user_home()  # the SSH user's HOME on the (loopback) host: this test process's own
 
 
 def server_log(name: str) -> list[str]:
@@ -81,7 +80,7 @@ def deploy_killed_at(cfg: Path, env: dict, name: str, state: str) -> subprocess.
     """`gpuops deploy` of Qwen3-8B on gpu1 as `name`, killed (-9) as soon as it says `state`: the
     server goes on with no watcher. The caller kills the (dead) process again and stops `name`."""
     proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
-                             "--yes", "--name", name], stdout=subprocess.PIPE, text=True, env=env)
+                             "--yes", "--name", name, "--port", str(free_port())], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     for line in proc.stdout:
         ev = json.loads(line)
@@ -111,13 +110,13 @@ async def test_a_reused_name_never_shows_the_previous_runs_phases(world, monkeyp
     make, env = world
     cfg, sim = make("ok")
     rc, events, err = deploy(cfg, env, "--name", "again")
-    assert rc == 0, err
+    assert rc == 0, err + "\n".join(map(json.dumps, events[-8:]))
     assert gpuops(cfg, env, "stop", "again", "--yes").returncode == 0
     # the copy is gone and the next download is slow: run 2 sits in `downloading` for a while
     shutil.rmtree(Path(sim.directory) / "models" / "Qwen")
     sim.set_sim(download_rate=40 << 20)  # / PACE: ~0.8 GB/s, 16.4 GB take ~20 s
     proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
-                             "--yes", "--name", "again"], stdout=subprocess.PIPE, text=True, env=env)
+                             "--yes", "--name", "again", "--port", str(free_port())], stdout=subprocess.PIPE, text=True, env=env)
     app = app_for(cfg, env, monkeypatch)
     try:
         for line in proc.stdout:  # the new run is downloading

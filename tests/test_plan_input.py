@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.sshd import free_port
+from tests.sshd import free_port, ssh_user_home
 from tests.test_cli import GPUOPS
 
-HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)  # the SSH user's home on the (loopback) host
+HOME = ssh_user_home()  # the SSH user's HOME on the (loopback) host: this test process's own
 
 
 def gpuops(cfg: Path, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

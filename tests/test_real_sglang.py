@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pwd
 import re
 import secrets
 import shutil
@@ -226,7 +225,7 @@ def over_ssh(sglang_server_venv, tmp_path, sshd, ssh_home):
     """The same machine reached over the real sshd on 127.0.0.1 (the `simbox` alias of ssh_home's
     ~/.ssh/config); the server runs as the sshd user, its files under that user's home."""
     rig = Rig(tmp_path, operator_env(tmp_path, ssh_home), sglang_server_venv,
-              Path(pwd.getpwnam(sshd.user).pw_dir), ssh="simbox")
+              sshd.home, ssh="simbox")
     yield rig
     rig.cleanup()
 

@@ -27,6 +27,7 @@ from gpuops.core.planning.plan import Node, Wishes, build_replicated_plan
 from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE, kill_marked, operator_env, operator_hub, restart_deployment, two_sim_hosts
 from tests.test_cli import gpuops
+from tests.sshd import ssh_user_home
 from tests.test_multinode_plan import target
 from tests.test_plan import facts
 
@@ -475,9 +476,7 @@ def wide(ssh_home, tmp_path, sglang_venv):
 
 def _env_key(name: str) -> str | None:
     """GPUOPS_API_KEY in the 0600 env file of process-launched deployment NAME (the ssh user here)."""
-    import pwd
-
-    path = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".local/state/gpuops/deployments" / name / "env"
+    path = ssh_user_home() / ".local/state/gpuops/deployments" / name / "env"
     for line in path.read_text().splitlines():
         if line.startswith("GPUOPS_API_KEY="):
             return line.split("=", 1)[1].strip().strip("'\"")

@@ -17,6 +17,7 @@ import pytest
 
 from gpuops.core.redact import redact, redact_all
 from tests.test_cli import GPUOPS
+from tests.sshd import ssh_user_home
 
 
 MASKED = re.compile(r"""api_key'?(?:=|: )'\*\*\*'""")
@@ -68,7 +69,7 @@ def test_the_api_key_is_nowhere_but_the_env_file(world, launcher):
         env_file = Path(f"/etc/gpuops/{name}.env")
         own = [env_file, Path(f"/etc/gpuops/{name}.launch.py"), Path(f"/etc/systemd/system/gpuops-{name}.service")]
     else:
-        env_file = Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments" / name / "env"
+        env_file = ssh_user_home() / ".local/state/gpuops/deployments" / name / "env"
         own = [env_file.parent]
     try:
         out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--port", str(port),
@@ -228,7 +229,7 @@ async def test_the_tui_shows_the_server_without_its_key(world, monkeypatch):
     cfg.write_text(sim.host_block("gpu1", ssh="simbox").replace(
         "[hosts.gpu1]\n", '[hosts.gpu1]\nserve_host = "0.0.0.0"\n', 1) + f'model_dirs = ["{sim.directory / "models"}"]\n')
     name = f"tuikey{os.getpid()}"
-    env_file = Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments" / name / "env"
+    env_file = ssh_user_home() / ".local/state/gpuops/deployments" / name / "env"
     out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--port", str(free_port()),
                  "--json")
     assert out.returncode == 0, out.stderr

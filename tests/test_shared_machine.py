@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -20,9 +19,10 @@ import httpx
 
 from gpuops.core.planning.plan import DEFAULT_PORT
 from tests.test_cli import GPUOPS
+from tests.sshd import ssh_user_home
 from tests.test_deploy import deploy, served_port
 
-HOST_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)  # the SSH user's home on the (loopback) host
+HOST_HOME = ssh_user_home()  # the SSH user's HOME on the (loopback) host: this test process's own
 
 
 def gpuops(cfg: Path, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -126,9 +126,9 @@ def test_the_default_port_moves_past_a_port_another_process_holds(world, tmp_pat
             assert out.returncode == 2 and f"port {DEFAULT_PORT} is in use on gpu1" in out.stderr, out.stderr
 
         # `deploy MODEL` (the default port) through the real CLI: the server comes up on the moved port
-        rc, events, err = deploy(cfg, env, "--name", name)
+        rc, events, err = deploy(cfg, env, "--name", name, default_port=True)
         assert rc == 0, err + "\n".join(map(json.dumps, events[-10:]))
-        port = served_port(env, name)  # the stored plan's port, and its warning
+        port = served_port(env, name, default=True)  # the stored plan's port, and its warning
         assert port > DEFAULT_PORT
         assert events[-1]["state"] == "ready" and events[-1]["endpoint"] == f"http://127.0.0.1:{port}"
         assert served_models(port) == ["Qwen/Qwen3-8B"]  # it answers there
@@ -159,15 +159,15 @@ def test_a_stop_ends_only_its_own_deployment_beside_another_one(world, tmp_path)
     holder = hold(DEFAULT_PORT)
     assert holder is not None or in_use(DEFAULT_PORT)
     try:
-        rc, events, err = deploy(cfg, their_env, "--name", theirs)
+        rc, events, err = deploy(cfg, their_env, "--name", theirs, default_port=True)
         assert rc == 0, err
-        their_port = served_port(their_env, theirs)
+        their_port = served_port(their_env, theirs, default=True)
         their_pid = server_pid(theirs)
         assert str(sim.directory) in cmdline(their_pid) and group_alive(their_pid)
 
-        rc, events, err = deploy(cfg, env, "--name", mine)
+        rc, events, err = deploy(cfg, env, "--name", mine, default_port=True)
         assert rc == 0, err
-        my_port = served_port(env, mine)
+        my_port = served_port(env, mine, default=True)
         assert my_port > DEFAULT_PORT and my_port != their_port  # their server's port is taken: /proc says so
         my_pid = server_pid(mine)
         assert my_pid != their_pid and group_alive(my_pid)

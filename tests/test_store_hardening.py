@@ -23,6 +23,7 @@ import pytest
 
 from gpuops.core.deploy.store import Store
 from tests.plans import make_plan
+from tests.sshd import free_port, ssh_user_home
 from tests.test_cli import GPUOPS
 
 LOCAL = '[hosts.here]\nlocal = true\n'
@@ -236,7 +237,7 @@ def test_a_full_disk_mid_deploy_leaves_the_server_and_status_reconciles(world):
     with tmpfs("8m") as root:
         env = dict(env, XDG_STATE_HOME=str(root))
         proc = subprocess.Popen([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name",
-                                 "full", "--json", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 "full", "--json", "--yes", "--port", str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=env)
         filler = None
         try:
@@ -254,7 +255,7 @@ def test_a_full_disk_mid_deploy_leaves_the_server_and_status_reconciles(world):
         last = [ln for ln in err.strip().splitlines() if ln.startswith("gpuops:")][-1]
         assert "disk is full" in last and "left as it is" in last and "gpuops status full" in last, err
         assert "Traceback" not in err
-        pid_file = Path(os.path.expanduser("~root")) / ".local/state/gpuops/deployments/full/pid"
+        pid_file = ssh_user_home() / ".local/state/gpuops/deployments/full/pid"
         assert Path(f"/proc/{int(pid_file.read_text())}").exists()  # the server was left running
         filler.unlink()
 
@@ -290,7 +291,7 @@ def test_two_deploys_of_one_name_at_once_the_second_is_refused(world, launcher):
     name = f"twice{launcher[0]}{os.getpid()}"
     db = Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db"
     argv = [GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--json",
-            "--yes"]
+            "--yes", "--port", str(free_port())]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         for line in first.stdout:
@@ -330,7 +331,7 @@ def test_a_dead_owner_gives_its_name_up_and_the_earlier_run_is_kept(world):
     sim.set_sim(download_rate=40 << 20)
     db = Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db"
     argv = [GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", "orphan", "--json",
-            "--yes"]
+            "--yes", "--port", str(free_port())]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     try:
         for line in first.stdout:
@@ -360,7 +361,7 @@ def test_a_name_whose_deploy_failed_before_install_can_be_stopped_forgotten_and_
                    + f'model_dirs = ["{sim.directory / "models"}"]\n[stall]\ndownload = 3\n')
     name = f"stuck{os.getpid()}"
     res = gpuops(cfg, env, "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--json", "--yes",
-                 timeout=180)
+                 "--port", str(free_port()), timeout=180)
     assert res.returncode == 1
     assert not Path(f"/etc/systemd/system/gpuops-{name}.service").exists()
     res = gpuops(cfg, env, "stop", name, "--yes")

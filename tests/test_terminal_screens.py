@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.sim.host import setup_simhost
+from tests.sshd import free_port
 from tests.conftest import kill_marked
 from tests.test_bench_screens import FIXTURE, STAND_IN
 from tests.test_sglang_sim import QWEN3, model_dir
@@ -158,7 +159,7 @@ def test_the_cli_and_every_screen_at_80x24(box):
     started = time.monotonic()
 
     # ------------------------------------------------------------ the CLI, human mode, 80 columns
-    out = readable(cli(cfg, env, "deploy", str(model), "--host", "gpu1", "--name", "alpha", "--yes"),
+    out = readable(cli(cfg, env, "deploy", str(model), "--host", "gpu1", "--name", "alpha", "--port", str(free_port()), "--yes"),
                    "planned", "weights: shards 5/5", "ready (endpoint http://127.0.0.1:")
     port = int(re.search(r"ready \(endpoint http://127\.0\.0\.1:(\d+)\)", out).group(1))
     assert all(re.match(r"^(\d\d:\d\d:\d\d|  )  ", ln) for ln in out.splitlines()), out  # time, then what
@@ -329,7 +330,7 @@ def test_the_cli_and_every_screen_at_80x24(box):
 
         # a crash: the CLI says it in lines (exit 1); its screen keeps the finding and the fix in view
         sim.set_sim(scenario="kv-cache-oom")
-        res = cli(cfg, env, "deploy", str(model), "--host", "gpu1", "--name", "oom", "--yes")
+        res = cli(cfg, env, "deploy", str(model), "--host", "gpu1", "--name", "oom", "--port", str(free_port()), "--yes")
         assert res.returncode == 1 and "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
         assert "error: kv-cache-oom: " in res.stdout and "crashed (phase kv_cache)" in res.stdout, res.stdout
         assert not [ln for ln in res.stdout.splitlines() if RAW_JSON.search(ln)], res.stdout
