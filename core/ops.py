@@ -39,7 +39,8 @@ from .domain import (LIVE_STATES, BenchEvent, BenchRun, Deployment, Event, Plan,
                      SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState,
                      SwapPlanned, SwapRollback, SwapStep, SwapStopOld, TriageReport, is_loopback)
 from .hosts.host import Host, HostError, make_host
-from .planning.plan import Target, under_any
+from .planning.inputs import Target
+from .planning.plan import under_any
 from .telemetry.samples import Snapshot
 
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
