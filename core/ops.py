@@ -153,7 +153,7 @@ class Ops:
 
     @functools.cached_property
     def watches(self) -> Watches:
-        return Watches(self.store, self.host, readings=self.readings, stall=dict(self.inventory.stall),
+        return Watches(self.store, self.host, watch_class=watch_class, readings=self.readings, stall=dict(self.inventory.stall),
                        poll_s=self._poll_s)
 
     @property
