@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from .common import UsageError
-from .main import run_dashboard
+from .dashboard import run_dashboard
 
 
 def cmd_sim_setup(args: argparse.Namespace) -> int:

@@ -39,7 +39,8 @@ from .domain import (LIVE_STATES, BenchEvent, BenchRun, Deployment, Event, Plan,
                      SwapBenchOld, SwapCompare, SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState,
                      SwapPlanned, SwapRollback, SwapStep, SwapStopOld, TriageReport, is_loopback)
 from .hosts.host import Host, HostError, make_host
-from .planning.plan import Target, under_any
+from .planning.inputs import Target
+from .planning.plan import under_any
 from .telemetry.samples import Snapshot
 
 __all__ = ["NeedsConfirmation", "Ops", "Refused", "Store", "StoreError", "bind_plan"]
@@ -152,7 +153,7 @@ class Ops:
 
     @functools.cached_property
     def watches(self) -> Watches:
-        return Watches(self.store, self.host, readings=self.readings, stall=dict(self.inventory.stall),
+        return Watches(self.store, self.host, watch_class=watch_class, readings=self.readings, stall=dict(self.inventory.stall),
                        poll_s=self._poll_s)
 
     @property

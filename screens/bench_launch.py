@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, resolve_profile
+from ..core.bench.runner import DEFAULT_PROFILES, BenchInputError, Profile, describe_profile, resolve_profile
 from ..core.domain import Deployment
 from ..core.states import State
 from .base import GpuopsScreen
@@ -69,17 +69,6 @@ def overrides_from(values: dict[str, str], kind: str) -> dict[str, Any]:
         else:
             out[key] = int(words[0])
     return out
-
-
-def describe_profile(p: Profile) -> str:
-    s = p.settings
-    if p.kind == "quality":
-        return (f"{s['eval_name']}: {s['num_examples']} examples, {s['max_concurrency']} in parallel, "
-                f"data {s['eval_data_path']}")
-    steps = ", ".join(f"c={c or 'unlimited'} × {p.num_prompts(c)}" for c in p.steps())
-    dataset = s["dataset_name"] + (f" ({s['dataset_path']})" if s.get("dataset_path") else "")
-    return (f"{len(p.steps())} run{'s' if len(p.steps()) > 1 else ''} ({steps} prompts); input {s['random_input_len']}"
-            f" / output {s['random_output_len']} tokens; {dataset}; request rate {s['request_rate']}")
 
 
 def _shown(profile: Profile, field_id: str, key: str) -> str:

@@ -24,17 +24,15 @@ from textual.widgets import DataTable, Header, Sparkline
 from textual.worker import Worker, WorkerState
 
 from ..core import units
-from ..core.bench.runner import Profile, ServerMetrics, Target, compare, fmt
+from ..core.bench.runner import Profile, ServerMetrics, Target, compare, describe_profile, fmt
 from ..core.domain import (BenchChecksEvent, BenchEvent, BenchLogEvent, BenchProgressEvent, BenchQualityEvent,
                            BenchResultEvent, BenchStateEvent, BenchStepEvent, Deployment)
 from ..core.telemetry.samples import is_na
 from .base import GpuopsScreen
-from .bench_launch import describe_profile
 from .bench_results import fill_results
 from .confirm import ConfirmScreen
-from .dashboard import bar
 from ..core.literal import literal
-from ..tui.widgets import KeyFooter, LiteralTable, TextView
+from ..tui.widgets import KeyFooter, LiteralTable, TextView, bar
 
 FINAL = ("ok", "failed", "cancelled")
 LOG_LINES = 8

@@ -29,11 +29,10 @@ from ..core.literal import literal
 from ..core.telemetry.monitor import HostState
 from ..core.telemetry.samples import GpuSample, is_na
 from .base import GpuopsScreen
-from ..tui.widgets import KeyFooter, RowTable, TextView
+from ..tui.widgets import KeyFooter, RowTable, TextView, bar
 
 STALE_AFTER = 3.0  # seconds without a sample before a host shows as stale
 HISTORY_REDRAW_S = 5.0
-BAR_WIDTH = 16
 # The host list shows what changes slowly; per-second figures (CPU, age) live in the
 # detail pane, so a quiet fleet repaints nothing here. Age shows only once it is stale.
 HOST_COLUMNS = (" ", "Host", "GPUs", "GPU mem", "Util", "RAM", "Stale")
@@ -45,16 +44,6 @@ SORTS: tuple[tuple[str, str], ...] = (
     ("stale", "sorted: stalest first"),
 )
 _UNKNOWN = float("inf")  # sort keys: hosts without the figure come last
-
-
-def bar(fraction: Any, width: int = BAR_WIDTH) -> Text:
-    """A memory/utilisation bar; its colour says how full it is."""
-    if is_na(fraction):
-        return Text("─" * width, style="dim")
-    fraction = min(1.0, max(0.0, float(fraction)))
-    filled = round(fraction * width)
-    style = "green" if fraction < 0.7 else "yellow" if fraction < 0.9 else "red"
-    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
 
 
 def host_status(state: HostState, now: float) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Header, Input, Static
 from ..core import units
 from ..core.api import Host, HostError
 from ..core.planning.model_facts import ModelError, ModelFacts
-from ..core.planning.plan import Wishes
+from ..core.planning.inputs import Wishes
 from .base import GpuopsScreen
 from ..tui.plan_view import facts_line
 from ..core.literal import literal

@@ -24,7 +24,8 @@ from ..core.planning import PlanError
 from ..core import units
 from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
-from ..core.planning.plan import Node, Target, Wishes
+from ..core.planning.inputs import Target, Wishes
+from ..core.planning.plan import Node
 from ..core.planning.request import build as build_plan
 from .base import GpuopsScreen
 from .confirm import ConfirmScreen

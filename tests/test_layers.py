@@ -4,6 +4,7 @@ type error added), ruff (an unused import added)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,8 @@ def test_the_contracts_hold_on_the_checkout():
     ("core/ops.py", "from ..sim import host", "nothing imports the simulated host"),
     ("tui/app.py", "from ..sim.host import setup_simhost", "nothing imports the simulated host"),
     ("screens/dashboard.py", "from ..cli import main", "layers"),
+    ("screens/bench_run.py", "from .dashboard import DashboardScreen", "no circle between sibling modules"),
+    ("core/deploy/watch.py", "from .router import watch_class", "no circle between sibling modules"),
 ])
 def test_each_contract_fails_when_broken(tmp_path, module, line, contract):
     pkg = tree_copy(tmp_path)
@@ -102,3 +105,98 @@ def test_ruff_is_clean_and_fails_on_an_unused_import(tmp_path):
     out = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--config", str(REPO / "pyproject.toml"),
                           str(pkg)], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 1 and "F401" in out.stdout, out.stdout
+
+
+# grimp's graph of gpuops (every import: at the top, inside a function, under TYPE_CHECKING) and its
+# import circles: each strongly connected component of two or more modules, with the imports
+# between its modules. Run in a subprocess, with `path` first on sys.path (before the editable
+# install's src/): the checkout's link tree src/, or a copy's.
+CIRCLES = """
+import json, sys
+import grimp
+
+# gpuops' six packages, not the namespace `gpuops`: grimp reads every portion of a namespace (a
+# copy's and the editable install's src/ alike) and keeps one module of each name, either one
+graph = grimp.build_graph(*sys.argv[1:], cache_dir=None)
+index, low, stack, on_stack, rings = {}, {}, [], set(), []
+
+
+def visit(module):
+    index[module] = low[module] = len(index)
+    stack.append(module)
+    on_stack.add(module)
+    for imported in sorted(graph.find_modules_directly_imported_by(module)):
+        if imported not in index:
+            visit(imported)
+            low[module] = min(low[module], low[imported])
+        elif imported in on_stack:
+            low[module] = min(low[module], index[imported])
+    if low[module] == index[module]:
+        ring = []
+        while True:
+            member = stack.pop()
+            on_stack.discard(member)
+            ring.append(member)
+            if member == module:
+                break
+        if len(ring) > 1:
+            rings.append(sorted(ring))
+
+
+sys.setrecursionlimit(10_000)
+for module in sorted(graph.modules):
+    if module not in index:
+        visit(module)
+print(json.dumps([
+    {"modules": ring,
+     "imports": [f"{a} -> {b} (line {d['line_number']}: {d['line_contents']})"
+                 for a in ring for b in sorted(graph.find_modules_directly_imported_by(a)) if b in ring
+                 for d in graph.get_import_details(importer=a, imported=b)]}
+    for ring in sorted(rings)]))
+"""
+
+
+def import_circles(path: Path) -> list[dict]:
+    out = subprocess.run([sys.executable, "-c", CIRCLES, *(f"gpuops.{folder}" for folder in FOLDERS)], env={"PATH": str(BIN), "PYTHONPATH": str(path)},
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def named(circles: list[dict]) -> str:
+    return "".join(f"\nimport circle of {', '.join(c['modules'])}:\n  " + "\n  ".join(c["imports"])
+                   for c in circles)
+
+
+def test_no_import_circle_local_imports_included():
+    circles = import_circles(REPO / "src")
+    assert circles == [], named(circles)
+
+
+def test_every_import_circle_is_named(tmp_path):
+    """Circles added to a copy of the tree, each of a kind the graph must see: an import inside a
+    function (cli), one under TYPE_CHECKING (tui), one at the top (core/planning), a ring of four
+    screens (the dashboard's way to a benchmark and back); each is named, with its modules and the
+    imports that close it."""
+    pkg = tree_copy(tmp_path)
+    assert import_circles(pkg.parent) == []  # the copy as it is: none
+    added = {
+        "cli/dashboard.py": "\n\ndef _local():\n    from .sim import cmd_demo  # noqa\n",
+        "tui/commands.py": "\nif TYPE_CHECKING:\n    from .app import GpuopsApp  # noqa\n",
+        "core/planning/fit.py": "\nfrom .plan import build_plan  # noqa\n",
+        "screens/bench_run.py": "\nfrom .dashboard import DashboardScreen  # noqa\n",
+    }
+    for module, text in added.items():
+        (pkg / module).write_text((pkg / module).read_text() + text)
+    circles = import_circles(pkg.parent)
+    rings = [c["modules"] for c in circles]
+    assert rings == [["gpuops.cli.dashboard", "gpuops.cli.sim"],
+                     ["gpuops.core.planning.fit", "gpuops.core.planning.plan"],
+                     ["gpuops.screens.bench_launch", "gpuops.screens.bench_run", "gpuops.screens.bench_runs",
+                      "gpuops.screens.dashboard"],
+                     ["gpuops.tui.app", "gpuops.tui.commands"]], named(circles)
+    said = named(circles)
+    assert "gpuops.cli.dashboard -> gpuops.cli.sim (line" in said and "from .sim import cmd_demo" in said, said
+    assert "gpuops.tui.commands -> gpuops.tui.app (line" in said and "from .app import GpuopsApp" in said, said
+    assert "gpuops.core.planning.fit -> gpuops.core.planning.plan (line" in said, said
+    assert "gpuops.screens.bench_run -> gpuops.screens.dashboard (line" in said, said

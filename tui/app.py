@@ -627,6 +627,10 @@ def _spaced(name: str) -> str:
 
 if TYPE_CHECKING:
     from ..screens.base import ScreensApp
+    from .commands import PaletteApp
 
     def _what_the_screens_use(app: GpuopsApp) -> ScreensApp:
         return app  # mypy: the app is everything the screens use of it (screens.base.ScreensApp)
+
+    def _what_the_palette_uses(app: GpuopsApp) -> PaletteApp:
+        return app  # mypy: the app is everything the palette's commands use of it (tui.commands.PaletteApp)

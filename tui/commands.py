@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 if TYPE_CHECKING:
-    from .app import GpuopsApp
+    from ..core.ops import Ops
+    from ..core.telemetry.monitor import Monitor
+
+
+class PaletteApp(Protocol):
+    """What the palette's commands use of the app (`tui.app.GpuopsApp`, which mypy checks against
+    this): the app lists these providers, so they name this instead of importing it."""
+
+    monitor: Monitor
+
+    @property
+    def ops(self) -> Ops: ...
+    def jump_to_host(self, name: str) -> bool: ...
+    def open_deployment(self, name: str) -> bool: ...
+    def open_deployments(self, select: str | None = None) -> None: ...
 
 
 class _Listed(Provider):
@@ -33,7 +47,7 @@ class HostCommands(_Listed):
     """`Host: NAME` for every host of the inventory."""
 
     def _commands(self) -> list[tuple[str, str, object]]:
-        app: GpuopsApp = self.app  # type: ignore[assignment]
+        app = cast("PaletteApp", self.app)
         return [
             (f"Host: {name}", f"show {name} ({state.kind} {state.address})", partial(app.jump_to_host, name))
             for name, state in app.monitor.states.items()
@@ -44,7 +58,7 @@ class DeploymentCommands(_Listed):
     """`Deployment: NAME` for every stored deployment, and the deployments view."""
 
     def _commands(self) -> list[tuple[str, str, object]]:
-        app: GpuopsApp = self.app  # type: ignore[assignment]
+        app = cast("PaletteApp", self.app)
         try:
             stored = app.ops.deployments()
         except Exception:  # a store that cannot be read: the palette still opens

@@ -19,6 +19,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 
 from ..core.literal import literal
+from ..core.telemetry.samples import is_na
 
 
 # ------------------------------------------------------------------ text from a host, a file, the store
@@ -61,6 +62,21 @@ def shown(value: Any, *, lines: bool = False) -> Any:
     if isinstance(value, Text):
         return literal_text(value, lines=lines)
     return value
+
+
+# ------------------------------------------------------------------ bars
+
+BAR_WIDTH = 16
+
+
+def bar(fraction: Any, width: int = BAR_WIDTH) -> Text:
+    """A memory/utilisation bar; its colour says how full it is."""
+    if is_na(fraction):
+        return Text("─" * width, style="dim")
+    fraction = min(1.0, max(0.0, float(fraction)))
+    filled = round(fraction * width)
+    style = "green" if fraction < 0.7 else "yellow" if fraction < 0.9 else "red"
+    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
 
 
 class LiteralTable(DataTable):

@@ -746,6 +746,18 @@ def describe_run(run: BenchRun) -> str:
             + f", started {run.started_at or '-'}")
 
 
+def describe_profile(p: Profile) -> str:
+    """What a profile runs, in one line (the launch form's preview, the run screen's title)."""
+    s = p.settings
+    if p.kind == "quality":
+        return (f"{s['eval_name']}: {s['num_examples']} examples, {s['max_concurrency']} in parallel, "
+                f"data {s['eval_data_path']}")
+    steps = ", ".join(f"c={c or 'unlimited'} × {p.num_prompts(c)}" for c in p.steps())
+    dataset = s["dataset_name"] + (f" ({s['dataset_path']})" if s.get("dataset_path") else "")
+    return (f"{len(p.steps())} run{'s' if len(p.steps()) > 1 else ''} ({steps} prompts); input {s['random_input_len']}"
+            f" / output {s['random_output_len']} tokens; {dataset}; request rate {s['request_rate']}")
+
+
 def export(runs: list[BenchRun], kind: str) -> str:
     """Runs as ``md`` (the compare table under one line per run), ``csv`` (one row per record) or
     ``json`` (the stored runs, records included)."""

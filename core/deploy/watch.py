@@ -734,13 +734,16 @@ class Watch:
 
 class Watches:
     """This process's watches, one per deployment, and the bus their events go out on. The TUI
-    keeps one (with the Monitor's readings); the CLI one per command."""
+    keeps one (with the Monitor's readings); the CLI one per command. `watch_class` picks the watch
+    that fits a deployment's plan (``deploy.router.watch_class``: a router's, or a server's)."""
 
     def __init__(self, store: Store, host_for: Callable[[str], Host | None], *,
+                 watch_class: Callable[[Plan], type[Watch]],
                  readings: Callable[[str], Snapshot | None] | None = None, stall: dict[str, float] | None = None,
                  poll_s: float = POLL_S):
         self.store = store
         self.host_for = host_for
+        self.watch_class = watch_class
         self.readings = readings
         self.stall = stall or {}
         self.poll_s = poll_s
@@ -760,9 +763,7 @@ class Watches:
         if d is None or host is None:
             return None
         readings = (lambda: self.readings(d.host)) if self.readings is not None else None  # type: ignore[misc]
-        from .router import watch_class
-
-        w = watch_class(d.plan)(host, d, self.store, self.bus, WatchOptions(
+        w = self.watch_class(d.plan)(host, d, self.store, self.bus, WatchOptions(
             readings=readings, stall=self.stall, journal_dir=host.config.journal_dir, poll_s=self.poll_s, **options))
         w.reached = asyncio.get_running_loop().create_future()
         self.watches[name] = w

@@ -12,7 +12,7 @@ from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import free_space as free_space_program
 from ..hosts.programs import listening as listening_program
 from ..hosts.programs import model_config as model_config_program
-from .plan import GpuInfo, Target
+from .inputs import GpuInfo, Target
 from ..telemetry.samples import is_na, snapshot
 
 

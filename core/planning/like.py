@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -16,6 +16,7 @@ from . import PlanError
 from .. import engines
 from ..engines.sglang import versions as sv
 from ..engines.sglang.flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, _is_fp4
+from .inputs import Previous
 from .rules import Ctx
 from .model_facts import ModelFacts
 
@@ -25,29 +26,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_ITEM = re.compile(r"[A-Z_][A-Z0-9_]*=.*")  # an env value among a rule's adds (flags are --names)
 # the planner's own rules (SGLang's flag_rules.RULES): what they add is derived from the model, not chosen
 PLANNER_RULES = frozenset(rule.id for rule in RULES)
-
-
-@dataclass(frozen=True)
-class Previous:
-    """A previous deployment's launch: where it came from, its argv flags and env. Its secrets (a
-    secret flag's value, a secret variable's) are taken out as it is read: the argv holds the
-    placeholder, `secret_env` the variables' names, `secrets` the values (what the source said; a
-    stored deployment's are in its env file on its host), which never reach a plan. From a plan (a
-    stored deployment, a plan JSON), also what its planner rules added: `derived` flags (name,
-    values, the rule's id and why) and `derived_env` (name, value, rule id, why). Those were the
-    planner's answer for the previous model, not the operator's choices: a plan like it derives
-    them again for its own model (a unit file does not say which is which: all of it is kept)."""
-
-    source: str
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
-    secret_env: tuple[str, ...] = ()
-    secrets: tuple[tuple[str, str], ...] = ()
-    derived: tuple[tuple[str, tuple[str, ...], str, str], ...] = ()
-    derived_env: tuple[tuple[str, str, str, str], ...] = ()
-
-    def __repr__(self) -> str:  # never the values
-        return f"Previous({self.source!r}, secrets={[k for k, _ in self.secrets]})"
 
 
 def _without_secrets(prev: Previous) -> Previous:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from .. import units
-from ..config import DEFAULT_LAUNCHER, validate_abs_path, validate_host_name
+from ..config import validate_abs_path, validate_host_name
 import msgspec
 
 from ..states import State
@@ -25,67 +25,17 @@ from . import PlanError
 from .. import engines
 from ..engines.base import VersionData
 from .fit import compute_fit, tp_choices
+from .inputs import DEFAULT_MEM_FRACTION, GpuInfo, Previous, Target, Wishes
 from .rules import Ctx, Rule
-from .like import NODE_FLAGS, Previous, apply_like
+from .like import NODE_FLAGS, apply_like
 from .model_facts import ModelFacts
 
 GIB = 1024**3
 DEFAULT_PORT = 30000  # the server port when none is asked for; the next free one when the host uses it
-DEFAULT_MEM_FRACTION = 0.8
 DOWNLOAD_HEADROOM = 1.1
 
 
 # ------------------------------------------------------------------ inputs
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    index: int
-    memory_total: int
-    memory_used: int = 0
-    processes: int = 0
-    name: str | None = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the plan is for: a host's GPUs, disks and SGLang, or offline figures."""
-
-    host: str | None
-    gpus: tuple[GpuInfo, ...]
-    sglang_version: str | None  # the host's installed version; None: not installed / unknown
-    help_flags: frozenset[str] | None = None  # the host's `launch_server --help`, when it ran
-    python: str | None = None  # the interpreter with SGLang on the host; None: offline, bound at deploy
-    model_dirs: tuple[str, ...] = ()
-    forbidden_paths: tuple[str, ...] = ()
-    free_bytes: dict[str, int] = field(default_factory=dict)  # model dir -> free bytes there
-    existing: dict[str, str] = field(default_factory=dict)  # model id -> path of a complete copy
-    serve_host: str = "127.0.0.1"
-    launcher: str = DEFAULT_LAUNCHER
-    allowed_gpu_ids: tuple[int, ...] | None = None  # the host policy's gpu_ids
-    # TCP ports listening on the host, each with who holds it ("pid 123 (user: command)"; "" unknown)
-    ports_taken: dict[int, str] = field(default_factory=dict)
-    sglang_asked: bool = True  # False: the host could not be asked which SGLang it has
-    # (name, port, state) of the host's stored deployments that may serve: their ports are taken too
-    deployment_ports: tuple[tuple[str, int, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class Wishes:
-    tp: int | None = None
-    gpu_ids: tuple[int, ...] | None = None
-    mtp: bool = True
-    download_dir: str | None = None
-    port: int | None = None  # --port: never moved; None: DEFAULT_PORT, or the next free one on the host
-    name: str | None = None
-    mem_fraction_static: float = DEFAULT_MEM_FRACTION
-    served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
-    sglang_version: str | None = None  # --sglang-version: overrides what the host says
-    like: "Previous | None" = None
-    engine: str = engines.DEFAULT  # what serves: its flag rules and version data make the plan
-    # the stored deployment this plan replaces (a swap): its server is stopped before this one
-    # starts, so its port (and what listens there: its server) is not a conflict
-    replacing: str | None = None
 
 
 # a stored deployment in one of these states has no server and will start none: its port is free again

@@ -17,8 +17,8 @@ from . import PlanError
 from .hostfacts import engine_version, help_flags, offline_target, read_target
 from .like import load_previous
 from .model_facts import ModelError, ModelFacts, load_model_facts, validate_model_ref
-from .plan import GpuInfo, Node, Target, Wishes, build_multinode_plan, build_plan, build_replicated_plan, \
-    with_deployment_ports
+from .inputs import GpuInfo, Target, Wishes
+from .plan import Node, build_multinode_plan, build_plan, build_replicated_plan, with_deployment_ports
 
 # a host of the inventory, opened (the caller's pool keeps it, or the caller closes it: see plan_request)
 OpenHost = Callable[[HostConfig], Awaitable[Host]]

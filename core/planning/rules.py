@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from .model_facts import ModelFacts
-    from .plan import Target, Wishes
+    from .inputs import Target, Wishes
 
 __all__ = ["Ctx", "Rule"]
 
