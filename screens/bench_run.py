@@ -65,7 +65,7 @@ class BenchRunScreen(GpuopsScreen):
             self.metrics = metrics
 
     class Refused(Message):
-        """The run could not start (no SGLang on the host, host unreachable, …): one line."""
+        """The run could not start (no engine on the host, host unreachable, …): one line."""
 
         def __init__(self, error: str) -> None:
             super().__init__()
@@ -79,7 +79,7 @@ class BenchRunScreen(GpuopsScreen):
         self.state = "starting"  # then running, then one of FINAL
         self.error: str | None = None
         self.run_id: int | None = None
-        self.about: BenchStateEvent | None = None  # the runner's "running" event: SGLang version, module, url
+        self.about: BenchStateEvent | None = None  # the runner's "running" event: engine version, module, url
         self.step: BenchStepEvent | None = None  # the current step
         self.progress: BenchProgressEvent | None = None  # the step's last progress
         self.results: list[BenchResultEvent | BenchQualityEvent] = []
