@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Header, Sparkline
 from textual.worker import Worker, WorkerState
 
 from ..core import units
-from ..core.bench.runner import Profile, ServerMetrics, Target, compare, fmt
+from ..core.bench.runner import Profile, ServerMetrics, Target, compare, engine_title, fmt
 from ..core.domain import (BenchChecksEvent, BenchEvent, BenchLogEvent, BenchProgressEvent, BenchQualityEvent,
                            BenchResultEvent, BenchStateEvent, BenchStepEvent, Deployment)
 from ..core.telemetry.samples import is_na
@@ -231,7 +231,7 @@ class BenchRunScreen(GpuopsScreen):
         title = Text.assemble(("bench ", "bold"), (f"#{self.run_id} " if self.run_id else "", "bold"),
                               f"{self.profile.name} against ", (d.name, "bold"), f" ({d.model}) on {d.host}")
         if a is not None:
-            title.append(f" · SGLang {a.sglang_version or None} · {a.module or None}", style="dim")
+            title.append(f" · {engine_title(d.plan)} {a.sglang_version or None} · {a.module or None}", style="dim")
         title.append("\n" + describe_profile(self.profile), style="dim")
         self.query_one("#run-title", TextView).set(title)
 

@@ -399,11 +399,38 @@ def test_a_benchmark_is_its_engines_and_one_without_is_refused_in_one_line(toy_e
             runner.parse_jsonl(sglang_record, "f.jsonl", engine="toy-bench")
         assert engines.get("toy-bench").read_eval_output(["toy score 0.75"]) == {"score": 0.75}
 
+        import msgspec
+
+        from gpuops.core.domain import BenchRun
+
+        run = BenchRun(id=7, source="gpuops", profile="smoke", settings={}, status="ok", created_at="t",
+                       sglang_version="1.0.0", plan=toy_plan(Path("/srv/m"), 30000))
+        assert ", Toy 1.0.0, " in runner.describe_run(run)  # the run's engine, named as it names itself
+        assert ", SGLang 1.0.0, " in runner.describe_run(msgspec.structs.replace(run, plan=None))  # a --url run
+
         text = "toy_running 3\nsglang:num_running_reqs 9\n"
         assert runner.parse_metrics(text, engine="toy-bench").running_reqs == 3
         assert runner.parse_metrics(text).running_reqs == 9
     finally:
         engines._LOADED.pop("toy-bench", None)
+
+
+def test_the_functional_checks_ask_the_engines_server_info_and_one_without_is_failed_in_one_line(toy_engine):
+    """The functional checks read the server's info where its engine says (SGLang: /server_info,
+    then /get_server_info); an engine that names none (the toy) fails each check with one line,
+    asking nothing of the server."""
+    from gpuops.core.bench.functional import run_checks
+
+    assert engines.get("sglang").server_info_paths == ("/server_info", "/get_server_info")
+    with socket.socket() as s:  # a port nothing listens on: a request would fail another way
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    plan = toy_plan(Path("/srv/m"), 30000)
+    checks = asyncio.run(run_checks(url, model="toy/model", plan=plan))
+    assert [(c.name, c.ok, c.reason) for c in checks] == [
+        (name, False, "Toy has no server info gpuops knows") for name in ("tool_calls", "thinking", "mtp")]
+    sglang = asyncio.run(run_checks(url, model="m", plan=plan.replace(engine="sglang")))
+    assert all(c.ok is False and "Toy" not in c.reason for c in sglang)  # SGLang's asks (and finds nothing)
 
 
 def test_triage_dumps_the_ranks_its_engine_names(toy_engine, tmp_path, monkeypatch):

@@ -108,13 +108,20 @@ class _Api:
         return r
 
     async def server_info(self) -> dict:
-        """/server_info, or /get_server_info where a server has only the old name."""
-        try:
-            r = await self.get("/server_info")
-        except CheckError as e:
-            if e.status != 404:
-                raise
-            r = await self.get("/get_server_info")
+        """The engine's server info (``Engine.server_info_paths``: the first path that is not a 404)."""
+        engine = engines.get(self.engine)
+        paths = engine.server_info_paths
+        if not paths:
+            raise CheckError(f"{engine.title} has no server info gpuops knows")
+        for path in paths[:-1]:
+            try:
+                r = await self.get(path)
+                break
+            except CheckError as e:
+                if e.status != 404:
+                    raise
+        else:
+            r = await self.get(paths[-1])
         try:
             info = r.json()
         except ValueError:

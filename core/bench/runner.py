@@ -357,6 +357,11 @@ def _engine(target: Target) -> engines.Engine:
     return engines.get(target.plan.engine if target.plan else engines.DEFAULT)
 
 
+def engine_title(plan: Plan | None) -> str:
+    """How text names the engine `plan` runs (None, a --url run: the default engine)."""
+    return engines.get(plan.engine if plan else engines.DEFAULT).title
+
+
 def _eval_module(target: Target) -> str:
     engine = _engine(target)
     module = engine.eval_module()
@@ -737,7 +742,7 @@ def describe_run(run: BenchRun) -> str:
     gpus = run.gpus or {}
     names = ", ".join(sorted({n for n in gpus.get("names") or [] if n})) or "?"
     where = run.deployment or run.url or run.settings.get("file") or "-"
-    return (f"#{run.id} {run.profile} ({run.status}) {where}: {run.model or '?'}, SGLang "
+    return (f"#{run.id} {run.profile} ({run.status}) {where}: {run.model or '?'}, {engine_title(run.plan)} "
             f"{run.sglang_version or '?'}, " + (f"{gpus.get('count')}x {names}" if gpus else "GPUs ?")
             + f", started {run.started_at or '-'}")
 

@@ -219,6 +219,10 @@ class Engine(ABC):
         ``latency_s``, ``output_throughput`` where it printed them."""
         return {}
 
+    # where the server says how it runs (a JSON object: its parsers, its speculative decoding), the
+    # first path that answers; the functional checks read it (none: the engine's server says nothing)
+    server_info_paths: ClassVar[tuple[str, ...]] = ()
+
 
 class NoBenchmark(ValueError):
     """The engine has no benchmark (or evaluation) gpuops knows: one line."""

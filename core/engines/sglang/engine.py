@@ -125,3 +125,5 @@ class SGLang(Engine):
 
     def read_eval_output(self, lines: Iterable[str]) -> dict[str, float]:
         return bench.read_eval_output(lines)
+
+    server_info_paths = ("/server_info", "/get_server_info")  # (only the old name on older versions)
