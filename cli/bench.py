@@ -1,4 +1,4 @@
-"""`gpuops bench`: run SGLang's benchmark against a deployment (or a URL), and the stored runs'
+"""`gpuops bench`: run the engine's benchmark against a deployment (or a URL), and the stored runs'
 list, show, compare, import and export — the command-line face of gpuops.core.bench."""
 
 from __future__ import annotations

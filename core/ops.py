@@ -305,7 +305,7 @@ class Ops:
         return f" and its {kind}{'s' if len(parts) > 1 else ''} {', '.join(p.name for p in parts)} on {', '.join(hosts)}"
 
     async def read_target(self, host: Host) -> Target:
-        """What a plan for `host` is made on: its GPUs, disks and SGLang as read now, with the ports
+        """What a plan for `host` is made on: its GPUs, disks and engine as read now, with the ports
         of its stored deployments taken too (a planned one's server will listen on its port soon)."""
         from .planning.hostfacts import read_target
         from .planning.plan import with_deployment_ports
@@ -389,7 +389,7 @@ class Ops:
         """Why :meth:`deploy` of `plan` on `host_name` would be refused now for a conflict, asked
         before the operator is asked to confirm it (None: it would go on): read-only, the plan not
         this host's, a name (of any part) taken, a port in use. Nothing changes (the deploy checks
-        again, and the rest: SGLang there, disk space)."""
+        again, and the rest: the engine there, disk space)."""
         try:
             self._writable("deploy changes a host")
             if (plan.members or plan.replicas) and host_name != plan.host:
@@ -1312,7 +1312,7 @@ class Ops:
         return await deployment_target(host, d) if d is not None else await url_target(host, url or "")
 
     async def bench(self, target: Any, profile: Any, *, emit: Callable[[Any], Any] = lambda e: None) -> Any:
-        """SGLang's own benchmark against `target` (see :meth:`bench_target`), stored as it runs."""
+        """The engine's own benchmark against `target` (see :meth:`bench_target`), stored as it runs."""
         from .bench.runner import BenchRunner
 
         self._writable("a benchmark loads a server and writes on its host")

@@ -3,14 +3,14 @@ host (a log line, a process's command line, a server's /server_info) enters gpuo
 
 gpuops' own servers never show their API key (the launcher keeps it out of argv and masks it in
 their output); this catches the rest: a server started by hand or by another tool, an older
-deployment, an HF token someone put in a command line. What is masked, as SGLang and the usual
+deployment, an HF token someone put in a command line. What is masked, as the engine and the usual
 tools print it:
 
 - ``--api-key KEY``, ``--api-key=KEY``, and in a printed list ``'--api-key', 'KEY'`` (also
   ``--admin-api-key`` and ``--ssl-keyfile-password``);
 - ``api_key='KEY'``, ``'api_key': 'KEY'``, ``"api_key": "KEY"``, ``api_key=KEY`` (also ``hf_token``, ``access_token``,
   ``auth_token``, ``password``, ``secret`` fields of that form, a name with ``_``, ``-`` or nothing
-  inside: ``hfToken``; not a bare ``token``: SGLang's ``#token: N``); ``None``/``null``/empty stay;
+  inside: ``hfToken``; not a bare ``token``: the engine's ``#token: N``); ``None``/``null``/empty stay;
 - ``Authorization: Bearer KEY`` / ``Bearer KEY``;
 - ``NAME=VALUE`` for secret environment names (``HF_TOKEN``, ``*_API_KEY``, ``*_TOKEN``, ...);
 - Hugging Face tokens (``hf_…``) and gpuops' own keys (``sk-gpuops-…``) wherever they stand.
@@ -36,7 +36,7 @@ _FIELD = r"(?:api[_-]?key|hf[_-]?token|access[_-]?token|auth[_-]?token|password|
 # A start may be shorter than the spellings it stands for (``hf`` for ``hf_token``, ``hf-token``,
 # ``hftoken``): each start costs a scan of the whole text, the place it is found a `match` try.
 _PATTERNS = (
-    # --api-key KEY / --api-key=KEY / '--api-key', 'KEY' (and SGLang's other secret flags)
+    # --api-key KEY / --api-key=KEY / '--api-key', 'KEY' (and the engine's other secret flags)
     (re.compile(r"""(--(?:api-key|admin-api-key|ssl-keyfile-password)(?:=|['"]?,?\s+['"]?))""" + _VALUE),
      ("--api-key", "--admin-api-key", "--ssl-keyfile-password"), ("--api-key", "--admin-api-key", "--ssl-keyfile-password")),
     # api_key='KEY' / 'api_key': 'KEY' / "api_key": "KEY" / api_key=KEY (also admin_api_key, ssl_keyfile_password)

@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Header, Sparkline
 from textual.worker import Worker, WorkerState
 
 from ..core import units
-from ..core.bench.runner import Profile, ServerMetrics, Target, compare, describe_profile, fmt
+from ..core.bench.runner import Profile, ServerMetrics, Target, compare, describe_profile, engine_title, fmt
 from ..core.domain import (BenchChecksEvent, BenchEvent, BenchLogEvent, BenchProgressEvent, BenchQualityEvent,
                            BenchResultEvent, BenchStateEvent, BenchStepEvent, Deployment)
 from ..core.telemetry.samples import is_na
@@ -63,7 +63,7 @@ class BenchRunScreen(GpuopsScreen):
             self.metrics = metrics
 
     class Refused(Message):
-        """The run could not start (no SGLang on the host, host unreachable, …): one line."""
+        """The run could not start (no engine on the host, host unreachable, …): one line."""
 
         def __init__(self, error: str) -> None:
             super().__init__()
@@ -77,7 +77,7 @@ class BenchRunScreen(GpuopsScreen):
         self.state = "starting"  # then running, then one of FINAL
         self.error: str | None = None
         self.run_id: int | None = None
-        self.about: BenchStateEvent | None = None  # the runner's "running" event: SGLang version, module, url
+        self.about: BenchStateEvent | None = None  # the runner's "running" event: engine version, module, url
         self.step: BenchStepEvent | None = None  # the current step
         self.progress: BenchProgressEvent | None = None  # the step's last progress
         self.results: list[BenchResultEvent | BenchQualityEvent] = []
@@ -229,7 +229,7 @@ class BenchRunScreen(GpuopsScreen):
         title = Text.assemble(("bench ", "bold"), (f"#{self.run_id} " if self.run_id else "", "bold"),
                               f"{self.profile.name} against ", (d.name, "bold"), f" ({d.model}) on {d.host}")
         if a is not None:
-            title.append(f" · SGLang {a.sglang_version or None} · {a.module or None}", style="dim")
+            title.append(f" · {engine_title(d.plan)} {a.sglang_version or None} · {a.module or None}", style="dim")
         title.append("\n" + describe_profile(self.profile), style="dim")
         self.query_one("#run-title", TextView).set(title)
 

@@ -264,7 +264,7 @@ def _stored(tmp_path) -> tuple[Store, list]:
     faster = [dict(r, output_throughput=r["output_throughput"] * 1.5, median_ttft_ms=r["median_ttft_ms"] / 2)
               for r in records[::-1]]  # c=8 first, then c=1
     other = store.add_bench_run(profile="sweep", settings={}, deployment="new", model="Qwen/Qwen3.5-122B-A10B",
-                                sglang_version="0.5.23", gpus={"count": 4, "ids": [0, 1, 2, 3], "names": ["NVIDIA H200"] * 4},
+                                engine_version="0.5.23", gpus={"count": 4, "ids": [0, 1, 2, 3], "names": ["NVIDIA H200"] * 4},
                                 records=faster, status="ok")
     quality = store.add_bench_run(profile="quality", settings={"eval_name": "gsm8k"}, status="ok")
     quality = store.finish_bench_run(quality.id, "ok", quality={"eval": "gsm8k", "score": 0.75})

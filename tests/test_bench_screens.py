@@ -63,7 +63,7 @@ def store_runs() -> list[int]:
         faster = [dict(r, output_throughput=r["output_throughput"] * 1.5, median_ttft_ms=r["median_ttft_ms"] / 2)
                   for r in old.records[::-1]]
         new = store.add_bench_run(profile="sweep", settings={"concurrencies": [8, 1]}, deployment="new122b",
-                                  model="Qwen/Qwen3.5-122B-A10B", sglang_version="0.5.23", status="ok",
+                                  model="Qwen/Qwen3.5-122B-A10B", engine_version="0.5.23", status="ok",
                                   gpus={"count": 4, "ids": [0, 1, 2, 3], "names": ["NVIDIA H200"] * 4},
                                   records=faster)
         quality = store.add_bench_run(profile="quality", settings={"eval_name": "gsm8k"}, deployment="new122b")

@@ -12,7 +12,9 @@ finds the toy rule's finding, and stop stops it.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -327,6 +329,135 @@ def test_a_servers_ranks_are_known_by_its_engines_process_titles(toy_engine):
                                           13: "sglang::detokenizer"})
     assert tree.ranks(engines.get("sglang").rank_title) == [11, 12]
     assert engines.get("toy").rank_title is None and tree.ranks(engines.get("toy").rank_title) == []
+
+
+class ToyBench(Toy):
+    """The toy with a benchmark of its own: its command line, its records, its eval, its metrics."""
+
+    name = "toy-bench"
+    bench_backend = "toy"
+    metrics = {"running_reqs": "toy_running"}
+
+    def bench_module(self, version: str) -> str | None:
+        return "toyserve.bench"
+
+    def bench_argv(self, python, module, *, url, settings, num_prompts, concurrency, output_file,
+                   model_path=None, tokenizer_path=None, served_name=None) -> list[str]:
+        return [python, "-m", module, "--url", url, "-n", str(num_prompts), "--out", output_file]
+
+    def bench_record(self, doc: object) -> bool:
+        return isinstance(doc, dict) and "toy_tok_s" in doc
+
+    def eval_module(self) -> str | None:
+        return "toyserve.eval"
+
+    def eval_argv(self, python, *, url, settings, served_name=None) -> list[str]:
+        return [python, "-m", "toyserve.eval", url]
+
+    def read_eval_output(self, lines) -> dict[str, float]:
+        scores = [float(line.split()[-1]) for line in lines if line.startswith("toy score")]
+        return {"score": scores[-1]} if scores else {}
+
+
+def test_a_benchmark_is_its_engines_and_one_without_is_refused_in_one_line(toy_engine):
+    """bench's command lines, its records, its eval's figures and the /metrics names are the target's
+    engine's: SGLang's bench_serving by default, the toy-bench's own, and the toy (which has no
+    benchmark) is refused in one line before anything runs; its profiles carry no --backend."""
+    from gpuops.core.bench import runner
+
+    engines.register(ToyBench)
+    try:
+        url = "http://127.0.0.1:30000"
+        smoke, quality = runner.resolve_profile("smoke"), runner.resolve_profile(
+            "quality", overrides={"eval_data_path": "/data/gsm8k.jsonl"})
+        assert list(smoke.settings)[0] == "backend" and smoke.settings["backend"] == "sglang"
+        sglang_target = runner.Target(host=None, url=url, home="/h")  # type: ignore[arg-type]
+        argv = runner.serving_argv("py", "sglang.bench_serving", sglang_target, smoke, 4, "/o.jsonl")
+        assert argv[:7] == ["py", "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url]
+        assert runner.quality_argv("py", sglang_target, quality)[:3] == ["py", "-m", "sglang.test.run_eval"]
+
+        toy = runner.Target(host=None, url=url, home="/h",  # type: ignore[arg-type]
+                            plan=toy_plan(Path("/srv/m"), 30000))
+        toy_smoke = runner.resolve_profile("smoke", engine="toy")
+        assert "backend" not in toy_smoke.settings and toy_smoke.settings["dataset_name"] == "random-ids"
+        with pytest.raises(runner.BenchInputError, match=r"^Toy has no serving benchmark gpuops knows$"):
+            runner.serving_argv("py", "toyserve.bench", toy, toy_smoke, 4, "/o.jsonl")
+        with pytest.raises(runner.BenchInputError, match=r"^Toy has no accuracy evaluation gpuops knows$"):
+            runner.quality_argv("py", toy, quality)
+        sglang_record = '{"backend": "sglang", "output_throughput": 10.0}\n'
+        with pytest.raises(runner.BenchInputError, match="not a bench_serving record"):
+            runner.parse_jsonl(sglang_record, "f.jsonl", engine="toy")
+
+        bench = runner.Target(host=None, url=url, home="/h",  # type: ignore[arg-type]
+                              plan=toy_plan(Path("/srv/m"), 30000).replace(engine="toy-bench"))
+        assert runner.resolve_profile("smoke", engine="toy-bench").settings["backend"] == "toy"
+        assert runner.serving_argv("py", "toyserve.bench", bench, smoke, 4, "/o.jsonl") == \
+            ["py", "-m", "toyserve.bench", "--url", url, "-n", "16", "--out", "/o.jsonl"]
+        assert runner.quality_argv("py", bench, quality) == ["py", "-m", "toyserve.eval", url]
+        assert runner.parse_jsonl('{"toy_tok_s": 5}\n', "t.jsonl", engine="toy-bench") == [{"toy_tok_s": 5}]
+        with pytest.raises(runner.BenchInputError, match="not a bench_serving record"):
+            runner.parse_jsonl(sglang_record, "f.jsonl", engine="toy-bench")
+        assert engines.get("toy-bench").read_eval_output(["toy score 0.75"]) == {"score": 0.75}
+
+        import msgspec
+
+        from gpuops.core.domain import BenchRun
+
+        run = BenchRun(id=7, source="gpuops", profile="smoke", settings={}, status="ok", created_at="t",
+                       sglang_version="1.0.0", plan=toy_plan(Path("/srv/m"), 30000))
+        assert ", Toy 1.0.0, " in runner.describe_run(run)  # the run's engine, named as it names itself
+        assert ", SGLang 1.0.0, " in runner.describe_run(msgspec.structs.replace(run, plan=None))  # a --url run
+
+        text = "toy_running 3\nsglang:num_running_reqs 9\n"
+        assert runner.parse_metrics(text, engine="toy-bench").running_reqs == 3
+        assert runner.parse_metrics(text).running_reqs == 9
+    finally:
+        engines._LOADED.pop("toy-bench", None)
+
+
+def test_the_functional_checks_ask_the_engines_server_info_and_one_without_is_failed_in_one_line(toy_engine):
+    """The functional checks read the server's info where its engine says (SGLang: /server_info,
+    then /get_server_info); an engine that names none (the toy) fails each check with one line,
+    asking nothing of the server."""
+    from gpuops.core.bench.functional import run_checks
+
+    assert engines.get("sglang").server_info_paths == ("/server_info", "/get_server_info")
+    with socket.socket() as s:  # a port nothing listens on: a request would fail another way
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    plan = toy_plan(Path("/srv/m"), 30000)
+    checks = asyncio.run(run_checks(url, model="toy/model", plan=plan))
+    assert [(c.name, c.ok, c.reason) for c in checks] == [
+        (name, False, "Toy has no server info gpuops knows") for name in ("tool_calls", "thinking", "mtp")]
+    sglang = asyncio.run(run_checks(url, model="m", plan=plan.replace(engine="sglang")))
+    assert all(c.ok is False and "Toy" not in c.reason for c in sglang)  # SGLang's asks (and finds nothing)
+
+
+def test_triage_dumps_the_ranks_its_engine_names(toy_engine, tmp_path, monkeypatch):
+    """The triage probe is told the engine's rank title (``--rank-title``): py-spy dumps the
+    processes whose title starts with it, never another engine's; an engine that names none
+    (the toy) gets no --rank-title, and the server processes themselves are dumped."""
+    from gpuops.core.diagnose.host_checks import probe_argv
+    from gpuops.core.hosts.programs import triage_probe
+
+    toy = toy_plan(Path("/srv/m"), 30000).replace(python="/v/bin/python")
+    sglang = toy.replace(engine="sglang")
+    assert "--rank-title" not in probe_argv(None, toy)  # type: ignore[arg-type]
+    argv = probe_argv(None, sglang)  # type: ignore[arg-type]
+    assert argv[argv.index("--rank-title") + 1] == engines.get("sglang").rank_title
+
+    spy = tmp_path / "py-spy"
+    spy.write_text("#!/bin/sh\necho stack of \"$@\"\n")
+    spy.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # py-spy is looked for beside it first
+    server = os.getpid()  # a running process stands for the server (the probe keeps live pids only)
+    tree = [{"pid": 101, "command": "toy::rank_R3"}, {"pid": 102, "command": "sglang::scheduler_TP0"},
+            {"pid": server, "command": "python -m toyserve.serve"}]
+    ranked = triage_probe.Probe("/", [server], [], [], "toy::rank").py_spy(tree)
+    assert [(s["pid"], s["rank"]) for s in ranked["stacks"]] == [(101, "R3")]
+    unranked = triage_probe.Probe("/", [server], [], [], None).py_spy(tree)
+    assert [(s["pid"], s["rank"]) for s in unranked["stacks"]] == [(server, None)]  # not SGLang's scheduler
+    assert unranked["stacks"][0]["text"].strip() == f"stack of dump --native --pid {server}"
 
 
 def test_a_previous_command_lines_flags_are_what_follows_its_engines_server(toy_engine):

@@ -155,7 +155,7 @@ def test_bench_runs(tmp_path):
     store = Store(tmp_path / "g.db")
     run = store.add_bench_run(profile="sweep", settings={"concurrencies": [1, 4], "request_rate": "inf"},
                               deployment="qwen122", host="gpu1", url="http://127.0.0.1:30000", model="Qwen/Qwen3.5-122B-A10B",
-                              sglang_version="0.5.23", gpus={"count": 4, "ids": [0, 1, 2, 3], "names": None}, plan=PLAN,
+                              engine_version="0.5.23", gpus={"count": 4, "ids": [0, 1, 2, 3], "names": None}, plan=PLAN,
                               remote_dir="/root/.local/state/gpuops/bench/x", started_at="2026-11-30T10:00:00.000Z")
     assert (run.id, run.status, run.records, run.quality, run.finished_at) == (1, "running", [], None, None)
     store.add_bench_records(run.id, [{"max_concurrency": 1, "output_throughput": 10.5}])

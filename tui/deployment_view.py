@@ -20,7 +20,7 @@ GIB = 1024**3
 
 
 def shown_phases(plan: Plan, view: RunView) -> tuple[str, ...]:
-    """The phases the screen lists: a router (sglang-router in front of replicas) has no SGLang
+    """The phases the screen lists: a router (the engine's, in front of replicas) has no server
     start-up, it starts, then is ready; a server without a draft model has no draft phase (unless
     its log shows one)."""
     if plan.replicas:
@@ -33,7 +33,7 @@ def phase_mark(view: RunView, phase: str, i: int, reached: int, failed: str | No
     current, ready = view.phase, view.state == State.READY
     passed = i < reached or (phase == current and ready)
     if passed and phase not in view.phases:
-        return "–", "dim"  # passed without a line of its own (SGLang skipped it, or said nothing)
+        return "–", "dim"  # passed without a line of its own (the engine skipped it, or said nothing)
     if passed:
         return "✔", "green"
     if phase == failed and view.state == State.CRASHED:

@@ -1,1 +1,1 @@
-"""Benchmarks: SGLang's own bench_serving and run_eval against a deployment, functional checks, results."""
+"""Benchmarks: the engine's own benchmark and eval against a deployment, functional checks, results."""

@@ -75,8 +75,10 @@ class _Api:
     """The deployment's HTTP API: the key in the header, a timeout on every request, and a
     one-line CheckError for anything that is not a 2xx answer."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None):
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str | None,
+                 engine: str = engines.DEFAULT):
         self.client = client
+        self.engine = engine  # the server's engine (its metrics names)
         self.base = base_url.rstrip("/")
         self.keyed = api_key is not None
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
@@ -106,13 +108,20 @@ class _Api:
         return r
 
     async def server_info(self) -> dict:
-        """/server_info, or /get_server_info where a server has only the old name."""
-        try:
-            r = await self.get("/server_info")
-        except CheckError as e:
-            if e.status != 404:
-                raise
-            r = await self.get("/get_server_info")
+        """The engine's server info (``Engine.server_info_paths``: the first path that is not a 404)."""
+        engine = engines.get(self.engine)
+        paths = engine.server_info_paths
+        if not paths:
+            raise CheckError(f"{engine.title} has no server info gpuops knows")
+        for path in paths[:-1]:
+            try:
+                r = await self.get(path)
+                break
+            except CheckError as e:
+                if e.status != 404:
+                    raise
+        else:
+            r = await self.get(paths[-1])
         try:
             info = r.json()
         except ValueError:
@@ -334,7 +343,7 @@ async def _accept_length(api: _Api) -> tuple[float | None, str | None]:
     if values:
         return sum(values) / len(values), "/server_info"
     try:
-        length = accept_length_from_metrics((await api.get("/metrics")).text)
+        length = accept_length_from_metrics((await api.get("/metrics")).text, api.engine)
     except (CheckError, ValueError):
         return None, None
     return length, "/metrics" if length is not None else None
@@ -357,8 +366,9 @@ async def _mtp(api: _Api, model: str, info: dict, asked: dict) -> FunctionalChec
     length, source = await _accept_length(api)
     details.update(accept_length=length, source=source, requests=MTP_REQUESTS)
     if length is None:
+        metric = engines.get(api.engine).metrics.get("accept_length")
         return FunctionalCheck("mtp", False, "no accept length: /server_info has no avg_spec_accept_length and /metrics "
-                           "no sglang:spec_accept_length (--enable-metrics)", details)
+                           f"no {metric} (--enable-metrics)", details)
     if length <= 1.0:
         return FunctionalCheck("mtp", False, f"accept length {length:.2f} after {MTP_REQUESTS} requests: no draft token "
                            "is accepted", details)
@@ -377,7 +387,7 @@ async def run_checks(base_url: str, *, model: str, api_key: str | None = None, p
     asked = {name: values[0] if values else "" for name, values in split_flags(plan.argv if plan is not None else [])
              if name in ASKED}
     own = client is None
-    api = _Api(client or httpx.AsyncClient(), base_url, api_key)
+    api = _Api(client or httpx.AsyncClient(), base_url, api_key, plan.engine if plan is not None else engines.DEFAULT)
     try:
         try:
             info = await api.server_info()

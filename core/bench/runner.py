@@ -1,10 +1,11 @@
-"""Benchmarks: SGLang's own benchmark and eval, run on the host against a deployment, stored, compared.
+"""Benchmarks: the engine's own benchmark and eval, run on the host against a deployment, stored, compared.
 
 - Profiles (``DEFAULT_PROFILES``, overridden by ``[bench.profiles.NAME]`` in config.toml): ``smoke``,
-  ``latency``, ``throughput`` and ``sweep`` run ``python -m sglang.bench_serving`` (or
-  ``sglang.benchmark.serving`` where the host's version has it) once per concurrency; ``quality``
-  runs ``python -m sglang.test.run_eval --eval-name gsm8k`` on a dataset file the profile names
-  (hosts may be offline). Inputs default to ``random-ids``, which needs no download.
+  ``latency``, ``throughput`` and ``sweep`` run the engine's serving benchmark (bench_serving:
+  ``Engine.bench_module`` for the host's version, its command line ``Engine.bench_argv``) once per
+  concurrency, its ``--backend`` the engine's (``Engine.bench_backend``); ``quality`` runs the
+  engine's evaluation (``Engine.eval_argv``: run_eval ``--eval-name gsm8k``) on a dataset file the
+  profile names (hosts may be offline). Inputs default to ``random-ids``, which needs no download.
 - The runner (``BenchRunner``) runs them with the host's python through ``Host.stream`` under a small
   relay (``core/hosts/programs/bench_relay.py``) that merges stderr into stdout and splits tqdm's
   ``\\r`` updates into lines, so progress ("n/N") arrives while it runs; closing the stream (cancel) ends the remote
@@ -16,7 +17,8 @@
   unlimited rate, which is not JSON) becomes the string ``"inf"`` (the same word config.toml uses)
   and any other non-finite number ``null``; secrets (``server_info``'s ``api_key``) become ``"***"``.
 - ``poll_metrics`` follows the server's ``/metrics`` from the host (prometheus_client's parser) for
-  live views: running and queued requests, generation throughput, token usage, accept length.
+  live views: running and queued requests, generation throughput, token usage, accept length
+  (the engine's metric names, ``Engine.metrics``).
 - ``compare`` and ``export`` put stored runs side by side with deltas.
 """
 
@@ -36,6 +38,7 @@ from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from .. import engines
+from ..engines.base import NoBenchmark
 from ..config import BENCH_PATHS, BENCH_VALUES, validate_host_name
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import bench_relay as bench_relay_program
@@ -47,7 +50,8 @@ from ..redact import redact_all
 
 SCHEMA = 1
 
-_SERVING_BASE: dict[str, Any] = {"backend": "sglang", "dataset_name": "random-ids", "request_rate": "inf",
+# a serving profile's "backend" is the engine's (Engine.bench_backend), put first when resolved
+_SERVING_BASE: dict[str, Any] = {"dataset_name": "random-ids", "request_rate": "inf",
                                  "random_range_ratio": 0.0, "warmup_requests": 1}
 DEFAULT_PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {**_SERVING_BASE, "num_prompts": 16, "max_concurrency": 4, "random_input_len": 256,
@@ -143,8 +147,9 @@ def validate_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def resolve_profile(name: str, configured: dict[str, dict[str, Any]] | None = None,
-                    overrides: dict[str, Any] | None = None) -> Profile:
-    """The profile NAME: its defaults, then config.toml's table, then OVERRIDES (a screen's edits).
+                    overrides: dict[str, Any] | None = None, engine: str = engines.DEFAULT) -> Profile:
+    """The profile NAME: its defaults (a serving profile's ``backend`` is ENGINE's), then
+    config.toml's table, then OVERRIDES (a screen's edits).
 
     A name with no defaults must be in config.toml; it starts from ``quality`` when it sets an
     eval key, else from ``smoke``. Setting ``max_concurrency`` on a profile with ``concurrencies``
@@ -164,6 +169,9 @@ def resolve_profile(name: str, configured: dict[str, dict[str, Any]] | None = No
     settings = dict(DEFAULT_PROFILES.get(name) or (
         DEFAULT_PROFILES["quality"] if any(k in quality_only for layer in layers for k in layer)
         else DEFAULT_PROFILES["smoke"]))
+    backend = engines.get(engine).bench_backend
+    if "eval_name" not in settings and backend is not None:
+        settings = {"backend": backend, **settings}
     for layer in layers:
         if "max_concurrency" in layer and "concurrencies" in layer:
             raise BenchInputError(f"{where}: set max_concurrency (one run) or concurrencies (a sweep), not both")
@@ -204,7 +212,7 @@ def _finite(value: Any) -> Any:
 
 def normalize_record(record: dict) -> dict:
     """A bench_serving record as stored: ``request_rate`` inf -> "inf", other non-finite numbers ->
-    null, secrets redacted (SGLang's /server_info, in ``server_info``, carries ``api_key``)."""
+    null, secrets redacted (the server's /server_info, in ``server_info``, carries ``api_key``)."""
     out = dict(record)
     rate = out.get("request_rate")
     if isinstance(rate, float) and math.isinf(rate) and rate > 0:
@@ -212,9 +220,11 @@ def normalize_record(record: dict) -> dict:
     return _finite(redact_all(out))
 
 
-def parse_jsonl(text: str, source: str) -> list[dict]:
-    """bench_serving's ``--output-file``: one JSON object per line. Python's json reads the
-    ``Infinity`` bench_serving writes (strict parsers refuse it)."""
+def parse_jsonl(text: str, source: str, engine: str = engines.DEFAULT) -> list[dict]:
+    """bench_serving's ``--output-file``: one JSON object per line, each one of ENGINE's records
+    (``Engine.bench_record``). Python's json reads the ``Infinity`` bench_serving writes (strict
+    parsers refuse it)."""
+    is_record = engines.get(engine).bench_record
     records = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -223,7 +233,7 @@ def parse_jsonl(text: str, source: str) -> list[dict]:
             doc = json.loads(line)
         except ValueError as exc:
             raise BenchInputError(f"{source}:{n}: not JSON ({exc})") from None
-        if not isinstance(doc, dict) or "backend" not in doc or "output_throughput" not in doc:
+        if not is_record(doc):
             raise BenchInputError(f"{source}:{n}: not a bench_serving record (no backend/output_throughput)")
         records.append(normalize_record(doc))
     if not records:
@@ -232,9 +242,6 @@ def parse_jsonl(text: str, source: str) -> list[dict]:
 
 
 _PROGRESS = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")  # tqdm: " 40%|████      | 8/20 [00:00<00:00, 66.50it/s]"
-_SCORE = re.compile(r"^Score: (-?\d+(?:\.\d+)?)\s*$")
-_EVAL_LATENCY = re.compile(r"^Total latency: (\d+(?:\.\d+)?) s")
-_EVAL_THROUGHPUT = re.compile(r"^Output throughput: (\d+(?:\.\d+)?) token/s")
 
 
 def parse_progress(line: str) -> tuple[int, int] | None:
@@ -336,25 +343,23 @@ async def _gpus(host: Host, ids: list[int]) -> dict:
 
 def serving_argv(python: str, module: str, target: Target, profile: Profile, concurrency: int | None,
                  output_file: str) -> list[str]:
-    s = profile.settings
-    argv = [python, "-m", module, "--backend", s["backend"], "--base-url", target.url,
-            "--dataset-name", s["dataset_name"], "--num-prompts", str(profile.num_prompts(concurrency)),
-            "--random-input-len", str(s["random_input_len"]), "--random-output-len", str(s["random_output_len"]),
-            "--random-range-ratio", str(s["random_range_ratio"]), "--request-rate", str(s["request_rate"]),
-            "--warmup-requests", str(s["warmup_requests"]), "--output-file", output_file]
-    if s.get("dataset_path"):
-        argv += ["--dataset-path", s["dataset_path"]]
-    if concurrency is not None:
-        argv += ["--max-concurrency", str(concurrency)]
-    if target.model_path:  # the tokenizer from the deployment's files on the host (no download)
-        argv += ["--model", target.model_path, "--tokenizer", target.tokenizer_path or target.model_path]
-    if target.served_name:
-        argv += ["--served-model-name", target.served_name]
-    return argv
+    """The target's engine's serving benchmark (``Engine.bench_argv``) for one step of PROFILE."""
+    try:
+        return _engine(target).bench_argv(
+            python, module, url=target.url, settings=profile.settings, num_prompts=profile.num_prompts(concurrency),
+            concurrency=concurrency, output_file=output_file, model_path=target.model_path,
+            tokenizer_path=target.tokenizer_path, served_name=target.served_name)
+    except NoBenchmark as exc:
+        raise BenchInputError(str(exc)) from None
 
 
 def _engine(target: Target) -> engines.Engine:
     return engines.get(target.plan.engine if target.plan else engines.DEFAULT)
+
+
+def engine_title(plan: Plan | None) -> str:
+    """How text names the engine `plan` runs (None, a --url run: the default engine)."""
+    return engines.get(plan.engine if plan else engines.DEFAULT).title
 
 
 def _eval_module(target: Target) -> str:
@@ -366,13 +371,13 @@ def _eval_module(target: Target) -> str:
 
 
 def quality_argv(python: str, target: Target, profile: Profile) -> list[str]:
-    s = profile.settings
-    argv = [python, "-m", _eval_module(target), "--base-url", target.url, "--eval-name", s["eval_name"],
-            "--gsm8k-data-path", s["eval_data_path"], "--num-examples", str(s["num_examples"]),
-            "--num-threads", str(s["max_concurrency"])]
-    if target.served_name:
-        argv += ["--model", target.served_name]
-    return argv
+    """The target's engine's accuracy evaluation (``Engine.eval_argv``) with PROFILE's settings."""
+    _eval_module(target)  # the refusal of an engine without one
+    try:
+        return _engine(target).eval_argv(python, url=target.url, settings=profile.settings,
+                                         served_name=target.served_name)
+    except NoBenchmark as exc:
+        raise BenchInputError(str(exc)) from None
 
 
 class BenchRunner:
@@ -417,7 +422,7 @@ class BenchRunner:
                   f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
         run = self.store.add_bench_run(
             profile=self.profile.name, settings=self.profile.settings, deployment=t.deployment, host=t.host.name,
-            url=t.url, model=t.model, sglang_version=version, gpus=t.gpus, plan=t.plan, remote_dir=run_dir,
+            url=t.url, model=t.model, engine_version=version, gpus=t.gpus, plan=t.plan, remote_dir=run_dir,
             started_at=utc_now())
         self.run_id = run.id
         self.emit(BenchStateEvent(run=self.run_id, state="running", profile=self.profile.to_json(),
@@ -507,7 +512,7 @@ class BenchRunner:
         if not res.ok:
             raise BenchFailed(f"no results in {output} on {self.target.host.name}: {res.stderr.strip()}")
         try:
-            records = parse_jsonl(res.stdout, output)
+            records = parse_jsonl(res.stdout, output, _engine(self.target).name)
         except BenchInputError as exc:
             raise BenchFailed(str(exc)) from None
         assert self.run_id is not None
@@ -521,12 +526,7 @@ class BenchRunner:
                                  num_examples=s["num_examples"]))
         lines = await self._stream(quality_argv(host_python(self.target.host), self.target, self.profile),
                                    run_dir, 0, 1)
-        found = {}
-        for line in lines:
-            for key, rx in (("score", _SCORE), ("latency_s", _EVAL_LATENCY), ("output_throughput", _EVAL_THROUGHPUT)):
-                m = rx.match(line.strip())
-                if m:
-                    found[key] = float(m.group(1))
+        found = _engine(self.target).read_eval_output(lines)
         if "score" not in found:
             raise BenchFailed("run_eval printed no score")
         quality = {"eval": s["eval_name"], "score": found["score"], "num_examples": s["num_examples"],
@@ -609,17 +609,18 @@ async def poll_metrics(target: Target, interval: float = 1.0) -> AsyncIterator[S
 # ------------------------------------------------------------------ import, compare, export
 
 
-def import_jsonl(store: Store, text: str, source: str) -> BenchRun:
+def import_jsonl(store: Store, text: str, source: str, engine: str = engines.DEFAULT) -> BenchRun:
     """Results bench_serving wrote outside gpuops (its --output-file): one stored run, its records
-    in order. The model and SGLang version come from the records' server_info when present."""
-    records = parse_jsonl(text, source)
+    in order (ENGINE's records). The model and the engine's version come from the records'
+    server_info when present."""
+    records = parse_jsonl(text, source, engine)
     info: dict[str, Any] = next((r["server_info"] for r in records if isinstance(r.get("server_info"), dict)), {})
     first = records[0]
     settings = {"file": source, **{k: first.get(k) for k in ("backend", "dataset_name", "request_rate",
                                                               "random_input_len", "random_output_len")}}
     return store.add_bench_run(profile="imported", settings=settings, source="import", status="ok",
                                model=info.get("served_model_name") or info.get("model_path"),
-                               sglang_version=info.get("version"), records=records)
+                               engine_version=info.get("version"), records=records)
 
 
 def summary(record: dict) -> dict:
@@ -741,7 +742,7 @@ def describe_run(run: BenchRun) -> str:
     gpus = run.gpus or {}
     names = ", ".join(sorted({n for n in gpus.get("names") or [] if n})) or "?"
     where = run.deployment or run.url or run.settings.get("file") or "-"
-    return (f"#{run.id} {run.profile} ({run.status}) {where}: {run.model or '?'}, SGLang "
+    return (f"#{run.id} {run.profile} ({run.status}) {where}: {run.model or '?'}, {engine_title(run.plan)} "
             f"{run.sglang_version or '?'}, " + (f"{gpus.get('count')}x {names}" if gpus else "GPUs ?")
             + f", started {run.started_at or '-'}")
 

@@ -85,7 +85,7 @@ class Deployer:
         await self.confirm_gpus()
 
     async def checks(self, *, held: bool = False) -> None:
-        """What refuses the deploy (DeployError), nothing asked: SGLang (or the router) installed
+        """What refuses the deploy (DeployError), nothing asked: the engine (or its router) installed
         there, the ports free (not with `held`), room for the download."""
         plan, host = self.plan, self.host
         engine = engines.get(plan.engine)

@@ -8,7 +8,7 @@ the command again from there, with a backoff, so no line is lost and none is rep
 
 - ``JournalFollower``: ``journalctl [--directory=D | --file=F] --unit=U --output=json --all
   [-f] [--lines=all | --after-cursor=C]``. ``--all`` matters: without it journalctl prints any
-  field over 4096 bytes (SGLang's ``server_args=…`` line) as ``null``. ``-f`` also limits the
+  field over 4096 bytes (an engine's ``server_args=…`` line) as ``null``. ``-f`` also limits the
   output to the journal's current boot (journalctl's own rule).
 - ``FileFollower``: a small stdlib Python loop run with the host's python (``programs/tail.py``)
   that reads the file by byte offset and prints one JSON frame per line with its end offset;
@@ -306,7 +306,7 @@ def _field_text(value: Any) -> str:
 
 _decode = json.JSONDecoder().decode  # json.loads minus its per-call argument checks
 # A terminal's control sequences (colours and the like: ESC [ … final byte, and two-byte escapes): a
-# server that colours its log (sglang-router does, through tracing) writes them into the journal too
+# server that colours its log (a router may, through tracing) writes them into the journal too
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 
 

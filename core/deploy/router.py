@@ -1,7 +1,8 @@
-"""A replicated deployment's router (sglang-router in front of K SGLang servers): its own view of
-the replicas, read on its host, and the watch that turns it into the deployment's state.
+"""A replicated deployment's router (the engine's router, ``Engine.router_title``, in front of K
+servers): its own view of the replicas, read on its host, and the watch that turns it into the
+deployment's state.
 
-sglang-router (0.3.x) answers on its --port: ``GET /readiness`` 200 ``{"status": "ready",
+The router (the first engine's, 0.3.x) answers on its --port: ``GET /readiness`` 200 ``{"status": "ready",
 "healthy_workers": N, "total_workers": M}`` (503 with ``"not ready"`` while none is healthy) and
 ``GET /workers`` ``{"workers": [{"url", "is_healthy", "load", ...}], ...}``. It asks each replica's
 /health every --health-check-interval-secs and counts it unhealthy after --health-failure-threshold

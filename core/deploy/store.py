@@ -96,7 +96,7 @@ MIGRATIONS: tuple[str, ...] = (
         host            TEXT,
         url             TEXT,
         model           TEXT,
-        sglang_version  TEXT,
+        sglang_version  TEXT,            -- the engine's version (the column keeps its first engine's name)
         gpus_json       TEXT,            -- {"count", "ids", "names"} or null
         plan_json       TEXT,
         profile         TEXT NOT NULL,
@@ -572,7 +572,7 @@ class Store:
     @_guarded
     def add_bench_run(self, *, profile: str, settings: dict, source: str = "gpuops", status: str = "running",
                       deployment: str | None = None, host: str | None = None, url: str | None = None,
-                      model: str | None = None, sglang_version: str | None = None, gpus: dict | None = None,
+                      model: str | None = None, engine_version: str | None = None, gpus: dict | None = None,
                       plan: Plan | None = None, records: list | None = None, quality: dict | None = None,
                       remote_dir: str | None = None, started_at: str | None = None,
                       finished_at: str | None = None) -> BenchRun:
@@ -587,7 +587,7 @@ class Store:
                 "INSERT INTO bench_runs (source, deployment, host, url, model, sglang_version, gpus_json, plan_json,"
                 " profile, settings_json, status, records_json, quality_json, remote_dir, created_at, started_at,"
                 " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (source, deployment, host, url, model, sglang_version, _strict_json_or_null(gpus),
+                (source, deployment, host, url, model, engine_version, _strict_json_or_null(gpus),
                  None if plan is None else _plan_json(plan), profile, _strict_json(settings), status,
                  _strict_json(records or []), _strict_json_or_null(quality), remote_dir, utc_now(), started_at,
                  finished_at))

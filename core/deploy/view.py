@@ -37,7 +37,7 @@ def parse_ts(ts: str) -> datetime:
 
 
 def parse_log_ts(text: str | None) -> datetime | None:
-    """SGLang's own timestamp on a line (``2026-07-14 07:49:04`` or with ``.123``/``,123``): the
+    """The engine's own timestamp on a line (``2026-07-14 07:49:04`` or with ``.123``/``,123``): the
     server's clock and zone, good for durations between its lines."""
     if not text:
         return None

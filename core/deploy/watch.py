@@ -250,7 +250,7 @@ class Watch:
         self._cursor: str | None = None
         self._offset: int | None = None
         self._numbers: dict[str, float] = {}
-        self._last_ts: str | None = None  # SGLang's timestamp on the last line that had one
+        self._last_ts: str | None = None  # the engine's timestamp on the last line that had one
 
     # ---------------------------------------------------------------- events
 
@@ -557,7 +557,7 @@ class Watch:
                 watcher.progress(ch.phase)
                 if ch.phase in view.phases:
                     continue
-                # a line without SGLang's timestamp (uvicorn's) is as late as the last one that had it
+                # a line without the engine's timestamp (uvicorn's) is as late as the last one that had it
                 # with its position: a reattach resumes in this phase just after its line, never before it
                 self.record(PhaseEvent(phase=ch.phase, line=ch.text, log_ts=ch.ts or self._last_ts), at_position=True)
                 # the ready state comes with the quick check's answer; a state never goes backwards
@@ -598,7 +598,7 @@ class Watch:
         return self.view.state
 
     async def _ready(self, check: bool = True) -> None:
-        # a node beyond node 0 serves no API (only SGLang's health check): nothing to ask it
+        # a node beyond node 0 serves no API (only the engine's health check): nothing to ask it
         answer, why = (await quick_check(self.host, self.plan, self.launcher)  # type: ignore[arg-type]
                        if check and self.want_quick_check and not self.plan.node_rank else (None, None))
         if why is not None:

@@ -5,7 +5,7 @@ A fix that is a plan change (:class:`gpuops.core.domain.Fix` with ``applicable``
 
     {"set_flags":    {"--mem-fraction-static": ["0.85"], "--enable-metrics": []},
      "remove_flags": ["--disable-radix-cache"],
-     "set_env":      {"SGLANG_ENABLE_SPEC_V2": "1"},
+     "set_env":      {"NCCL_DEBUG": "INFO"},
      "unset_env":    ["NCCL_P2P_DISABLE"],
      "port":         30001}
 
@@ -100,7 +100,7 @@ def validate_patch(patch: object) -> dict[str, Any]:
 
 
 def describe_patch(patch: dict[str, Any]) -> str:
-    """One line for a fix's summary: ``set --mem-fraction-static 0.85; set SGLANG_ENABLE_SPEC_V2=1``."""
+    """One line for a fix's summary: ``set --mem-fraction-static 0.85; set NCCL_DEBUG=INFO``."""
     p = validate_patch(patch)
     parts = [" ".join(["set", name, *values]) for name, values in p["set_flags"].items()]
     parts += [f"remove {name}" for name in p["remove_flags"]]

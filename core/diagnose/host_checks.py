@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .. import engines
 from ..hosts.programs import triage_probe
 from ..domain import Evidence, Finding, Fix, HostCheck, Plan
 from ..hosts.host import Host, HostError, host_python, script_source
@@ -41,7 +42,7 @@ CHECKS = ("driver-library-mismatch", "nvml-init", "cuda-driver-too-old", "p2p-un
           "port-in-use", "leftover-gpu-process", "py-spy")
 
 # NCCL's troubleshooting guide asks Docker for `--shm-size=1g` (Docker's default /dev/shm is
-# 64 MiB, where ncclShmOpen fails or hangs); SGLang's own docker command uses 32g. Below 1 GiB
+# 64 MiB, where ncclShmOpen fails or hangs); the engine's own docker command may ask more (32g). Below 1 GiB
 # (total, or free) with TP > 1 is a finding.
 SHM_MIN_BYTES = 1024**3
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -102,6 +103,9 @@ def probe_argv(host: Host, plan: Plan, *, server_pids: Iterable[int] = (), root:
         argv += ["--gpus", ",".join(map(str, gpu_ids))]
     for port in _ports(plan).values():
         argv += ["--port", str(port)]
+    rank_title = engines.get(plan.engine).rank_title
+    if rank_title:  # py-spy's ranks: the processes whose title starts with it
+        argv += ["--rank-title", rank_title]
     return argv + (["--py-spy"] if py_spy else [])
 
 
@@ -145,7 +149,7 @@ def checks_from(doc: dict[str, Any], plan: Plan, snap: Snapshot | str, *, shm_mi
     return [
         check_driver_libraries(doc),
         check_nvml_init(doc),
-        check_cuda_driver(doc),
+        check_cuda_driver(doc, engines.get(plan.engine).title),
         check_p2p(doc, plan),
         check_shm(doc, plan, shm_min_bytes),
         check_ports(doc, plan),
@@ -245,7 +249,7 @@ def check_nvml_init(doc: dict[str, Any]) -> HostCheckResult:
     return HostCheckResult(name, False, finding.summary, (finding,))
 
 
-def check_cuda_driver(doc: dict[str, Any]) -> HostCheckResult:
+def check_cuda_driver(doc: dict[str, Any], engine_title: str | None = None) -> HostCheckResult:
     name = "cuda-driver-too-old"
     nvml, torch = _section(doc, "nvml"), _section(doc, "torch")
     driver = nvml.get("cuda_driver_version")
@@ -270,7 +274,8 @@ def check_cuda_driver(doc: dict[str, Any]) -> HostCheckResult:
          Evidence(torch.get("path") or "torch/version.py", reading=f"__version__ = {torch.get('version')!r}, "
                   f"cuda = {runtime!r}")),
         Fix(f"upgrade the host's NVIDIA driver to one for CUDA {runtime} (on data-center GPUs the cuda-compat "
-            f"package for {runtime} also works), or run a torch/SGLang build for CUDA {_cuda_text(driver)}"),
+            f"package for {runtime} also works), or run a torch/{engine_title or engines.get().title} build "
+            f"for CUDA {_cuda_text(driver)}"),
         data={"driver_cuda": driver, "torch_cuda": runtime},
     )
     return HostCheckResult(name, False, finding.summary, (finding,))
@@ -346,7 +351,8 @@ def check_p2p(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
         Fix("restart with NCCL_P2P_DISABLE=1 as an experiment: NCCL then moves data through shared memory "
             "(slower, and /dev/shm must be big enough); if the server then starts, fix the P2P path (iommu=pt on "
             "the kernel command line, ACS off on the PCIe switches) and remove the variable; "
-            "--disable-custom-all-reduce avoids SGLang's own P2P all-reduce", applicable=True,
+            f"--disable-custom-all-reduce avoids {engines.get(plan.engine).title}'s own P2P all-reduce",
+            applicable=True,
             plan_patch={"set_env": {"NCCL_P2P_DISABLE": "1"}}),
         data={"links": {f"{a}-{b}": link for (a, b), link in known.items()}, "iommu": mode},
     )
@@ -425,7 +431,8 @@ def check_shm(doc: dict[str, Any], plan: Plan, min_bytes: int = SHM_MIN_BYTES) -
         f"/dev/shm has {_gib(total if which == 'total' else free)} {which}, under {_gib(min_bytes)}, with TP {tp}: "
         "NCCL's shared-memory segments (ncclShmOpen) fail or hang",
         (Evidence(shm.get("path") or "/dev/shm", reading=f"statvfs: {total} bytes total, {free} bytes free"),),
-        Fix("give the server's container a bigger /dev/shm (docker run --shm-size 32g, as SGLang's docs do, or "
+        Fix("give the server's container a bigger /dev/shm (docker run --shm-size 32g, as "
+            f"{engines.get(plan.engine).title}'s docs do, or "
             "--ipc=host) and recreate it" + ("; remove stale segments from /dev/shm" if which == "free" else "")),
         data={"total_bytes": total, "free_bytes": free, "min_bytes": min_bytes, "tp": tp},
     )
@@ -465,7 +472,8 @@ def check_ports(doc: dict[str, Any], plan: Plan) -> HostCheckResult:
         ))
         shown.append(f"{what} {port} taken")
     if "dist-init" not in wanted:
-        shown.append("dist-init port: SGLang picks a free one at start (no --nccl-port / --dist-init-addr)")
+        shown.append(f"dist-init port: {engines.get(plan.engine).title} picks a free one at start "
+                     "(no --nccl-port / --dist-init-addr)")
     return HostCheckResult(name, not found, "; ".join(shown), tuple(found))
 
 
@@ -474,9 +482,9 @@ _DIST_FLAGS = ("--dist-init-addr", "--nccl-init-addr")
 
 def _ports(plan: Plan) -> dict[str, int]:
     """{"server": port, "dist-init": port}: the plan's ``port`` and the rendezvous port its argv
-    fixes, from ``--dist-init-addr HOST:PORT`` (alias ``--nccl-init-addr``) or ``--nccl-port`` (SGLang
-    0.5.23 server_args.PortArgs / distributed/bootstrap.py); without either SGLang picks a free
-    port itself at start, which cannot collide."""
+    fixes, from ``--dist-init-addr HOST:PORT`` (alias ``--nccl-init-addr``) or ``--nccl-port`` (the
+    engine's server arguments, as of its 0.5.23); without either the engine picks a free port itself
+    at start, which cannot collide."""
     out: dict[str, int] = {}
     out["server"] = _positive_int("port", plan.port)
     value = _flag(plan.argv, _DIST_FLAGS)

@@ -1,5 +1,5 @@
 """A multi-node deployment's nodes compared: what must agree between them for NCCL and torch's
-rendezvous to work (the NVIDIA driver, torch and its CUDA build, SGLang), the network interface
+rendezvous to work (the NVIDIA driver, torch and its CUDA build, the engine), the network interface
 the plan names on each node, and whether each node reaches node 0's rendezvous (--dist-init-addr)
 at all: a firewall that drops the port shows as a timeout, nothing listening as refused.
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import engines
 from ..domain import Evidence, Finding, Fix, Plan
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import node_probe as node_probe_program
@@ -43,7 +44,8 @@ def compare_nodes(plan: Plan, docs: list[dict[str, Any]], probes: list[dict[str,
         _same(plan, "nodes-driver", "NVIDIA driver", [_driver(d) for d in docs], hosts,
               "install the same NVIDIA driver on every node (NCCL across nodes needs matching drivers)"),
         _same(plan, "nodes-torch", "torch (CUDA build)", [_torch(d) for d in docs], hosts,
-              "run the same SGLang environment (torch and its CUDA build, NCCL) on every node"),
+              f"run the same {engines.get(plan.engine).title} environment (torch and its CUDA build, NCCL) "
+              "on every node"),
     ]
     for rank, m in enumerate(plan.members):
         iface = m.env.get("NCCL_SOCKET_IFNAME")

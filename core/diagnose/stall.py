@@ -49,7 +49,7 @@ class Stall:
     threshold_s: float
     gpu_used: dict[int, int | None] = field(default_factory=dict)  # GPU index -> bytes used (None: N/A)
     processes: int | None = None  # server processes alive (None: not known)
-    ranks: int | None = None  # of those, SGLang rank processes (sglang::scheduler_*), when named
+    ranks: int | None = None  # of those, the engine's rank processes (Engine.rank_title), when named
 
     @property
     def summary(self) -> str:

@@ -193,3 +193,36 @@ class Engine(ABC):
 
     def __repr__(self) -> str:
         return f"<engine {self.name}>"
+
+    # -- benchmarks: their command lines and what they write (none by default) ------------------
+
+    bench_backend: ClassVar[str | None] = None  # the serving benchmark's --backend (a profile's "backend")
+
+    def bench_argv(self, python: str, module: str, *, url: str, settings: Mapping[str, Any], num_prompts: int,
+                   concurrency: int | None, output_file: str, model_path: str | None = None,
+                   tokenizer_path: str | None = None, served_name: str | None = None) -> list[str]:
+        """One serving-benchmark run (``bench_module``) against `url` with a profile's `settings`
+        (`concurrency` None: unlimited), its records written to `output_file` on the host."""
+        raise NoBenchmark(f"{self.title} has no serving benchmark gpuops knows")
+
+    def bench_record(self, doc: object) -> bool:
+        """Whether one JSON document of the benchmark's output file is one of its records."""
+        return False
+
+    def eval_argv(self, python: str, *, url: str, settings: Mapping[str, Any],
+                  served_name: str | None = None) -> list[str]:
+        """The accuracy evaluation (``eval_module``) with a quality profile's `settings`."""
+        raise NoBenchmark(f"{self.title} has no accuracy evaluation gpuops knows")
+
+    def read_eval_output(self, lines: Iterable[str]) -> dict[str, float]:
+        """The evaluation's figures from what it printed: ``score`` (absent: it printed none), and
+        ``latency_s``, ``output_throughput`` where it printed them."""
+        return {}
+
+    # where the server says how it runs (a JSON object: its parsers, its speculative decoding), the
+    # first path that answers; the functional checks read it (none: the engine's server says nothing)
+    server_info_paths: ClassVar[tuple[str, ...]] = ()
+
+
+class NoBenchmark(ValueError):
+    """The engine has no benchmark (or evaluation) gpuops knows: one line."""

@@ -4,11 +4,11 @@ grammar ``phases.py``, the finding rules ``finding_rules.py``, the planner's fla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import Engine, VersionData
-from . import flag_rules, versions
+from . import bench, flag_rules, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
@@ -16,7 +16,7 @@ from ...planning.rules import Rule
 
 __all__ = ["SGLang", "EVAL_MODULE"]
 
-EVAL_MODULE = "sglang.test.run_eval"  # the quality profile's evaluation (gsm8k)
+EVAL_MODULE = bench.EVAL_MODULE  # the quality profile's evaluation (gsm8k)
 
 
 class SGLangVersions(VersionData):
@@ -57,7 +57,7 @@ class SGLang(Engine):
     router = "sglang_router.launch_router"
     router_title = "sglang-router"
     rank_title = "sglang::scheduler"  # its ranks' process titles: sglang::scheduler_TP0, …_DP1_TP1
-    bench_backend = "sglang"  # bench_serving's --backend
+    bench_backend = bench.BACKEND  # bench_serving's --backend
     versions = SGLangVersions()
     owned_flags = flag_rules.OWNED_FLAGS
 
@@ -108,3 +108,22 @@ class SGLang(Engine):
 
     def bench_module(self, version: str) -> str | None:
         return versions.bench_module(version)
+
+    def bench_argv(self, python: str, module: str, *, url: str, settings: Mapping[str, Any], num_prompts: int,
+                   concurrency: int | None, output_file: str, model_path: str | None = None,
+                   tokenizer_path: str | None = None, served_name: str | None = None) -> list[str]:
+        return bench.serving_argv(python, module, url=url, settings=settings, num_prompts=num_prompts,
+                                  concurrency=concurrency, output_file=output_file, model_path=model_path,
+                                  tokenizer_path=tokenizer_path, served_name=served_name)
+
+    def bench_record(self, doc: object) -> bool:
+        return bench.is_record(doc)
+
+    def eval_argv(self, python: str, *, url: str, settings: Mapping[str, Any],
+                  served_name: str | None = None) -> list[str]:
+        return bench.eval_argv(python, url=url, settings=settings, served_name=served_name)
+
+    def read_eval_output(self, lines: Iterable[str]) -> dict[str, float]:
+        return bench.read_eval_output(lines)
+
+    server_info_paths = ("/server_info", "/get_server_info")  # (only the old name on older versions)

@@ -3,13 +3,13 @@ secret flag's value: ``${GPUOPS_ADMIN_API_KEY}``, ``${GPUOPS_SSL_KEYFILE_PASSWOR
 from the env file's variable of that name, each masked) kept out of every process listing and
 every log line.
 
-SGLang takes ``--api-key`` from its command line only, and a command line is world-readable
+The engine takes ``--api-key`` from its command line only, and a command line is world-readable
 (``/proc/PID/cmdline``, ``ps -ww``). So the command line holds the placeholder
-``${GPUOPS_API_KEY}``; this launcher (run as ``python launch.py -m sglang.launch_server ARGS``)
-forks, and the child puts the key from its environment (the deployment's 0600 env file) into
-``sys.argv`` in place of the placeholder and runs the module in-process (runpy), so no exec'd
-argv ever holds the key: SGLang's scheduler and detokenizer are spawned (their command lines are
-multiprocessing's). SGLang logs its ``server_args`` (with ``api_key``) at start: the parent relays
+``${GPUOPS_API_KEY}``; this launcher (run as ``python launch.py -m MODULE ARGS``, the engine's
+server module) forks, and the child puts the key from its environment (the deployment's 0600 env
+file) into ``sys.argv`` in place of the placeholder and runs the module in-process (runpy), so no
+exec'd argv ever holds the key: the engine's rank processes are spawned (their command lines are
+multiprocessing's). The engine logs its ``server_args`` (with ``api_key``) at start: the parent relays
 the child's stdout and stderr to its own stdout with every occurrence of the key replaced by
 ``***``, and exits as the child did. The parent ignores SIGTERM/SIGINT/SIGHUP (a stop signals the
 whole process group, the server handles it) and lives until the child has ended and its output

@@ -2,8 +2,8 @@
 
 This file is sent as source to every host and run there with the host's python
 (``python -c SOURCE --interval 1``), so it must stay standalone: standard library
-only, plus ``pynvml`` (nvidia-ml-py) when the host has it (a real SGLang host does:
-SGLang depends on it). gpuops also imports it to sample the local host in-process.
+only, plus ``pynvml`` (nvidia-ml-py) when the host has it (a serving engine's host often does:
+engines depend on it). gpuops also imports it to sample the local host in-process.
 
 Output line (schema ``v`` 1)::
 

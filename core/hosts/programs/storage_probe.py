@@ -233,7 +233,7 @@ def mentions(cmdline, needle):
         start = i + 1
 
 
-# the flags through which a server is given the model it loads (SGLang's, and the common others)
+# the flags through which a server is given the model it loads (the first engine's, and the common others)
 MODEL_FLAGS = ("--model-path", "--model", "--tokenizer-path", "--tokenizer")
 
 

@@ -8,7 +8,8 @@ that section), so a broken host still answers. gpuops.core.diagnose.host_checks 
 
 Arguments: ``--root DIR`` (default ``$GPUOPS_HOST_ROOT``, else ``/``), ``--pid N`` for each of
 the deployment's server pids, ``--gpus 0,1`` (the plan's GPUs), ``--port N`` for each port to
-look up (the server's, the dist-init one), ``--py-spy`` (dump the ranks' stacks).
+look up (the server's, the dist-init one), ``--rank-title T`` (the start of each rank's process
+title: the engine's ``rank_title``), ``--py-spy`` (dump the ranks' stacks).
 
 The root prefixes the paths that describe the machine: /proc/driver/nvidia/version,
 /proc/cmdline, /sys (IOMMU groups), the library folders and /etc/ld.so.conf, the kernel log
@@ -64,14 +65,14 @@ KERNEL_LINE = re.compile(r"iommu|AMD-Vi|DMAR|\bSEV|\bSNP\b|Memory Encryption|\bt
 KERNEL_LINES_KEPT = 40  # the first and the last this many matching lines
 P2P_STATUS = {0: "OK", 1: "CHIPSET_NOT_SUPPORTED", 2: "GPU_NOT_SUPPORTED", 3: "IOH_TOPOLOGY_NOT_SUPPORTED",
               4: "DISABLED_BY_REGKEY", 5: "NOT_SUPPORTED", 6: "UNKNOWN"}
-SCHEDULER_TITLE = "sglang::scheduler"  # SGLang's setproctitle for each rank (managers/scheduler.py)
 COMMAND_LIMIT = 300
 STACK_LIMIT = 64 * 1024
 
 
 class Probe:
-    def __init__(self, root, pids, gpus, ports):
+    def __init__(self, root, pids, gpus, ports, rank_title=None):
         self.root = root
+        self.rank_title = rank_title  # the start of each rank's process title (the engine's; None: it gives none)
         self.pids = [p for p in pids if os.path.isdir("/proc/%d" % p)]  # the ones still running
         self.gpus = gpus
         self.ports = ports
@@ -373,20 +374,22 @@ class Probe:
         return {"rc": res.returncode, "stdout": said, "error": error}
 
     def py_spy(self, tree):
-        """``py-spy dump --native`` (then without --native, as SGLang's watchdog does) of each
-        rank: the ``sglang::scheduler*`` processes, else the server processes themselves."""
+        """``py-spy dump --native`` (then without --native, as the engine's own watchdog does) of
+        each rank: the processes whose title starts with the engine's rank title (``--rank-title``),
+        else the server processes themselves."""
         beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
         exe = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
         out = {"path": exe, "stacks": [], "error": None}
         if exe is None:
             out["error"] = "py-spy is not installed next to %s or on PATH" % sys.executable
             return out
-        ranks = [p for p in tree if (p["command"] or "").startswith(SCHEDULER_TITLE)]
+        title_start = self.rank_title
+        ranks = [p for p in tree if title_start and (p["command"] or "").startswith(title_start)]
         for proc in ranks or [p for p in tree if p["pid"] in self.pids]:
             title = proc["command"] or ""
             rank = None
-            if proc in ranks:  # "sglang::scheduler_DP0_TP1" -> "DP0_TP1"
-                rank = title.split()[0][len(SCHEDULER_TITLE):].lstrip("_") or None
+            if proc in ranks:  # the rank title "x::scheduler" and "x::scheduler_DP0_TP1" -> "DP0_TP1"
+                rank = title.split()[0][len(title_start):].lstrip("_") or None
             row = {"pid": proc["pid"], "rank": rank, "title": title[:COMMAND_LIMIT], "ok": False, "native": None,
                    "text": None, "error": None}
             for native in (True, False):
@@ -506,7 +509,7 @@ def main(argv):
     if args and args[0] == MARKER:
         args.pop(0)
     root = os.environ.get("GPUOPS_HOST_ROOT") or "/"
-    pids, gpus, ports, py_spy = [], [], [], False
+    pids, gpus, ports, py_spy, rank_title = [], [], [], False, None
     while args:
         arg = args.pop(0)
         if arg == "--py-spy":
@@ -525,6 +528,8 @@ def main(argv):
                 gpus = _ints(value)
             elif arg == "--port":
                 ports.append(int(value))
+            elif arg == "--rank-title":
+                rank_title = value
             else:
                 sys.stderr.write("triage probe: unknown argument %r\n" % arg)
                 return 2
@@ -532,7 +537,7 @@ def main(argv):
             sys.stderr.write("triage probe: %s wants numbers, not %r\n" % (arg, value))
             return 2
     started = time.monotonic()
-    probe = Probe(os.path.abspath(root), pids, gpus, ports)
+    probe = Probe(os.path.abspath(root), pids, gpus, ports, rank_title)
     doc = {"v": 1, "root": probe.root, "server_root": probe.server_root}
 
     def tree():
