@@ -194,7 +194,7 @@ def test_a_plan_without_an_engine_is_sglangs(toy_engine):
 
 def toy_plan(model: Path, port: int) -> Plan:
     return Plan(name="toy1", host="gpu1", model=ModelSummary(id="toy/model"), tp=1, gpu_ids=(0,), port=port,
-                launcher="process", sglang_version="1.0.0", model_path=str(model), reuse_existing=True,
+                launcher="process", engine_version="1.0.0", model_path=str(model), reuse_existing=True,
                 argv=["--model-path", str(model), "--host", "127.0.0.1", "--port", str(port), "--shards", "3"],
                 engine="toy")
 
@@ -300,7 +300,7 @@ def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_en
     try:
         facts, target = _facts(), offline_target(2, 80.0)
         plan = build_plan(facts, target, Wishes(tp=2, port=31000, engine="toy-planned"))
-        assert plan.engine == "toy-planned" and plan.sglang_version == "1.0.0"
+        assert plan.engine == "toy-planned" and plan.engine_version == "1.0.0"
         assert plan.argv[:6] == ["--model-path", plan.model_path, "--port", "31000", "--shards", "6"]
         assert [r.id for r in plan.rules if r.id.startswith("toy")] == ["toy-serve"]
         assert plan.unknown_flags == ["--speed"]  # checked against the toy's flags, not SGLang's
@@ -311,7 +311,7 @@ def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_en
 
         bare = build_plan(facts, target, Wishes(tp=1, port=31001, engine="toy"))
         assert bare.engine == "toy" and bare.argv == [] and bare.unknown_flags == []
-        sglang = build_plan(facts, target, Wishes(tp=1, port=31002, sglang_version="0.5.10"))
+        sglang = build_plan(facts, target, Wishes(tp=1, port=31002, engine_version="0.5.10"))
         assert sglang.engine == "sglang" and "--tp-size" in sglang.argv and "--model-path" in sglang.argv
     finally:
         engines._LOADED.pop("toy-planned", None)

@@ -53,7 +53,7 @@ class Scanner(Protocol):
 class VersionData:
     """What an engine's releases take: the planner's version data. These defaults know no release
     (a version is taken as given, no flag list: the planner checks no flag against one); an engine
-    with data (SGLang's, from its wheels) overrides them."""
+    with data (from its wheels, say) overrides them."""
 
     def key(self, version: str) -> tuple[int, ...]:
         """`version` as a key that sorts releases in order."""
@@ -84,8 +84,8 @@ class Engine(ABC):
     """An engine's adapter. Subclass it, fill in the class attributes and the abstract methods, and
     register the class (``engines.register``); a plan names its engine (``Plan.engine``)."""
 
-    name: ClassVar[str]  # how plans and the registry name it ("sglang")
-    title: ClassVar[str]  # how text names it ("SGLang")
+    name: ClassVar[str]  # how plans and the registry name it (its package's name)
+    title: ClassVar[str]  # how text names it (as its project spells it)
     # its start-up phases in the order a start passes them, each mapped to gpuops' own (state_of)
     phases: ClassVar[tuple[str, ...]]
     # gpuops' names of the server's live numbers -> the engine's Prometheus metric names
@@ -193,3 +193,8 @@ class Engine(ABC):
 
     def __repr__(self) -> str:
         return f"<engine {self.name}>"
+
+    # -- planning: how the plan and its messages name the engine's things ----------------------
+
+    # the planning option that names the version to plan for (a plan says it as its version's source)
+    version_option: ClassVar[str] = "--engine-version"

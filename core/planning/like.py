@@ -98,7 +98,7 @@ def _quant_reason(name: str, values: tuple[str, ...], facts: ModelFacts) -> str 
         return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
     if name == "--fp4-gemm-backend" and not _is_fp4(facts):
         return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
-    if name == "--quantization" and (facts.quant is None or facts.quant.sglang_quantization not in values):
+    if name == "--quantization" and (facts.quant is None or facts.quant.quantization not in values):
         return f"{facts.id} carries no {' '.join(values)} quantization"
     return None
 

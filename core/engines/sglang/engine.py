@@ -108,3 +108,5 @@ class SGLang(Engine):
 
     def bench_module(self, version: str) -> str | None:
         return versions.bench_module(version)
+
+    version_option = "--sglang-version"  # gpuops plan/deploy's option

@@ -105,9 +105,9 @@ def _parser(ctx: Ctx, which: int) -> str | None:
 
 def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
     q = ctx.facts.quant
-    if q is None or not q.sglang_quantization:
+    if q is None or not q.quantization:
         return []
-    return [("--quantization", (q.sglang_quantization,))]
+    return [("--quantization", (q.quantization,))]
 
 
 def _spec_on(ctx: Ctx) -> bool:
