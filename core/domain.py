@@ -26,7 +26,6 @@ import msgspec
 from msgspec import Struct, field
 
 from . import engines
-from .engines.sglang.keys import PLAN_KEYS
 from .config import DEFAULT_LAUNCHER, LAUNCHERS, launcher_choices, validate_host_name
 from .states import LIVE_STATES as LIVE_STATES  # (re-exported: the front ends read them here)
 from .states import PHASES as PHASES
@@ -364,7 +363,7 @@ class Member(Struct, frozen=True, kw_only=True):
     host: str
     node_rank: int
     gpu_ids: tuple[int, ...]
-    port: int = 0  # its --port (node R > 0 serves only SGLang's health check there); 0: the plan's
+    port: int = 0  # its --port (node R > 0 serves only the engine's health check there); 0: the plan's
     python: str | None = None
     launcher: str = DEFAULT_LAUNCHER  # a registered launcher's name (config.LAUNCHERS)
     env: dict[str, str] = {}  # this node's own additions (its NCCL interface)
@@ -397,8 +396,8 @@ class Plan(Struct, kw_only=True):
     port: int
     launcher: str  # a registered launcher's name (config.LAUNCHERS; core.deploy.launchers)
     # the engine's version; its JSON and store key keeps the first engine's name (the CLI contract: names
-    # only grow), from the engine package's table (core/engines/sglang/keys.py)
-    engine_version: str = field(name=PLAN_KEYS["engine_version"])
+    # only grow), from that engine package's table (engines.plan_key)
+    engine_version: str = field(name=engines.plan_key("engine_version"))
     env: dict[str, str] = {}
     argv: list[str]
     download_dir: str | None = None
@@ -408,7 +407,7 @@ class Plan(Struct, kw_only=True):
     model_path: str = ""
     reuse_existing: bool = False
     python: str | None = None  # the host's interpreter with the engine; None: planned offline, bound at deploy
-    engine_version_source: str = field(default="host", name=PLAN_KEYS["engine_version_source"])  # (its key: as above)
+    engine_version_source: str = field(default="host", name=engines.plan_key("engine_version_source"))  # (as above)
     flags_checked_against: str = ""
     unknown_flags: list[str] = []
     like: Like | None = None
@@ -454,7 +453,7 @@ class Plan(Struct, kw_only=True):
         if self.engine not in engines.names():
             raise Invalid(f"engine: {_show(self.engine)} is not an engine gpuops knows ({', '.join(engines.names())})")
         if not _VERSION.fullmatch(self.engine_version):
-            raise Invalid(f"{PLAN_KEYS['engine_version']}: {_show(self.engine_version)} is not a version")
+            raise Invalid(f"{engines.plan_key('engine_version')}: {_show(self.engine_version)} is not a version")
         if self.download_dir is not None and not self.download_dir.startswith("/"):
             raise Invalid(f"download_dir: must be an absolute path, not {_show(self.download_dir)}")
         if any(not a for a in self.argv):

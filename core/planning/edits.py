@@ -125,7 +125,7 @@ def _env(word: str, args: list[str]) -> tuple[str, Any]:
 
 
 def _a(word: str) -> str:
-    """`word` with its article, as it is said ("an SGLang", "a vLLM")."""
+    """`word` with its article, its first letter said by its name as a title in capitals is (an S…, a v…)."""
     return f"{'an' if word[:1].upper() in 'AEFHILMNORSX' else 'a'} {word}"
 
 

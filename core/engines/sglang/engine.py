@@ -4,7 +4,7 @@ grammar ``phases.py``, the finding rules ``finding_rules.py``, the planner's fla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import Engine, VersionData
@@ -39,6 +39,12 @@ class SGLangVersions(VersionData):
 
     def parse_help_flags(self, text: str) -> frozenset[str]:
         return versions.parse_help_flags(text)
+
+    def deprecated_flags(self, version: str) -> Mapping[str, str | None]:
+        return versions.deprecated_flags(version)
+
+    def match_flag(self, flag: str, flags: frozenset[str]) -> str | None:
+        return versions.match_flag(flag, flags)  # argparse's: a unique prefix of a long option too
 
 
 class SGLang(Engine):
@@ -110,3 +116,11 @@ class SGLang(Engine):
         return versions.bench_module(version)
 
     version_option = "--sglang-version"  # gpuops plan/deploy's option
+
+    flag_aliases = flag_rules.ALIASES
+
+    def like_drop_reason(self, name: str, values: tuple[str, ...], ctx: Any) -> str | None:
+        return flag_rules.like_drop_reason(name, values, ctx)
+
+    def like_env_reason(self, key: str, value: str, ctx: Any) -> str | None:
+        return flag_rules.like_env_reason(key, ctx)

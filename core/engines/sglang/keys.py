@@ -1,4 +1,4 @@
-"""The JSON and store keys that keep SGLang's name.
+"""The JSON and store keys that keep SGLang's name (read through ``engines.plan_key``).
 
 gpuops' first engine was SGLang, and the plan's ``--json`` document, the store's rows and every stored
 plan named the engine's version after it. The CLI contract keeps field names (they only grow, never
