@@ -317,6 +317,55 @@ def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_en
         engines._LOADED.pop("toy-planned", None)
 
 
+class ToyWords(ToyWithRules):
+    """The toy with its own words and its own knowledge of a previous deployment's flags."""
+
+    name = "toy-words"
+    version_option = "--toy-version"
+    flag_aliases = {"--shard-count": "--shards"}
+
+    def like_drop_reason(self, name, values, ctx):
+        return "the toy has no turbo any more" if name == "--turbo" else None
+
+    def like_env_reason(self, key, value, ctx):
+        return "the toy reads no turbo variable" if key == "TOY_TURBO" else None
+
+
+def test_the_planners_words_and_like_knowledge_are_the_plans_engines(toy_engine):
+    """What a plan says of its engine comes from the engine: its title in the warnings, its version
+    option as the version's source; --like drops and renames a previous deployment's flags and
+    variables by the plan's engine's knowledge (SGLang's FP4 and SGLANG_ENABLE_SPEC_V2 rules are
+    not the toy's: the toy has no --quantization, and the variable is kept)."""
+    from dataclasses import replace
+
+    from gpuops.core.planning.hostfacts import offline_target
+    from gpuops.core.planning.like import previous_from_unit
+    from gpuops.core.planning.plan import Wishes, build_plan
+
+    engines.register(ToyWords)
+    try:
+        facts = _facts()
+        target = replace(offline_target(2, 80.0), host="gpu9", engine_version="0.9.0", python="/usr/bin/python3")
+        plan = build_plan(facts, target, Wishes(tp=2, port=31000, engine="toy-words", engine_version="1.0.0"))
+        assert plan.engine_version_source == "--toy-version"
+        assert "planning for Toy 1.0.0 but the host has 0.9.0" in plan.warnings
+        assert any(w.startswith("flags unknown to Toy 1.0.0: --speed") for w in plan.warnings)
+        assert plan.to_json()["sglang_version"] == "1.0.0"  # the key every plan JSON has carried
+
+        unit = ("[Service]\nEnvironment=TOY_TURBO=1 SGLANG_ENABLE_SPEC_V2=1\n"
+                "ExecStart=/usr/bin/python3 -m toyserve.serve --model-path /m --shard-count 2 --turbo "
+                "--quantization modelopt_fp4\n")
+        like = build_plan(facts, offline_target(2, 80.0),
+                          Wishes(tp=2, port=31001, engine="toy-words", like=previous_from_unit(unit, "unit u")))
+        drops = {r.removes[0]: r.why for r in like.rules if r.id == "like-drop"}
+        assert drops == {"--turbo": "the toy has no turbo any more",
+                         "--quantization": "Toy 1.0.0 has no --quantization",
+                         "TOY_TURBO=1": "the toy reads no turbo variable"}
+        assert "--shard-count" not in like.argv and like.env.get("SGLANG_ENABLE_SPEC_V2") == "1"
+    finally:
+        engines._LOADED.pop("toy-words", None)
+
+
 def test_a_servers_ranks_are_known_by_its_engines_process_titles(toy_engine):
     """The stall watcher's rank count: the processes whose title starts with the engine's
     rank_title (SGLang's schedulers); an engine that names none counts no ranks."""
