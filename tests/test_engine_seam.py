@@ -351,6 +351,9 @@ def test_the_planners_words_and_like_knowledge_are_the_plans_engines(toy_engine)
         assert "planning for Toy 1.0.0 but the host has 0.9.0" in plan.warnings
         assert any(w.startswith("flags unknown to Toy 1.0.0: --speed") for w in plan.warnings)
         assert plan.to_json()["sglang_version"] == "1.0.0"  # the key every plan JSON has carried
+        helped = build_plan(facts, replace(target, engine_version="1.0.0", help_flags=frozenset({"--port"})),
+                            Wishes(tp=2, port=31002, engine="toy-words"))
+        assert helped.flags_checked_against == "gpu9's `serve --help` (Toy 1.0.0)"  # its server module's --help
 
         unit = ("[Service]\nEnvironment=TOY_TURBO=1 SGLANG_ENABLE_SPEC_V2=1\n"
                 "ExecStart=/usr/bin/python3 -m toyserve.serve --model-path /m --shard-count 2 --turbo "

@@ -318,7 +318,8 @@ def _known_flags(target: Target, version: str, engine: engines.Engine) -> tuple[
     host_help = target.help_flags if target.help_flags and target.engine_version and \
         sv.key(target.engine_version) == sv.key(version) else None
     flags = (host_help | sv.hidden_flags(version)) if host_help else sv.flags_for(version)
-    checked_against = (f"{target.host}'s `launch_server --help` ({engine.title} {target.engine_version})"
+    command = engine.server_module().rsplit(".", 1)[-1]  # what ran --help there: the server module, by its last name
+    checked_against = (f"{target.host}'s `{command} --help` ({engine.title} {target.engine_version})"
                        if host_help else f"{engine.title} {sv.resolve(version)}'s flags (from its wheel)")
     return frozenset(flags), checked_against
 
