@@ -25,7 +25,7 @@ def request_from_args(args: argparse.Namespace, model: str | None = None) -> Pla
 
     return PlanRequest(model=args.model if model is None else model, host=args.host, hosts=args.hosts,
                        replicas=args.replicas, tp=args.tp, gpus=args.gpus, gpu_memory=args.gpu_memory,
-                       gpu_ids=args.gpu_ids, sglang_version=args.sglang_version, like=args.like,
+                       gpu_ids=args.gpu_ids, engine_version=args.sglang_version, like=args.like,
                        download_dir=args.download_dir, mtp=not args.no_mtp, name=args.name, port=args.port)
 
 
@@ -96,6 +96,7 @@ def print_plan(facts, plan) -> None:
     from rich.syntax import Syntax
     from rich.text import Text
 
+    from ..core import engines
     from ..core.literal import literal
     from ..tui.plan_view import facts_line, fit_bars, launch_text, launch_title, parts_text, rules_table, where_text
 
@@ -110,7 +111,7 @@ def print_plan(facts, plan) -> None:
              else f"download into {plan.download_dir}" if plan.download_dir else "download into the host's HF cache")
     console.print(Text.assemble(("weights: ", "bold"), where))
     # where the version and the flags come from inside the panel: a title is cut at 80 columns
-    checked = Text(f"SGLang {plan.sglang_version} ({plan.sglang_version_source}); flags checked against "
+    checked = Text(f"{engines.get(plan.engine).title} {plan.engine_version} ({plan.engine_version_source}); flags checked against "
                    f"{plan.flags_checked_against}", style="dim")
     console.print(Panel(Group(checked, launch_text(plan)), title=launch_title(plan),
                         title_align="left"))

@@ -96,12 +96,12 @@ SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 Severity = Literal["error", "warning", "info"]
 # systemd fills it from the env file; the process launcher's start script from its env file
 API_KEY_PLACEHOLDER = "${GPUOPS_API_KEY}"
-# SGLang's flags whose value is a secret, and the env file's variable that holds it: the command line
+# the server's flags whose value is a secret, and the env file's variable that holds it: the command line
 # carries only the placeholder ``${NAME}``, which gpuops' launcher fills in inside the server
 SECRET_FLAGS: dict[str, str] = {"--api-key": "GPUOPS_API_KEY", "--admin-api-key": "GPUOPS_ADMIN_API_KEY",
                                 "--ssl-keyfile-password": "GPUOPS_SSL_KEYFILE_PASSWORD"}
 _PLACEHOLDER = re.compile(r"\$\{(GPUOPS_[A-Z0-9_]+)\}")
-# environment variables whose value is a secret (HF_TOKEN, OPENAI_API_KEY, SGLANG_API_KEY, …)
+# environment variables whose value is a secret (HF_TOKEN, OPENAI_API_KEY, an engine's *_API_KEY, …)
 _SECRET_ENV = re.compile(r"[A-Za-z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD|PASSWD|ACCESS_KEY)|[A-Za-z0-9_]*SECRET[A-Za-z0-9_]*",
                          re.IGNORECASE)
 
@@ -363,7 +363,7 @@ class Member(Struct, frozen=True, kw_only=True):
     host: str
     node_rank: int
     gpu_ids: tuple[int, ...]
-    port: int = 0  # its --port (node R > 0 serves only SGLang's health check there); 0: the plan's
+    port: int = 0  # its --port (node R > 0 serves only the engine's health check there); 0: the plan's
     python: str | None = None
     launcher: str = DEFAULT_LAUNCHER  # a registered launcher's name (config.LAUNCHERS)
     env: dict[str, str] = {}  # this node's own additions (its NCCL interface)
@@ -385,7 +385,7 @@ def _check_member(m: Member) -> None:
 
 
 class Plan(Struct, kw_only=True):
-    """A checked, explained SGLang launch on a host (the ``plan`` JSON contract, schema 1); with
+    """A checked, explained launch of an engine's server on a host (the ``plan`` JSON contract, schema 1); with
     ``members``, one launch per node of a multi-node deployment (``member_plan(rank)``)."""
 
     name: str
@@ -395,7 +395,9 @@ class Plan(Struct, kw_only=True):
     gpu_ids: tuple[int, ...]
     port: int
     launcher: str  # a registered launcher's name (config.LAUNCHERS; core.deploy.launchers)
-    sglang_version: str  # the engine's version (the field keeps its first engine's name: stored plans carry it)
+    # the engine's version; its JSON and store key keeps the first engine's name (the CLI contract: names
+    # only grow), from that engine package's table (engines.plan_key)
+    engine_version: str = field(name=engines.plan_key("engine_version"))
     env: dict[str, str] = {}
     argv: list[str]
     download_dir: str | None = None
@@ -404,16 +406,16 @@ class Plan(Struct, kw_only=True):
     warnings: list[str] = []
     model_path: str = ""
     reuse_existing: bool = False
-    python: str | None = None  # the host's interpreter with SGLang; None: planned offline, bound at deploy
-    sglang_version_source: str = "host"
+    python: str | None = None  # the host's interpreter with the engine; None: planned offline, bound at deploy
+    engine_version_source: str = field(default="host", name=engines.plan_key("engine_version_source"))  # (as above)
     flags_checked_against: str = ""
     unknown_flags: list[str] = []
     like: Like | None = None
     members: list[Member] = []  # a multi-node deployment's nodes, node 0 first; [] on one host
-    dist_init_addr: str | None = None  # HOST:PORT of node 0's rendezvous (SGLang's --dist-init-addr)
+    dist_init_addr: str | None = None  # HOST:PORT of node 0's rendezvous (the engine's --dist-init-addr)
     member_of: str | None = None  # a node R > 0's own plan: the multi-node deployment it belongs to
     node_rank: int = 0
-    # a replicated deployment: this plan is its router's (sglang-router in front of the replicas;
+    # a replicated deployment: this plan is its router's (the engine's router in front of the replicas;
     # argv are the router's flags, it holds no GPUs); each replica is a one-host plan of its own
     replicas: list["Plan"] = []
     replica_of: str | None = None  # a replica's own plan: the replicated deployment it belongs to
@@ -450,8 +452,8 @@ class Plan(Struct, kw_only=True):
             raise Invalid(f"python: an absolute path or a command name, not {_show(self.python)}")
         if self.engine not in engines.names():
             raise Invalid(f"engine: {_show(self.engine)} is not an engine gpuops knows ({', '.join(engines.names())})")
-        if not _VERSION.fullmatch(self.sglang_version):
-            raise Invalid(f"sglang_version: {_show(self.sglang_version)} is not a version")
+        if not _VERSION.fullmatch(self.engine_version):
+            raise Invalid(f"{engines.plan_key('engine_version')}: {_show(self.engine_version)} is not a version")
         if self.download_dir is not None and not self.download_dir.startswith("/"):
             raise Invalid(f"download_dir: must be an absolute path, not {_show(self.download_dir)}")
         if any(not a for a in self.argv):
@@ -924,8 +926,8 @@ def event_json(event: Event) -> dict[str, Any]:
 
 
 class BenchRun(Struct, kw_only=True):
-    """A benchmark run: SGLang's own records (bench_serving's JSONL, in order) with what compare
-    needs (model, SGLang version, GPUs, plan), its functional checks and quality score."""
+    """A benchmark run: the engine's own records (its serving benchmark's JSONL, in order) with what
+    compare needs (model, engine version, GPUs, plan), its functional checks and quality score."""
 
     id: int
     source: Literal["gpuops", "import"]

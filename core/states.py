@@ -1,7 +1,7 @@
 """gpuops' deployment states, and among them its start-up phases: the states a deployment passes
 through between "downloading" and "ready". They are gpuops' vocabulary, carried by the store and
 every ``--json`` document, so they never change; an engine maps its own phases onto them
-(``Engine.state_of``: SGLang's phases have these very names, the first engine gpuops knew).
+(``Engine.state_of``: the first engine gpuops knew named its phases so).
 
 :class:`State` is a ``StrEnum``: a member is its own name as a ``str`` (``State.CRASHED ==
 "crashed"``, the same key in a dict, the same text in JSON and the store), so a state read back

@@ -15,7 +15,7 @@ from textual.coordinate import Coordinate
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Header, Input, Static
 
-from ..core import units
+from ..core import engines, units
 from ..core.api import Host, HostError
 from ..core.planning.model_facts import ModelError, ModelFacts
 from ..core.planning.inputs import Wishes
@@ -201,7 +201,7 @@ class ModelPickerScreen(GpuopsScreen):
     async def plan_when_ready(self, model_id: str, host_path: str | None = None) -> None:
         from .plan_review import PlanReviewScreen
 
-        self.notify(f"reading {model_id} and {self.host_name}'s GPUs, disks and SGLang…")
+        self.notify(f"reading {model_id} and {self.host_name}'s GPUs, disks and {engines.get().title}…")
         try:
             facts = await self._facts(model_id, host_path)
             target = await self.gapp.ops.read_target(self.host)

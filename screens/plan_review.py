@@ -1,8 +1,8 @@
 """Plan review: the fit per GPU, every flag with its reason, the diff against `--like`; change
 TP, features, the name, port, GPUs, memory fraction, bind address, flags and env (`e`: one line,
 validated, see gpuops.core.planning.edits) and see the verdict update; `nodes H2,…` makes it one
-SGLang over several hosts (this one node 0), `replicas K [H2,…]` K servers behind sglang-router (on
-this host, or round it and the others). Ends in Deploy, which shows what will happen (fits?, the
+server over several hosts (this one node 0), `replicas K [H2,…]` K servers behind the engine's router
+(on this host, or round it and the others). Ends in Deploy, which shows what will happen (fits?, the
 download, port, bind, what runs on those GPUs, the nodes or replicas) and asks first."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from textual.widgets import Header, Input, Static
 from ..core.planning.model_facts import ModelFacts
 from ..core.domain import Plan
 from ..core.planning import PlanError
-from ..core import units
+from ..core import engines, units
 from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
 from ..core.planning.inputs import Target, Wishes
@@ -66,7 +66,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.edits: list[Edit] = []  # the operator's flag/env changes, applied to every rebuild
         self.nodes: tuple[Node, ...] = ()  # the other nodes of a multi-node plan (node 0: this target), or
         # with replicas the other hosts the replicas go round
-        self.replicas = 0  # K servers behind sglang-router (0: one server, or one over the nodes)
+        self.replicas = 0  # K servers behind the engine's router (0: one server, or one over the nodes)
         self._input_mode = "like"
 
     holds_work = True  # the plan being reviewed, and the operator's edits to it
@@ -114,7 +114,7 @@ class PlanReviewScreen(GpuopsScreen):
             return
         plan = self.plan
         fit = plan.fit
-        verdict.set(Text(f"TP{plan.tp} on {where_text(plan)} · SGLang {plan.sglang_version}: "
+        verdict.set(Text(f"TP{plan.tp} on {where_text(plan)} · {engines.get(plan.engine).title} {plan.engine_version}: "
                          f"{fit.verdict if fit else '?'}", style="bold green" if fit and fit.fits else "bold red"))
         self.query_one("#plan-bars", Static).update(fit_bars(plan))
         title = launch_title(plan)
@@ -149,7 +149,7 @@ class PlanReviewScreen(GpuopsScreen):
     def action_tp(self, step: int) -> None:
         current = self.plan.tp if self.plan else (self.wishes.tp or 1)
         heads = self.facts.num_attention_heads
-        # over several nodes TP goes in steps of the node count (SGLang splits it evenly); a replica's
+        # over several nodes TP goes in steps of the node count (the engine splits it evenly); a replica's
         # TP is on one host
         n = 1 if self.replicas else 1 + len(self.nodes)
         gpus = n * min(len(t.gpus) for t in (self.target, *(node.target for node in self.nodes))) or 1
@@ -247,7 +247,7 @@ class PlanReviewScreen(GpuopsScreen):
     @work(exclusive=True, group="nodes")
     async def read_nodes(self, names: tuple[str, ...], text: str, tp: int | None = None, replicas: int = 0) -> None:
         """`nodes H2,…` (or `replicas K H2,…`): read each host as the model picker reads this one (its
-        GPUs, disks, SGLang, the ports its deployments hold), then plan over them all (one SGLang over
+        GPUs, disks, engine, the ports its deployments hold), then plan over them all (one server over
         the nodes, or K replicas round the hosts); on any error the plan stays."""
         from ..core.api import HostError
         word = "replicas" if replicas else "nodes"
@@ -265,7 +265,7 @@ class PlanReviewScreen(GpuopsScreen):
                 if host is None:
                     known = ", ".join(h for h in self.gapp.monitor.hosts if h != self.target.host)
                     raise PlanError(f"{word}: unknown host {name!r} (others in the inventory: {known or 'none'})")
-                self.notify(f"reading {name}'s GPUs, disks and SGLang…")
+                self.notify(f"reading {name}'s GPUs, disks and {engines.get(self.wishes.engine).title}…")
                 nodes.append(self._node(await self.gapp.ops.read_target(host)))
             # a new layout (one server, nodes, replicas) starts from the planner's own TP and GPUs
             changed = bool(nodes) != bool(self.nodes) or bool(replicas) != bool(self.replicas)
@@ -282,7 +282,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.nodes, self.replicas, self.wishes, self.plan, self.error = tuple(nodes), replicas, wishes, plan, None
         self.show()
         if replicas:
-            self.notify(f"changed: {text} ({replicas} replicas of TP{plan.tp} behind sglang-router on {plan.host})")
+            self.notify(f"changed: {text} ({replicas} replicas of TP{plan.tp} behind {engines.get(plan.engine).router_title} on {plan.host})")
         else:
             self.notify(f"changed: {text} (TP{plan.tp} over {plan.nnodes} nodes)" if nodes else f"changed: {text} (one host)")
 
@@ -404,7 +404,7 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
                  + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
     if plan.replicas:
-        lines.append(f"{len(plan.replicas)} replicas behind sglang-router on {plan.host}, started one after the other, "
+        lines.append(f"{len(plan.replicas)} replicas behind {engines.get(plan.engine).router_title} on {plan.host}, started one after the other, "
                      "then the router:")
         lines += [f"  {r.name}: {r.host} GPUs {','.join(map(str, r.gpu_ids))} (TP {r.tp}) · port {r.port} · "
                   f"{r.launcher} launcher" for r in plan.replicas]

@@ -19,7 +19,7 @@ def make_plan(name: str = "t", *, model: str = "Qwen/Qwen3-8B", argv: list[str] 
     if "--port" not in argv:
         argv += ["--port", str(port)]
     fields.setdefault("tp", len(gpu_ids) or 1)
-    fields.setdefault("sglang_version", "0.5.23")
+    fields.setdefault("engine_version", "0.5.23")
     fields.setdefault("model_path", model)
     return Plan(name=name, model=ModelSummary(id=model), gpu_ids=tuple(gpu_ids), port=port, launcher=launcher,
                 argv=argv, **fields)

@@ -196,7 +196,7 @@ def test_a_plan_without_an_engine_is_sglangs(toy_engine):
 
 def toy_plan(model: Path, port: int) -> Plan:
     return Plan(name="toy1", host="gpu1", model=ModelSummary(id="toy/model"), tp=1, gpu_ids=(0,), port=port,
-                launcher="process", sglang_version="1.0.0", model_path=str(model), reuse_existing=True,
+                launcher="process", engine_version="1.0.0", model_path=str(model), reuse_existing=True,
                 argv=["--model-path", str(model), "--host", "127.0.0.1", "--port", str(port), "--shards", "3"],
                 engine="toy")
 
@@ -302,7 +302,7 @@ def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_en
     try:
         facts, target = _facts(), offline_target(2, 80.0)
         plan = build_plan(facts, target, Wishes(tp=2, port=31000, engine="toy-planned"))
-        assert plan.engine == "toy-planned" and plan.sglang_version == "1.0.0"
+        assert plan.engine == "toy-planned" and plan.engine_version == "1.0.0"
         assert plan.argv[:6] == ["--model-path", plan.model_path, "--port", "31000", "--shards", "6"]
         assert [r.id for r in plan.rules if r.id.startswith("toy")] == ["toy-serve"]
         assert plan.unknown_flags == ["--speed"]  # checked against the toy's flags, not SGLang's
@@ -313,10 +313,62 @@ def test_the_planner_asks_the_plans_engine_for_its_rules_and_version_data(toy_en
 
         bare = build_plan(facts, target, Wishes(tp=1, port=31001, engine="toy"))
         assert bare.engine == "toy" and bare.argv == [] and bare.unknown_flags == []
-        sglang = build_plan(facts, target, Wishes(tp=1, port=31002, sglang_version="0.5.10"))
+        sglang = build_plan(facts, target, Wishes(tp=1, port=31002, engine_version="0.5.10"))
         assert sglang.engine == "sglang" and "--tp-size" in sglang.argv and "--model-path" in sglang.argv
     finally:
         engines._LOADED.pop("toy-planned", None)
+
+
+class ToyWords(ToyWithRules):
+    """The toy with its own words and its own knowledge of a previous deployment's flags."""
+
+    name = "toy-words"
+    version_option = "--toy-version"
+    flag_aliases = {"--shard-count": "--shards"}
+
+    def like_drop_reason(self, name, values, ctx):
+        return "the toy has no turbo any more" if name == "--turbo" else None
+
+    def like_env_reason(self, key, value, ctx):
+        return "the toy reads no turbo variable" if key == "TOY_TURBO" else None
+
+
+def test_the_planners_words_and_like_knowledge_are_the_plans_engines(toy_engine):
+    """What a plan says of its engine comes from the engine: its title in the warnings, its version
+    option as the version's source; --like drops and renames a previous deployment's flags and
+    variables by the plan's engine's knowledge (SGLang's FP4 and SGLANG_ENABLE_SPEC_V2 rules are
+    not the toy's: the toy has no --quantization, and the variable is kept)."""
+    from dataclasses import replace
+
+    from gpuops.core.planning.hostfacts import offline_target
+    from gpuops.core.planning.like import previous_from_unit
+    from gpuops.core.planning.plan import Wishes, build_plan
+
+    engines.register(ToyWords)
+    try:
+        facts = _facts()
+        target = replace(offline_target(2, 80.0), host="gpu9", engine_version="0.9.0", python="/usr/bin/python3")
+        plan = build_plan(facts, target, Wishes(tp=2, port=31000, engine="toy-words", engine_version="1.0.0"))
+        assert plan.engine_version_source == "--toy-version"
+        assert "planning for Toy 1.0.0 but the host has 0.9.0" in plan.warnings
+        assert any(w.startswith("flags unknown to Toy 1.0.0: --speed") for w in plan.warnings)
+        assert plan.to_json()["sglang_version"] == "1.0.0"  # the key every plan JSON has carried
+        helped = build_plan(facts, replace(target, engine_version="1.0.0", help_flags=frozenset({"--port"})),
+                            Wishes(tp=2, port=31002, engine="toy-words"))
+        assert helped.flags_checked_against == "gpu9's `serve --help` (Toy 1.0.0)"  # its server module's --help
+
+        unit = ("[Service]\nEnvironment=TOY_TURBO=1 SGLANG_ENABLE_SPEC_V2=1\n"
+                "ExecStart=/usr/bin/python3 -m toyserve.serve --model-path /m --shard-count 2 --turbo "
+                "--quantization modelopt_fp4\n")
+        like = build_plan(facts, offline_target(2, 80.0),
+                          Wishes(tp=2, port=31001, engine="toy-words", like=previous_from_unit(unit, "unit u")))
+        drops = {r.removes[0]: r.why for r in like.rules if r.id == "like-drop"}
+        assert drops == {"--turbo": "the toy has no turbo any more",
+                         "--quantization": "Toy 1.0.0 has no --quantization",
+                         "TOY_TURBO=1": "the toy reads no turbo variable"}
+        assert "--shard-count" not in like.argv and like.env.get("SGLANG_ENABLE_SPEC_V2") == "1"
+    finally:
+        engines._LOADED.pop("toy-words", None)
 
 
 def test_a_servers_ranks_are_known_by_its_engines_process_titles(toy_engine):

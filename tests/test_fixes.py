@@ -30,7 +30,7 @@ def qwen35_plan(version: str = "0.5.10", launcher: str = "systemd", **wishes) ->
     facts = facts_from_config(json.loads((CONFIGS / "qwen3_5__Qwen3.5-122B-A10B.json").read_text()),
                               id="Qwen/Qwen3.5-122B-A10B", source="hub")
     return build_plan(facts, offline_target(4, H200, launcher=launcher),
-                      Wishes(tp=4, sglang_version=version, **wishes)).to_json()
+                      Wishes(tp=4, engine_version=version, **wishes)).to_json()
 
 
 def flag_lines(plan: dict) -> list[str]:

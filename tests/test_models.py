@@ -163,7 +163,7 @@ def test_deepseek_v3_mla_moe_fp8_blocks_and_mtp() -> None:
     assert (f.moe.num_experts, f.moe.active_experts, f.moe.shared_experts) == (256, 8, 1)
     assert f.moe.dense_layers == 3
     assert f.quant is not None
-    assert (f.quant.method, f.quant.block_size, f.quant.sglang_quantization) == ("fp8", (128, 128), None)
+    assert (f.quant.method, f.quant.block_size, f.quant.quantization) == ("fp8", (128, 128), None)
     assert f.mtp_layers == 1
     assert 11e9 < f.mtp_bytes < 16e9  # one MoE layer + its embed/head copies
     assert 684e9 < f.params < 686e9  # "685B" on the Hub: 671B + 14B MTP
@@ -237,7 +237,7 @@ def test_quantization_methods() -> None:
                                          "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}},
         id="nvidia/Qwen3-32B-FP4")
     assert nvfp4.quant is not None
-    assert (nvfp4.quant.method, nvfp4.quant.sglang_quantization) == ("nvfp4", "modelopt_fp4")
+    assert (nvfp4.quant.method, nvfp4.quant.quantization) == ("nvfp4", "modelopt_fp4")
     awq = facts_from_config(
         {**base, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}, id="x")
     gptq = facts_from_config(
@@ -485,7 +485,7 @@ def test_modelopt_mixed_precision_with_nvfp4_layers() -> None:
         "quantized_layers": {"model.layers.0.mlp.down_proj": {"quant_algo": "NVFP4"},
                              "model.layers.0.self_attn.o_proj": {"quant_algo": "FP8"}}}}
     quant = facts_from_config(config, id="x").quant
-    assert quant is not None and (quant.method, quant.sglang_quantization) == ("nvfp4", "modelopt_fp4")
+    assert quant is not None and (quant.method, quant.quantization) == ("nvfp4", "modelopt_fp4")
 
 
 def test_the_cache_and_offline_mode_are_read_when_asked_not_when_huggingface_hub_was_imported(

@@ -25,7 +25,7 @@ from tests.test_plan import GIB, H200, QWEN122, facts
 
 
 def target(host: str, n: int = 4, mem: float = H200, **kw) -> Target:
-    base = dict(host=host, gpus=tuple(GpuInfo(i, int(mem * GIB)) for i in range(n)), sglang_version="0.5.23",
+    base = dict(host=host, gpus=tuple(GpuInfo(i, int(mem * GIB)) for i in range(n)), engine_version="0.5.23",
                 python="/opt/sgl/bin/python", launcher="process")
     base.update(kw)
     return Target(**base)  # type: ignore[arg-type]
@@ -83,8 +83,8 @@ def test_what_cannot_be_split_is_refused_in_one_line(nodes, wishes, says):
 
 
 def test_what_the_nodes_disagree_on_is_said():
-    nodes = [Node(target("gpu1"), "127.0.0.1"), Node(target("gpu2", sglang_version="0.5.10"), "10.0.0.2")]
-    plan = build_multinode_plan(facts(*QWEN122), nodes, Wishes(tp=8, sglang_version="0.5.23"))
+    nodes = [Node(target("gpu1"), "127.0.0.1"), Node(target("gpu2", engine_version="0.5.10"), "10.0.0.2")]
+    plan = build_multinode_plan(facts(*QWEN122), nodes, Wishes(tp=8, engine_version="0.5.23"))
     text = " ".join(plan.warnings)
     assert "different SGLang versions (gpu1 0.5.23, gpu2 0.5.10)" in text
     assert "loopback address the other nodes cannot reach: set node_addr in [hosts.gpu1]" in text

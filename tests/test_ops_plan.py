@@ -31,7 +31,7 @@ def _plan(tmp_path, req: PlanRequest):
 
 def test_ops_plan_is_the_plan_gpuops_plan_prints(model_dir, env, tmp_path):  # noqa: F811
     _facts, plan = _plan(tmp_path, PlanRequest(str(model_dir), gpus=4, gpu_memory=140.4, tp=4,
-                                               sglang_version="0.5.23"))
+                                               engine_version="0.5.23"))
     out = gpuops("plan", str(model_dir), "--gpus", "4", "--gpu-memory", "140.4", "--tp", "4",
                  "--sglang-version", "0.5.23", "--json", env=env)
     assert out.returncode == 0, out.stderr
@@ -40,7 +40,7 @@ def test_ops_plan_is_the_plan_gpuops_plan_prints(model_dir, env, tmp_path):  # n
 
 @pytest.mark.parametrize("req, message", [
     (dict(gpu_ids="0;1"), "--gpu-ids must look like 0,1,2,3"),
-    (dict(sglang_version="latest"), "--sglang-version must look like"),
+    (dict(engine_version="latest"), "--sglang-version must look like"),
     (dict(tp=3), "does not divide"),
     (dict(host="a", hosts="a,b"), "give --host (one host) or --hosts (several), not both"),
     (dict(gpus=None), "give --host H (its GPUs are read) or --gpus N and --gpu-memory GIB to plan offline"),
@@ -66,7 +66,7 @@ def test_ops_opens_its_store_when_first_used_so_planning_creates_none(model_dir,
         ops = Ops(parse_inventory("", source="test"))
         try:
             _facts, plan = await ops.plan(PlanRequest(str(model_dir), gpus=4, gpu_memory=140.4, tp=4,
-                                                      sglang_version="0.5.23"))
+                                                      engine_version="0.5.23"))
             assert plan.tp == 4
             assert not db.exists()  # planned, nothing stored, no store made
         finally:

@@ -43,7 +43,7 @@ def rule_ids(plan) -> list[str]:
 
 
 def test_qwen35_at_tp4_on_old_sglang_gets_the_two_flags_the_operator_missed():
-    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.10"))
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.10"))
     f = flags_of(plan)
     assert f["--tp-size"] == ("4",) and f["--model-path"] and f["--served-model-name"] == ("Qwen/Qwen3.5-122B-A10B",)
     assert f["--reasoning-parser"] == ("qwen3",) and f["--tool-call-parser"] == ("qwen3_coder",)
@@ -63,7 +63,7 @@ def test_qwen35_at_tp4_on_old_sglang_gets_the_two_flags_the_operator_missed():
 
 
 def test_newer_sglang_names_the_mamba_flag_differently_and_needs_no_spec_v2_env():
-    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23"))
     f = flags_of(plan)
     assert f["--mamba-radix-cache-strategy"] == ("extra_buffer",) and "--mamba-scheduler-strategy" not in f
     assert "SGLANG_ENABLE_SPEC_V2" not in plan.env
@@ -71,7 +71,7 @@ def test_newer_sglang_names_the_mamba_flag_differently_and_needs_no_spec_v2_env(
 
 
 def test_no_mtp_drops_speculative_and_mamba_flags():
-    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, mtp=False, sglang_version="0.5.23"))
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, mtp=False, engine_version="0.5.23"))
     f = flags_of(plan)
     assert not any(n.startswith("--speculative") or n.startswith("--mamba") for n in f)
     assert any("--no-mtp" in w for w in plan.warnings)
@@ -81,7 +81,7 @@ def test_like_a_previous_fp4_unit_drops_what_no_longer_applies():
     prev = previous_from_unit((DATA / "units" / "qwen397-nvfp4.service").read_text(), "qwen397.service")
     assert prev.argv[:3] == ("/opt/sglang/bin/python3", "-m", "sglang.launch_server")
     assert ("SGLANG_ENABLE_SPEC_V2", "1") in prev.env
-    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23", like=prev))
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23", like=prev))
     f = flags_of(plan)
     for gone in ("--quantization", "--moe-runner-backend", "--fp4-gemm-backend", "--mamba-scheduler-strategy"):
         assert gone not in f
@@ -99,12 +99,12 @@ def test_like_a_previous_fp4_unit_drops_what_no_longer_applies():
 def test_does_not_fit_names_the_smallest_tp_that_does():
     # 250 GB of BF16 weights: at TP2 that is 116.5 GiB a GPU, more than 80% of an H200's
     # 140.4 GiB (112.3 GiB, what --mem-fraction-static 0.8 gives weights + KV): TP4 is the smallest.
-    plan = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=1, sglang_version="0.5.23"))
+    plan = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=1, engine_version="0.5.23"))
     assert not plan.fit.fits and plan.fit.smallest_tp == 4
     assert "smallest TP that fits is 4" in plan.fit.verdict
-    tp2 = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=2, sglang_version="0.5.23"))
+    tp2 = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=2, engine_version="0.5.23"))
     assert not tp2.fit.fits and tp2.fit.weights_per_gpu_bytes > 0.8 * H200 * GIB
-    auto = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(sglang_version="0.5.23"))
+    auto = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(engine_version="0.5.23"))
     assert auto.tp == 4 and auto.fit.fits and len(auto.gpu_ids) == 4
 
 
@@ -121,7 +121,7 @@ def test_absurd_requests_are_refused(wishes, message):
 
 
 def host_target(**kw) -> Target:
-    base = dict(host="gpu1", gpus=tuple(GpuInfo(i, int(H200 * GIB)) for i in range(8)), sglang_version="0.5.23",
+    base = dict(host="gpu1", gpus=tuple(GpuInfo(i, int(H200 * GIB)) for i in range(8)), engine_version="0.5.23",
                 model_dirs=("/data/models", "/shared/models"), forbidden_paths=("/data",),
                 free_bytes={"/data/models": 10**13, "/shared/models": 10**13})
     base.update(kw)
@@ -311,7 +311,7 @@ def test_like_translates_deprecated_flags_and_drops_unknown_ones():
     assert sv.deprecated_flags("0.5.15").get("--cuda-graph-max-bs") == "--cuda-graph-max-bs-decode"
     prev = Previous("old.json", ("--model-path", "/m", "--tp", "4", "--cuda-graph-max-bs", "256",
                                  "--enable-flashinfer-allreduce-fusion", "--no-such-flag-anywhere", "1"))
-    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.15", like=prev))
+    plan = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.15", like=prev))
     f = flags_of(plan)
     assert f["--cuda-graph-max-bs-decode"] == ("256",) and "--cuda-graph-max-bs" not in f
     assert f["--flashinfer-allreduce-fusion-backend"] == ("auto",)  # the plan's own rule, new spelling
@@ -392,14 +392,14 @@ def test_a_plan_like_a_stored_one_derives_its_rules_companions_again():
     to a dense Instruct model that never thinks (each dropped with the rule that had added it)."""
     from gpuops.core.planning.like import previous_from_plan
 
-    old = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23", name="q122"))
+    old = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23", name="q122"))
     old_flags = flags_of(old)
     assert old_flags["--reasoning-parser"] == ("qwen3",) and old_flags["--page-size"] == ("64",)
     assert old_flags["--flashinfer-allreduce-fusion-backend"] == ("auto",)
     old = old.replace(argv=[*old.argv, "--watchdog-timeout", "1200"])  # the operator's own flag
     prev = previous_from_plan(old, "deployment q122")
     instruct = ("qwen3_moe__Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507")
-    new = build_plan(facts(*instruct), offline_target(8, H200), Wishes(tp=8, sglang_version="0.5.23", like=prev))
+    new = build_plan(facts(*instruct), offline_target(8, H200), Wishes(tp=8, engine_version="0.5.23", like=prev))
     f = flags_of(new)
     for gone in ("--reasoning-parser", "--page-size", "--flashinfer-allreduce-fusion-backend"):
         assert gone not in f, (gone, new.argv)
@@ -414,10 +414,10 @@ def test_a_plan_like_a_stored_one_derives_its_rules_companions_again():
     # a value the operator changed is theirs: carried
     edited = old.replace(argv=[a if a != "64" else "32" for a in old.argv])
     again = build_plan(facts(*instruct), offline_target(8, H200),
-                       Wishes(tp=8, sglang_version="0.5.23", like=previous_from_plan(edited, "deployment q122")))
+                       Wishes(tp=8, engine_version="0.5.23", like=previous_from_plan(edited, "deployment q122")))
     assert flags_of(again)["--page-size"] == ("32",)
     # the same model again: its rules add the same, nothing is dropped or changed
-    same = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23", like=prev))
+    same = build_plan(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23", like=prev))
     assert flags_of(same) == flags_of(old) and not [c for c in same.like.diff if c.op == "-"]
 
 
@@ -426,10 +426,10 @@ def test_a_rules_env_is_derived_again_too():
     DeepSeek-V3 (MTP, no linear attention) does not carry it, though the variable exists there."""
     from gpuops.core.planning.like import previous_from_plan
 
-    old = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=8, sglang_version="0.5.10", name="q122"))
+    old = build_plan(facts(*QWEN122), offline_target(8, H200), Wishes(tp=8, engine_version="0.5.10", name="q122"))
     assert old.env["SGLANG_ENABLE_SPEC_V2"] == "1"
     new = build_plan(facts("deepseek_v3__DeepSeek-V3", "deepseek-ai/DeepSeek-V3"), offline_target(8, H200),
-                     Wishes(tp=8, sglang_version="0.5.10", like=previous_from_plan(old, "deployment q122")))
+                     Wishes(tp=8, engine_version="0.5.10", like=previous_from_plan(old, "deployment q122")))
     assert "SGLANG_ENABLE_SPEC_V2" not in new.env
     assert any(c.op == "-" and c.text.startswith("SGLANG_ENABLE_SPEC_V2=1  (the planner added it for deployment q122 "
                                                  "(rule mamba-extra-buffer") for c in new.like.diff), new.like.diff

@@ -41,7 +41,7 @@ async def test_plan_review_warnings_speak_the_screens_words_not_the_clis():
     """No TP chosen: the warning names TP, not the CLI's --tp, which plan review has no use for."""
     app = app_for()
     async with app.run_test(size=(160, 50)) as pilot:
-        await app.push_screen(PlanReviewScreen(facts(*QWEN122), offline_target(8, H200), Wishes(sglang_version="0.5.23")))
+        await app.push_screen(PlanReviewScreen(facts(*QWEN122), offline_target(8, H200), Wishes(engine_version="0.5.23")))
         warnings = lambda: app.screen.query_one("#plan-warnings").text.plain  # noqa: E731
         assert await until(pilot, lambda: "TP not chosen: TP4, the smallest that fits" in warnings())
         assert "--tp" not in warnings()
@@ -50,7 +50,7 @@ async def test_plan_review_warnings_speak_the_screens_words_not_the_clis():
 async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():
     app = app_for()
     async with app.run_test(size=(160, 50)) as pilot:
-        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23"))
         await app.push_screen(screen)
         assert await until(pilot, lambda: "TP4" in verdict(app) and "fits at TP4" in verdict(app))
         assert str(screen.query_one("#plan-launch-title").render()) == "Launch (SGLang 0.5.23)"
@@ -86,7 +86,7 @@ async def test_plan_review_edits_without_dead_ends_and_asks_before_deploying():
 
     app = app_for()
     async with app.run_test(size=(160, 50)) as pilot:
-        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23"))
         await app.push_screen(screen)
         assert await until(pilot, lambda: screen.plan is not None)
 
@@ -166,7 +166,7 @@ async def test_model_picker_lists_the_hosts_models_shows_facts_and_plans(sim_wit
         assert await until(pilot, lambda: isinstance(app.screen, PlanReviewScreen), timeout=30)
         review = app.screen
         assert review.target.host == "gpu1" and len(review.target.gpus) == 4
-        assert review.target.sglang_version == sim.sglang_version
+        assert review.target.engine_version == sim.sglang_version
         assert await until(pilot, lambda: "fits at TP" in verdict(app))
         assert review.plan.model_path == str(model)  # the copy already on the host is reused
         assert "SGLang " + sim.sglang_version in screen_text(app)
@@ -177,7 +177,7 @@ async def test_plan_review_like_a_previous_unit_shows_the_diff():
 
     app = app_for()
     async with app.run_test(size=(160, 60)) as pilot:
-        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, sglang_version="0.5.23"))
+        screen = PlanReviewScreen(facts(*QWEN122), offline_target(4, H200), Wishes(tp=4, engine_version="0.5.23"))
         await app.push_screen(screen)
         assert await until(pilot, lambda: screen.plan is not None)
         assert not screen.query_one("#plan-diff-title").display
@@ -209,7 +209,7 @@ async def test_busy_gpus_are_shown_and_free_ones_offered(sim_with_model):
             assert await until(pilot, lambda: state.snapshot is not None
                                and any(p.pid == other.pid for p in state.snapshot.gpus[0].processes), timeout=30)
             target = await read_target(app.monitor.hosts["gpu1"])
-            screen = PlanReviewScreen(facts(*QWEN122), target, Wishes(gpu_ids=(0, 1), sglang_version="0.5.23"))
+            screen = PlanReviewScreen(facts(*QWEN122), target, Wishes(gpu_ids=(0, 1), engine_version="0.5.23"))
             await app.push_screen(screen)
             assert await until(pilot, lambda: screen.plan is not None and screen.plan.gpu_ids == (0, 1))
             await pilot.press("d")

@@ -510,7 +510,7 @@ def two_node_plan(rig, tiny_qwen3: Path, tmp_path: Path, hold_node_1: bool) -> t
     name = rig.name("duo")
     rig.names.append(f"{name}-n1")
     # no GPU here: each node planned as for one 16 GiB GPU, then the flags a CPU run needs edited in
-    nodes = [Node(Target(host=h, gpus=(GpuInfo(0, 16 * 2**30),), sglang_version="0.5.23", python=python,
+    nodes = [Node(Target(host=h, gpus=(GpuInfo(0, 16 * 2**30),), engine_version="0.5.23", python=python,
                          model_dirs=(str(tiny_qwen3.parent),), launcher="process"), "127.0.0.1") for h in ("cpu1", "cpu2")]
     plan = build_multinode_plan(load_model_facts(str(tiny_qwen3)), nodes,
                                 Wishes(tp=2, name=name, port=free_port()))

@@ -42,7 +42,7 @@ def canonical(flag: str, value: str) -> str:
 def plan_for(recipe: dict[str, Any]):
     config = json.loads((DATA / "configs" / f"{recipe['config']}.json").read_text())
     facts = facts_from_config(config, id=recipe["model"], source="hub")
-    return facts, build_plan(facts, offline_target(8, H200_GIB), Wishes(tp=recipe["tp"], sglang_version=VERSION))
+    return facts, build_plan(facts, offline_target(8, H200_GIB), Wishes(tp=recipe["tp"], engine_version=VERSION))
 
 
 def mismatches(recipe: dict[str, Any]) -> list[str]:

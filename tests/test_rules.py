@@ -530,7 +530,7 @@ def test_oom_becomes_what_its_phase_says():
 
 def plan_for(config: str, model_id: str, version: str, gpus: int = 4, **wishes) -> dict:
     facts = facts_from_config(json.loads((CONFIGS / f"{config}.json").read_text()), id=model_id, source="hub")
-    return build_plan(facts, offline_target(gpus, H200), Wishes(tp=gpus, sglang_version=version, **wishes)).to_json()
+    return build_plan(facts, offline_target(gpus, H200), Wishes(tp=gpus, engine_version=version, **wishes)).to_json()
 
 
 QWEN122 = ("qwen3_5__Qwen3.5-122B-A10B", "Qwen/Qwen3.5-122B-A10B")
@@ -715,7 +715,7 @@ def test_unknown_flags_are_dropped_or_renamed(tmp_path):
 
 def sim_plan(folder: Path, version: str, gpus: int, **wishes) -> dict:
     facts = facts_from_config(json.loads((folder / "config.json").read_text()), id=str(folder), source="local")
-    return build_plan(facts, offline_target(gpus, 140.4), Wishes(tp=gpus, sglang_version=version, port=free_port(),
+    return build_plan(facts, offline_target(gpus, 140.4), Wishes(tp=gpus, engine_version=version, port=free_port(),
                                                                  **wishes)).to_json()
 
 

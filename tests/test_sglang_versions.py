@@ -1,5 +1,5 @@
 """SGLang's flags, parsers and defaults per version (core/engines/sglang/data/sglang_versions.json, read from
-the wheels by scripts/extract_sglang_flags.py), checked against what the wheels' own sources say
+the wheels by core/engines/sglang/extract/flags.py), checked against what the wheels' own sources say
 where the wheels agree with it. Offline: the data file is in the repo; nothing is downloaded."""
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ def test_parse_help_flags_other_layouts():
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("extract_sglang_flags", REPO / "scripts" / "extract_sglang_flags.py")
+    spec = importlib.util.spec_from_file_location("extract_sglang_flags", REPO / "core" / "engines" / "sglang" / "extract" / "flags.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its dataclasses look their module up
     try:

@@ -499,7 +499,7 @@ async def test_tui_notices_name_the_tuis_way_not_a_command_line_flag(box):
         async with app.run_test(size=(160, 50)) as pilot:
             target = with_deployment_ports(dataclasses.replace(offline_target(4, H200), host="sim"),
                                            [("other", "sim", "ready", port)])
-            review = PlanReviewScreen(facts(*QWEN122), target, Wishes(tp=4, port=port, sglang_version="0.5.23"))
+            review = PlanReviewScreen(facts(*QWEN122), target, Wishes(tp=4, port=port, engine_version="0.5.23"))
             await app.push_screen(review)
             assert await until(pilot, lambda: review.plan is not None and shown_in(review, "#plan-warnings"))
             warned = shown_in(review, "#plan-warnings")

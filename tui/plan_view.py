@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from ..core import units
+from ..core import engines, units
 from ..core.literal import literal
 
 GIB = 1024**3
@@ -42,7 +42,7 @@ def facts_line(facts) -> Text:
 
 
 def fit_bars(plan, width: int = 48) -> Group:
-    """One bar per GPU: weights | state | KV cache | what SGLang keeps free."""
+    """One bar per GPU: weights | state | KV cache | what the engine keeps free."""
     fit = plan.fit
     total = max(1, fit.gpu_memory_bytes)
     rows = []
@@ -90,7 +90,8 @@ def where_text(plan) -> str:
 
 def launch_title(plan) -> str:
     """The launch command's title: the router's for replicas (the replicas' own are in the parts)."""
-    return "router (sglang-router)" if plan.replicas else f"launch (SGLang {plan.sglang_version})"
+    engine = engines.get(plan.engine)
+    return f"router ({engine.router_title})" if plan.replicas else f"launch ({engine.title} {plan.engine_version})"
 
 
 # what a plan made offline runs the server with: the python of the host it is deployed on (bound then)
@@ -148,5 +149,5 @@ def parts_text(plan) -> tuple[str, Text] | None:
             text.append(f"{r.name}: ", style="bold")
             text.append(f"{r.host}, TP{r.tp} on GPUs {','.join(map(str, r.gpu_ids))}, port {r.port} ({url}), "
                         f"{r.launcher} launcher\n")
-        return f"{len(plan.replicas)} replicas behind sglang-router at {plan.host}:{plan.port}", text
+        return f"{len(plan.replicas)} replicas behind {engines.get(plan.engine).router_title} at {plan.host}:{plan.port}", text
     return None

@@ -1,23 +1,52 @@
-"""The serving engines gpuops knows, by name: ``engines.get("sglang")`` is SGLang's adapter.
+"""The serving engines gpuops knows, by name: ``engines.get(plan.engine)`` is that engine's adapter.
 
-An adapter is a subclass of :class:`Engine` (``core/engines/base.py``). The built-in ones are
-listed here as ``module:Class`` and imported the first time they are asked for (as entry points
-are), so the domain can ask a plan's engine for its command line without importing what the
-engine's phase grammar and finding rules import; ``register`` adds one at run time (a test's toy
-engine, a plug-in)."""
+An adapter is a subclass of :class:`Engine` (``core/engines/base.py``). The built-in ones are the
+packages beside this module: each package's ``__init__`` names its engine (``NAME``) and its adapter
+(``ADAPTER``, ``module:Class`` within the package), and the adapter is imported the first time it
+is asked for (as entry points are), so the domain can ask a plan's engine for its command line
+without importing what the engine's phase grammar and finding rules import. One of them says it is
+the ``DEFAULT``: the engine of a plan that names none (every plan made before engines had names),
+whose ``PLAN_KEYS`` name the plan's fields that kept its words in the JSON and the store
+(:func:`plan_key`). ``register`` adds one at run time (a test's toy engine, a plug-in)."""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from collections.abc import Mapping
 
 from .base import Engine, Scanner, Tracker, VersionData
 
-__all__ = ["Engine", "Scanner", "Tracker", "VersionData", "UnknownEngine", "DEFAULT", "get", "names", "register"]
+__all__ = ["Engine", "Scanner", "Tracker", "VersionData", "UnknownEngine", "DEFAULT", "get", "names", "register",
+           "plan_key"]
 
-DEFAULT = "sglang"  # the engine of a plan that names none (every plan made before engines had names)
 
-_BUILTIN: dict[str, str] = {"sglang": "gpuops.core.engines.sglang.engine:SGLang"}
+def _builtin() -> tuple[dict[str, str], str, Mapping[str, str]]:
+    """({name: "module:Class"} of the engine packages here, the default engine's name, its PLAN_KEYS)."""
+    found: dict[str, str] = {}
+    default: str = ""
+    keys: Mapping[str, str] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.ispkg:
+            continue
+        package = importlib.import_module(f"{__name__}.{info.name}")  # (its __init__ only: names)
+        name, adapter = getattr(package, "NAME", None), getattr(package, "ADAPTER", None)
+        if not isinstance(name, str) or not isinstance(adapter, str):
+            continue
+        found[name] = f"{package.__name__}.{adapter}"
+        if getattr(package, "DEFAULT", False):
+            default, keys = name, getattr(package, "PLAN_KEYS", {})
+    return found, default, keys
+
+
+_BUILTIN, DEFAULT, _PLAN_KEYS = _builtin()
 _LOADED: dict[str, Engine] = {}
+
+
+def plan_key(field: str) -> str:
+    """The JSON and store key of the plan's field `field`: its own name, or the name the first
+    engine gave it (the CLI contract keeps names: they only grow, never renamed)."""
+    return _PLAN_KEYS.get(field, field)
 
 
 class UnknownEngine(ValueError):

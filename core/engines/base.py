@@ -53,7 +53,7 @@ class Scanner(Protocol):
 class VersionData:
     """What an engine's releases take: the planner's version data. These defaults know no release
     (a version is taken as given, no flag list: the planner checks no flag against one); an engine
-    with data (SGLang's, from its wheels) overrides them."""
+    with data (from its wheels, say) overrides them."""
 
     def key(self, version: str) -> tuple[int, ...]:
         """`version` as a key that sorts releases in order."""
@@ -79,13 +79,23 @@ class VersionData:
         """The option strings of the server's --help text."""
         return frozenset(re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", text))
 
+    def deprecated_flags(self, version: str) -> Mapping[str, str | None]:
+        """{a flag `version` deprecates: what its notice says to use instead (``--x`` or ``--x=value``;
+        None: nothing named)}: ``--like`` writes a deprecated flag under its replacement's name."""
+        return {}
+
+    def match_flag(self, flag: str, flags: frozenset[str]) -> str | None:
+        """The option string the server takes `flag` for among `flags` (None: none): `flag` itself by
+        default; an engine whose parser takes abbreviations says so."""
+        return flag if flag in flags else None
+
 
 class Engine(ABC):
     """An engine's adapter. Subclass it, fill in the class attributes and the abstract methods, and
     register the class (``engines.register``); a plan names its engine (``Plan.engine``)."""
 
-    name: ClassVar[str]  # how plans and the registry name it ("sglang")
-    title: ClassVar[str]  # how text names it ("SGLang")
+    name: ClassVar[str]  # how plans and the registry name it (its package's name)
+    title: ClassVar[str]  # how text names it (as its project spells it)
     # its start-up phases in the order a start passes them, each mapped to gpuops' own (state_of)
     phases: ClassVar[tuple[str, ...]]
     # gpuops' names of the server's live numbers -> the engine's Prometheus metric names
@@ -222,6 +232,27 @@ class Engine(ABC):
     # where the server says how it runs (a JSON object: its parsers, its speculative decoding), the
     # first path that answers; the functional checks read it (none: the engine's server says nothing)
     server_info_paths: ClassVar[tuple[str, ...]] = ()
+
+    # -- planning: how the plan and its messages name the engine's things ----------------------
+
+    # the planning option that names the version to plan for (a plan says it as its version's source)
+    version_option: ClassVar[str] = "--engine-version"
+
+    # -- --like: what a previous deployment's flags and env still mean --------------------------
+
+    flag_aliases: ClassVar[Mapping[str, str]] = {}  # a flag's other spellings -> the name a plan writes
+
+    def like_drop_reason(self, name: str, values: tuple[str, ...], ctx: Any) -> str | None:
+        """Why the engine drops a previous deployment's flag `name` (with `values`) from the plan
+        `ctx` (a ``core.planning.rules.Ctx``) makes: a quantization's flag on another checkpoint, a
+        feature this plan has off, a flag renamed in ``ctx.version``; None: nothing it knows of (the
+        planner still drops a flag the version does not have)."""
+        return None
+
+    def like_env_reason(self, key: str, value: str, ctx: Any) -> str | None:
+        """Why a previous deployment's environment variable `key` no longer applies to the plan `ctx`
+        makes (None: it is kept)."""
+        return None
 
 
 class NoBenchmark(ValueError):

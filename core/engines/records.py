@@ -28,8 +28,8 @@ class LogLine(msgspec.Struct, frozen=True, gc=False):
     """One log line. ``text`` is the message: ANSI codes, what a relaying program put first (a
     container prefix ``name  | ``, journald's, docker's/kubectl's/GitHub Actions' timestamps, Python
     logging's or Rust tracing's timestamp and level, srun's ``0: ``, mpirun's and kubectl's tags),
-    tqdm's ``\\r`` history (the last state is kept) and SGLang's ``[2026-07-14 07:49:04 TP3 EP3] ``
-    prefix removed. ``ts`` is SGLang's timestamp as printed; ``ranks`` the rank tags of that prefix
+    tqdm's ``\\r`` history (the last state is kept) and an engine's ``[2026-07-14 07:49:04 TP3 EP3] ``
+    prefix removed. ``ts`` is the engine's timestamp as printed; ``ranks`` the rank tags of that prefix
     (``{"TP": 3, "EP": 3}``). A raw line that holds several log lines is a :class:`JoinedLine`."""
 
     raw: str
@@ -65,7 +65,7 @@ class Progress(msgspec.Struct, frozen=True, gc=False):
 
 
 class Numbers(msgspec.Struct, frozen=True, gc=False):
-    """Numbers a line reported (only the keys this line set or changed). Keys (GB are SGLang's
+    """Numbers a line reported (only the keys this line set or changed). Keys (GB are the engine's
     GiB-based "GB"; ``draft_`` prefixes the same keys for the draft model):
 
     ``avail_mem_gb``/``mem_usage_gb`` (the latest reported), ``dist_init_elapsed_s``,
@@ -86,8 +86,8 @@ class Numbers(msgspec.Struct, frozen=True, gc=False):
 
 class Crash(msgspec.Struct, frozen=True, gc=False):
     """Why the server died. ``phase``: where (None when nothing says); ``line_no``: the first
-    line of the crash (the SGLang error line or ``Traceback``); ``summary``: the final exception
-    line (or the fatal line itself); ``evidence``: the few lines that matter (SGLang's error line,
+    line of the crash (the engine's error line or ``Traceback``); ``summary``: the final exception
+    line (or the fatal line itself); ``evidence``: the few lines that matter (the engine's error line,
     the frame that placed it, the innermost frames, the chained exception lines, the final
     exception); ``inferred_from``: ``"phase"`` (the phase lines said where) or ``"traceback"``
     (the frames did)."""

@@ -1,4 +1,4 @@
-"""From a model and a host to a checked deployment plan: model facts, SGLang versions, the plan's
+"""From a model and a host to a checked deployment plan: model facts, engine versions, the plan's
 rules, fit, --like."""
 
 

@@ -2,17 +2,17 @@
 review (or given to a script), validated before it changes anything.
 
     name N · port N · tp N · gpus 0,1 · mem 0.85 · bind 0.0.0.0     the planner's own choices
-    nodes H2[,H3…] · nodes -                                        more hosts: one SGLang over several
+    nodes H2[,H3…] · nodes -                                        more hosts: one server over several
                                                                     nodes (this host is node 0); - back to one
-    replicas K [H2,…] · replicas -                                  K servers behind sglang-router (on this
+    replicas K [H2,…] · replicas -                                  K servers behind the router (on this
                                                                     host's GPUs, or round it and H2…); - one
-    flag --NAME [VALUE…] · -flag --NAME                             add/alter or drop an SGLang flag
+    flag --NAME [VALUE…] · -flag --NAME                             add/alter or drop a server flag
     env NAME=VALUE · -env NAME                                      set or drop an environment variable
 
 The first group goes back through the planner (it re-checks the fit, the port, the GPUs); flags and
 env are applied to the plan it makes, every time it makes one, and the rule list shows them as "set
 by you". The flags the planner owns (``--port``, ``--tp-size``, ``--host``, …) are refused as
-flags: each has its own word above (or is derived). A flag the host's SGLang does not know is
+flags: each has its own word above (or is derived). A flag the host's engine does not know is
 refused, as is anything a shell, a unit or a screen could not hold (the plan's own validation)."""
 
 from __future__ import annotations
@@ -124,16 +124,21 @@ def _env(word: str, args: list[str]) -> tuple[str, Any]:
     return "edit", Edit(word, name, (value,) if word == "env" else ())
 
 
+def _a(word: str) -> str:
+    """`word` with its article, its first letter said by its name as a title in capitals is (an S…, a v…)."""
+    return f"{'an' if word[:1].upper() in 'AEFHILMNORSX' else 'a'} {word}"
+
+
 def _flag(word: str, args: list[str], known_flags: frozenset[str] | None, engine: str) -> tuple[str, Any]:
     """`flag --NAME [VALUE…]`, `-flag --NAME`: never one the planner owns; `flag` one the host knows."""
     if not args or not _FLAG.fullmatch(args[0]):
-        raise EditError(f"{word}: an SGLang flag such as --chunked-prefill-size, not {' '.join(args) or 'nothing'}")
+        raise EditError(f"{word}: {_a(engines.get(engine).title)} flag such as --chunked-prefill-size, not {' '.join(args) or 'nothing'}")
     name = args[0]
     if name in engines.get(engine).owned_flags or name in _OWNED_HINT:
         hint = _OWNED_HINT.get(name)
         raise EditError(f"{name} is the planner's" + (f": use `{hint}`" if hint else " (derived from the model)"))
     if word == "flag" and known_flags is not None and name not in known_flags:
-        raise EditError(f"{name}: this host's SGLang has no such flag")
+        raise EditError(f"{name}: this host's {engines.get(engine).title} has no such flag")
     if word == "-flag" and len(args) > 1:
         raise EditError("-flag takes only the flag's name")
     return "edit", Edit(word, name, tuple(args[1:]))
@@ -192,7 +197,7 @@ def _nodes(args: list[str], word: str = "nodes") -> tuple[str, ...]:
 
 def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:
     """`plan` with the operator's flag and env edits (later ones win), shown as the rule "you". A
-    router's are its replicas' (SGLang's flags and env; the router's own are the planner's)."""
+    router's are its replicas' (the engine's flags and env; the router's own are the planner's)."""
     if not edits:
         return plan
     if plan.replicas:

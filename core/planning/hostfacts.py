@@ -1,4 +1,4 @@
-"""What the planner asks a host: its GPUs, its SGLang version and flags, free space, ports in use."""
+"""What the planner asks a host: its GPUs, its engine's version and flags, free space, ports in use."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ async def engine_version(host: Host, engine: str = engines.DEFAULT) -> str | Non
 
 
 async def help_flags(host: Host, version: str, engine: str = engines.DEFAULT) -> frozenset[str] | None:
-    """The host's server `--help` flags (SGLang's `launch_server --help`), cached per engine version."""
+    """The host's server `--help` flags (the engine's server module's), cached per engine version."""
     path = cache_dir() / f"{engine}-help" / f"{version}.json"
     try:
         return frozenset(json.loads(path.read_text()))
@@ -94,7 +94,7 @@ async def read_target(host: Host) -> Target:
     free = await free_space(host, cfg.model_dirs)
     ports = await listening_ports(host)
     return Target(
-        host=cfg.name, gpus=gpus, sglang_version=version, help_flags=flags, python=cfg.python or "python3",
+        host=cfg.name, gpus=gpus, engine_version=version, help_flags=flags, python=cfg.python or "python3",
         model_dirs=cfg.model_dirs, forbidden_paths=cfg.forbidden_paths, free_bytes=free,
         existing=await existing_copies(host), serve_host=cfg.serve_host, launcher=cfg.launcher,
         allowed_gpu_ids=cfg.gpu_ids, ports_taken=ports,
@@ -116,7 +116,7 @@ def repo_id_for(path: str, model_dirs: tuple[str, ...]) -> str | None:
 async def existing_copies(host: Host) -> dict[str, str]:
     """Complete copies already on the host, but not those on a forbidden path: model id -> what
     --model-path should say
-    (a folder; for the HF cache the repo id, which SGLang resolves from that cache).
+    (a folder; for the HF cache the repo id, which the engine resolves from that cache).
     A folder laid out as MODEL_DIR/owner/name also answers for the repo id owner/name."""
     from ..hosts.model_copies import scan_or_error
 
@@ -153,5 +153,5 @@ async def facts_on_host(host: Host, model_id: str, path: str):
 
 def offline_target(gpus: int, gpu_memory_gib: float, *, launcher: str = DEFAULT_LAUNCHER) -> Target:
     mem = int(gpu_memory_gib * 1024**3)
-    return Target(host=None, gpus=tuple(GpuInfo(i, mem) for i in range(gpus)), sglang_version=None,
+    return Target(host=None, gpus=tuple(GpuInfo(i, mem) for i in range(gpus)), engine_version=None,
                   launcher=launcher)

@@ -30,7 +30,7 @@ class Target:
 
     host: str | None
     gpus: tuple[GpuInfo, ...]
-    sglang_version: str | None  # the host's installed version; None: not installed / unknown
+    engine_version: str | None  # the host's installed engine version; None: not installed / unknown
     help_flags: frozenset[str] | None = None  # the host's `launch_server --help`, when it ran
     python: str | None = None  # the interpreter with SGLang on the host; None: offline, bound at deploy
     model_dirs: tuple[str, ...] = ()
@@ -42,7 +42,7 @@ class Target:
     allowed_gpu_ids: tuple[int, ...] | None = None  # the host policy's gpu_ids
     # TCP ports listening on the host, each with who holds it ("pid 123 (user: command)"; "" unknown)
     ports_taken: dict[int, str] = field(default_factory=dict)
-    sglang_asked: bool = True  # False: the host could not be asked which SGLang it has
+    engine_asked: bool = True  # False: the host could not be asked which engine version it has
     # (name, port, state) of the host's stored deployments that may serve: their ports are taken too
     deployment_ports: tuple[tuple[str, int, str], ...] = ()
 
@@ -80,7 +80,7 @@ class Wishes:
     name: str | None = None
     mem_fraction_static: float = DEFAULT_MEM_FRACTION
     served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
-    sglang_version: str | None = None  # --sglang-version: overrides what the host says
+    engine_version: str | None = None  # the engine's version option: overrides what the host says
     like: Previous | None = None
     engine: str = engines.DEFAULT  # what serves: its flag rules and version data make the plan
     # the stored deployment this plan replaces (a swap): its server is stopped before this one

@@ -1,5 +1,5 @@
 """``--like``: start from a previous deployment's flags and env, and drop, with a reason each, what no
-longer applies to the new model or SGLang version. Sources: a plan JSON, a systemd unit file, or a
+longer applies to the new model or engine version (by the engine's knowledge: ``Engine.like_*``). Sources: a plan JSON, a systemd unit file, or a
 stored deployment (by name)."""
 
 from __future__ import annotations
@@ -14,18 +14,13 @@ from typing import Callable, Sequence
 from ..domain import SECRET_FLAGS, Invalid, Plan, RuleFired, is_secret_env, join_flags, placeholder, split_flags
 from . import PlanError
 from .. import engines
-from ..engines.sglang import versions as sv
-from ..engines.sglang.flag_rules import FP4_ONLY_VALUES, MAMBA_FLAGS, OWNED_FLAGS, RULES, SPEC_FLAGS, _is_fp4
 from .inputs import Previous
 from .rules import Ctx
-from .model_facts import ModelFacts
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_ITEM = re.compile(r"[A-Z_][A-Z0-9_]*=.*")  # an env value among a rule's adds (flags are --names)
-# the planner's own rules (SGLang's flag_rules.RULES): what they add is derived from the model, not chosen
-PLANNER_RULES = frozenset(rule.id for rule in RULES)
 
 
 def _without_secrets(prev: Previous) -> Previous:
@@ -70,41 +65,25 @@ def _without_secrets(prev: Previous) -> Previous:
 NODE_FLAGS = frozenset({"--nnodes", "--node-rank", "--dist-init-addr"})
 
 
-def _quant_reason(name: str, values: tuple[str, ...], facts: ModelFacts) -> str | None:
-    """Why a quantization flag of the previous deployment does not fit this checkpoint (None: it does)."""
-    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]) and not _is_fp4(facts):
-        return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
-    if name == "--fp4-gemm-backend" and not _is_fp4(facts):
-        return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
-    if name == "--quantization" and (facts.quant is None or facts.quant.sglang_quantization not in values):
-        return f"{facts.id} carries no {' '.join(values)} quantization"
-    return None
-
-
 def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -> str | None:
     """Why a flag of the previous deployment no longer applies (None: keep it)."""
-    facts = ctx.facts
+    engine = engines.get(ctx.wishes.engine)
     if name in NODE_FLAGS:
         return "a multi-node deployment's own: a plan over several nodes sets it for each node"
-    if name in OWNED_FLAGS or name in ours:
+    if name in engine.owned_flags or name in ours:
         return None  # replaced by this plan's own value
-    quant = _quant_reason(name, values, facts)
-    if quant is not None:
-        return quant
-    if name in SPEC_FLAGS and not ctx.spec:
-        return "speculative decoding is off for this model (" + ("--no-mtp" if not ctx.wishes.mtp else "no MTP layers") + ")"
-    if name in MAMBA_FLAGS and facts.hybrid is None:
-        return f"{facts.id} has no linear-attention layers"
+    reason = engine.like_drop_reason(name, values, ctx)
+    if reason is not None:
+        return reason
     if name not in ctx.flags:
-        renamed = next((m for m in MAMBA_FLAGS if m != name and m in ctx.flags), None) if name in MAMBA_FLAGS else None
-        return f"renamed to {renamed} in SGLang {ctx.version}" if renamed else f"SGLang {ctx.version} has no {name}"
+        return f"{engine.title} {ctx.version} has no {name}"
     return None
 
 
-def _translate_deprecated(name: str, values: tuple[str, ...], version: str) -> tuple[str, tuple[str, ...]] | None:
+def _translate_deprecated(name: str, values: tuple[str, ...], ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
     """A deprecated flag under its replacement's name (`--x` or `--x=value`); None if it
-    has none gpuops can write (then it is kept as is: SGLang still accepts it)."""
-    replacement = sv.deprecated_flags(version).get(name)
+    has none gpuops can write (then it is kept as is: the engine still accepts it)."""
+    replacement = engines.get(ctx.wishes.engine).versions.deprecated_flags(ctx.version).get(name)
     if not replacement or any(ch in replacement for ch in "{< "):
         return None
     new, eq, value = replacement.partition("=")
@@ -120,9 +99,10 @@ def _like_flags(prev: Previous, ours: set[str], ctx: Ctx, fired: list[RuleFired]
                 diff: list[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:
     """The previous deployment's flags this plan keeps (a deprecated one under its new name); each
     drop and rename said in `diff` and `fired`."""
-    prev_flags = [(canonical_flag(n, ctx.flags), v)
-                  for n, v in split_flags(_strip_launcher(prev.argv, ctx.wishes.engine))]
-    derived = {(canonical_flag(n, ctx.flags), v): (rule, why) for n, v, rule, why in prev.derived}
+    engine = ctx.wishes.engine
+    prev_flags = [(canonical_flag(n, ctx.flags, engine), v)
+                  for n, v in split_flags(_strip_launcher(prev.argv, engine))]
+    derived = {(canonical_flag(n, ctx.flags, engine), v): (rule, why) for n, v, rule, why in prev.derived}
     kept: list[tuple[str, tuple[str, ...]]] = []
     for name, values in prev_flags:
         reason = _drop_reason(name, values, ctx, ours)
@@ -130,10 +110,10 @@ def _like_flags(prev: Previous, ours: set[str], ctx: Ctx, fired: list[RuleFired]
             # a rule companion of the previous model (its parser, its mamba cache's page size, its
             # family's fusion): this plan's own rules said whether it applies here, and they did not
             reason = _derived_reason(*derived[(name, values)], prev.source, ctx)
-        translated = _translate_deprecated(name, values, ctx.version) if reason is None else None
+        translated = _translate_deprecated(name, values, ctx) if reason is None else None
         if translated is not None:
             new_name, new_values = translated
-            why = f"{name} is deprecated in SGLang {ctx.version}: {' '.join([new_name, *new_values])}"
+            why = f"{name} is deprecated in {engines.get(engine).title} {ctx.version}: {' '.join([new_name, *new_values])}"
             if new_name in ours:
                 reason = f"{why}, which this plan sets itself"
             else:
@@ -153,7 +133,7 @@ def _produced_diff(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], 
                    diff: list[tuple[str, str]]) -> None:
     """What this plan's own flags add or change against the previous deployment's, each with the
     reason of the rule that put it there."""
-    prev_map = dict((canonical_flag(n, ctx.flags), v)
+    prev_map = dict((canonical_flag(n, ctx.flags, ctx.wishes.engine), v)
                     for n, v in split_flags(_strip_launcher(prev.argv, ctx.wishes.engine)))
 
     def because(name: str) -> str:
@@ -172,7 +152,7 @@ def _produced_diff(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], 
 def _like_env(prev: Previous, env: dict[str, str], ctx: Ctx, fired: list[RuleFired],
               diff: list[tuple[str, str]]) -> dict[str, str]:
     """The previous deployment's environment without what no longer applies (a variable the previous
-    model's rules set, SGLANG_ENABLE_SPEC_V2 where it means nothing), then this plan's own."""
+    model's rules set, one the engine says means nothing now), then this plan's own."""
     new_env = dict(prev.env)
     for key, value, rule, why in prev.derived_env:
         if new_env.get(key) == value and key not in env:  # the previous model's rule set it; this plan's do not
@@ -180,14 +160,13 @@ def _like_env(prev: Previous, env: dict[str, str], ctx: Ctx, fired: list[RuleFir
             said = _derived_reason(rule, why, prev.source, ctx)
             diff.append(("-", f"{key}={value}  ({said})"))
             fired.append(RuleFired("like-drop", said, [], [f"{key}={value}"]))
-    if "SGLANG_ENABLE_SPEC_V2" in new_env:
-        gone: str | None = ("speculative decoding is off" if not ctx.spec
-                            else f"SGLang {ctx.version} has no such variable any more"
-                            if sv.spec_v2_default(ctx.version) is None else None)
+    engine = engines.get(ctx.wishes.engine)
+    for key, value in list(new_env.items()):
+        gone = engine.like_env_reason(key, value, ctx)
         if gone:
-            value = new_env.pop("SGLANG_ENABLE_SPEC_V2")
-            diff.append(("-", f"SGLANG_ENABLE_SPEC_V2={value}  ({gone})"))
-            fired.append(RuleFired("like-drop", gone, [], [f"SGLANG_ENABLE_SPEC_V2={value}"]))
+            new_env.pop(key)
+            diff.append(("-", f"{key}={value}  ({gone})"))
+            fired.append(RuleFired("like-drop", gone, [], [f"{key}={value}"]))
     for k, v in env.items():
         if new_env.get(k) != v:
             diff.append(("+" if k not in new_env else "~", f"{k}={v}"))
@@ -201,22 +180,20 @@ def apply_like(prev: Previous, produced: list[tuple[str, tuple[str, ...]]], env:
     diff: list[tuple[str, str]] = []
     kept = _like_flags(prev, ours, ctx, fired, diff)
     if kept:
-        fired.append(RuleFired("like-keep", f"kept from {prev.source}: still valid for this model and SGLang "
+        fired.append(RuleFired("like-keep", f"kept from {prev.source}: still valid for this model and "
+                               f"{engines.get(ctx.wishes.engine).title} "
                                f"{ctx.version}", join_flags(kept)))
     _produced_diff(prev, produced, ctx, fired, diff)
     return produced + kept, _like_env(prev, env, ctx, fired, diff), diff
 
 
-ALIASES = {"--tensor-parallel-size": "--tp-size", "--tp": "--tp-size", "--model": "--model-path",
-           "--speculative-algo": "--speculative-algorithm"}
-
-
-def canonical_flag(name: str, known: frozenset[str]) -> str:
-    """The flag's full name: known aliases, and argparse's unique-prefix abbreviations
-    (`--tp` is accepted by SGLang as `--tp-size`)."""
-    if name in ALIASES:
-        return ALIASES[name]
-    return sv.match_flag(name, known) or name
+def canonical_flag(name: str, known: frozenset[str], engine: str = engines.DEFAULT) -> str:
+    """The flag's full name: the engine's aliases, and the abbreviations its parser takes
+    (`Engine.flag_aliases`, `VersionData.match_flag`)."""
+    eng = engines.get(engine)
+    if name in eng.flag_aliases:
+        return eng.flag_aliases[name]
+    return eng.versions.match_flag(name, known) or name
 
 
 def _strip_launcher(argv: Sequence[str], engine: str = engines.DEFAULT) -> list[str]:
@@ -283,8 +260,9 @@ def previous_from_plan(plan: Plan, source: str) -> Previous:
     flags = set(split_flags(plan.argv))
     derived: list[tuple[str, tuple[str, ...], str, str]] = []
     derived_env: list[tuple[str, str, str, str]] = []
+    planner_rules = {rule.id for rule in engines.get(plan.engine).plan_rules()}  # what they add is derived
     for rule in plan.rules:
-        if rule.id not in PLANNER_RULES:
+        if rule.id not in planner_rules:
             continue
         env_items = [a for a in rule.adds if _ENV_ITEM.fullmatch(a)]
         for key, _, value in (a.partition("=") for a in env_items):

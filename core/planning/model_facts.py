@@ -134,7 +134,9 @@ class QuantInfo:
     method: str  # "fp8" | "mxfp4" | "nvfp4" | "awq" | "gptq" | "compressed-tensors" | raw name
     block_size: tuple[int, int] | None
     raw: dict[str, Any]
-    sglang_quantization: str | None  # value for --quantization when SGLang needs it spelled out
+    # the checkpoint's quantization as servers' --quantization names it (modelopt_fp4, modelopt_fp8), when
+    # its config does not say it plainly (None: the server reads it from the config)
+    quantization: str | None
 
 
 @dataclass(frozen=True)
@@ -345,21 +347,21 @@ def _quant_info(cfg: _Config) -> QuantInfo | None:
         for v in (layers.values() if isinstance(layers, dict) else [])
         if isinstance(v, dict)
     }
-    sglang: str | None = None
+    named: str | None = None
     if any("FP4" in a for a in algos) and quant_method != "mxfp4":
         method = "nvfp4"
-        sglang = "modelopt_fp4"
+        named = "modelopt_fp4"
     elif quant_method == "modelopt":
         method = "fp8"
-        sglang = "modelopt_fp8"
+        named = "modelopt_fp8"
     else:
         method = quant_method or "unknown"
-    return QuantInfo(method=method, block_size=block_size, raw=raw, sglang_quantization=sglang)
+    return QuantInfo(method=method, block_size=block_size, raw=raw, quantization=named)
 
 
 def _context_length(cfg: _Config) -> int | None:
-    """The context SGLang uses by default: max_position_embeddings, times the rope scaling
-    factor only when the scaling does not already state an original length (SGLang's rule)."""
+    """The context a server uses by default: max_position_embeddings, times the rope scaling
+    factor only when the scaling does not already state an original length (the engines' rule)."""
     base = cfg.number("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
     if base is None:
         return None

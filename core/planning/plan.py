@@ -1,7 +1,7 @@
-"""From a model and a host to a checked, explained SGLang deployment plan.
+"""From a model and a host to a checked, explained deployment plan for a serving engine.
 
-Every flag in a plan comes from a rule of the plan's engine (``Engine.plan_rules``; SGLang's:
-:mod:`gpuops.core.engines.sglang.flag_rules`); the finished argv
+Every flag in a plan comes from a rule of the plan's engine (``Engine.plan_rules``, in the engine's
+package under ``core/engines/``); the finished argv
 is checked against the target version's flag set (or the host's own ``--help``). ``--like``
 (:mod:`gpuops.core.planning.like`) starts from a previous deployment's flags. The result is the
 typed :class:`gpuops.core.domain.Plan`.
@@ -23,7 +23,6 @@ from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, Mo
                       gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
 from .. import engines
-from ..engines.base import VersionData
 from .fit import compute_fit, tp_choices
 from .inputs import DEFAULT_MEM_FRACTION, GpuInfo, Previous, Target, Wishes
 from .rules import Ctx, Rule
@@ -233,22 +232,23 @@ def _plan_name(facts: ModelFacts, wishes: Wishes) -> str:
         raise PlanError(f"--name: {exc}") from None
 
 
-def _sglang_version(target: Target, wishes: Wishes, warnings: list[str]) -> tuple[str, str]:
-    """The SGLang version whose rules and flags apply, and where it comes from."""
-    sv = engines.get(wishes.engine).versions
-    if wishes.sglang_version:
-        version, version_source = wishes.sglang_version, "--sglang-version"
-        if target.sglang_version and sv.key(target.sglang_version) != sv.key(version):
-            warnings.append(f"planning for SGLang {version} but the host has {target.sglang_version}")
-    elif target.sglang_version:
-        version, version_source = target.sglang_version, "host"
+def _engine_version(target: Target, wishes: Wishes, warnings: list[str]) -> tuple[str, str]:
+    """The engine version whose rules and flags apply, and where it comes from."""
+    engine = engines.get(wishes.engine)
+    sv, title = engine.versions, engine.title
+    if wishes.engine_version:
+        version, version_source = wishes.engine_version, engine.version_option
+        if target.engine_version and sv.key(target.engine_version) != sv.key(version):
+            warnings.append(f"planning for {title} {version} but the host has {target.engine_version}")
+    elif target.engine_version:
+        version, version_source = target.engine_version, "host"
     else:
         version, version_source = sv.newest(), "newest known"
-    if target.host and not target.sglang_version and not target.sglang_asked:
-        warnings.append(f"{target.host} could not be asked which SGLang it has: planned for {version}")
-    elif target.host and not target.sglang_version:
-        warnings.append(f"SGLang is not installed on {target.host} (with {target.python or 'python3'}): planned for "
-                        f"{version}; deploy will refuse until SGLang is installed there")
+    if target.host and not target.engine_version and not target.engine_asked:
+        warnings.append(f"{target.host} could not be asked which {title} it has: planned for {version}")
+    elif target.host and not target.engine_version:
+        warnings.append(f"{title} is not installed on {target.host} (with {target.python or 'python3'}): planned for "
+                        f"{version}; deploy will refuse until {title} is installed there")
     return version, version_source
 
 
@@ -260,15 +260,17 @@ def _facts_warnings(facts: ModelFacts, warnings: list[str]) -> None:
                         "no quantization flags); check the launch before deploying")
 
 
-def _known_flags(target: Target, version: str, sv: VersionData) -> tuple[frozenset[str], str]:
-    """The flags SGLang `version` takes, and what they were checked against: the host's own --help
-    only when the plan is for the SGLang it has (--sglang-version X on a host with Y: X's flags, from
-    its wheel); a host's --help leaves out the options SGLang hides, accepted all the same."""
-    host_help = target.help_flags if target.help_flags and target.sglang_version and \
-        sv.key(target.sglang_version) == sv.key(version) else None
+def _known_flags(target: Target, version: str, engine: engines.Engine) -> tuple[frozenset[str], str]:
+    """The flags the engine's `version` takes, and what they were checked against: the host's own
+    --help only when the plan is for the version it has (the version option X on a host with Y: X's
+    flags, from its wheel); a host's --help leaves out the options the engine hides, accepted all the same."""
+    sv = engine.versions
+    host_help = target.help_flags if target.help_flags and target.engine_version and \
+        sv.key(target.engine_version) == sv.key(version) else None
     flags = (host_help | sv.hidden_flags(version)) if host_help else sv.flags_for(version)
-    checked_against = (f"{target.host}'s `launch_server --help` (SGLang {target.sglang_version})"
-                       if host_help else f"SGLang {sv.resolve(version)}'s flags (from its wheel)")
+    command = engine.server_module().rsplit(".", 1)[-1]  # what ran --help there: the server module, by its last name
+    checked_against = (f"{target.host}'s `{command} --help` ({engine.title} {target.engine_version})"
+                       if host_help else f"{engine.title} {sv.resolve(version)}'s flags (from its wheel)")
     return frozenset(flags), checked_against
 
 
@@ -335,10 +337,10 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     wishes = replace(wishes, port=_choose_port(target, wishes, name, warnings))  # the flag rules read wishes.port
     if not 0.1 <= wishes.mem_fraction_static <= 0.98:
         raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
-    version, version_source = _sglang_version(target, wishes, warnings)
+    version, version_source = _engine_version(target, wishes, warnings)
     _facts_warnings(facts, warnings)
     engine = engines.get(wishes.engine)
-    flags, checked_against = _known_flags(target, version, engine.versions)
+    flags, checked_against = _known_flags(target, version, engine)
     tp, gpu_ids, gpu_mem = _tp_and_gpus(facts, target, wishes, warnings)
     # where the weights go
     download_dir, model_path, reuse = _choose_download_dir(facts, target, wishes, warnings)
@@ -346,7 +348,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     ctx = Ctx(facts, target, wishes, version, flags, tp, gpu_ids, model_path)
     produced, env, fired = _fire_rules(ctx, engine.plan_rules())
     if facts.mtp_layers > 0 and not ctx.spec:
-        why = "--no-mtp" if not wishes.mtp else f"SGLang {version} has no --speculative-algorithm"
+        why = "--no-mtp" if not wishes.mtp else f"{engine.title} {version} has no --speculative-algorithm"
         warnings.append(f"the checkpoint has MTP layers but speculative decoding is off ({why})")
 
     like_diff: list[tuple[str, str]] = []
@@ -360,7 +362,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     secret_env = _like_secrets(wishes.like, argv, env, fired) if wishes.like is not None else []
     unknown = sorted({n for n, _ in produced if n not in flags})
     if unknown:
-        warnings.append(f"flags unknown to SGLang {version}: {', '.join(unknown)} — deploy would fail; "
+        warnings.append(f"flags unknown to {engine.title} {version}: {', '.join(unknown)} — deploy would fail; "
                         "fix the plan first")
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
@@ -370,8 +372,8 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     try:
         return Plan(
             name=name, host=target.host, model=ModelSummary(**facts.to_json()), tp=tp, gpu_ids=tuple(gpu_ids),
-            port=wishes.port, launcher=target.launcher, sglang_version=version,  # type: ignore[arg-type]
-            sglang_version_source=version_source, python=target.python, env=env, argv=argv,
+            port=wishes.port, launcher=target.launcher, engine_version=version,  # type: ignore[arg-type]
+            engine_version_source=version_source, python=target.python, env=env, argv=argv,
             download_dir=download_dir, model_path=model_path, reuse_existing=reuse, fit=fit, rules=fired,
             warnings=warnings, flags_checked_against=checked_against, unknown_flags=unknown, like=like,
             secret_env=secret_env, engine=wishes.engine,
@@ -382,7 +384,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
 # ------------------------------------------------------------------ several nodes
 
-DIST_INIT_PORT = 5000  # node 0's rendezvous port when it is free there (SGLang's docs use 5000); else the next
+DIST_INIT_PORT = 5000  # node 0's rendezvous port when it is free there (the engine's docs use 5000); else the next
 
 
 @dataclass(frozen=True)
@@ -408,7 +410,8 @@ def _multinode_tp(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> t
     per_node = [len(_allowed(node.target)) for node in nodes]
     if wishes.tp is not None:
         if wishes.tp % n:
-            raise PlanError(f"--tp {wishes.tp} does not split evenly over {n} nodes (SGLang needs TP divisible by "
+            raise PlanError(f"--tp {wishes.tp} does not split evenly over {n} nodes ({engines.get(wishes.engine).title} "
+                            "needs TP divisible by "
                             f"--nnodes: try {', '.join(str(n * k) for k in range(1, max(per_node) + 1))})")
         tp = wishes.tp
     else:
@@ -424,12 +427,12 @@ def _multinode_tp(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> t
 
 
 def _check_nodes(nodes: Sequence[Node], plan: Plan, warnings: list[str]) -> None:
-    """What the nodes must agree on: one SGLang version, and the model path (a copy on each, or a
+    """What the nodes must agree on: one engine version, and the model path (a copy on each, or a
     download there that its policy allows)."""
-    versions = {node.target.host: node.target.sglang_version for node in nodes}
+    versions = {node.target.host: node.target.engine_version for node in nodes}
     if len({v for v in versions.values()}) > 1:
         listed = ", ".join(f"{h} {v or 'none'}" for h, v in versions.items())
-        warnings.append(f"the nodes have different SGLang versions ({listed}): every node must run the same")
+        warnings.append(f"the nodes have different {engines.get(plan.engine).title} versions ({listed}): every node must run the same")
     for node in nodes[1:]:
         t = node.target
         if plan.model_path.startswith("/") and plan.reuse_existing and plan.model_path not in t.existing.values():
@@ -503,8 +506,8 @@ def _per_node_like(like: Like | None, fired: list[RuleFired]) -> tuple[Like | No
 
 
 def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> Plan:
-    """One SGLang deployment over several hosts: TP split evenly (TP/N GPUs on each node), fit per
-    node (the smallest GPU of any node counts), the same model path on every node, SGLang's own
+    """One deployment over several hosts: TP split evenly (TP/N GPUs on each node), fit per
+    node (the smallest GPU of any node counts), the same model path on every node, the engine's own
     `--nnodes N --node-rank R --dist-init-addr HOST0:PORT` with node 0 holding the rendezvous, the
     NCCL interface where the inventory names one. Deploy starts one server per node."""
     tp, hosts = _multinode_tp(facts, nodes, wishes)
@@ -514,7 +517,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     warnings: list[str] = []
     picked = [_pick_node_gpus(node, wishes, g, warnings) for node in nodes]
     # node 0's plan, with the whole TP over a stand-in of the nodes' GPUs (the smallest of any node):
-    # the rules, the fit and the flags read the deployment as SGLang sees it
+    # the rules, the fit and the flags read the deployment as the engine sees it
     t0 = nodes[0].target
     smallest = min(gpu.memory_total for node, ids in zip(nodes, picked) for gpu in node.target.gpus if gpu.index in ids)
     stand_in = replace(t0, gpus=tuple(GpuInfo(i, smallest) for i in range(tp)), allowed_gpu_ids=None)
@@ -527,7 +530,7 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
     fired = _multinode_rules(plan, nodes, hosts, picked, tp, dist)
     unknown = [f for f in ("--nnodes", "--node-rank", "--dist-init-addr") if f not in _flags_of(plan, t0)]
     if unknown:
-        warnings.append(f"flags unknown to SGLang {plan.sglang_version}: {', '.join(unknown)}")
+        warnings.append(f"flags unknown to {engines.get(plan.engine).title} {plan.engine_version}: {', '.join(unknown)}")
     fit = plan.fit
     if fit is not None:
         fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" ({gpus(g)} on each of {n} nodes)")
@@ -541,9 +544,9 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
         raise PlanError(str(exc)) from None
 
 
-ROUTER_PROMETHEUS_PORT = 29000  # sglang-router's own default for its metrics
+ROUTER_PROMETHEUS_PORT = 29000  # the router's own default for its metrics
 # How often the router asks each replica's /health and after how many failures it counts it lost:
-# sglang-router's defaults (60 s, 3) notice a lost replica after three minutes
+# the router's defaults (60 s, 3) notice a lost replica after three minutes
 ROUTER_HEALTH = ("--health-check-interval-secs", "5", "--health-failure-threshold", "2")
 
 
@@ -590,10 +593,11 @@ def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: in
 
 def _router_rules(plans: list[Plan], head: Target, urls: list[str], router_port: int, metrics: int,
                   keyed: bool) -> list[RuleFired]:
+    router_title = engines.get(plans[0].engine).router_title
     where = "; ".join(f"{r.name}: {r.host} {_ids(r.gpu_ids)} port {r.port}" for r in plans)
     fired = [
         RuleFired("replicas", f"{len(plans)} servers of the model, each on GPUs of its own ({where})", []),
-        RuleFired("router", f"sglang-router on {head.host} spreads the requests over them at port {router_port} "
+        RuleFired("router", f"{router_title} on {head.host} spreads the requests over them at port {router_port} "
                             f"(metrics at {metrics})", join_flags([("--worker-urls", tuple(urls))])),
         RuleFired("router-health", "the router asks each replica's /health every 5 s and counts it lost after 2 "
                                    "failures (its defaults notice a lost replica after 3 minutes)", list(ROUTER_HEALTH)),
@@ -620,11 +624,11 @@ def _check_replicated(nodes: Sequence[Node], wishes: Wishes, replicas: int) -> N
 
 def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes, replicas: int) -> Plan:
     """K servers of the model, each a one-host plan of its own on its own GPUs and port (the GPUs the
-    replicas before it took left out), and sglang-router in front of them on the same host: the
+    replicas before it took left out), and the engine's router in front of them on the same host: the
     router's plan holds the replicas' plans. Deploy starts the replicas, then the router (python -m
-    sglang_router.launch_router --worker-urls ...). The replicas go round the hosts of `nodes` (the
+    ROUTER_MODULE --worker-urls ...). The replicas go round the hosts of `nodes` (the
     router on the first): a replica on another host serves beyond loopback (its serve_host), so
-    with an API key; then the router carries it (`--api-key`: sglang-router checks it from clients
+    with an API key; then the router carries it (`--api-key`: the router checks it from clients
     and sends it to the replicas), and deploy gives the router and every replica the same key."""
     _check_replicated(nodes, wishes, replicas)
     try:
@@ -656,10 +660,11 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         fit = msgspec.structs.replace(fit, verdict=fit.verdict + f" (each of {replicas} replicas)")
     try:
         return Plan(name=name, host=head.host, model=first.model, tp=first.tp, gpu_ids=(), port=router_port,
-                    launcher=head.launcher, sglang_version=first.sglang_version, env={}, argv=argv,
+                    launcher=head.launcher, engine_version=first.engine_version, env={}, argv=argv,
                     download_dir=None, fit=fit, rules=fired, warnings=warnings + list(dict.fromkeys(w for p in plans for w in p.warnings)),
                     model_path=first.model_path, reuse_existing=True, python=head.python,
-                    sglang_version_source=first.sglang_version_source, flags_checked_against="sglang-router",
+                    engine_version_source=first.engine_version_source,
+                    flags_checked_against=engines.get(first.engine).router_title,
                     replicas=plans)
     except Invalid as exc:
         raise PlanError(str(exc)) from None
@@ -676,13 +681,14 @@ def _ids(ids: Sequence[int]) -> str:
 
 def _flags_of(plan: Plan, target: Target) -> frozenset[str]:
     sv = engines.get(plan.engine).versions
-    host_help = target.help_flags if target.help_flags and target.sglang_version and \
-        sv.key(target.sglang_version) == sv.key(plan.sglang_version) else None
-    return frozenset((host_help | sv.hidden_flags(plan.sglang_version)) if host_help else sv.flags_for(plan.sglang_version))
+    version = plan.engine_version
+    host_help = target.help_flags if target.help_flags and target.engine_version and \
+        sv.key(target.engine_version) == sv.key(version) else None
+    return frozenset((host_help | sv.hidden_flags(version)) if host_help else sv.flags_for(version))
 
 
 def _member_port(target: Target, start: int, dist_port: int) -> int:
-    """Node R's --port (SGLang serves its health check there): the plan's + R, or the next one free
+    """Node R's --port (the engine serves its health check there): the plan's + R, or the next one free
     on its host (two nodes may share a machine)."""
     taken = set(target.ports_taken) | {p for _, p, _ in target.deployment_ports} | {dist_port}
     port = start
@@ -693,7 +699,7 @@ def _member_port(target: Target, start: int, dist_port: int) -> int:
 
 def _dist_init_port(target: Target, http_port: int) -> int:
     """Node 0's rendezvous port: DIST_INIT_PORT or the next free one there (not the server's port,
-    nor the few after it that SGLang takes for itself)."""
+    nor the few after it that the engine takes for itself)."""
     taken = set(target.ports_taken) | {p for _, p, _ in target.deployment_ports}
     port = DIST_INIT_PORT
     while port in taken or http_port <= port <= http_port + 10:

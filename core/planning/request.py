@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from ..config import HostConfig, Inventory, validate_abs_path, validate_host_name
+from .. import engines
 from ..domain import Plan
 from ..hosts.host import Host, HostError
 from . import PlanError
@@ -37,7 +38,7 @@ class PlanRequest:
     gpus: int | None = None
     gpu_memory: float | None = None
     gpu_ids: str | None = None  # "0,1" as typed
-    sglang_version: str | None = None
+    engine_version: str | None = None  # the version to plan for (the CLI's option for the default engine)
     like: str | None = None  # NAME|PLAN.json|UNIT
     download_dir: str | None = None
     mtp: bool = True
@@ -65,11 +66,11 @@ def gpu_ids(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in text.split(","))
 
 
-def sglang_version_wish(text: str | None) -> str | None:
+def version_wish(text: str | None, engine: str = engines.DEFAULT) -> str | None:
     if text is None:
         return None
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.-]?(post|rc|dev)\d*)?", text):
-        raise PlanError(f"--sglang-version must look like 0.5.23, got {text!r}")
+        raise PlanError(f"{engines.get(engine).version_option} must look like 0.5.23, got {text!r}")
     return text
 
 
@@ -78,7 +79,7 @@ async def plan_request(inv: Inventory, req: PlanRequest, *, open_host: OpenHost,
                        stored_ports: Callable[[], Iterable[tuple[str, str, str, int]]],
                        stored_plan: Callable[[str], Plan | None]) -> tuple[ModelFacts, Plan]:
     """(the model's facts, the plan) that `req` asks for (PlanError on bad input, nothing changed).
-    `open_host`/`close_host`: a host of the inventory to read (its GPUs, disks, SGLang);
+    `open_host`/`close_host`: a host of the inventory to read (its GPUs, disks, engine);
     `stored_ports`: (name, host, state, port) of the stored deployments (their ports are taken);
     `stored_plan`: a stored deployment's plan by name (for --like NAME)."""
     try:
@@ -92,7 +93,7 @@ async def plan_request(inv: Inventory, req: PlanRequest, *, open_host: OpenHost,
             raise PlanError(str(exc)) from None
     wishes = Wishes(
         tp=req.tp, gpu_ids=gpu_ids(req.gpu_ids), mtp=req.mtp, download_dir=req.download_dir,
-        port=req.port, name=req.name, sglang_version=sglang_version_wish(req.sglang_version),
+        port=req.port, name=req.name, engine_version=version_wish(req.engine_version),
         like=load_previous(req.like, stored_plan) if req.like else None, replacing=req.replacing,
     )
     hosts, replicas = req.hosts, req.replicas
@@ -133,8 +134,8 @@ class _Reader:
         finally:
             await self.close_host(host)
 
-    async def _sglang(self, host: Host) -> tuple[str | None, frozenset[str] | None, bool]:
-        """(SGLang version, its --help flags, asked): what the host's SGLang is when its GPUs could not
+    async def _engine(self, host: Host) -> tuple[str | None, frozenset[str] | None, bool]:
+        """(engine version, its --help flags, asked): what the host's engine is when its GPUs could not
         be read; asked False when the host could not be asked at all."""
         try:
             version = await engine_version(host)
@@ -161,14 +162,14 @@ class _Reader:
             if req.gpus is None or req.gpu_memory is None:
                 hint = f" ({exc.hint})" if exc.hint else ""
                 raise PlanError(f"{exc.message}{hint}; to plan without it give --gpus N --gpu-memory GIB") from None
-            # its GPUs could not be read, its SGLang may still be there: ask (the plan would otherwise
-            # say "SGLang is not installed" where it is)
-            version, flags, asked = await self._read(cfg, self._sglang)
+            # its GPUs could not be read, its engine may still be there: ask (the plan would otherwise
+            # say the engine "is not installed" where it is)
+            version, flags, asked = await self._read(cfg, self._engine)
             return replace(offline_target(req.gpus, req.gpu_memory, launcher=cfg.launcher), host=cfg.name,
                            python=cfg.python or "python3", model_dirs=cfg.model_dirs,
                            forbidden_paths=cfg.forbidden_paths, serve_host=cfg.serve_host,
-                           allowed_gpu_ids=cfg.gpu_ids, sglang_version=version, help_flags=flags,
-                           sglang_asked=asked)
+                           allowed_gpu_ids=cfg.gpu_ids, engine_version=version, help_flags=flags,
+                           engine_asked=asked)
         if req.gpus is not None or req.gpu_memory is not None:
             count = req.gpus if req.gpus is not None else len(target.gpus)
             mem = int(req.gpu_memory * 1024**3) if req.gpu_memory is not None else min(

@@ -1,6 +1,6 @@
 """What the planner's flag rules are: each flag of a plan comes from a rule (an id, when it applies,
-what it adds, why). The rules themselves are the engine's (``Engine.plan_rules``: SGLang's are
-``core/engines/sglang/flag_rules.py``); the planner fires them in order over a :class:`Ctx`."""
+what it adds, why). The rules themselves are the engine's (``Engine.plan_rules``, in each engine's
+package under ``core/engines/``); the planner fires them in order over a :class:`Ctx`."""
 
 from __future__ import annotations
 

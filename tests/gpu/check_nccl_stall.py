@@ -78,7 +78,7 @@ async def run_case(case: str, threshold: float, tmp: Path, gpus: int) -> dict:
     port = {"stall": 30101, "slow-peer": 30102, "healthy": 30103}[case]
     gpu_ids = (0, 1) if gpus >= 2 else (0,)
     plan = Plan(name=f"nccl-{case}", host="localhost", model=ModelSummary(id="nccl-standin"), tp=2, gpu_ids=gpu_ids,
-                port=port, launcher="process", sglang_version="0.5.23", python=str(wrapper),
+                port=port, launcher="process", engine_version="0.5.23", python=str(wrapper),
                 env={"NCCL_DEBUG": "WARN"}, argv=["--tp", "2", "--port", str(port), "--nccl-port", str(port + 1000),
                                                   *hold])
     host = LocalHost(HostConfig(name="localhost", local=True, ssh=None, python=sys.executable))

@@ -40,6 +40,12 @@ class SGLangVersions(VersionData):
     def parse_help_flags(self, text: str) -> frozenset[str]:
         return versions.parse_help_flags(text)
 
+    def deprecated_flags(self, version: str) -> Mapping[str, str | None]:
+        return versions.deprecated_flags(version)
+
+    def match_flag(self, flag: str, flags: frozenset[str]) -> str | None:
+        return versions.match_flag(flag, flags)  # argparse's: a unique prefix of a long option too
+
 
 class SGLang(Engine):
     name = "sglang"
@@ -127,3 +133,13 @@ class SGLang(Engine):
         return bench.read_eval_output(lines)
 
     server_info_paths = ("/server_info", "/get_server_info")  # (only the old name on older versions)
+
+    version_option = "--sglang-version"  # gpuops plan/deploy's option
+
+    flag_aliases = flag_rules.ALIASES
+
+    def like_drop_reason(self, name: str, values: tuple[str, ...], ctx: Any) -> str | None:
+        return flag_rules.like_drop_reason(name, values, ctx)
+
+    def like_env_reason(self, key: str, value: str, ctx: Any) -> str | None:
+        return flag_rules.like_env_reason(key, ctx)

@@ -141,7 +141,7 @@ class Ctx:
         self.groups = groups
         self.scan = scan
         self.tracker = tracker
-        self.version: str | None = plan.sglang_version if plan is not None else None
+        self.version: str | None = plan.engine_version if plan is not None else None
         self.plan_flags = dict(split_flags(plan.argv if plan is not None else []))
 
     def flags(self) -> frozenset[str] | None:

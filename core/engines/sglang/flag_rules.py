@@ -105,9 +105,9 @@ def _parser(ctx: Ctx, which: int) -> str | None:
 
 def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
     q = ctx.facts.quant
-    if q is None or not q.sglang_quantization:
+    if q is None or not q.quantization:
         return []
-    return [("--quantization", (q.sglang_quantization,))]
+    return [("--quantization", (q.quantization,))]
 
 
 def _spec_on(ctx: Ctx) -> bool:
@@ -181,3 +181,48 @@ def served_name(facts: ModelFacts) -> str:
 
 def _is_fp4(facts: ModelFacts) -> bool:
     return facts.quant is not None and facts.quant.method in ("nvfp4", "mxfp4")
+
+
+# ------------------------------------------------------------------ --like (SGLang.like_*)
+
+# other spellings SGLang takes for a flag -> the name a plan writes
+ALIASES = {"--tensor-parallel-size": "--tp-size", "--tp": "--tp-size", "--model": "--model-path",
+           "--speculative-algo": "--speculative-algorithm"}
+
+
+def _quant_reason(name: str, values: tuple[str, ...], facts: ModelFacts) -> str | None:
+    """Why a quantization flag of the previous deployment does not fit this checkpoint (None: it does)."""
+    if name in FP4_ONLY_VALUES and (not values or values[0] in FP4_ONLY_VALUES[name]) and not _is_fp4(facts):
+        return f"{name} {' '.join(values)} is for FP4 checkpoints; {facts.id} is {facts.quant.method if facts.quant else facts.dtype or 'unquantized'}"
+    if name == "--fp4-gemm-backend" and not _is_fp4(facts):
+        return f"--fp4-gemm-backend only matters for FP4 checkpoints; {facts.id} is not FP4"
+    if name == "--quantization" and (facts.quant is None or facts.quant.quantization not in values):
+        return f"{facts.id} carries no {' '.join(values)} quantization"
+    return None
+
+
+def like_drop_reason(name: str, values: tuple[str, ...], ctx: Ctx) -> str | None:
+    """Why SGLang's knowledge drops a previous deployment's flag from this plan (None: it does not)."""
+    facts = ctx.facts
+    quant = _quant_reason(name, values, facts)
+    if quant is not None:
+        return quant
+    if name in SPEC_FLAGS and not ctx.spec:
+        return "speculative decoding is off for this model (" + ("--no-mtp" if not ctx.wishes.mtp else "no MTP layers") + ")"
+    if name in MAMBA_FLAGS and facts.hybrid is None:
+        return f"{facts.id} has no linear-attention layers"
+    if name not in ctx.flags and name in MAMBA_FLAGS:
+        renamed = next((m for m in MAMBA_FLAGS if m != name and m in ctx.flags), None)
+        if renamed:
+            return f"renamed to {renamed} in SGLang {ctx.version}"
+    return None
+
+
+def like_env_reason(key: str, ctx: Ctx) -> str | None:
+    """Why a previous deployment's SGLANG_ENABLE_SPEC_V2 no longer applies (None: it does, or `key`
+    is another variable)."""
+    if key != "SGLANG_ENABLE_SPEC_V2":
+        return None
+    return ("speculative decoding is off" if not ctx.spec
+            else f"SGLang {ctx.version} has no such variable any more"
+            if sv.spec_v2_default(ctx.version) is None else None)

@@ -8,7 +8,7 @@ Phases (the stable vocabulary, in order): ``starting, dist_init, weights, kv_cac
 draft, http, ready``. Outcomes of a finished log: ``ready, crashed, incomplete``.
 
 Every string recognized here was read out of the SGLang wheels 0.5.10 and 0.5.23
-(``scripts/extract_sglang_log_lines.py`` prints them with file and line; the paths below are
+(``extract/log_lines.py`` prints them with file and line; the paths below are
 relative to ``sglang/``):
 
 =========================================  ================================================================

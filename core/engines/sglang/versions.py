@@ -1,6 +1,6 @@
 """What each SGLang release accepts, read from its wheel: launch flags, parser names, defaults.
 
-The data is ``core/engines/sglang/data/sglang_versions.json``, written by ``scripts/extract_sglang_flags.py``
+The data is ``core/engines/sglang/data/sglang_versions.json``, written by ``extract/flags.py``
 (rerun it to add releases). It is loaded on first use and cached. Versions gpuops has no data
 for resolve to the newest known release at or below them (``resolve_version``).
 

@@ -8,7 +8,7 @@ Every SGLang-written line below comes from a template tagged with the wheel vers
 file it is logged from (``src(version, file, template)``). With ``--wheel-dir`` (holding
 ``sglang-0.5.10-*.whl`` and ``sglang-0.5.23-*.whl``, e.g. from ``pip download --no-deps
 sglang==0.5.10 -d /tmp/w``) the script first checks that the literal text of every template
-occurs in that file of that wheel (as rendered by scripts/extract_sglang_log_lines.py: f-string
+occurs in that file of that wheel (as rendered by core/engines/sglang/extract/log_lines.py: f-string
 fields become ``{…}``), and takes the ``ServerArgs`` field names for the 20 KB ``server_args=``
 line from the wheel. Numbers are made up but realistic for H200s. Lines that SGLang does not
 write come from: tqdm (the default ``{l_bar}{bar}{r_bar}`` bar and SGLang's ``BAR_FORMAT``),
@@ -638,7 +638,7 @@ FIXTURES = {
 
 
 def _extractor():
-    spec = importlib.util.spec_from_file_location("extract_sglang_log_lines", REPO / "scripts" / "extract_sglang_log_lines.py")
+    spec = importlib.util.spec_from_file_location("extract_sglang_log_lines", REPO / "core" / "engines" / "sglang" / "extract" / "log_lines.py")
     mod = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     sys.modules[spec.name] = mod

@@ -3,9 +3,9 @@
 
 This is how the phase parser's patterns and the fixtures in ``tests/data/logs/`` were checked::
 
-    .venv/bin/python scripts/extract_sglang_log_lines.py                       # 0.5.10 and 0.5.23
-    .venv/bin/python scripts/extract_sglang_log_lines.py --versions 0.5.10 --wheel-dir /tmp/w
-    .venv/bin/python scripts/extract_sglang_log_lines.py --offline --wheel-dir /tmp/w --json
+    .venv/bin/python -m gpuops.core.engines.sglang.extract.log_lines       # 0.5.10 and 0.5.23
+    .venv/bin/python -m gpuops.core.engines.sglang.extract.log_lines --versions 0.5.10 --wheel-dir /tmp/w
+    .venv/bin/python -m gpuops.core.engines.sglang.extract.log_lines --offline --wheel-dir /tmp/w --json
 
 For each version it runs ``pip download --no-deps sglang==V`` (a wheel already in the wheel dir
 is reused), opens the wheel with zipfile and reads the sources statically with ``ast``: SGLang is

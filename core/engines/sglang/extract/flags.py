@@ -2,11 +2,11 @@
 """Read SGLang's launch flags, parser names and a few defaults out of its wheels.
 
 This is how ``core/engines/sglang/data/sglang_versions.json`` (read by ``gpuops.core.engines.sglang.versions``)
-is made and refreshed::
+is made and refreshed (from the checkout, with its virtualenv)::
 
-    .venv/bin/python scripts/extract_sglang_flags.py                # every release 0.5.9 .. newest
-    .venv/bin/python scripts/extract_sglang_flags.py --versions 0.5.9,0.5.23 --wheel-dir /tmp/w
-    .venv/bin/python scripts/extract_sglang_flags.py --offline --wheel-dir /tmp/w   # no network
+    .venv/bin/python -m gpuops.core.engines.sglang.extract.flags   # every release 0.5.9 .. newest
+    .venv/bin/python -m gpuops.core.engines.sglang.extract.flags --versions 0.5.9,0.5.23 --wheel-dir /tmp/w
+    .venv/bin/python -m gpuops.core.engines.sglang.extract.flags --offline --wheel-dir /tmp/w   # no network
 
 For each version it runs ``pip download --no-deps sglang==V`` (a wheel already in the wheel
 dir is reused), opens the wheel with zipfile (an sdist with tarfile) and reads the sources
@@ -48,8 +48,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = REPO / "core" / "engines" / "sglang" / "data" / "sglang_versions.json"
+DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "sglang_versions.json"  # the engine's data
 DEFAULT_WHEEL_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuops" / "sglang-wheels"
 DEFAULT_MIN_VERSION = "0.5.9"
 
@@ -1058,7 +1057,7 @@ def compact(per_version: dict[str, dict]) -> dict:
     out = {
         "schema": 1,
         "about": "SGLang launch flags, parser names and defaults per version, read from the sglang wheels on "
-                 "PyPI by scripts/extract_sglang_flags.py (rerun it to refresh). Each version lists the "
+                 "PyPI by gpuops.core.engines.sglang.extract.flags (rerun it to refresh). Each version lists the "
                  "arguments added (or changed) and removed against the version before it; the first one "
                  "lists them all. An argument: its first option string, and opts (all option strings), "
                  "nargs (absent: one value; 0: none), choices (where static), hidden (help suppressed), "

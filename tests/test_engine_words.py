@@ -1,0 +1,73 @@
+"""Nothing outside SGLang's engine package spells SGLang (issue 24, item 2: "git grep -il sglang --
+'*.py' outside tests finds it only inside the SGLang engine package").
+
+What is SGLang's (its flags, versions, phase grammar, finding rules, words) is reached through the
+engine (``engines.get(plan.engine)``); the JSON and store keys that kept its name come from its
+package (``core/engines/sglang/keys.py``, through ``engines.plan_key``). The allow-lists below are
+short on purpose: each entry says why, and an entry whose file no longer spells SGLang fails the
+test (take it off)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FOLDERS = ("core", "cli", "screens", "tui", "themes", "sim", "scripts")  # the product's and its tools' (not src/: links)
+ENGINE_PACKAGE = "core/engines/sglang"
+WORD = re.compile("sglang", re.IGNORECASE)
+
+# Plain text for the operator: `gpuops plan`/`deploy`'s option --sglang-version (its argparse dest,
+# sglang_version, is what a PLAN.json refusal names) and help that names SGLang as the default engine.
+CLI_TEXT = {"cli/plan.py"}
+
+# Still to move, each in another helper's branch of issue 24 (the lead empties this list as they merge):
+PENDING = {
+    # out-run: bench, deploy, diagnose, hosts' programs, Ops, the CLI's main and bench verbs, other screens
+    "cli/bench.py", "cli/main.py", "core/bench/__init__.py", "core/bench/functional.py", "core/bench/runner.py",
+    "core/deploy/deployer.py", "core/deploy/journal.py", "core/deploy/router.py", "core/deploy/store.py",
+    "core/deploy/view.py", "core/deploy/watch.py", "core/diagnose/fixes.py", "core/diagnose/host_checks.py",
+    "core/diagnose/node_checks.py", "core/diagnose/stall.py", "core/hosts/programs/launcher.py",
+    "core/hosts/programs/reporter.py", "core/hosts/programs/storage_probe.py",
+    "core/hosts/programs/triage_probe.py", "core/ops.py", "core/redact.py", "screens/bench_run.py",
+    "screens/bench_runs.py", "tui/deployment_view.py",
+    # out-run's files read BenchRun.sglang_version and BenchStateEvent.sglang_version: renamed to
+    # engine_version (keys kept through engines.plan_key) once they read the new name
+    "core/domain.py",
+    # sim: the simulated host and its stand-in server
+    "cli/sim.py", "sim/files/pynvml.py", "sim/files/sglang_sim.py", "sim/host.py",
+}
+
+
+def spelled(root: Path, folders: tuple[str, ...] = FOLDERS, engine_package: str = ENGINE_PACKAGE) -> set[str]:
+    """The .py files (paths relative to `root`) under `folders` that spell SGLang, its engine package left out."""
+    found = set()
+    for folder in folders:
+        for path in (root / folder).rglob("*.py"):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(engine_package + "/") or "__pycache__" in rel:
+                continue
+            if WORD.search(path.read_text(encoding="utf-8", errors="replace")):
+                found.add(rel)
+    return found
+
+
+def test_only_the_engine_package_spells_sglang():
+    found = spelled(REPO)
+    outside = sorted(found - CLI_TEXT - PENDING)
+    assert not outside, ("these files spell SGLang outside core/engines/sglang/ (reach it through the engine: "
+                         "engines.get(plan.engine)):\n" + "\n".join(outside))
+    stale = sorted((CLI_TEXT | PENDING) - found)
+    assert not stale, "no longer spell SGLang: take them off this test's allow-lists:\n" + "\n".join(stale)
+
+
+def test_the_check_names_a_file_that_spells_it(tmp_path):
+    """The check can fail: a comment, an identifier or a string outside the engine package is named,
+    in any case; the engine package's own files are not."""
+    (tmp_path / "core" / "planning").mkdir(parents=True)
+    (tmp_path / "core" / "engines" / "sglang").mkdir(parents=True)
+    (tmp_path / "core" / "planning" / "a.py").write_text("x = 1  # what SGLang says\n")
+    (tmp_path / "core" / "planning" / "b.py").write_text("sglang_version = None\n")
+    (tmp_path / "core" / "planning" / "c.py").write_text("y = 'the engine'\n")
+    (tmp_path / "core" / "engines" / "sglang" / "engine.py").write_text("title = 'SGLang'\n")
+    assert spelled(tmp_path, ("core",)) == {"core/planning/a.py", "core/planning/b.py"}
