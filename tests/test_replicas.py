@@ -27,13 +27,23 @@ from gpuops.core.planning.plan import Node, Wishes, build_replicated_plan
 from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE, kill_marked, operator_env, operator_hub, restart_deployment, two_sim_hosts
 from tests.test_cli import gpuops
-from tests.sshd import ssh_user_home
+from tests.sshd import free_port, ssh_user_home
 from tests.test_multinode_plan import target
 from tests.test_plan import facts
 
 
 def _replicated(k: int = 2, **wishes) -> Plan:
     return build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), [Node(target("gpu1"), "10.0.0.1")], Wishes(**wishes), k)
+
+
+def test_the_replicas_ports_sit_above_the_routers_port_when_one_is_asked():
+    """Without --port the router takes 30000 and its replicas the next ones; with --port P, the
+    replicas take P+1, P+2 (they took 30000 and up whatever P was, far from the port asked)."""
+    plan = _replicated(2, name="duo")
+    assert [plan.port, *(r.port for r in plan.replicas)] == [30000, 30001, 30002]
+    plan = _replicated(2, name="duo", port=41000)
+    assert [plan.port, *(r.port for r in plan.replicas)] == [41000, 41001, 41002]
+    assert not any("is in use" in w for w in plan.warnings)
 
 
 def test_two_replicas_on_one_host_get_gpus_and_ports_of_their_own_behind_the_router():
@@ -235,8 +245,9 @@ asyncio.run(main())
 
 async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_stop(rep, tmp_path, monkeypatch):
     cfg, env, root = rep
+    # on a free port and the ones above it (30000 and up are raced for by other test processes)
     out = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--replicas", "2", "--tp", "1",
-                 "--name", "trio", "--json", env=env, timeout=120)
+                 "--name", "trio", "--port", str(free_port()), "--json", env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     plan_file = tmp_path / "trio.json"
     plan_file.write_text(out.stdout)
@@ -367,7 +378,7 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
     app = GpuopsApp(load_inventory(str(cfg)), interval=0.5)
     async with app.run_test(size=(170, 50)) as pilot:
         screen = PlanReviewScreen(load_model_facts("Qwen/Qwen3-8B"), await read_target(app.monitor.hosts["gpu1"]),
-                                  Wishes(name="trio"))
+                                  Wishes(name="trio", port=free_port()))  # the replicas take the ports above
         await app.push_screen(screen)
         assert await until(pilot, lambda: screen.plan is not None), screen.error
         said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
@@ -492,7 +503,7 @@ def test_replicas_over_two_hosts_share_the_key_the_router_carries(wide, tmp_path
     keeps the key; stop and forget take every part."""
     cfg, env, root = wide
     out = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--hosts", "gpu1,gpu2", "--replicas", "2",
-                 "--tp", "1", "--name", "wide", "--json", env=env, timeout=120)
+                 "--tp", "1", "--name", "wide", "--port", str(free_port()), "--json", env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     r1, r2 = plan["replicas"]

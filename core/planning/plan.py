@@ -78,13 +78,14 @@ def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str])
             warnings.append(f"port {wishes.port} is in use on {where}" + (f" ({holder})" if holder else "")
                             + "; choose another --port")
         return wishes.port
-    if DEFAULT_PORT not in taken:
-        return DEFAULT_PORT
-    port = next((p for p in range(DEFAULT_PORT + 1, 65536) if p not in taken), None)
+    base = wishes.port_from or DEFAULT_PORT
+    if base not in taken:
+        return base
+    port = next((p for p in range(base + 1, 65536) if p not in taken), None)
     if port is None:
-        raise PlanError(f"port {DEFAULT_PORT} and every port above it are in use on {where}: choose a port")
-    holder = taken[DEFAULT_PORT]
-    warnings.append(f"port {DEFAULT_PORT} is in use on {where}" + (f" ({holder})" if holder else "")
+        raise PlanError(f"port {base} and every port above it are in use on {where}: choose a port")
+    holder = taken[base]
+    warnings.append(f"port {base} is in use on {where}" + (f" ({holder})" if holder else "")
                     + f"; using {port}")
     return port
 
@@ -571,7 +572,9 @@ def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: in
         raise PlanError(f"replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
                         f"hold {_ids(sorted(taken.used.get(t.host, ())))}): fewer replicas, or a smaller TP")
     one = replace(t, allowed_gpu_ids=free, ports_taken={**t.ports_taken, **taken.ours.get(node.addr, {})})
-    p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None))
+    # without --port the replicas take DEFAULT_PORT and up; with it, the ports above the router's
+    base = wishes.port + 1 if wishes.port is not None and wishes.port < 65535 else DEFAULT_PORT
+    p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None, port_from=base))
     away = t.host != head.host
     if away and is_loopback(p.bind_host):
         raise PlanError(f"replicas: {t.host} serves on loopback only (its serve_host {p.bind_host}), so the router "
@@ -588,7 +591,7 @@ def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: in
         warnings.append(f"{t.host} is reached at {addr}, a loopback address: the router on {head.host} reaches "
                         f"its replicas there only if both are this machine (set node_addr in [hosts.{t.host}])")
     url = f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}"
-    return p.replace(replica_of=name, warnings=[w for w in p.warnings if not w.startswith(f"port {DEFAULT_PORT} is in use")]), url
+    return p.replace(replica_of=name, warnings=[w for w in p.warnings if not w.startswith(f"port {base} is in use")]), url
 
 
 def _router_rules(plans: list[Plan], head: Target, urls: list[str], router_port: int, metrics: int,
