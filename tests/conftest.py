@@ -13,14 +13,23 @@ from tests.sshd import Sshd, ssh_user_home, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
+# No test inherits the runner's terminal size: pytest-xdist's workers run with COLUMNS=80 (a serial run
+# has none), which every gpuops a test starts took as its width (a piped table wrapped at 80 under
+# `scripts/test-all.sh` alone). A test that wants a width sets it.
+for _key in ("COLUMNS", "LINES"):
+    os.environ.pop(_key, None)
+
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The fast tier (`pytest -m "not slow"`): tests/tiers.py says which tests are slow."""
-    from tests.tiers import is_slow
+    """The fast tier (`pytest -m "not slow"`): tests/tiers.py says which tests are slow; and the
+    heaviest files first (tests/tiers.py HEAVY_FIRST: a parallel run's workers take whole files in
+    this order), each file's tests in their own order."""
+    from tests.tiers import is_slow, run_order
 
     for item in items:
         if is_slow(item.nodeid, getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: run_order(item.nodeid))  # (stable)
 
 
 @pytest.fixture(scope="session")

@@ -289,7 +289,9 @@ def test_piped_tables_print_every_cell_whole(world):
     world.host("gpu1", extra=f'model_dirs = ["{deep}"]\n')
     out = world.run("models", "--host", "gpu1")
     assert out.returncode == 0, out.stderr
-    (row,) = [line for line in out.stdout.splitlines() if str(folder) in line]
+    rows = [line for line in out.stdout.splitlines() if str(folder) in line]
+    assert len(rows) == 1, out.stdout + out.stderr
+    row = rows[0]
     assert row.split()[:2] == [str(folder), "dir"]
     assert f"({deep}, " in out.stdout  # the mount's line names the model dir whole too
     out = world.run("hosts")

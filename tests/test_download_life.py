@@ -82,8 +82,9 @@ def wait_for(predicate, timeout: float, step: float = 0.1) -> bool:
     return False
 
 
-def deploy_and_kill_mid_download(box) -> int:
-    """`gpuops deploy` until a few hundred MB are on the host's disk, then kill -9: the bytes then."""
+def deploy_and_kill_mid_download(box, running: list | None = None) -> int:
+    """`gpuops deploy` until a few hundred MB are on the host's disk, then kill -9: the bytes then
+    (and into `running`, the host's downloaders seen just before the kill)."""
     proc = subprocess.Popen([GPUOPS, "--config", str(box.cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1",
                              "--name", "dl", "--yes", "--json", "--port", str(free_port())],
                             stdout=subprocess.PIPE, text=True, env=box.env)
@@ -94,6 +95,8 @@ def deploy_and_kill_mid_download(box) -> int:
             ev = json.loads(line)
             if ev["event"] == "progress" and ev["phase"] == "downloading" and ev["done"] >= 200e6:
                 done = ev["done"]
+                if running is not None:
+                    running.extend(processes_matching(box.hf))
                 break
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -114,8 +117,10 @@ def on_disk(folder: Path) -> int:
 
 
 def test_a_killed_deployer_takes_its_download_along(box):
-    deploy_and_kill_mid_download(box)
-    assert processes_matching(box.hf), "the host's download was not running"
+    running: list = []
+    deploy_and_kill_mid_download(box, running)
+    # seen before the kill: after it, over SSH, the closed channel may end it before a look could see it
+    assert running, "the host's download was not running"
     # the host's downloader ends with the deployer (local: its parent is gone; ssh: the channel closed)
     assert wait_for(lambda: not processes_matching(box.hf), timeout=15), processes_matching(box.hf)
     size = on_disk(box.folder)
