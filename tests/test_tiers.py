@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.tiers import SLOW_FILES, SLOW_TESTS, is_slow
+from tests.tiers import HEAVY_FIRST, SLOW_FILES, SLOW_TESTS, is_slow
 
 TESTS = Path(__file__).parent
 
@@ -57,3 +57,25 @@ def test_the_fast_tier_leaves_out_what_is_slow_and_keeps_the_rest():
     for name in names:  # nothing that asks for the sshd
         body = src[src.index(f"def {name}("):]
         assert "ssh_home" not in body[:body.index(")")] and "sshd" not in body[:body.index(")")], name
+
+
+def test_the_heaviest_files_are_collected_first_in_their_order():
+    """A parallel run hands out whole files in collection order: HEAVY_FIRST's come first (each a file
+    that exists), then the rest as before; a file's own tests keep their order."""
+    missing = [f for f in HEAVY_FIRST if not (TESTS / f).is_file()]
+    assert missing == [], f"tests/tiers.py HEAVY_FIRST names files that do not exist: {missing}"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--co",
+                          "tests/test_tiers.py", "tests/test_cli.py", "tests/test_replicas.py", "tests/test_swap.py"],
+                         capture_output=True, text=True, timeout=120, cwd=TESTS.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+    ids = [ln for ln in out.stdout.splitlines() if "::" in ln]
+    files = list(dict.fromkeys(ln.split("::")[0] for ln in ids))
+    assert files == ["tests/test_replicas.py", "tests/test_swap.py", "tests/test_tiers.py", "tests/test_cli.py"], files
+    mine = [ln.split("::")[1] for ln in ids if ln.startswith("tests/test_tiers.py::")]
+    assert mine == [n for n in _ordered_tests(TESTS / "test_tiers.py")], mine
+
+
+def _ordered_tests(file: Path) -> list[str]:
+    tree = ast.parse(file.read_text())
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name.startswith("test")]

@@ -160,6 +160,36 @@ SLOW_TESTS = frozenset({
 })
 
 
+# The files the full suite's workers take first, the heaviest first (seconds of a full run on 3 workers of
+# this 2-core machine under load, `--durations` summed by file): pytest-xdist's `--dist loadfile` hands
+# out whole files in the order they are collected, so a long file collected last (test_real_sglang*,
+# test_replicas, test_swap sort late) would be the run's tail while the other workers idle.
+HEAVY_FIRST = (
+    "test_replicas.py",  # ~650 s
+    "test_real_sglang.py",  # ~450 s
+    "test_real_sglang_nodes.py",  # ~420 s
+    "test_bench_cli.py",  # ~350 s
+    "test_real_sglang_refusals.py",  # ~290 s
+    "test_multinode_plan.py",  # ~250 s
+    "test_cli_verbs.py",  # ~200 s
+    "test_one_truth.py",  # ~165 s
+    "test_swap.py",  # ~150 s
+    "test_router_probe.py",  # ~130 s
+    "test_like_secrets.py",  # ~100 s
+    "test_layers.py",  # ~95 s
+    "test_store_hardening.py",  # ~85 s
+    "test_download_life.py",
+    "test_terminal_screens.py",
+    "test_swap_tui.py",
+)
+
+
+def run_order(nodeid: str) -> int:
+    """Where a test's file comes in the full run: HEAVY_FIRST's files first, in its order, then the rest."""
+    file = nodeid.partition("::")[0].rsplit("/", 1)[-1]
+    return HEAVY_FIRST.index(file) if file in HEAVY_FIRST else len(HEAVY_FIRST)
+
+
 def is_slow(nodeid: str, fixturenames: Iterable[str] = ()) -> bool:
     """NODEID as pytest names it (tests/test_x.py::test_y[param]); FIXTURENAMES: what the test asks for."""
     path, _, name = nodeid.partition("::")
