@@ -11,7 +11,7 @@ gpuops code::
                             or one whose import fails (sglang_version="none")
     DIR/lib/sglang-V.dist-info/  its package metadata (importlib.metadata.version("sglang"))
     DIR/lib/sglang/launch_server.py  runs the SGLang server simulator (``-m sglang.launch_server``)
-    DIR/lib/sglang-sim/     the simulator (template sim/files/sglang_sim.py) and its data:
+    DIR/lib/sglang-sim/     the simulator (its package sglang_sim/, from sim/files/sglang_sim/) and its data:
                             launch_server.help (``--help`` of that version, generated from
                             gpuops.core.engines.sglang.versions' data), launch_server.json (that version's
                             options, for the simulator's argparse), server_args.json (ServerArgs fields)
@@ -39,7 +39,7 @@ The host presents one SGLang version to every question: ``import sglang`` and it
 metadata name it, and ``python -m sglang.launch_server --help`` (or ``-h``) lists exactly that
 version's options in argparse's layout. Any other ``-m sglang.launch_server`` run starts the
 SGLang server simulator: that version's startup lines at the host's pace, GPU memory through the
-phases, then SGLang's HTTP API (see sim/files/sglang_sim.py). Scenarios (``SCENARIOS``)
+phases, then SGLang's HTTP API (see sim/files/sglang_sim/). Scenarios (``SCENARIOS``)
 and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=, pace=)`` or
 ``SimHost.set_sim`` change them.
 """
@@ -589,9 +589,15 @@ def _write_sglang(lib_dir: Path, version: str | None) -> None:
     sim_dir = lib_dir / "sglang-sim"
     _write(sim_dir / "launch_server.help", sglang_versions.format_help(version))
     _write(sim_dir / "launch_server.json", json.dumps(_launch_spec(version), indent=1) + "\n")
-    _write(sim_dir / "sglang_sim.py", (TEMPLATES / "sglang_sim.py").read_bytes())
+    _copy_package(TEMPLATES / "sglang_sim", sim_dir / "sglang_sim")
     _write(sim_dir / "server_args.json", (TEMPLATES / "sglang-server-args.json").read_bytes())
     _write(lib_dir / "sglang" / "launch_server.py", _LAUNCH_SERVER)
+
+
+def _copy_package(source: Path, target: Path) -> None:
+    """Copy the simulator's package folder SOURCE (its .py files) to TARGET on the host."""
+    for f in sorted(source.glob("*.py")):
+        _write(target / f.name, f.read_bytes())
 
 
 def _launch_spec(version: str) -> dict:

@@ -79,7 +79,7 @@ def test_layout_paths_and_state(tmp_path, monkeypatch):
         assert os.access(host.bin_dir / tool, os.X_OK)
         assert (host.bin_dir / tool).read_text().startswith(f"#!{os.path.abspath(sys.executable)} -I\n")
     assert (d / "lib" / "sglang" / "launch_server.py").is_file()
-    assert (d / "lib" / "sglang-sim" / "sglang_sim.py").is_file()
+    assert (d / "lib" / "sglang-sim" / "sglang_sim" / "server.py").is_file()
     assert json.loads((d / "lib" / "sim-data" / "models.json").read_text())["models"]["Qwen/Qwen3-8B"]["shards"] == 5
     assert host.journal_dir == d / "journal" and host.journal_dir.is_dir()
     assert (d / "state" / "systemd").is_dir()
