@@ -44,8 +44,8 @@ metadata name it, and ``python -m sglang.launch_server --help`` (or ``-h``) list
 version's options in argparse's layout. Any other ``-m sglang.launch_server`` run starts the
 server: start-up lines at the host's pace, GPU memory through the phases, then the HTTP API. The
 product's small server (sim/files/sglang_demo.py) knows the demo's scenarios (``SCENARIOS``); the
-tests set GPUOPS_SIM_SERVER (``SERVER_ENV``) to their scenario engine, which knows every scenario and
-version. The scenario and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=,
+tests set GPUOPS_SIM_SERVER (``SERVER_ENV``) to their scenario engine (tests/simhost, not in the
+wheel), which knows every scenario and version. The scenario and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=,
 pace=)`` or ``SimHost.set_sim`` change them.
 """
 

@@ -14,7 +14,7 @@ from tests.sshd import Sshd, ssh_user_home, start_sshd
 REPO = Path(__file__).resolve().parent.parent
 # The tests' hook: every simulated host a test writes (setup_simhost here, `gpuops sim setup` run as a
 # subprocess) runs the scenario engine, not the product's small server (gpuops.sim.host.SERVER_ENV).
-SIM_SERVER = REPO / "sim" / "files" / "sglang_sim"
+SIM_SERVER = REPO / "tests" / "simhost"  # the scenario engine
 os.environ[SERVER_ENV] = str(SIM_SERVER)
 
 

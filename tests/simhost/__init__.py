@@ -1,7 +1,9 @@
 """The SGLang server simulator of gpuops' simulated GPU host.
 
-A package: ``gpuops.sim.host.setup_simhost`` copies this folder to ``DIR/lib/sglang-sim/sglang_sim/``
-next to ``launch_server.json`` (the flags of the SGLang version the host presents, from
+The tests' scenario engine (tests/simhost), a package: ``gpuops.sim.host.setup_simhost`` copies this
+folder to ``DIR/lib/sglang-sim/sglang_sim/`` when GPUOPS_SIM_SERVER (or its ``server=``) names it (the
+tests' conftest sets that for the session; without it a host runs the product's small server), next
+to ``launch_server.json`` (the flags of the SGLang version the host presents, from
 ``gpuops.core.engines.sglang.versions``) and ``server_args.json`` (ServerArgs fields read from the
 wheels). ``python -m sglang.launch_server ...`` on the simulated host runs it (through the
 stand-in ``DIR/lib/sglang/launch_server.py``). Standard library only.
