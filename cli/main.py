@@ -111,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", parents=[common], help="the dashboard against a simulated GPU host (labelled SIMULATED)")
     p.add_argument("--scenario", default="ok", metavar="S",
-                   help="what the simulated host's server does: ok, ok-with-mtp, hang-at-dist-init, "
-                        "spec-config-crash, kv-cache-oom, slow-download")
+                   help="what the simulated host's server does: ok, slow-download, hang-at-dist-init, "
+                        "kv-cache-oom")
     p.add_argument("--gpus", type=int, default=8, help="number of simulated GPUs")
 
     sim = sub.add_parser("sim", parents=[common], help="the simulated GPU host")
@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="sim", help="host name in the printed block")
     p.add_argument("--ssh", metavar="TARGET", help="print an SSH entry (user@host:port) instead of a local one")
     p.add_argument("--scenario", default="ok", metavar="S",
-                   help="what its SGLang server and hf do: ok, ok-with-mtp, hang-at-dist-init, spec-config-crash, "
-                        "kv-cache-oom, slow-download (default: ok)")
+                   help="what its SGLang server and hf do: ok, slow-download, hang-at-dist-init, kv-cache-oom "
+                        "(default: ok)")
     p.add_argument("--sglang-venv", metavar="PATH", help="a virtualenv with the real SGLang: its benchmark and eval "
                    "modules (bench_serving, run_eval) run from it (scripts/sglang-host-venv.sh builds one)")
     p.add_argument("--pace", type=float, default=1.0, metavar="F",

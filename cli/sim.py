@@ -50,12 +50,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import tempfile
 
     from ..core.config import parse_inventory
-    from ..sim.host import setup_simhost
+    from ..sim.host import resolve_server, server_scenarios, setup_simhost
 
-    from ..sim.host import SCENARIOS
-
-    if args.scenario not in SCENARIOS:
-        raise UsageError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {args.scenario!r}")
+    try:  # the small server's scenarios (or those of the server GPUOPS_SIM_SERVER names)
+        known = server_scenarios(resolve_server())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.scenario not in known:
+        raise UsageError(f"--scenario must be one of {', '.join(known)}, got {args.scenario!r}")
     with tempfile.TemporaryDirectory(prefix="gpuops-demo-") as tmp:
         sim = setup_simhost(tmp, gpus=args.gpus, scenario=args.scenario)
         inv = parse_inventory(sim.host_block("sim"), source=f"{tmp}/demo.toml")

@@ -10,8 +10,11 @@ gpuops code::
     DIR/lib/sglang/         a stand-in sglang package: ``__version__`` only (sglang_version=...),
                             or one whose import fails (sglang_version="none")
     DIR/lib/sglang-V.dist-info/  its package metadata (importlib.metadata.version("sglang"))
-    DIR/lib/sglang/launch_server.py  runs the SGLang server simulator (``-m sglang.launch_server``)
-    DIR/lib/sglang-sim/     the simulator (template sim/files/sglang_sim.py) and its data:
+    DIR/lib/sglang/launch_server.py  runs the server (``-m sglang.launch_server``): DIR/lib/sglang-sim/sglang_sim
+    DIR/lib/sglang-sim/     the server and its data: sglang_sim.py (the product's small server,
+                            sim/files/sglang_demo.py) with demo.json (its script, from
+                            gpuops.core.engines.sglang.demo), or the package sglang_sim/ that
+                            GPUOPS_SIM_SERVER (or server=) names (the tests' scenario engine);
                             launch_server.help (``--help`` of that version, generated from
                             gpuops.core.engines.sglang.versions' data), launch_server.json (that version's
                             options, for the simulator's argparse), server_args.json (ServerArgs fields)
@@ -22,6 +25,7 @@ gpuops code::
                             systemd-journal-remote for the fake systemctl's units
     DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
     DIR/state/sim.json      the scenario, the pace and the simulator's knobs (``SimHost.set_sim``)
+    DIR/state/server.json   which server the host runs and the scenarios it knows (``SimHost.scenarios``)
     DIR/state/calls.log     one line per run of the host's python (pid, arguments): what tests count
     DIR/state/systemd/      the fake systemctl's units: main pid, state, exit status
     DIR/root/...            host files the reporter and the triage probe read through GPUOPS_HOST_ROOT:
@@ -38,14 +42,16 @@ simulated GPUs. ``SimHost.host_block()`` gives that config entry.
 The host presents one SGLang version to every question: ``import sglang`` and its package
 metadata name it, and ``python -m sglang.launch_server --help`` (or ``-h``) lists exactly that
 version's options in argparse's layout. Any other ``-m sglang.launch_server`` run starts the
-SGLang server simulator: that version's startup lines at the host's pace, GPU memory through the
-phases, then SGLang's HTTP API (see sim/files/sglang_sim.py). Scenarios (``SCENARIOS``)
-and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=, pace=)`` or
-``SimHost.set_sim`` change them.
+server: start-up lines at the host's pace, GPU memory through the phases, then the HTTP API. The
+product's small server (sim/files/sglang_demo.py) knows the demo's scenarios (``SCENARIOS``); the
+tests set GPUOPS_SIM_SERVER (``SERVER_ENV``) to their scenario engine (tests/simhost, not in the
+wheel), which knows every scenario and version. The scenario and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=,
+pace=)`` or ``SimHost.set_sim`` change them.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import json
@@ -61,8 +67,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.engines.sglang import versions as sglang_versions
+from ..core.engines.sglang.demo import demo_script
+from ..core.paths import show_path
 
-__all__ = ["SimHost", "setup_simhost", "NVML_MODES", "IOMMU_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
+__all__ = ["SimHost", "setup_simhost", "SERVER_ENV", "server_scenarios", "resolve_server", "NVML_MODES", "IOMMU_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
            "SIM_FIELDS", "LAUNCHERS"]
 
 TEMPLATES = Path(__file__).resolve().parent / "files"
@@ -106,7 +114,40 @@ NO_SIMULATOR = "gpuops simulated host: the SGLang server simulator is not instal
 # peer-to-peer); "sev-snp": translated, in an AMD SEV-SNP confidential VM.
 IOMMU_MODES = ("off", "pt", "translated", "sev-snp")
 
-SCENARIOS = ("ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom", "slow-download")
+# The server behind ``python -m sglang.launch_server`` on the host: the product's small one (the demo's
+# scenarios, SCENARIOS), or the one GPUOPS_SIM_SERVER (or setup_simhost's server=) names: the tests'
+# scenario engine (tests/simhost), a package folder or a file with a main(argv) and a literal SCENARIOS.
+SERVER_ENV = "GPUOPS_SIM_SERVER"
+DEMO_SERVER = TEMPLATES / "sglang_demo.py"
+
+
+def server_scenarios(server: str | Path) -> tuple[str, ...]:
+    """The scenarios SERVER knows: the literal ``SCENARIOS = (...)`` of its file (of a package folder: its
+    __init__.py, then its modules by name). ValueError when it is not a server (one line)."""
+    path = Path(server)
+    files = [path] if path.is_file() else ([path / "__init__.py"] + sorted(path.glob("*.py")) if path.is_dir() else [])
+    for f in files:
+        try:
+            tree = ast.parse(f.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SCENARIOS"]):
+                with contextlib.suppress(ValueError):
+                    value = ast.literal_eval(node.value)
+                    if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+                        return value
+    raise ValueError("simulator server %s is not one: no file or package folder there with a literal "
+                     "SCENARIOS = (...)" % show_path(str(path)))
+
+
+def resolve_server(server: str | Path | None = None) -> Path:
+    """SERVER, else $GPUOPS_SIM_SERVER, else the product's small server (DEMO_SERVER)."""
+    chosen = server if server is not None else os.environ.get(SERVER_ENV) or None
+    return DEMO_SERVER if chosen is None else Path(os.path.abspath(str(chosen)))
+
+
+SCENARIOS = server_scenarios(DEMO_SERVER)  # the product's small server's: what `gpuops demo` shows
 LAUNCHERS = ("process", "systemd")
 
 # DIR/state/sim.json: what set_sim accepts, with the defaults setup writes.
@@ -286,6 +327,12 @@ class SimHost:
         """The simulated host's HF_HOME (its hub cache is HF_HOME/hub)."""
         return self.directory / "hf-home"
 
+    @property
+    def scenarios(self) -> tuple[str, ...]:
+        """The scenarios this host's server knows (written by setup)."""
+        known = _read_json(self.state_file.with_name("server.json")).get("scenarios")
+        return tuple(known) if isinstance(known, list) and known else SCENARIOS
+
     def read_sim(self) -> dict:
         try:
             with open(self.sim_file) as f:
@@ -300,7 +347,7 @@ class SimHost:
         if unknown:
             raise ValueError("unknown simulator field(s): %s (known: %s)" % (", ".join(unknown), ", ".join(sorted(SIM_FIELDS))))
         if "scenario" in fields:
-            _check_scenario(fields["scenario"])
+            _check_scenario(fields["scenario"], self.scenarios)
         if "pace" in fields:
             fields["pace"] = _check_pace(fields["pace"])
         with self._locked():
@@ -397,10 +444,19 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def _check_scenario(scenario: str) -> str:
-    if scenario not in SCENARIOS:
-        raise ValueError("scenario must be one of %s, not %r" % (", ".join(SCENARIOS), scenario))
+def _check_scenario(scenario: str, known: tuple[str, ...] = SCENARIOS) -> str:
+    if scenario not in known:
+        raise ValueError("scenario must be one of %s, not %r" % (", ".join(known), scenario))
     return scenario
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _check_pace(pace) -> float:
@@ -576,7 +632,7 @@ def _check_sglang_version(version: str | None) -> str | None:
     return v
 
 
-def _write_sglang(lib_dir: Path, version: str | None) -> None:
+def _write_sglang(lib_dir: Path, version: str | None, server: Path) -> None:
     """The stand-in sglang package, its metadata and its --help text (or an import that fails)."""
     if version is None:
         _write(lib_dir / "sglang" / "__init__.py", _ABSENT_SGLANG)
@@ -589,9 +645,19 @@ def _write_sglang(lib_dir: Path, version: str | None) -> None:
     sim_dir = lib_dir / "sglang-sim"
     _write(sim_dir / "launch_server.help", sglang_versions.format_help(version))
     _write(sim_dir / "launch_server.json", json.dumps(_launch_spec(version), indent=1) + "\n")
-    _write(sim_dir / "sglang_sim.py", (TEMPLATES / "sglang_sim.py").read_bytes())
+    if server.is_dir():  # a package (the tests' scenario engine)
+        _copy_package(server, sim_dir / "sglang_sim")
+    else:
+        _write(sim_dir / "sglang_sim.py", server.read_bytes())
+        _write(sim_dir / "demo.json", json.dumps(demo_script(), indent=1) + "\n")
     _write(sim_dir / "server_args.json", (TEMPLATES / "sglang-server-args.json").read_bytes())
     _write(lib_dir / "sglang" / "launch_server.py", _LAUNCH_SERVER)
+
+
+def _copy_package(source: Path, target: Path) -> None:
+    """Copy the simulator's package folder SOURCE (its .py files) to TARGET on the host."""
+    for f in sorted(source.glob("*.py")):
+        _write(target / f.name, f.read_bytes())
 
 
 def _launch_spec(version: str) -> dict:
@@ -704,6 +770,7 @@ def setup_simhost(
     sglang_venv: str | None = None,
     iommu: str = "off",
     torch_cuda: str | None = None,
+    server: str | Path | None = None,
 ) -> SimHost:
     """Write a simulated GPU host into DIRECTORY (created if missing) and return it.
 
@@ -728,6 +795,11 @@ def setup_simhost(
 
     iommu (IOMMU_MODES): the kernel command line, IOMMU groups (the GPUs' included) and kernel
     log of the host; the kernel log also carries NVRM's "API mismatch" lines with nvml="mismatch".
+    server: what runs ``python -m sglang.launch_server`` there: a file or package folder with a ``main(argv)``
+    and a literal ``SCENARIOS`` (the tests' scenario engine, tests/simhost); default: $GPUOPS_SIM_SERVER,
+    else the product's small server (DEMO_SERVER: the scenarios of SCENARIOS). A scenario it does not
+    know is refused (ValueError, naming those it knows).
+
     torch_cuda: a stand-in torch package whose ``torch/version.py`` says this CUDA runtime
     (e.g. "12.9"; its import fails, only the file is there); None: no stand-in.
     """
@@ -745,7 +817,9 @@ def setup_simhost(
         if not _VERSION.match(v or ""):
             raise ValueError("%s must look like 580.159.04, not %r" % (what, v))
     sglang_version = _check_sglang_version(sglang_version)
-    scenario = _check_scenario(scenario)
+    server_path = resolve_server(server)
+    known = server_scenarios(server_path)
+    scenario = _check_scenario(scenario, known)
     pace = _check_pace(pace)
     if iommu not in IOMMU_MODES:
         raise ValueError("iommu must be one of %s, not %r" % (", ".join(IOMMU_MODES), iommu))
@@ -786,7 +860,7 @@ def setup_simhost(
     else:
         _write(lib_dir / "pynvml.py", (TEMPLATES / "pynvml.py").read_bytes())
         pythonpath = "$SIM_DIR/lib"
-    _write_sglang(lib_dir, sglang_version)
+    _write_sglang(lib_dir, sglang_version, server_path)
     _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath,
                                                sglang_version=sglang_version or "", sglang_venv=venv), 0o755)
     for tool in ("nvidia-smi", "hf", "systemctl"):
@@ -817,6 +891,7 @@ def setup_simhost(
     host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file,
                    sglang_version=sglang_version, scenario=scenario, pace=pace)
     _write_json_atomic(host.sim_file, dict(SIM_DEFAULTS, scenario=scenario, pace=pace))
+    _write_json_atomic(state_dir / "server.json", {"server": str(server_path), "scenarios": list(known)})
     host.write_state(
         default_state(
             root,

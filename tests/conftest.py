@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.sim.host import setup_simhost
+from gpuops.sim.host import SERVER_ENV, setup_simhost
 from tests.sshd import Sshd, ssh_user_home, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
+# The tests' hook: every simulated host a test writes (setup_simhost here, `gpuops sim setup` run as a
+# subprocess) runs the scenario engine, not the product's small server (gpuops.sim.host.SERVER_ENV).
+SIM_SERVER = REPO / "tests" / "simhost"  # the scenario engine
+os.environ[SERVER_ENV] = str(SIM_SERVER)
 
 # No test inherits the runner's terminal size: pytest-xdist's workers run with COLUMNS=80 (a serial run
 # has none), which every gpuops a test starts took as its width (a piped table wrapped at 80 under
