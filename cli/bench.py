@@ -100,7 +100,7 @@ def _short_model(model: str | None) -> str:
 
 
 def _list(store, args: argparse.Namespace) -> int:
-    from ..core.bench.runner import fmt, summary
+    from ..core.bench.runner import engine_title, fmt, summary
 
     _runs(store, args, 0, 0)
     runs = store.bench_runs()
@@ -115,9 +115,11 @@ def _list(store, args: argparse.Namespace) -> int:
     for r in runs:
         best = max((x.get("output_throughput") or 0 for x in r.records), default=None)
         rows.append([f"#{r.id}", r.status, r.profile, r.deployment or r.url or r.settings.get("file") or "-",
-                     _short_model(r.model), r.sglang_version or "-", minute(r.started_at or r.created_at),
+                     _short_model(r.model), r.engine_version or "-", minute(r.started_at or r.created_at),
                      fmt(best) if r.records else "-", fmt((r.quality or {}).get("score"))])
-    _table(["RUN", "STATUS", "PROFILE", "TARGET", "MODEL", "SGLANG", "STARTED", "OUT TOK/S", "QUALITY"], rows)
+    # (the default engine's name heads the version column: every run so far is of it)
+    _table(["RUN", "STATUS", "PROFILE", "TARGET", "MODEL", engine_title(None).upper(), "STARTED",
+            "OUT TOK/S", "QUALITY"], rows)
     return 0
 
 
@@ -292,13 +294,13 @@ class _Heartbeat:
 
 
 def _print_event(event: BenchEvent, live: bool) -> None:
-    from ..core.bench.runner import CHECK_WORDS, fmt
+    from ..core.bench.runner import CHECK_WORDS, engine_title, fmt
 
     match event:
         case BenchStateEvent(state="running"):
             name = event.profile["name"] if isinstance(event.profile, dict) else "?"
             print(f"bench #{event.run}: {name} against {event.deployment or event.url} on {event.host} "
-                  f"(SGLang {event.sglang_version}, {event.module})", flush=True)
+                  f"({engine_title(None)} {event.engine_version}, {event.module})", flush=True)
         case BenchStateEvent():
             if live:
                 print()

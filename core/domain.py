@@ -935,7 +935,8 @@ class BenchRun(Struct, kw_only=True):
     host: str | None = None
     url: str | None = None
     model: str | None = None
-    sglang_version: str | None = None
+    # the engine's version (its JSON key kept: engines.plan_key)
+    engine_version: str | None = field(default=None, name=engines.plan_key("engine_version"))
     gpus: dict[str, Any] | None = None
     plan: Plan | None = None  # the plan as it was (runs outlive their deployments)
     profile: str
@@ -990,7 +991,7 @@ class BenchStateEvent(_BenchTagged, tag="state", frozen=True):
     deployment: str | None | msgspec.UnsetType = msgspec.UNSET
     host: str | msgspec.UnsetType = msgspec.UNSET
     url: str | msgspec.UnsetType = msgspec.UNSET
-    sglang_version: str | msgspec.UnsetType = msgspec.UNSET
+    engine_version: str | msgspec.UnsetType = field(default=msgspec.UNSET, name=engines.plan_key("engine_version"))
     module: str | msgspec.UnsetType = msgspec.UNSET
     error: str | None | msgspec.UnsetType = msgspec.UNSET
 

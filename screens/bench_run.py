@@ -229,7 +229,7 @@ class BenchRunScreen(GpuopsScreen):
         title = Text.assemble(("bench ", "bold"), (f"#{self.run_id} " if self.run_id else "", "bold"),
                               f"{self.profile.name} against ", (d.name, "bold"), f" ({d.model}) on {d.host}")
         if a is not None:
-            title.append(f" · {engine_title(d.plan)} {a.sglang_version or None} · {a.module or None}", style="dim")
+            title.append(f" · {engine_title(d.plan)} {a.engine_version or None} · {a.module or None}", style="dim")
         title.append("\n" + describe_profile(self.profile), style="dim")
         self.query_one("#run-title", TextView).set(title)
 

@@ -10,13 +10,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Header
 
-from ..core.bench.runner import fmt
+from ..core.bench.runner import engine_title, fmt
 from ..core.domain import BenchRun
 from .base import GpuopsScreen
 from ..tui.widgets import KeyFooter, LiteralTable, TextView
 
 # the figures right after the profile: at 80 columns they are what must stay in view
-COLUMNS = (" ", "Run", "Status", "Profile", "Out tok/s", "Quality", "Target", "Model", "SGLang", "GPUs", "Started")
+# (the default engine's name heads the version column: every run so far is of it)
+COLUMNS = (" ", "Run", "Status", "Profile", "Out tok/s", "Quality", "Target", "Model", engine_title(None),
+           "GPUs", "Started")
 STATUS_STYLE = {"ok": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan"}
 
 
@@ -33,7 +35,7 @@ def run_row(run: BenchRun, mark: str) -> tuple:
         Text(fmt((run.quality or {}).get("score")), justify="right"),
         run.deployment or run.url or run.settings.get("file") or "-",
         run.model or "-",
-        run.sglang_version or "-",
+        run.engine_version or "-",
         f"{gpus['count']}x {'/'.join(names) or '?'}" if gpus.get("count") else "-",
         (run.started_at or run.created_at).replace("T", " ").removesuffix("Z"),
     )

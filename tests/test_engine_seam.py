@@ -456,7 +456,7 @@ def test_a_benchmark_is_its_engines_and_one_without_is_refused_in_one_line(toy_e
         from gpuops.core.domain import BenchRun
 
         run = BenchRun(id=7, source="gpuops", profile="smoke", settings={}, status="ok", created_at="t",
-                       sglang_version="1.0.0", plan=toy_plan(Path("/srv/m"), 30000))
+                       engine_version="1.0.0", plan=toy_plan(Path("/srv/m"), 30000))
         assert ", Toy 1.0.0, " in runner.describe_run(run)  # the run's engine, named as it names itself
         assert ", SGLang 1.0.0, " in runner.describe_run(msgspec.structs.replace(run, plan=None))  # a --url run
 

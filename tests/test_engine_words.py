@@ -17,25 +17,15 @@ FOLDERS = ("core", "cli", "screens", "tui", "themes", "sim", "scripts")  # the p
 ENGINE_PACKAGE = "core/engines/sglang"
 WORD = re.compile("sglang", re.IGNORECASE)
 
-# Plain text for the operator: `gpuops plan`/`deploy`'s option --sglang-version (its argparse dest,
-# sglang_version, is what a PLAN.json refusal names) and help that names SGLang as the default engine.
-CLI_TEXT = {"cli/plan.py"}
+# Plain text for the operator: the CLI contract's options that carry SGLang's name (`plan`/`deploy`'s
+# --sglang-version, `sim setup`'s --sglang-version and --sglang-venv, with their argparse dests) and help
+# that names SGLang as the default engine (the program's description, `bench`'s help).
+CLI_TEXT = {"cli/plan.py", "cli/main.py", "cli/bench.py"}
 
-# Still to move, each in another helper's branch of issue 24 (the lead empties this list as they merge):
+# Still to move:
 PENDING = {
-    # out-run: bench, deploy, diagnose, hosts' programs, Ops, the CLI's main and bench verbs, other screens
-    "cli/bench.py", "cli/main.py", "core/bench/__init__.py", "core/bench/functional.py", "core/bench/runner.py",
-    "core/deploy/deployer.py", "core/deploy/journal.py", "core/deploy/router.py", "core/deploy/store.py",
-    "core/deploy/view.py", "core/deploy/watch.py", "core/diagnose/fixes.py", "core/diagnose/host_checks.py",
-    "core/diagnose/node_checks.py", "core/diagnose/stall.py", "core/hosts/programs/launcher.py",
-    "core/hosts/programs/reporter.py", "core/hosts/programs/storage_probe.py",
-    "core/hosts/programs/triage_probe.py", "core/ops.py", "core/redact.py", "screens/bench_run.py",
-    "screens/bench_runs.py", "tui/deployment_view.py",
-    # out-run's files read BenchRun.sglang_version and BenchStateEvent.sglang_version: renamed to
-    # engine_version (keys kept through engines.plan_key) once they read the new name
-    "core/domain.py",
-    # sim: the simulated host and its stand-in server
-    "cli/sim.py", "sim/files/pynvml.py", "sim/files/sglang_sim.py", "sim/host.py",
+    # the simulated host and its small server (the sim's share of item 2, next)
+    "cli/sim.py", "sim/files/pynvml.py", "sim/files/sglang_demo.py", "sim/host.py",
 }
 
 

@@ -22,11 +22,11 @@ SUMMARY = {"max_concurrency": 4, "output_throughput": 812.5, "completed": 8}
 
 BENCH = [  # (event, what BenchRunner emitted before: {"schema", "ts", "event", "run", …data})
     (BenchStateEvent(run=7, ts=TS, state="running", profile=PROFILE, deployment="qwen", host="gpu1",
-                     url="http://127.0.0.1:30000", sglang_version="0.5.4", module="sglang.bench_serving"),
+                     url="http://127.0.0.1:30000", engine_version="0.5.4", module="sglang.bench_serving"),
      {"state": "running", "profile": PROFILE, "deployment": "qwen", "host": "gpu1", "url": "http://127.0.0.1:30000",
       "sglang_version": "0.5.4", "module": "sglang.bench_serving"}),
     (BenchStateEvent(run=7, ts=TS, state="running", profile=PROFILE, deployment=None, host="gpu1",
-                     url="http://10.0.0.2:8000", sglang_version="0.5.4", module="sglang.test.run_eval"),
+                     url="http://10.0.0.2:8000", engine_version="0.5.4", module="sglang.test.run_eval"),
      {"state": "running", "profile": PROFILE, "deployment": None, "host": "gpu1", "url": "http://10.0.0.2:8000",
       "sglang_version": "0.5.4", "module": "sglang.test.run_eval"}),
     (BenchStateEvent(run=7, ts=TS, state="ok", error=None), {"state": "ok", "error": None}),

@@ -426,7 +426,7 @@ class BenchRunner:
             started_at=utc_now())
         self.run_id = run.id
         self.emit(BenchStateEvent(run=self.run_id, state="running", profile=self.profile.to_json(),
-                                  deployment=t.deployment, host=t.host.name, url=t.url, sglang_version=version,
+                                  deployment=t.deployment, host=t.host.name, url=t.url, engine_version=version,
                                   module=_eval_module(t) if self.profile.kind == "quality" else module))
         quality = None
         try:
@@ -743,7 +743,7 @@ def describe_run(run: BenchRun) -> str:
     names = ", ".join(sorted({n for n in gpus.get("names") or [] if n})) or "?"
     where = run.deployment or run.url or run.settings.get("file") or "-"
     return (f"#{run.id} {run.profile} ({run.status}) {where}: {run.model or '?'}, {engine_title(run.plan)} "
-            f"{run.sglang_version or '?'}, " + (f"{gpus.get('count')}x {names}" if gpus else "GPUs ?")
+            f"{run.engine_version or '?'}, " + (f"{gpus.get('count')}x {names}" if gpus else "GPUs ?")
             + f", started {run.started_at or '-'}")
 
 
@@ -774,12 +774,12 @@ def export(runs: list[BenchRun], kind: str) -> str:
         buf = io.StringIO()
         out = csv.writer(buf, lineterminator="\n")
         keys = [k for k, *_ in METRICS if k != "quality_score"]
-        out.writerow(["run", "source", "deployment", "url", "model", "sglang_version", "gpu_count", "gpu_names",
+        out.writerow(["run", "source", "deployment", "url", "model", engines.plan_key("engine_version"), "gpu_count", "gpu_names",
                       "profile", "status", "started_at", "max_concurrency", "request_rate", "completed", "duration",
                       *keys, "quality_score"])
         for run in runs:
             gpus = run.gpus or {}
-            head = [run.id, run.source, run.deployment, run.url, run.model, run.sglang_version, gpus.get("count"),
+            head = [run.id, run.source, run.deployment, run.url, run.model, run.engine_version, gpus.get("count"),
                     ";".join(n or "" for n in gpus.get("names") or []), run.profile, run.status, run.started_at]
             for record in run.records or [{}]:
                 out.writerow([*("" if v is None else v for v in head),

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import msgspec
 import psutil
 
+from .. import engines
 from ..config import validate_host_name
 from ..states import State
 from ..domain import (
@@ -61,6 +62,9 @@ BENCH_SOURCES = ("gpuops", "import")
 # A name in one of these states may be deployed again (a new run): its server is not running,
 # or never started (gpuops closed or killed while planning or downloading: the download resumes).
 REDEPLOYABLE = (State.STOPPED, State.PLANNED, State.DOWNLOADING)
+
+# the bench runs' column of the engine's version: named after gpuops' first engine (stores keep it)
+ENGINE_VERSION = engines.plan_key("engine_version")
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: deployments and their events
@@ -96,7 +100,7 @@ MIGRATIONS: tuple[str, ...] = (
         host            TEXT,
         url             TEXT,
         model           TEXT,
-        sglang_version  TEXT,            -- the engine's version (the column keeps its first engine's name)
+        {ENGINE_VERSION}  TEXT,          -- the engine's version (the column keeps its first engine's name)
         gpus_json       TEXT,            -- {"count", "ids", "names"} or null
         plan_json       TEXT,
         profile         TEXT NOT NULL,
@@ -110,7 +114,7 @@ MIGRATIONS: tuple[str, ...] = (
         started_at      TEXT,
         finished_at     TEXT
     );
-    """,
+    """.replace("{ENGINE_VERSION}", ENGINE_VERSION),
     # 3: the functional checks of a run (tool calls, reasoning split, MTP accept length)
     """
     ALTER TABLE bench_runs ADD COLUMN checks_json TEXT;
@@ -584,7 +588,7 @@ class Store:
             raise StoreError(f"unknown benchmark source {source!r}")
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO bench_runs (source, deployment, host, url, model, sglang_version, gpus_json, plan_json,"
+                f"INSERT INTO bench_runs (source, deployment, host, url, model, {ENGINE_VERSION}, gpus_json, plan_json,"
                 " profile, settings_json, status, records_json, quality_json, remote_dir, created_at, started_at,"
                 " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (source, deployment, host, url, model, engine_version, _strict_json_or_null(gpus),
@@ -703,7 +707,7 @@ def _plan(text: str | None, where: str) -> Plan | None:
 def _bench_run(row: sqlite3.Row) -> BenchRun:
     where = f"benchmark run {row['id']}"
     doc = {"id": row["id"], "source": row["source"], "deployment": row["deployment"], "host": row["host"],
-           "url": row["url"], "model": row["model"], "sglang_version": row["sglang_version"],
+           "url": row["url"], "model": row["model"], ENGINE_VERSION: row[ENGINE_VERSION],
            "gpus": _loads(row["gpus_json"], where), "profile": row["profile"],
            "settings": _loads(row["settings_json"], where), "status": row["status"], "error": row["error"],
            "records": _loads(row["records_json"], where), "quality": _loads(row["quality_json"], where),

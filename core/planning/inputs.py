@@ -1,4 +1,4 @@
-"""What the planner is given: the target (a host's GPUs, disks and SGLang, or offline figures), the
+"""What the planner is given: the target (a host's GPUs, disks and engine, or offline figures), the
 operator's wishes, and for ``--like`` a previous deployment's launch. Below the planner's modules
 (:mod:`.plan` builds from these, :mod:`.rules`' context carries them, :mod:`.like` reads a
 :class:`Previous`), so none of them imports another to name these types."""
@@ -26,13 +26,13 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class Target:
-    """What the plan is for: a host's GPUs, disks and SGLang, or offline figures."""
+    """What the plan is for: a host's GPUs, disks and engine, or offline figures."""
 
     host: str | None
     gpus: tuple[GpuInfo, ...]
     engine_version: str | None  # the host's installed engine version; None: not installed / unknown
     help_flags: frozenset[str] | None = None  # the host's `launch_server --help`, when it ran
-    python: str | None = None  # the interpreter with SGLang on the host; None: offline, bound at deploy
+    python: str | None = None  # the interpreter with the engine on the host; None: offline, bound at deploy
     model_dirs: tuple[str, ...] = ()
     forbidden_paths: tuple[str, ...] = ()
     free_bytes: dict[str, int] = field(default_factory=dict)  # model dir -> free bytes there
