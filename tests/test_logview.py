@@ -146,7 +146,7 @@ async def test_a_render_reads_the_views_style_once():
         for i in range(5):  # fewer lines than rows: the other 25 are blank
             view.append(f"line {i}" if i != 3 else "RuntimeError: boom", ts=float(i))
         view.show_timestamps = True
-        await pilot.pause()
+        assert await until(pilot, lambda: not view._size_pending)  # (the view sized: no render of that to come)
         await pilot.pause()
         Counted.reads = 0
         view.refresh()
