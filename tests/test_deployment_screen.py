@@ -71,3 +71,46 @@ async def test_deploy_from_plan_review_opens_the_deployment_screen_until_ready(w
                                timeout=60)
     finally:
         subprocess.run([GPUOPS, "--config", str(cfg), "stop", "fromtui", "--yes"], capture_output=True, env=env)
+
+
+async def test_a_burst_of_log_lines_reaches_the_screen_in_order_as_one_message(tmp_path, monkeypatch):
+    """What the bus says comes to the deployment screen as it was said (log lines, a phase, a state,
+    more lines), but a burst as one message: 2,000 lines were 2,000 messages through the screen's
+    queue (at 20,000 lines a second, a key press waited behind them)."""
+    from gpuops.core.config import parse_inventory
+    from gpuops.core.deploy.store import Store
+    from gpuops.core.domain import LogEvent, PhaseEvent, StateEvent
+    from tests.plans import make_plan
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = Store()
+    store.add_deployment("localhost", make_plan("alpha"), state="stopped")
+    store.close()
+    app = GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = DeploymentScreen(app.ops.deployment("alpha"))
+        await app.push_screen(screen)
+        assert await until(pilot, lambda: screen.is_mounted and bool(screen.query(LogView)))
+        run = screen.view.run
+        messages: list[str] = []
+        post = screen.post_message
+
+        def counted(message):
+            messages.append(type(message).__name__)
+            return post(message)
+
+        screen.post_message = counted
+        log = screen.query_one(LogView)
+        before = len(log.plain_lines())
+        for i in range(1000):
+            app.ops.bus.publish("alpha", LogEvent(line=f"line {i}", run=run, deployment="alpha"))
+        app.ops.bus.publish("alpha", PhaseEvent(phase="weights", run=run, deployment="alpha"))
+        app.ops.bus.publish("alpha", StateEvent(state="crashed", run=run, deployment="alpha"))
+        for i in range(1000, 2000):
+            app.ops.bus.publish("alpha", LogEvent(line=f"line {i}", run=run, deployment="alpha"))
+        assert await until(pilot, lambda: len(log.plain_lines()) == before + 2000)
+        assert log.plain_lines()[before:] == [f"line {i}" for i in range(2000)]
+        assert screen.view.state == "crashed" and "weights" in screen.view.phases
+        assert messages.count("Changed") == 1  # was 2,002
+        assert screen.banner()[1] == "crashed"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import App, ComposeResult
 
 from gpuops.tui.logview import LogView
-from tests.tui_helpers import until
+from tests.tui_helpers import screen_text, until
 
 
 class LogApp(App):
@@ -87,3 +89,96 @@ async def test_memory_is_bounded_with_a_visible_dropped_count():
         await pilot.pause()
         assert len(view.entries) == 100 and view.dropped == 900
         assert view.plain_lines()[0] == "l900"
+
+
+async def test_flowing_lines_lay_the_screen_out_only_when_a_scrollbar_appears():
+    """Lines arriving while following grow only the view's content: its scrollbar and scroll
+    position follow them without a layout of the whole screen (which repaints every widget on
+    it, each frame while 20,000 lines a second flow)."""
+    app = LogApp(capacity=10_000)
+    async with app.run_test(size=(80, 12)) as pilot:
+        view = app.query_one(LogView)
+        view.focus()
+        layouts: list[int] = []
+        screen = app.screen
+        lay_out = screen._refresh_layout
+
+        def counted(*args, **kwargs):
+            layouts.append(1)
+            return lay_out(*args, **kwargs)
+
+        screen._refresh_layout = counted
+        n = 0
+        for batch in range(8):
+            for _ in range(50):
+                view.append(f"line {n}")
+                n += 1
+            last = f"line {n - 1}"
+            assert await until(pilot, lambda last=last: visible(view)[-1] == last)
+            # what the user sees: the newest line at the bottom, the scrollbar as long as the log
+            assert view.scroll_y == view.max_scroll_y == n - view.scrollable_content_region.height
+            assert view.vertical_scrollbar.window_virtual_size == view.virtual_size.height == n
+            assert view.vertical_scrollbar.position == view.scroll_y
+            if batch == 1:  # (the first lines that overflow show the scrollbar: those lay the screen out)
+                layouts.clear()
+        assert layouts == []  # was one a batch
+
+
+async def test_a_render_reads_the_views_style_once():
+    """The lines of one render share the widget's style, width and scroll offset (Textual blends
+    the style through the ancestors on each read): read once a render, the lines are the same."""
+
+    class Counted(LogView):
+        reads = 0
+
+        @property
+        def rich_style(self):
+            Counted.reads += 1
+            return super().rich_style
+
+    class OneView(App):
+        def compose(self) -> ComposeResult:
+            yield Counted(id="log")
+
+    app = OneView()
+    async with app.run_test(size=(60, 30)) as pilot:
+        view = app.query_one(Counted)
+        for i in range(5):  # fewer lines than rows: the other 25 are blank
+            view.append(f"line {i}" if i != 3 else "RuntimeError: boom", ts=float(i))
+        view.show_timestamps = True
+        assert await until(pilot, lambda: not view._size_pending)  # (the view sized: no render of that to come)
+        await pilot.pause()
+        Counted.reads = 0
+        view.refresh()
+        assert await until(pilot, lambda: Counted.reads > 0)  # a frame rendered the view
+        await pilot.pause()
+        assert Counted.reads <= 2  # one a render; was one for each blank line (25)
+        ts = time.strftime("%H:%M:%S ", time.localtime(3.0))
+        shown = screen_text(app)
+        assert f"{ts}RuntimeError: boom" in shown and "line 4" in shown
+        strips = view._styles_cache.render_widget(view, view.scrollable_content_region.reset_offset)
+        assert [s.text.rstrip() for s in strips[:5]] == [
+            time.strftime("%H:%M:%S ", time.localtime(float(i))) + (f"line {i}" if i != 3 else "RuntimeError: boom")
+            for i in range(5)]
+        colors = [{seg.style.color for seg in strip if seg.style and seg.text.strip()} for strip in strips[:5]]
+        assert colors[3] and colors[3].isdisjoint(colors[4])  # the error line in its own colour (red)
+        blank = list(strips[-1])
+        assert all(list(s) == blank for s in strips[5:]) and strips[-1].text.strip() == ""
+        assert blank[0].style.bgcolor == view.rich_style.bgcolor  # the view's own background
+
+
+def test_a_lines_level_is_read_as_the_patterns_say():
+    """_level (a lowercased, case-sensitive search for ASCII text) says what ERROR_RE and WARN_RE
+    (re.I) say, for the real logs' lines and their case variants, and non-ASCII lines."""
+    from pathlib import Path
+
+    from gpuops.tui.logview import ERROR_RE, WARN_RE, _level
+
+    logs = Path(__file__).parent / "data" / "logs"
+    lines = [ln for f in sorted(logs.rglob("*.log")) for ln in f.read_text(errors="replace").splitlines()]
+    lines += ["warn", "WaRnInG x", "eRrOr: x", "out OF Memory", "OOM", "fataL", "Traceback (most", "x FAILED",
+              "no problem here", "", "Ünïcode ERROR", "İ warning", "ſtrange", "K\u212aelvin error", "ﬁne"]
+    lines += [ln.upper() for ln in lines[:2000]] + [ln.swapcase() for ln in lines[:2000]]
+    levels = [_level(ln) for ln in lines]
+    assert levels == [2 if ERROR_RE.search(ln) else 1 if WARN_RE.search(ln) else 0 for ln in lines]
+    assert levels.count(2) > 10 and levels.count(1) > 10 and levels.count(0) > 100

@@ -16,7 +16,7 @@ from typing import Final
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -26,6 +26,10 @@ from ..core.literal import literal
 
 ERROR_RE = re.compile(r"Traceback|Error|ERROR|Exception|error:|FAILED|fatal|OOM|out of memory", re.I)
 WARN_RE = re.compile(r"WARN|Warning|warning", re.I)
+# The same two, for ASCII text lowercased: a case-sensitive search is ~10x faster than re.I's, and
+# a log line is read by _level as it arrives (20,000 a second). For ASCII text they match alike.
+_ERROR_ASCII = re.compile(ERROR_RE.pattern.lower())
+_WARN_ASCII = re.compile(WARN_RE.pattern.lower())
 TS_FORMAT = "%H:%M:%S "
 TS_FORMAT_SAMPLE = "00:00:00 "
 
@@ -37,6 +41,14 @@ Entry = tuple[str, float | None, int]
 TEXT: Final = 0  # Final: the index is a literal, so mypy knows each field's type
 TS: Final = 1
 LEVEL: Final = 2
+
+
+def _level(text: str) -> int:
+    """2 for an error line, 1 for a warning, else 0 (ERROR_RE, WARN_RE)."""
+    if text.isascii():
+        low = text.lower()
+        return 2 if _ERROR_ASCII.search(low) else 1 if _WARN_ASCII.search(low) else 0
+    return 2 if ERROR_RE.search(text) else 1 if WARN_RE.search(text) else 0
 
 
 class LogView(ScrollView, can_focus=True):
@@ -86,6 +98,7 @@ class LogView(ScrollView, can_focus=True):
         self._first = 0  # absolute number of entries[0]
         self._widest = 0  # the longest text (without a timestamp prefix) among the rows
         self._size_pending = False
+        self._frame: tuple[Offset, int, Strip] | None = None  # what one render's lines share
 
     # ---------------------------------------------------------------- data
 
@@ -93,7 +106,7 @@ class LogView(ScrollView, can_focus=True):
         # one line, as literal text: a carriage return, a tab, what is left of an escape sequence (a
         # BEL, an OSC's text) or a bidi override in a log line is shown escaped, never sent to the terminal
         text = literal(text.rstrip("\n"))
-        level = 2 if ERROR_RE.search(text) else 1 if WARN_RE.search(text) else 0
+        level = _level(text)
         if len(self.entries) == self.capacity:
             self.dropped += 1
             self._first += 1
@@ -151,14 +164,27 @@ class LogView(ScrollView, can_focus=True):
     def _apply_size(self) -> None:
         self._size_pending = False
         width = self._width()
-        self.virtual_size = Size(width if self.wrap else max(width, self._widest + self._prefix_len()), len(self._rows))
-        if self.follow:  # once the new size is laid out
-            self.call_after_refresh(self._to_end)
+        size = Size(width if self.wrap else max(width, self._widest + self._prefix_len()), len(self._rows))
+        laid_out = False
+        if size != self.virtual_size:
+            # Only this view's content grew: no layout of the screen (setting virtual_size lays out
+            # and repaints every widget on it, each frame while lines flow). Its scrollbars follow
+            # as a layout would update them (Textual's Widget._scroll_update); a scrollbar shown or
+            # hidden lays the screen out itself.
+            bars = self.show_horizontal_scrollbar, self.show_vertical_scrollbar
+            self.set_reactive(LogView.virtual_size, size)
+            self._scroll_update(size)
+            laid_out = bars != (self.show_horizontal_scrollbar, self.show_vertical_scrollbar)
+        if self.follow:
+            if laid_out:  # the end is known once the new layout is done
+                self.call_after_refresh(self._to_end)
+            else:  # now: the frame that shows the new lines shows them at the end (one repaint, not two)
+                self._to_end(immediate=True)
         self.refresh()
 
-    def _to_end(self) -> None:
+    def _to_end(self, immediate: bool = False) -> None:
         if self.follow:
-            self.scroll_end(animate=False, x_axis=False)
+            self.scroll_end(animate=False, x_axis=False, immediate=immediate)
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text
@@ -176,12 +202,27 @@ class LogView(ScrollView, can_focus=True):
 
     # ---------------------------------------------------------------- rendering
 
-    def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        row = scroll_y + y
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # What every line of one render shares, looked up once for all of them: the widget's style
+        # (Textual blends it through the ancestors on each read, the most of an empty line's cost),
+        # its width, the scroll offset and a blank line.
         width = self.scrollable_content_region.width
+        self._frame = (self.scroll_offset, width, Strip.blank(width, self.rich_style))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
+    def render_line(self, y: int) -> Strip:
+        if self._frame is None:  # (outside render_lines)
+            width = self.scrollable_content_region.width
+            frame = (self.scroll_offset, width, Strip.blank(width, self.rich_style))
+        else:
+            frame = self._frame
+        (scroll_x, scroll_y), width, blank = frame
+        row = scroll_y + y
         if row >= len(self._rows):
-            return Strip.blank(width, self.rich_style)
+            return blank
         entry, piece = self._entry(row)
         text = self._line_text(entry)
         text = text[piece * width:(piece + 1) * width] if self.wrap else text[scroll_x:scroll_x + width]
