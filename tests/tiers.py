@@ -161,26 +161,23 @@ SLOW_TESTS = frozenset({
 
 
 # The files the full suite's workers take first, the heaviest first (seconds of a full run on 3 workers of
-# this 2-core machine under load, `--durations` summed by file): pytest-xdist's `--dist loadfile` hands
+# this 2-core machine under load, `--durations=0` summed by file): pytest-xdist's `--dist loadfile` hands
 # out whole files in the order they are collected, so a long file collected last (test_real_sglang*,
 # test_replicas, test_swap sort late) would be the run's tail while the other workers idle.
-HEAVY_FIRST = (
-    "test_replicas.py",  # ~650 s
-    "test_real_sglang.py",  # ~450 s
-    "test_real_sglang_nodes.py",  # ~420 s
-    "test_bench_cli.py",  # ~350 s
-    "test_real_sglang_refusals.py",  # ~290 s
-    "test_multinode_plan.py",  # ~250 s
-    "test_cli_verbs.py",  # ~200 s
-    "test_one_truth.py",  # ~165 s
-    "test_swap.py",  # ~150 s
-    "test_router_probe.py",  # ~130 s
-    "test_like_secrets.py",  # ~100 s
-    "test_layers.py",  # ~95 s
-    "test_store_hardening.py",  # ~85 s
-    "test_download_life.py",
-    "test_terminal_screens.py",
-    "test_swap_tui.py",
+HEAVY_FIRST = (  # (seconds of each in a run of 21 min on 3 workers; the suite's tests sum to ~3,650 s)
+    "test_real_sglang_nodes.py",  # 361
+    "test_real_sglang.py",  # 304
+    "test_real_sglang_refusals.py",  # 238
+    "test_replicas.py",  # 237
+    "test_multinode_plan.py",  # 209
+    "test_one_truth.py",  # 182
+    "test_store_hardening.py",  # 171
+    "test_swap.py",  # 154
+    "test_download_life.py",  # 133
+    "test_bench_cli.py",  # 133
+    "test_cli_verbs.py",  # 124
+    "test_swap_tui.py",  # 80
+    "test_deploy.py",  # 68
 )
 
 
