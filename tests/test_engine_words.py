@@ -18,24 +18,19 @@ ENGINE_PACKAGE = "core/engines/sglang"
 WORD = re.compile("sglang", re.IGNORECASE)
 
 # Plain text for the operator: `gpuops plan`/`deploy`'s option --sglang-version (its argparse dest,
-# sglang_version, is what a PLAN.json refusal names) and help that names SGLang as the default engine.
-CLI_TEXT = {"cli/plan.py"}
+# sglang_version, is what a PLAN.json refusal names) and help that names SGLang as the default engine;
+# `gpuops sim setup`'s --sglang-version and --sglang-venv (cli/sim.py reads only their dests).
+CLI_TEXT = {"cli/plan.py", "cli/sim.py"}
 
 # Still to move, each in another helper's branch of issue 24 (the lead empties this list as they merge):
 PENDING = {
-    # out-run: bench, deploy, diagnose, hosts' programs, Ops, the CLI's main and bench verbs, other screens
-    "cli/bench.py", "cli/main.py", "core/bench/__init__.py", "core/bench/functional.py", "core/bench/runner.py",
-    "core/deploy/deployer.py", "core/deploy/journal.py", "core/deploy/router.py", "core/deploy/store.py",
-    "core/deploy/view.py", "core/deploy/watch.py", "core/diagnose/fixes.py", "core/diagnose/host_checks.py",
-    "core/diagnose/node_checks.py", "core/diagnose/stall.py", "core/hosts/programs/launcher.py",
-    "core/hosts/programs/reporter.py", "core/hosts/programs/storage_probe.py",
-    "core/hosts/programs/triage_probe.py", "core/ops.py", "core/redact.py", "screens/bench_run.py",
-    "screens/bench_runs.py", "tui/deployment_view.py",
-    # out-run's files read BenchRun.sglang_version and BenchStateEvent.sglang_version: renamed to
-    # engine_version (keys kept through engines.plan_key) once they read the new name
-    "core/domain.py",
-    # sim: the simulated host and its stand-in server
-    "cli/sim.py", "sim/files/pynvml.py", "sim/files/sglang_sim.py", "sim/host.py",
+    # out-run: the bench run's version field (BenchRun.sglang_version, BenchStateEvent.sglang_version: renamed
+    # to engine_version, its key kept through engines.plan_key, once they read the new name), the store's
+    # column, the CLI's main and bench verbs, the bench screens
+    "cli/bench.py", "cli/main.py", "core/bench/runner.py", "core/deploy/store.py", "core/domain.py",
+    "screens/bench_run.py", "screens/bench_runs.py",
+    # the planner's inputs (moved from plan.py by circles' branch after out-plan's): three comments
+    "core/planning/inputs.py",
 }
 
 
