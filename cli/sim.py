@@ -32,8 +32,8 @@ def cmd_sim_setup(args: argparse.Namespace) -> int:
         # holds something else (setup runs again on a simulated host's own directory)
         check_setup_dir(args.dir)
         memory = {} if args.gpu_memory is None else {"gpu_memory_gib": args.gpu_memory}
-        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, sglang_version=args.sglang_version,
-                            scenario=args.scenario, pace=args.pace, sglang_venv=args.sglang_venv, **memory)
+        sim = setup_simhost(args.dir, gpus=args.gpus, nvml=args.nvml, engine_version=args.sglang_version,
+                            scenario=args.scenario, pace=args.pace, engine_venv=args.sglang_venv, **memory)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

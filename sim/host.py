@@ -7,23 +7,23 @@ gpuops code::
     DIR/bin/nvidia-smi      a fake nvidia-smi (template sim/files/nvidia-smi)
     DIR/lib/pynvml.py       a fake nvidia-ml-py (template sim/files/pynvml.py)
     DIR/lib-absent/pynvml.py  (nvml="absent" only) makes ``import pynvml`` fail
-    DIR/lib/sglang/         a stand-in sglang package: ``__version__`` only (sglang_version=...),
-                            or one whose import fails (sglang_version="none")
-    DIR/lib/sglang-V.dist-info/  its package metadata (importlib.metadata.version("sglang"))
-    DIR/lib/sglang/launch_server.py  runs the server (``-m sglang.launch_server``): DIR/lib/sglang-sim/sglang_sim
-    DIR/lib/sglang-sim/     the server and its data: sglang_sim.py (the product's small server,
-                            sim/files/sglang_demo.py) with demo.json (its script, from
-                            gpuops.core.engines.sglang.demo), or the package sglang_sim/ that
-                            GPUOPS_SIM_SERVER (or server=) names (the tests' scenario engine);
-                            launch_server.help (``--help`` of that version, generated from
-                            gpuops.core.engines.sglang.versions' data), launch_server.json (that version's
-                            options, for the simulator's argparse), server_args.json (ServerArgs fields)
+    DIR/lib/PACKAGE/        the engine's stand-in package (PACKAGE: its import name), its version
+                            only (engine_version=...), or one whose import fails (engine_version="none")
+    DIR/lib/PACKAGE-V.dist-info/  its package metadata (importlib.metadata.version(PACKAGE))
+    DIR/lib/SERVER.py       runs the server (``-m SERVER``, the engine's server module, as a path
+                            under lib/): DIR/lib/PACKAGE-sim/PACKAGE_sim
+    DIR/lib/PACKAGE-sim/    the server and its data: PACKAGE_sim.py (the product's small server,
+                            sim/files/demo_server.py) with demo.json (its script, the engine's), or
+                            the package PACKAGE_sim/ that GPUOPS_SIM_SERVER (or server=) names (the
+                            tests' scenario engine); SERVER_NAME.help (``--help`` of that version, from the
+                            engine's version data) and the engine's server files (e.g. that version's
+                            options, for the simulator's argparse)
     DIR/lib/sim-data/models.json  known repos: config.json, checkpoint size, shards (fake hf, simulator)
     DIR/bin/hf              a fake huggingface_hub CLI (``hf download``; template sim/files/hf)
     DIR/bin/systemctl       a fake systemctl writing real journal files (template sim/files/systemctl)
     DIR/journal/            the journal (``journalctl --directory=DIR/journal``), written by
                             systemd-journal-remote for the fake systemctl's units
-    DIR/state/gpus.json     the GPUs, which tests and the SGLang simulator change
+    DIR/state/gpus.json     the GPUs, which tests and the server simulator change
     DIR/state/sim.json      the scenario, the pace and the simulator's knobs (``SimHost.set_sim``)
     DIR/state/server.json   which server the host runs and the scenarios it knows (``SimHost.scenarios``)
     DIR/state/calls.log     one line per run of the host's python (pid, arguments): what tests count
@@ -39,11 +39,14 @@ gpuops sends its reporter (core/hosts/programs/reporter.py) as ``python -c SOURC
 with the fake pynvml first on PYTHONPATH, so the reporter's ordinary code paths sample the
 simulated GPUs. ``SimHost.host_block()`` gives that config entry.
 
-The host presents one SGLang version to every question: ``import sglang`` and its package
-metadata name it, and ``python -m sglang.launch_server --help`` (or ``-h``) lists exactly that
-version's options in argparse's layout. Any other ``-m sglang.launch_server`` run starts the
-server: start-up lines at the host's pace, GPU memory through the phases, then the HTTP API. The
-product's small server (sim/files/sglang_demo.py) knows the demo's scenarios (``SCENARIOS``); the
+What the host presents of the serving engine is the engine's (``engines.get(engine).simhost()``, a
+``core.engines.base.SimHostPart``): the simulator renders its files from it and names none of them.
+The host presents one engine version to every question: ``import PACKAGE`` and its package
+metadata name it, and ``python -m SERVER --help`` (or ``-h``) lists exactly that version's options
+(the engine's help text). Any other ``-m SERVER`` run starts the server: start-up lines at the
+host's pace, GPU memory through the phases, then the HTTP API; the engine's other modules
+(``real_modules``: its benchmark, its router) run from the engine's virtualenv given to setup. The
+product's small server (sim/files/demo_server.py) knows the demo's scenarios (``SCENARIOS``); the
 tests set GPUOPS_SIM_SERVER (``SERVER_ENV``) to their scenario engine (tests/simhost, not in the
 wheel), which knows every scenario and version. The scenario and the pace live in DIR/state/sim.json; ``setup_simhost(..., scenario=,
 pace=)`` or ``SimHost.set_sim`` change them.
@@ -66,11 +69,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.engines.sglang import versions as sglang_versions
-from ..core.engines.sglang.demo import demo_script
+from ..core import engines
+from ..core.engines.base import SimHostPart
 from ..core.paths import show_path
 
-__all__ = ["SimHost", "setup_simhost", "SERVER_ENV", "server_scenarios", "resolve_server", "NVML_MODES", "IOMMU_MODES", "GPU_FIELDS", "NO_SGLANG", "NO_SIMULATOR", "SCENARIOS",
+__all__ = ["SimHost", "setup_simhost", "SERVER_ENV", "server_scenarios", "resolve_server", "NVML_MODES", "IOMMU_MODES", "GPU_FIELDS", "SCENARIOS",
            "SIM_FIELDS", "LAUNCHERS"]
 
 TEMPLATES = Path(__file__).resolve().parent / "files"
@@ -101,24 +104,17 @@ _BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+,@%=-]+$")
 _HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
-_SGLANG_VERSION = re.compile(r"^\d+(\.\d+)*[0-9A-Za-z.+_-]*$")
-
-# sglang_version values that mean "this host has no SGLang".
-NO_SGLANG = ("none", "absent")
-
-# Kept for callers of the first version (the simulator now answers every launch).
-NO_SIMULATOR = "gpuops simulated host: the SGLang server simulator is not installed yet"
 
 # iommu=...: the kernel's IOMMU as /proc/cmdline, /sys and the kernel log show it. "off": no IOMMU
 # groups; "pt": groups in pass-through (identity); "translated": DMA translation (what breaks PCIe
 # peer-to-peer); "sev-snp": translated, in an AMD SEV-SNP confidential VM.
 IOMMU_MODES = ("off", "pt", "translated", "sev-snp")
 
-# The server behind ``python -m sglang.launch_server`` on the host: the product's small one (the demo's
+# The server behind ``python -m SERVER`` (the engine's server module) on the host: the product's small one (the demo's
 # scenarios, SCENARIOS), or the one GPUOPS_SIM_SERVER (or setup_simhost's server=) names: the tests'
 # scenario engine (tests/simhost), a package folder or a file with a main(argv) and a literal SCENARIOS.
 SERVER_ENV = "GPUOPS_SIM_SERVER"
-DEMO_SERVER = TEMPLATES / "sglang_demo.py"
+DEMO_SERVER = TEMPLATES / "demo_server.py"
 
 
 def server_scenarios(server: str | Path) -> tuple[str, ...]:
@@ -291,7 +287,7 @@ class SimHost:
     python: Path
     bin_dir: Path
     state_file: Path
-    sglang_version: str | None = None  # None: the host has no SGLang
+    engine_version: str | None = None  # None: the host has no engine
     scenario: str = "ok"
     pace: float = 1.0
 
@@ -512,9 +508,9 @@ _WRAPPER = """#!/bin/sh
 # for the host's interpreter and runs the real one ({real}).
 SIM_DIR='{dir}'
 REAL_PYTHON='{real}'
-SGLANG_VERSION='{sglang_version}'  # empty: this host has no SGLang
-SGLANG_VENV='{sglang_venv}'  # empty: no real SGLang for its benchmark and eval modules
-SIM_PYTHONPATH="{pythonpath}"  # the stand-ins (pynvml, sglang) this wrapper puts first on PYTHONPATH
+{var}_VERSION='{version}'  # empty: this host has no {title}
+{var}_VENV='{venv}'  # empty: no real {title} for its benchmark and eval modules
+SIM_PYTHONPATH="{pythonpath}"  # the stand-ins (pynvml, {package}) this wrapper puts first on PYTHONPATH
 # every run, one line in state/calls.log (what tests count: log followers, probes, reporters):
 # its pid and its arguments, the source of a `python -c SOURCE` left out
 if [ "${{1:-}}" = "-c" ]; then _calls=$(shift 2; printf '%s ' "$@"); else _calls="$*"; fi
@@ -526,17 +522,16 @@ case "${{1:-}}" in
     *) _module= ;;
 esac
 case "$_module" in
-    sglang.launch_server) ;;
-    sglang.*|sglang_router.*)
-        # SGLang's benchmark and eval modules (bench_serving, benchmark.serving, test.run_eval, ...)
-        # and sglang-router (the real Rust router, in front of simulated servers; keyed, through
-        # gpuops' launcher) run for real from the SGLang virtualenv given to setup, without the
-        # stand-ins on PYTHONPATH.
-        # (With no SGLang they fall through to the real python below: No module named 'sglang'.)
-        if [ -n "$SGLANG_VERSION" ]; then
-            if [ -z "$SGLANG_VENV" ]; then
-                echo "gpuops simulated host: python -m $_module needs a real SGLang virtualenv; set one up with" \
-                     "gpuops sim setup DIR --sglang-venv PATH" >&2
+    {server_module}) ;;
+    {real_modules})
+        # {title}'s other modules (its benchmark and eval modules, its router in front of simulated
+        # servers, keyed, through gpuops' launcher) run for real from the {title} virtualenv given to
+        # setup, without the stand-ins on PYTHONPATH.
+        # (With no {title} they fall through to the real python below: No module named '{package}'.)
+        if [ -n "${var}_VERSION" ]; then
+            if [ -z "${var}_VENV" ]; then
+                echo "gpuops simulated host: python -m $_module needs a real {title} virtualenv; set one up with" \
+                     "gpuops sim setup DIR {venv_option} PATH" >&2
                 exit 1
             fi
             while :; do  # a parent python run by this wrapper left the stand-ins on PYTHONPATH
@@ -546,21 +541,21 @@ case "$_module" in
                     *) break ;;
                 esac
             done
-            exec "$SGLANG_VENV/bin/python" "$@"
+            exec "${var}_VENV/bin/python" "$@"
         fi ;;
 esac
 export GPUOPS_HOST_ROOT="$SIM_DIR/root"
 export PYTHONPATH="$SIM_PYTHONPATH${{PYTHONPATH:+:$PYTHONPATH}}"
 case "$1 $2" in
-    "-m sglang.launch_server")
-        # The SGLang server simulator's branch point: --help answers for the host's version;
-        # anything else runs $SIM_DIR/lib/sglang/launch_server.py (the simulator) with the
-        # real python below, so the process looks like `python -m sglang.launch_server ...`.
-        # (With no SGLang the real python runs it and fails: No module named 'sglang'.)
-        if [ -n "$SGLANG_VERSION" ]; then
+    "-m {server_module}")
+        # The {title} server simulator's branch point: --help answers for the host's version;
+        # anything else runs $SIM_DIR/lib/{server_path} (the simulator) with the
+        # real python below, so the process looks like `python -m {server_module} ...`.
+        # (With no {title} the real python runs it and fails: No module named '{package}'.)
+        if [ -n "${var}_VERSION" ]; then
             for arg in "$@"; do
                 case "$arg" in
-                    -h|--help) exec cat "$SIM_DIR/lib/sglang-sim/launch_server.help" ;;
+                    -h|--help) exec cat "$SIM_DIR/lib/{sim_folder}/{help_file}" ;;
                 esac
             done
         fi ;;
@@ -569,35 +564,18 @@ esac
 exec "$REAL_PYTHON" "$@"
 """
 
-_LAUNCH_SERVER = '''"""gpuops' simulated host: `python -m sglang.launch_server` runs the SGLang server simulator."""
+# lib/SERVER.py: `python -m SERVER` runs the simulator (lib/PACKAGE-sim/PACKAGE_sim, DEPTH folders up)
+_LAUNCH_SERVER = '''"""gpuops' simulated host: `python -m {server_module}` runs the {title} server simulator."""
 
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang-sim"))
+sys.path.insert(0, os.path.join({lib}, "{sim_folder}"))
 
-import sglang_sim  # noqa: E402
+import {sim_module}  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(sglang_sim.main(sys.argv[1:]))
-'''
-
-_SGLANG_INIT = '''"""gpuops' simulated host: a stand-in for SGLang {version} (its version, nothing else)."""
-
-__version__ = "{version}"
-'''
-
-_SGLANG_VERSION_PY = '''__version__ = "{version}"
-'''
-
-_SGLANG_METADATA = """Metadata-Version: 2.1
-Name: sglang
-Version: {version}
-Summary: gpuops simulated host: a stand-in for SGLang {version}
-"""
-
-_ABSENT_SGLANG = '''"""gpuops' simulated host, sglang_version="none": this python has no sglang."""
-raise ModuleNotFoundError("No module named 'sglang'", name="sglang")
+    sys.exit({sim_module}.main(sys.argv[1:]))
 '''
 
 _ABSENT_PYNVML = '''"""gpuops' simulated host, nvml="absent": this python has no pynvml (nvidia-ml-py)."""
@@ -610,76 +588,77 @@ _PROC_VERSION = (
     "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04) \n"
 )
 
+# What an engine's part may put into the wrapper (a /bin/sh script) and the host's paths.
+_PART_WORDS = {
+    "title": re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .+_-]*$"),
+    "package": re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"),
+    "server_module": re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"),
+    "venv_option": re.compile(r"^--[a-z0-9][a-z0-9-]*$"),
+}
+_MODULE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.*]*$")
 
-def _check_sglang_version(version: str | None) -> str | None:
-    """The version the host presents (None: no SGLang); ValueError for a malformed one."""
+
+def _engine_part(engine: str | None = None) -> SimHostPart:
+    """The engine's (default: the default engine's) simulated-host part, what the host presents of it,
+    its words checked: they go into a shell script and the host's paths. ValueError (one line) when
+    there is no such engine or it has no simulated host."""
+    part = engines.get(engine or engines.DEFAULT).simhost()
+    for field, pattern in _PART_WORDS.items():
+        if not pattern.match(str(getattr(part, field, ""))):
+            raise ValueError("the engine's simulated host gives a %s gpuops cannot use: %r" % (field, getattr(part, field, None)))
+    if not part.server_module.startswith(part.package + "."):
+        raise ValueError("the engine's server module %r is not in its package %r" % (part.server_module, part.package))
+    if not part.real_modules or not all(_MODULE_PATTERN.match(m) for m in part.real_modules):
+        raise ValueError("the engine's simulated host gives modules gpuops cannot use: %r" % (part.real_modules,))
+    return part
+
+
+def _sim_names(part: SimHostPart) -> tuple[str, str, str]:
+    """(the simulator's folder under lib/, its module's name, the --help file in that folder)."""
+    return part.package + "-sim", part.package + "_sim", part.server_module.rsplit(".", 1)[1] + ".help"
+
+
+def _wrapper(part: SimHostPart, *, root: Path, real: str, pythonpath: str, version: str, venv: str) -> str:
+    """The host's bin/python (a /bin/sh script): the engine's server module goes to the simulator, its
+    other modules to the engine's virtualenv, everything else to the real interpreter."""
+    sim_folder, _, help_file = _sim_names(part)
+    return _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath, version=version, venv=venv,
+                           var=part.package.upper(), title=part.title, package=part.package,
+                           server_module=part.server_module, real_modules="|".join(part.real_modules),
+                           server_path=part.server_module.replace(".", "/") + ".py", venv_option=part.venv_option,
+                           sim_folder=sim_folder, help_file=help_file)
+
+
+def _write_engine(lib_dir: Path, part: SimHostPart, version: str | None, server: Path) -> None:
+    """The engine's stand-in package, its metadata, its --help text and the server (or an import that
+    fails, for a host without the engine)."""
+    for name, text in part.package_files(version).items():
+        _write(lib_dir / name, text)
     if version is None:
-        return sglang_versions.newest_version()
-    if not isinstance(version, str):
-        raise ValueError("sglang_version must be a version string or 'none', not %r" % (version,))
-    v = version.strip()
-    if v.lower() in NO_SGLANG:
-        return None
-    if v[:1] in ("v", "V"):
-        v = v[1:]
-    try:
-        sglang_versions.version_key(v)
-    except ValueError:
-        v = ""
-    if not _SGLANG_VERSION.match(v) or len(v) > 40:
-        raise ValueError("sglang_version must look like 0.5.23 (or be 'none' for a host without SGLang), "
-                         "not %r" % (version,))
-    return v
-
-
-def _write_sglang(lib_dir: Path, version: str | None, server: Path) -> None:
-    """The stand-in sglang package, its metadata and its --help text (or an import that fails)."""
-    if version is None:
-        _write(lib_dir / "sglang" / "__init__.py", _ABSENT_SGLANG)
         return
-    _write(lib_dir / "sglang" / "__init__.py", _SGLANG_INIT.format(version=version))
-    _write(lib_dir / "sglang" / "version.py", _SGLANG_VERSION_PY.format(version=version))
-    info = lib_dir / ("sglang-%s.dist-info" % version)
-    _write(info / "METADATA", _SGLANG_METADATA.format(version=version))
-    _write(info / "INSTALLER", "gpuops-simhost\n")
-    sim_dir = lib_dir / "sglang-sim"
-    _write(sim_dir / "launch_server.help", sglang_versions.format_help(version))
-    _write(sim_dir / "launch_server.json", json.dumps(_launch_spec(version), indent=1) + "\n")
+    sim_folder, sim_module, help_file = _sim_names(part)
+    sim_dir = lib_dir / sim_folder
+    _write(sim_dir / help_file, part.help_text(version))
+    for name, data in part.server_files(version).items():
+        _write(sim_dir / name, data)
     if server.is_dir():  # a package (the tests' scenario engine)
-        _copy_package(server, sim_dir / "sglang_sim")
+        _copy_package(server, sim_dir / sim_module)
     else:
-        _write(sim_dir / "sglang_sim.py", server.read_bytes())
-        _write(sim_dir / "demo.json", json.dumps(demo_script(), indent=1) + "\n")
-    _write(sim_dir / "server_args.json", (TEMPLATES / "sglang-server-args.json").read_bytes())
-    _write(lib_dir / "sglang" / "launch_server.py", _LAUNCH_SERVER)
+        _write(sim_dir / (sim_module + ".py"), server.read_bytes())
+        _write(sim_dir / "demo.json", json.dumps(part.demo_script(), indent=1) + "\n")
+    depth = part.server_module.count(".")  # lib/ is DEPTH folders above lib/SERVER.py
+    lib = "os.path.abspath(__file__)"
+    for _ in range(depth + 1):
+        lib = "os.path.dirname(%s)" % lib
+    _write(lib_dir / (part.server_module.replace(".", "/") + ".py"),
+           _LAUNCH_SERVER.format(server_module=part.server_module, title=part.title, lib=lib,
+                                 sim_folder=sim_folder, sim_module=sim_module))
 
 
 def _copy_package(source: Path, target: Path) -> None:
     """Copy the simulator's package folder SOURCE (its .py files) to TARGET on the host."""
     for f in sorted(source.glob("*.py")):
         _write(target / f.name, f.read_bytes())
-
-
-def _launch_spec(version: str) -> dict:
-    """What the simulator's argparse needs: VERSION's option strings (the same parser
-    ``format_help`` describes), nargs, static choices, and the parser names."""
-    resolved = sglang_versions.resolve_version(version)
-    args = []
-    for key, spec in sorted(sglang_versions._expanded()[resolved].items()):
-        arg = {"opts": list(spec.get("opts", [key]))}
-        for field in ("nargs", "choices", "hidden", "required"):
-            if spec.get(field) is not None:
-                arg[field] = spec[field]
-        args.append(arg)
-    return {
-        "version": version,
-        "resolved": resolved,
-        "prog": sglang_versions.help_prog(version),
-        "args": args,
-        "tool_call_parsers": sorted(sglang_versions.tool_call_parsers(version)),
-        "reasoning_parsers": sorted(sglang_versions.reasoning_parsers(version)),
-        "spec_v2_default": sglang_versions.spec_v2_default(version),
-    }
 
 
 _TORCH_INIT = '''"""gpuops' simulated host: a stand-in torch with only its version.py (what triage reads)."""
@@ -764,17 +743,18 @@ def setup_simhost(
     nvml: str = "ok",
     library_version: str = "565.57.01",
     python: str | None = None,
-    sglang_version: str | None = None,
+    engine_version: str | None = None,
     scenario: str = "ok",
     pace: float = 1.0,
-    sglang_venv: str | None = None,
+    engine_venv: str | None = None,
     iommu: str = "off",
     torch_cuda: str | None = None,
     server: str | Path | None = None,
+    engine: str | None = None,
 ) -> SimHost:
     """Write a simulated GPU host into DIRECTORY (created if missing) and return it.
 
-    scenario (SCENARIOS): what its SGLang server and hf do: "ok"; "ok-with-mtp" (as ok, the model
+    scenario (SCENARIOS): what its engine's server and hf do: "ok"; "ok-with-mtp" (as ok, the model
     gets one MTP layer if its config has none); "hang-at-dist-init"; "spec-config-crash";
     "kv-cache-oom"; "slow-download". pace: multiplies the simulated delays (1: a start of a big
     model takes ~5-10 s; 60: about real time; tests use much less than 1). Both are kept in
@@ -785,20 +765,23 @@ def setup_simhost(
     "mismatch" (LibRmVersionMismatch: kernel module DRIVER_VERSION, userspace
     libnvidia-ml LIBRARY_VERSION on the fake root).
 
-    sglang_version: the SGLang release the host presents (default: the newest gpuops has data
-    for; any version string works, its flags are those of ``sglang_versions.resolve_version``);
-    "none" (or "absent"): a host without SGLang, where ``import sglang`` fails.
+    engine_version: the release of the engine (``engines.get()``, the default one) the host presents
+    (default: the newest gpuops has data for; any version string the engine's ``check_version``
+    takes); one of its ``absent`` values ("none"): a host without it, where its import fails.
 
-    sglang_venv: a virtualenv with the real SGLang (scripts/sglang-host-venv.sh builds one): ``python
-    -m sglang.X`` other than launch_server (bench_serving, benchmark.serving, test.run_eval) runs its
-    python. Without one those modules fail with a message saying so.
+    engine_venv: a virtualenv with the real engine: its modules other than the server (its
+    ``real_modules``: benchmark, evaluation, router) run its python. Without one those modules fail
+    with a message saying so.
 
     iommu (IOMMU_MODES): the kernel command line, IOMMU groups (the GPUs' included) and kernel
     log of the host; the kernel log also carries NVRM's "API mismatch" lines with nvml="mismatch".
-    server: what runs ``python -m sglang.launch_server`` there: a file or package folder with a ``main(argv)``
+    server: what runs ``python -m SERVER`` there: a file or package folder with a ``main(argv)``
     and a literal ``SCENARIOS`` (the tests' scenario engine, tests/simhost); default: $GPUOPS_SIM_SERVER,
     else the product's small server (DEMO_SERVER: the scenarios of SCENARIOS). A scenario it does not
     know is refused (ValueError, naming those it knows).
+
+    engine: the engine the host stands in for (``core.engines`` name; default: the default engine), through
+    its ``simhost()`` part; ValueError (one line) for an engine that has none.
 
     torch_cuda: a stand-in torch package whose ``torch/version.py`` says this CUDA runtime
     (e.g. "12.9"; its import fails, only the file is there); None: no stand-in.
@@ -816,7 +799,8 @@ def setup_simhost(
     for what, v in (("driver_version", driver_version), ("library_version", library_version)):
         if not _VERSION.match(v or ""):
             raise ValueError("%s must look like 580.159.04, not %r" % (what, v))
-    sglang_version = _check_sglang_version(sglang_version)
+    part = _engine_part(engine)
+    engine_version = part.check_version(engine_version)
     server_path = resolve_server(server)
     known = server_scenarios(server_path)
     scenario = _check_scenario(scenario, known)
@@ -830,11 +814,12 @@ def setup_simhost(
     if not os.access(real, os.X_OK):
         raise ValueError("python %r is not an executable" % real)
     venv = ""
-    if sglang_venv is not None:
-        venv = os.path.abspath(str(sglang_venv))
-        _check_path("sglang_venv", venv)
+    if engine_venv is not None:
+        venv_name = part.venv_option.lstrip("-").replace("-", "_")  # how the operator gave it
+        venv = os.path.abspath(str(engine_venv))
+        _check_path(venv_name, venv)
         if not os.access(os.path.join(venv, "bin", "python"), os.X_OK):
-            raise ValueError("sglang_venv %r is not a virtualenv (no bin/python)" % str(sglang_venv))
+            raise ValueError("%s %r is not a virtualenv (no bin/python)" % (venv_name, str(engine_venv)))
 
     bin_dir, lib_dir, absent_dir = root / "bin", root / "lib", root / "lib-absent"
     state_dir, host_root = root / "state", root / "root"
@@ -850,19 +835,20 @@ def setup_simhost(
     with contextlib.suppress(FileNotFoundError):
         (lib_dir / "pynvml.py").unlink()
     shutil.rmtree(lib_dir / "__pycache__", ignore_errors=True)
-    for d in [lib_dir / "sglang", lib_dir / "sglang-sim", lib_dir / "sim-data", *lib_dir.glob("sglang-*.dist-info")]:
+    for d in [lib_dir / part.package, lib_dir / (part.package + "-sim"), lib_dir / "sim-data",
+              *lib_dir.glob(part.package + "-*.dist-info")]:
         shutil.rmtree(d, ignore_errors=True)
 
     # The fakes.
     if nvml == "absent":
         _write(absent_dir / "pynvml.py", _ABSENT_PYNVML)
-        pythonpath = "$SIM_DIR/lib-absent:$SIM_DIR/lib"  # lib still carries sglang
+        pythonpath = "$SIM_DIR/lib-absent:$SIM_DIR/lib"  # lib still carries the engine's stand-in
     else:
         _write(lib_dir / "pynvml.py", (TEMPLATES / "pynvml.py").read_bytes())
         pythonpath = "$SIM_DIR/lib"
-    _write_sglang(lib_dir, sglang_version, server_path)
-    _write(bin_dir / "python", _WRAPPER.format(dir=root, real=real, pythonpath=pythonpath,
-                                               sglang_version=sglang_version or "", sglang_venv=venv), 0o755)
+    _write_engine(lib_dir, part, engine_version, server_path)
+    _write(bin_dir / "python", _wrapper(part, root=root, real=real, pythonpath=pythonpath, version=engine_version or "",
+                                        venv=venv), 0o755)
     for tool in ("nvidia-smi", "hf", "systemctl"):
         text = (TEMPLATES / tool).read_text()
         _write(bin_dir / tool, "#!%s -I\n%s" % (real, text.split("\n", 1)[1]), 0o755)
@@ -889,7 +875,7 @@ def setup_simhost(
     state_file = state_dir / "gpus.json"
     (state_dir / "calls.log").touch()  # the wrapper appends a line per python run
     host = SimHost(directory=root, python=bin_dir / "python", bin_dir=bin_dir, state_file=state_file,
-                   sglang_version=sglang_version, scenario=scenario, pace=pace)
+                   engine_version=engine_version, scenario=scenario, pace=pace)
     _write_json_atomic(host.sim_file, dict(SIM_DEFAULTS, scenario=scenario, pace=pace))
     _write_json_atomic(state_dir / "server.json", {"server": str(server_path), "scenarios": list(known)})
     host.write_state(

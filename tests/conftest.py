@@ -120,8 +120,8 @@ def two_sim_hosts(root: Path, sglang_venv: Path) -> list:
     sglang-router; "b" without), their servers quick to answer (1 ms a token)."""
     from gpuops.sim.host import setup_simhost
 
-    sims = [setup_simhost(root / "a", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv)),
-            setup_simhost(root / "b", gpus=4, sglang_version="0.5.23", pace=PACE)]
+    sims = [setup_simhost(root / "a", gpus=4, engine_version="0.5.23", pace=PACE, engine_venv=str(sglang_venv)),
+            setup_simhost(root / "b", gpus=4, engine_version="0.5.23", pace=PACE)]
     for sim in sims:
         sim.set_sim(token_delay_s=0.001)
     return sims
@@ -151,7 +151,7 @@ def world(tmp_path, sshd, ssh_home):
     env.pop("HF_TOKEN", None)
 
     def make(scenario: str = "ok", stall: str = "") -> tuple[Path, object]:
-        sim = setup_simhost(root / scenario, gpus=4, sglang_version="0.5.23", scenario=scenario, pace=PACE)
+        sim = setup_simhost(root / scenario, gpus=4, engine_version="0.5.23", scenario=scenario, pace=PACE)
         cfg = tmp_path / f"{scenario}.toml"
         cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / scenario / "models"}"]\n'
                        + stall)

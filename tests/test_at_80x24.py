@@ -107,7 +107,7 @@ def test_a_stall_in_a_real_terminal_at_80x24(tmp_path):
     if not shutil.which("tmux"):
         pytest.fail("tmux is not installed: run the README's test command (it installs tmux)")
     root = Path(tempfile.mkdtemp(prefix="g80s-"))
-    sim = setup_simhost(root / "sim", gpus=2, sglang_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
+    sim = setup_simhost(root / "sim", gpus=2, engine_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
     model = model_dir(root / "models", QWEN3, 16_381_470_720, shards=5)
     cfg = tmp_path / "config.toml"
     cfg.write_text(sim.host_block("gpu1") + f'model_dirs = ["{root / "models"}"]\n\n[stall]\ndist_init = 2\n')

@@ -215,7 +215,7 @@ def test_parse_metrics_sums_counts_over_ranks_and_averages_ratios():
 
 async def test_poll_metrics_follows_the_simulated_server(tmp_path):
     model = model_dir(tmp_path / "models", QWEN3, 16_381_470_720, shards=5)
-    sim = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.23", scenario="ok-with-mtp", pace=0.02)
+    sim = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.23", scenario="ok-with-mtp", pace=0.02)
     sim.set_sim(token_delay_s=0.002)
     full = Server(sim, "--model-path", model, *MTP, "--enable-metrics", "--api-key", "sk-poll",
                   env={"CUDA_VISIBLE_DEVICES": "0"})
@@ -355,7 +355,7 @@ def test_simulated_host_runs_sglang_modules_from_the_sglang_venv(tmp_path):
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr == ("gpuops simulated host: python -m sglang.bench_serving needs a real SGLang virtualenv; "
                           "set one up with gpuops sim setup DIR --sglang-venv PATH\n")
-    sim = setup_simhost(tmp_path / "sim", gpus=1, sglang_venv=str(venv))
+    sim = setup_simhost(tmp_path / "sim", gpus=1, engine_venv=str(venv))
     for module in ("sglang.bench_serving", "sglang.benchmark.serving", "sglang.test.run_eval"):
         out = subprocess.run([str(sim.python), "-m", module, "--x"], capture_output=True, text=True,
                              env=dict(os.environ, PYTHONPATH="/opt/site"))
@@ -368,11 +368,11 @@ def test_simulated_host_runs_sglang_modules_from_the_sglang_venv(tmp_path):
     # launch_server stays the simulator's; a host without SGLang has none of its modules
     out = subprocess.run([str(sim.python), "-m", "sglang.launch_server", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--model-path" in out.stdout
-    none = setup_simhost(tmp_path / "none", gpus=1, sglang_version="none", sglang_venv=str(venv))
+    none = setup_simhost(tmp_path / "none", gpus=1, engine_version="none", engine_venv=str(venv))
     out = subprocess.run([str(none.python), "-m", "sglang.bench_serving"], capture_output=True, text=True)
     assert out.returncode == 1 and "No module named 'sglang'" in out.stderr
     with pytest.raises(ValueError, match="is not a virtualenv"):
-        setup_simhost(tmp_path / "x", gpus=1, sglang_venv=str(tmp_path))
+        setup_simhost(tmp_path / "x", gpus=1, engine_venv=str(tmp_path))
     out = gpuops("sim", "setup", str(tmp_path / "cli"), "--gpus", "1", "--sglang-venv", str(venv))
     assert out.returncode == 0, out.stderr
     assert f"SGLANG_VENV='{venv}'" in (tmp_path / "cli" / "bin" / "python").read_text()
@@ -386,7 +386,7 @@ def test_simulated_host_runs_sglang_modules_from_the_sglang_venv(tmp_path):
 @pytest.fixture
 def cli(tmp_path):
     """A simulated host without the SGLang venv (nothing here imports SGLang) and a clean state."""
-    sim = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.23")
+    sim = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.23")
     cfg = tmp_path / "config.toml"
     cfg.write_text(sim.host_block("sim") + sim.host_block("other")
                    + f'\n[bench.profiles.quality]\neval_data_path = "{tmp_path / "missing.jsonl"}"\n')

@@ -38,7 +38,7 @@ def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("checks")
     qwen = model_dir(root / "models", QWEN35, 250_170_000_000, shards=39)
     llama = model_dir(root / "models", LLAMA, 16_060_522_496, shards=4)
-    host = setup_simhost(root / "sim", gpus=5, sglang_version="0.5.23", pace=0.02)
+    host = setup_simhost(root / "sim", gpus=5, engine_version="0.5.23", pace=0.02)
     host.set_sim(token_delay_s=0.001)
     big = ["--model-path", qwen, "--tp", "2", "--served-model-name", "qwen122", "--mem-fraction-static", "0.9"]
     full = Server(host, *big, *PARSERS, *MTP, "--mamba-radix-cache-strategy", "extra_buffer", "--enable-metrics",

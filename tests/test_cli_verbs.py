@@ -47,7 +47,7 @@ class World:
         self.sims: dict[str, object] = {}
 
     def host(self, name: str, scenario: str = "ok", extra: str = "") -> object:
-        sim = setup_simhost(self.root / name, gpus=4, sglang_version="0.5.23", scenario=scenario, pace=PACE)
+        sim = setup_simhost(self.root / name, gpus=4, engine_version="0.5.23", scenario=scenario, pace=PACE)
         self.sims[name] = sim
         self.cfg.write_text(self.cfg.read_text() + sim.host_block(name) + extra)
         return sim

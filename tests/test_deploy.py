@@ -142,7 +142,7 @@ def test_failing_scenarios_end_with_the_right_outcome(world, scenario, stall, fi
 def test_refused_before_anything_changes(world):
     make, env = world
     cfg, sim = make("ok")
-    bare = setup_simhost(Path(sim.directory).parent / "bare", gpus=2, sglang_version="none")
+    bare = setup_simhost(Path(sim.directory).parent / "bare", gpus=2, engine_version="none")
     cfg.write_text(bare.host_block("gpu1", ssh="simbox"))
     rc, events, err = deploy(cfg, env)
     assert rc == 2 and "SGLang is not installed" in err and events == []

@@ -53,7 +53,7 @@ def box(request, tmp_path):
         ssh = "simbox"
     else:  # the process launcher's files (~/.local/state/gpuops/deployments/dl) this test's own, not /root's
         env["HOME"] = str(tmp_path / "home")
-    sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE)
+    sim = setup_simhost(root / "sim", gpus=4, engine_version="0.5.23", pace=PACE)
     sim.set_sim(download_rate=SLOW)
     cfg = tmp_path / "gpuops.toml"
     cfg.write_text(sim.host_block("gpu1", ssh=ssh) + f'model_dirs = ["{root / "models"}"]\n')

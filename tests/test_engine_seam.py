@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -206,7 +207,7 @@ async def test_a_toy_engine_plugs_in_and_deploys_to_ready(tmp_path, monkeypatch,
                      ("XDG_CACHE_HOME", "cache")):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
-    sim = setup_simhost(tmp_path / "box", gpus=1, sglang_version="none")
+    sim = setup_simhost(tmp_path / "box", gpus=1, engine_version="none")
     model = tmp_path / "box" / "models" / "toy"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
@@ -521,3 +522,73 @@ def test_a_previous_command_lines_flags_are_what_follows_its_engines_server(toy_
     assert toy.command_flags(["toyserve", "--shards", "3"]) == ["--shards", "3"]
     assert toy.command_flags(["/v/bin/python", "-m", "sglang.launch_server", "serve"]) == \
         ["/v/bin/python", "-m", "sglang.launch_server", "serve"]  # not the toy's server: nothing taken for it
+
+
+class ToySimHost(engines.SimHostPart):
+    """What gpuops' simulated host presents of the toy: written here alone, sim/host.py renders it."""
+
+    title = "Toy"
+    package = "toyserve"
+    server_module = "toyserve.serve"
+    real_modules = ("toyserve.bench", "toyserve.tools.*")
+    venv_option = "--toy-venv"
+    absent = ("gone",)
+
+    def check_version(self, version: str | None) -> str | None:
+        if version in self.absent:
+            return None
+        if version is not None and not version.replace(".", "").isdigit():
+            raise ValueError(f"toy version must look like 1.2.3, not {version!r}")
+        return version or "1.2.3"
+
+    def package_files(self, version: str | None) -> dict[str, str]:
+        if version is None:
+            return {"toyserve/__init__.py": "raise ModuleNotFoundError('No module named toyserve', name='toyserve')\n"}
+        return {"toyserve/__init__.py": f"__version__ = {version!r}\n"}
+
+    def help_text(self, version: str) -> str:
+        return f"usage: toyserve.serve [--shards N] (Toy {version})\n"
+
+    def server_files(self, version: str) -> dict[str, str | bytes]:
+        return {"flags.json": '{"version": "%s"}\n' % version}
+
+    def demo_script(self) -> dict:
+        return {"engine": "toy", "module": self.server_module, "startup": [], "kv_crash": [], "shutdown": [],
+                "metrics": {}}
+
+
+class ToyOnASimHost(Toy):
+    def simhost(self) -> ToySimHost:
+        return ToySimHost()
+
+
+def test_the_simulated_host_presents_its_engines_stand_in(toy_engine, tmp_path):
+    """gpuops sim renders the host from the engine's part: the toy's package and version, its server
+    module's --help and start (the given server), its real modules refused without the toy's virtualenv;
+    an engine without a part is refused in one line with nothing written."""
+    with pytest.raises(engines.NoSimHost, match="^Toy has no simulated host"):
+        setup_simhost(tmp_path / "bare", gpus=1, engine="toy")
+    assert not (tmp_path / "bare").exists()
+    engines.register(ToyOnASimHost)
+    server = tmp_path / "toy_server.py"
+    server.write_text("SCENARIOS = ('ok',)\n\ndef main(argv):\n    print('toy server', argv)\n    return 0\n")
+    sim = setup_simhost(tmp_path / "box", gpus=1, engine="toy", engine_version="2.0", server=server)
+    assert sim.engine_version == "2.0"
+
+    def run(*args: str) -> tuple[int, str, str]:
+        out = subprocess.run([str(sim.python), *args], capture_output=True, text=True, timeout=60)
+        return out.returncode, out.stdout, out.stderr
+
+    assert run("-c", "import toyserve; print(toyserve.__version__)") == (0, "2.0\n", "")
+    assert run("-m", "toyserve.serve", "--help") == (0, "usage: toyserve.serve [--shards N] (Toy 2.0)\n", "")
+    assert run("-m", "toyserve.serve", "--shards", "3") == (0, "toy server ['--shards', '3']\n", "")
+    rc, _, err = run("-m", "toyserve.bench")
+    assert rc == 1 and "python -m toyserve.bench needs a real Toy virtualenv" in err and "--toy-venv PATH" in err
+    assert (tmp_path / "box" / "lib" / "toyserve-sim" / "flags.json").read_text() == '{"version": "2.0"}\n'
+    assert not (tmp_path / "box" / "lib" / "sglang").exists()  # the default engine's stand-in is not there
+    with pytest.raises(ValueError, match="toy version must look like 1.2.3"):
+        setup_simhost(tmp_path / "box", gpus=1, engine="toy", engine_version="two", server=server)
+    gone = setup_simhost(tmp_path / "box", gpus=1, engine="toy", engine_version="gone", server=server)
+    assert gone.engine_version is None
+    rc, _, err = run("-c", "import toyserve")
+    assert rc == 1 and "No module named toyserve" in err

@@ -132,7 +132,7 @@ def test_the_inventory_names_node_addresses_and_interfaces():
 def two_sims():
     root = Path(tempfile.mkdtemp(prefix="gpuops-mn-"))
     root.chmod(0o755)
-    sims = [setup_simhost(root / name, gpus=4, sglang_version="0.5.23") for name in ("a", "b")]
+    sims = [setup_simhost(root / name, gpus=4, engine_version="0.5.23") for name in ("a", "b")]
     yield root, sims
     for sim in sims:
         sim.shutdown()
@@ -199,7 +199,7 @@ def mn(ssh_home, tmp_path):
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
     env = operator_env(ssh_home, tmp_path, hub)
-    sims = [setup_simhost(root / n, gpus=4, sglang_version="0.5.23", pace=PACE) for n in ("a", "b")]
+    sims = [setup_simhost(root / n, gpus=4, engine_version="0.5.23", pace=PACE) for n in ("a", "b")]
     cfg = tmp_path / "gpuops.toml"
     cfg.write_text(sims[0].host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n'
                    'node_addr = "127.0.0.1"\n' + sims[1].host_block("gpu2", ssh="simbox")

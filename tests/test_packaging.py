@@ -47,8 +47,9 @@ def test_wheel_installs_only_under_the_gpuops_namespace(tmp_path):
     assert "gpuops/themes/gpuops.tcss" in names
     assert "gpuops/core/hosts/programs/reporter.py" in names
     assert "gpuops/core/hosts/programs/end_process.sh" in names  # a shell program is package data
-    assert {"gpuops/sim/files/pynvml.py", "gpuops/sim/files/nvidia-smi", "gpuops/sim/files/sglang_demo.py",
-            "gpuops/core/engines/sglang/data/sglang_versions.json"} <= set(names)
+    assert {"gpuops/sim/files/pynvml.py", "gpuops/sim/files/nvidia-smi", "gpuops/sim/files/demo_server.py",
+            "gpuops/core/engines/sglang/data/sglang_versions.json", "gpuops/core/engines/sglang/data/server_args.json",
+            "gpuops/core/engines/sglang/simulated.py"} <= set(names)
     # the product's simulator is the small demo server: the tests' scenario engine stays out of the wheel
     assert not [n for n in names if "sglang_sim" in n or "simhost" in n], names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

@@ -275,7 +275,7 @@ def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home
     root = Path(tempfile.mkdtemp(prefix="gpuops-plan-sim-"))
     root.chmod(0o755)
     try:
-        sim = setup_simhost(root / "h", gpus=4, sglang_version="0.5.10")
+        sim = setup_simhost(root / "h", gpus=4, engine_version="0.5.10")
         busy = subprocess.Popen(["sleep", "777.5"])
         sim.set_gpu(0, memory_used=20 * GIB, processes=[{"pid": busy.pid, "used": 20 * GIB}])
         cfg = tmp_path / "c.toml"
@@ -294,7 +294,7 @@ def test_plan_against_the_simulated_host_over_ssh(model_dir, env, sshd, ssh_home
         busy.kill()
         busy.wait()
         # a host without SGLang still gets a plan, with a warning that deploy will refuse
-        bare = setup_simhost(root / "bare", gpus=2, sglang_version="none")
+        bare = setup_simhost(root / "bare", gpus=2, engine_version="none")
         cfg.write_text(bare.host_block("gpu2", ssh="simbox"))
         out = gpuops("--config", str(cfg), "plan", str(model_dir), "--host", "gpu2", "--tp", "2", "--json", env=e)
         assert out.returncode == 0, out.stderr

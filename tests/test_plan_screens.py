@@ -166,10 +166,10 @@ async def test_model_picker_lists_the_hosts_models_shows_facts_and_plans(sim_wit
         assert await until(pilot, lambda: isinstance(app.screen, PlanReviewScreen), timeout=30)
         review = app.screen
         assert review.target.host == "gpu1" and len(review.target.gpus) == 4
-        assert review.target.engine_version == sim.sglang_version
+        assert review.target.engine_version == sim.engine_version
         assert await until(pilot, lambda: "fits at TP" in verdict(app))
         assert review.plan.model_path == str(model)  # the copy already on the host is reused
-        assert "SGLang " + sim.sglang_version in screen_text(app)
+        assert "SGLang " + sim.engine_version in screen_text(app)
 
 
 async def test_plan_review_like_a_previous_unit_shows_the_diff():

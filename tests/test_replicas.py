@@ -203,7 +203,7 @@ def rep(ssh_home, tmp_path, sglang_venv):
     root.chmod(0o755)
     hub = operator_hub(tmp_path / "hub")
     env = operator_env(ssh_home, tmp_path, hub)
-    sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv))
+    sim = setup_simhost(root / "sim", gpus=4, engine_version="0.5.23", pace=PACE, engine_venv=str(sglang_venv))
     sim.set_sim(token_delay_s=0.001)
     cfg = tmp_path / "gpuops.toml"
     cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n')

@@ -39,7 +39,7 @@ def router_py() -> Path:
 def start_sims(root: Path, model: Path, n: int = 2) -> list[Server]:
     sims = []
     for i in range(n):
-        host = setup_simhost(root / f"sim{i}", gpus=1, sglang_version="0.5.23", pace=PACE)
+        host = setup_simhost(root / f"sim{i}", gpus=1, engine_version="0.5.23", pace=PACE)
         host.set_sim(token_delay_s=0.001)
         sims.append(Server(host, "--model-path", model, "--host", "127.0.0.1"))
     for s in sims:

@@ -685,7 +685,7 @@ def test_silence_fixes():
 
 def test_unknown_flags_are_dropped_or_renamed(tmp_path):
     """argparse's own errors, as the simulated host's launch_server prints them."""
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.23", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.23", pace=0.02)
     res = subprocess.run([str(host.python), "-m", "sglang.launch_server", "--model-path", "m",
                           "--mamba-scheduler-strategy", "extra_buffer", "--bogus-flag", "3"],
                          capture_output=True, text=True, timeout=30)
@@ -701,7 +701,7 @@ def test_unknown_flags_are_dropped_or_renamed(tmp_path):
     assert patch == {"remove_flags": ["--bogus-flag", "--mamba-scheduler-strategy"],
                      "set_flags": {"--mamba-radix-cache-strategy": ["extra_buffer"]}}
     # argparse's invalid choice (0.5.10)
-    host = setup_simhost(tmp_path / "sim10", gpus=1, sglang_version="0.5.10", pace=0.02)
+    host = setup_simhost(tmp_path / "sim10", gpus=1, engine_version="0.5.10", pace=0.02)
     res = subprocess.run([str(host.python), "-m", "sglang.launch_server", "--model-path", "m",
                           "--mamba-scheduler-strategy", "x"], capture_output=True, text=True, timeout=30)
     [f] = findings_for_log(res.stderr.splitlines())
@@ -726,7 +726,7 @@ def serve(host, plan: dict) -> Server:
 def test_sim_spec_config_crash_ends_with_the_fix_that_makes_it_start(tmp_path, models):
     """The motivating crash on the simulated host: a 0.5.10 plan without the two flags crashes;
     triage names spec-config-invalid with a fix; the fixed plan starts."""
-    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", scenario="spec-config-crash", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=4, engine_version="0.5.10", scenario="spec-config-crash", pace=0.02)
     good = sim_plan(models["qwen35"], "0.5.10", 4)
     broken = without(good, "--mamba-scheduler-strategy", env=("SGLANG_ENABLE_SPEC_V2",))
     srv = serve(host, broken)
@@ -748,7 +748,7 @@ def test_sim_spec_config_crash_ends_with_the_fix_that_makes_it_start(tmp_path, m
 
 
 def test_sim_kv_cache_oom(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="kv-cache-oom", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.10", scenario="kv-cache-oom", pace=0.02)
     plan = sim_plan(models["qwen3"], "0.5.10", 2)
     srv = serve(host, plan)
     srv.wait(30)
@@ -763,7 +763,7 @@ def test_sim_kv_cache_oom(tmp_path, models):
 
 
 def test_sim_hang_at_dist_init_cut_while_hanging(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
     plan = sim_plan(models["qwen3"], "0.5.10", 2)
     plan["env"]["NCCL_DEBUG"] = "INFO"  # NCCL's INFO lines (its Init START) come only with it, as from NCCL
     srv = serve(host, plan)
@@ -784,7 +784,7 @@ def test_sim_hang_at_dist_init_cut_while_hanging(tmp_path, models):
 
 
 def test_sim_weights_that_do_not_fit(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.10", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.10", pace=0.02)
     srv = Server(host, "--model-path", models["qwen35"])  # 245 GB on one 140 GiB GPU
     srv.wait(30)
     [f] = findings_for_log(srv.text)

@@ -137,7 +137,7 @@ def models(tmp_path) -> dict[str, Path]:
 
 
 def test_startup_lines_0_5_10_old_wording_with_mtp(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", pace=0.05)
+    host = setup_simhost(tmp_path / "sim", gpus=4, engine_version="0.5.10", pace=0.05)
     host.set_sim(token_delay_s=0.001)
     srv = Server(host, "--model-path", models["qwen35"], "--tp-size", "2", "--reasoning-parser", "qwen3",
                  "--tool-call-parser", "qwen3_coder", "--speculative-algorithm", "NEXTN",
@@ -217,7 +217,7 @@ def test_startup_lines_0_5_10_old_wording_with_mtp(tmp_path, models):
 
 
 def test_startup_lines_0_5_23_new_wording(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.23", pace=0.05)
+    host = setup_simhost(tmp_path / "sim", gpus=4, engine_version="0.5.23", pace=0.05)
     srv = Server(host, "--model-path", models["qwen3"], "--tp", "2", "--served-model-name", "q8")
     try:
         srv.wait_for("The server is fired up and ready to roll!")
@@ -261,7 +261,7 @@ def test_startup_lines_0_5_23_new_wording(tmp_path, models):
 
 @pytest.mark.parametrize("version,old", [("0.5.13", True), ("0.5.20", True), ("0.5.21", False)])
 def test_dist_init_wording_changes_at_0_5_21(tmp_path, models, version, old):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version=version, pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version=version, pace=0.02)
     srv = Server(host, "--model-path", models["qwen3"], "--skip-server-warmup")
     try:
         srv.wait_for("fired up")
@@ -286,7 +286,7 @@ def test_dist_init_wording_changes_at_0_5_21(tmp_path, models, version, old):
 
 
 def test_gpu_memory_follows_the_phases_and_sigterm_frees_it(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", pace=0.4)
+    host = setup_simhost(tmp_path / "sim", gpus=4, engine_version="0.5.10", pace=0.4)
     sampler = subprocess.Popen([str(host.python), "-c", REPORTER_SOURCE, "--interval", "0.02"],
                                stdout=subprocess.PIPE, text=True)
     samples: list[tuple[float, list[int], list[list[dict]]]] = []
@@ -374,7 +374,7 @@ def test_sigkill_leaves_no_counted_memory(tmp_path, models):
 
 
 def test_hang_at_dist_init(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.10", scenario="hang-at-dist-init", pace=0.02)
     # without NCCL_DEBUG a real hang says nothing after "sglang is using nccl"; with it, NCCL's INFO lines
     srv = Server(host, "--model-path", models["qwen35"], "--tp", "2")
     try:
@@ -402,7 +402,7 @@ def test_hang_at_dist_init(tmp_path, models):
     finally:
         srv.stop()
     # the new wording in a new version
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.23", scenario="hang-at-dist-init", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.23", scenario="hang-at-dist-init", pace=0.02)
     srv = Server(host, "--model-path", models["qwen3"], "--tp", "2", env={"NCCL_DEBUG": "INFO"})
     try:
         srv.wait_for(r"rank 1 nranks 2 .* - Init START$")
@@ -420,7 +420,7 @@ MTP = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--sp
 
 
 def test_spec_config_crash(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="spec-config-crash", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.10", scenario="spec-config-crash", pace=0.02)
     srv = Server(host, "--model-path", models["qwen35"], "--tp", "2", *MTP)
     assert srv.wait(20) == 1
     lines = srv.text
@@ -439,11 +439,11 @@ def test_spec_config_crash(tmp_path, models):
         finally:
             srv.stop()
     # 0.5.13 raises it too (its own line numbers); 0.5.23 has no such error
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.13", scenario="spec-config-crash", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.13", scenario="spec-config-crash", pace=0.02)
     srv = Server(host, "--model-path", models["qwen35"], "--tp", "2", *MTP)
     assert srv.wait(20) == 1 and srv.text[-1] == SPEC_ERROR
     assert any(x.endswith('server_args.py", line 2754, in _handle_mamba_radix_cache') for x in srv.text)
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.23", scenario="spec-config-crash", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.23", scenario="spec-config-crash", pace=0.02)
     srv = Server(host, "--model-path", models["qwen35"], "--tp", "2", *MTP, "--skip-server-warmup")
     try:
         srv.wait_for("fired up")
@@ -452,7 +452,7 @@ def test_spec_config_crash(tmp_path, models):
 
 
 def test_kv_cache_oom(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", scenario="kv-cache-oom", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.10", scenario="kv-cache-oom", pace=0.02)
     srv = Server(host, "--model-path", models["qwen3"], "--tp", "2", "--mem-fraction-static", "0.8")
     assert srv.wait(20) == -signal.SIGKILL  # kill_process_tree after the child's SIGQUIT
     lines = srv.text
@@ -465,7 +465,7 @@ def test_kv_cache_oom(tmp_path, models):
     assert not any("KV Cache is allocated" in x for x in lines)
     assert [g["memory_used_bytes"] for g in report(host)["gpus"]] == [0, 0]
     # 0.5.23's text has no "Current value" (calculate_pool_sizes passes no mem_fraction_static)
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.23", scenario="kv-cache-oom", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.23", scenario="kv-cache-oom", pace=0.02)
     srv = Server(host, "--model-path", models["qwen3"])
     assert srv.wait(20) == -signal.SIGKILL
     assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." in srv.text
@@ -474,7 +474,7 @@ def test_kv_cache_oom(tmp_path, models):
 
 def test_a_model_that_does_not_fit_crashes_in_the_ok_scenario_too(tmp_path, models):
     # weights larger than the GPU: torch's CUDA OOM while loading
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.10", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.10", pace=0.02)
     srv = Server(host, "--model-path", models["qwen35"])  # 245 GB on one 140 GiB GPU
     assert srv.wait(20) == -signal.SIGKILL
     oom = next(x for x in srv.text if x.startswith("torch.OutOfMemoryError: "))
@@ -491,7 +491,7 @@ def test_a_model_that_does_not_fit_crashes_in_the_ok_scenario_too(tmp_path, mode
 
 
 def test_ok_with_mtp_gives_a_dense_model_an_mtp_layer(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.23", scenario="ok-with-mtp", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.23", scenario="ok-with-mtp", pace=0.02)
     srv = Server(host, "--model-path", models["qwen3"], *MTP, "--enable-metrics")
     try:
         srv.wait_for("fired up")
@@ -515,7 +515,7 @@ def usage_of(version: str) -> str:
 
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.23"])
 def test_unknown_flag_is_refused_like_argparse(tmp_path, version):
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=version, pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version=version, pace=0.02)
     prog = sv.help_prog(version)
     res = subprocess.run([str(host.python), "-m", "sglang.launch_server", "--model-path", "m", "--bogus-flag", "3"],
                          capture_output=True, text=True, timeout=20)
@@ -539,7 +539,7 @@ def test_flags_are_matched_like_sglang_versions_match_flag(tmp_path):
     """argparse's prefix matching, checked against gpuops' own match_flag: a FLAG followed by a
     flag no version has is refused for that other flag alone when FLAG is known."""
     version = "0.5.23"
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=version, pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version=version, pace=0.02)
     flags = sv.flags_for(version)
     spec = json.loads((host.directory / "lib/sglang-sim/launch_server.json").read_text())
     assert {o for a in spec["args"] for o in a["opts"]} | {"-h", "--help"} == flags
@@ -567,7 +567,7 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
     models_ = {"qwen35": model_dir(root / "models", QWEN35, 250_170_000_000, shards=39),
                "qwen3": model_dir(root / "models", QWEN3, 16_381_470_720, shards=5)}
-    host = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=0.02)
+    host = setup_simhost(root / "sim", gpus=4, engine_version="0.5.23", pace=0.02)
     host.set_sim(token_delay_s=0.002)
     full = Server(host, "--model-path", models_["qwen35"], "--tp", "2", "--served-model-name", "qwen122",
                   "--reasoning-parser", "qwen3", "--tool-call-parser", "qwen3_coder", *MTP,
@@ -1185,7 +1185,7 @@ def test_systemctl_stop_kills_after_the_timeout(sd_host):
 
 
 def test_more_ranks_than_gpus_is_a_cuda_error(tmp_path, models):
-    host = setup_simhost(tmp_path / "sim", gpus=2, sglang_version="0.5.10", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=2, engine_version="0.5.10", pace=0.02)
     srv = Server(host, "--model-path", models["qwen3"], "--tp", "4")
     assert srv.wait(20) == -signal.SIGKILL
     lines = srv.text
@@ -1199,7 +1199,7 @@ def test_a_requests_prefill_is_logged_before_its_answer(tmp_path, models):
     line of its answer, however busy the machine (the scheduler loop is a thread of its own)."""
     import concurrent.futures
 
-    host = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.23", pace=0.02)
+    host = setup_simhost(tmp_path / "sim", gpus=4, engine_version="0.5.23", pace=0.02)
     host.set_sim(token_delay_s=0.0)
     srv = Server(host, "--model-path", models["qwen3"], "--tp-size", "1", "--skip-server-warmup")
     try:

@@ -54,7 +54,7 @@ def test_a_deploy_reaches_ready_on_the_small_server(demo_world):
     make, env = demo_world
     cfg, host = make("ok")
     server = json.loads((host / "state" / "server.json").read_text())
-    assert server["server"].endswith("sglang_demo.py")  # not the tests' scenario engine
+    assert server["server"].endswith("demo_server.py")  # not the tests' scenario engine
     rc, events, err = deploy(cfg, env, "--name", "demo")
     assert rc == 0, err + "\n".join(map(json.dumps, events[-15:]))
     order = ["downloading", "starting", "dist_init", "weights", "kv_cache", "cuda_graph", "http", "ready"]

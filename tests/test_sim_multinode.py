@@ -71,7 +71,7 @@ def cluster(tmp_path):
     nodes: list[Server] = []
 
     def host(name: str, gpus: int = 1, version: str = "0.5.23") -> SimHost:
-        h = setup_simhost(tmp_path / name, gpus=gpus, sglang_version=version, pace=PACE)
+        h = setup_simhost(tmp_path / name, gpus=gpus, engine_version=version, pace=PACE)
         h.set_sim(token_delay_s=0.001)
         return h
 

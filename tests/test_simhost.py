@@ -566,7 +566,7 @@ async def test_reporter_and_nvidia_smi_over_ssh(sshd, tmp_path_factory):
 def test_default_sglang_version_is_the_newest_known(host):
     from gpuops.core.engines.sglang import versions as sv
 
-    assert host.sglang_version == sv.newest_version()
+    assert host.engine_version == sv.newest_version()
     res = run([host.python, "-c", "import sglang; print(sglang.__version__)"])
     assert (res.returncode, res.stdout) == (0, sv.newest_version() + "\n")
     res = run([host.python, "-c", "from importlib.metadata import version; print(version('sglang'))"])
@@ -575,8 +575,8 @@ def test_default_sglang_version_is_the_newest_known(host):
 
 
 def test_sglang_version_through_the_wrapper(tmp_path):
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.13")
-    assert host.sglang_version == "0.5.13"
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.13")
+    assert host.engine_version == "0.5.13"
     res = run([host.python, "-c", "import sglang, sglang.version; print(sglang.__version__, sglang.version.__version__)"])
     assert (res.returncode, res.stdout, res.stderr) == (0, "0.5.13 0.5.13\n", "")
     res = run([host.python, "-c", "from importlib.metadata import version; print(version('sglang'))"])
@@ -592,7 +592,7 @@ def test_sglang_version_through_the_wrapper(tmp_path):
 def test_launch_server_help_lists_that_versions_flags(tmp_path, version):
     from gpuops.core.engines.sglang import versions as sv
 
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=version)
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version=version)
     res = run([host.python, "-m", "sglang.launch_server", "--help"])
     assert res.returncode == 0 and res.stderr == ""
     assert res.stdout.startswith(f"usage: {sv.help_prog(version)} [-h] ")
@@ -616,7 +616,7 @@ def test_launch_server_runs_the_simulator(host):
     res = run([host.python, "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp", "2",
                "--no-such-flag"])
     assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr.endswith("%s: error: unrecognized arguments: --no-such-flag\n" % sv.help_prog(host.sglang_version))
+    assert res.stderr.endswith("%s: error: unrecognized arguments: --no-such-flag\n" % sv.help_prog(host.engine_version))
     # the process is `python -m sglang.launch_server ...` with the real interpreter
     assert 'exec "$REAL_PYTHON" "$@"' in host.python.read_text()
     # other modules and scripts still reach the real interpreter
@@ -627,19 +627,19 @@ def test_launch_server_runs_the_simulator(host):
 def test_unknown_sglang_version_uses_the_nearest_known_flags(tmp_path):
     from gpuops.core.engines.sglang import versions as sv
 
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version="0.5.10.post1")
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version="0.5.10.post1")
     assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.10.post1\n"
     help_text = run([host.python, "-m", "sglang.launch_server", "--help"]).stdout
     assert sv.parse_help_flags(help_text) == sv.flags_for("0.5.10")
-    host = setup_simhost(tmp_path / "sim2", gpus=1, sglang_version="v0.9.0")
-    assert host.sglang_version == "0.9.0"
+    host = setup_simhost(tmp_path / "sim2", gpus=1, engine_version="v0.9.0")
+    assert host.engine_version == "0.9.0"
     assert run([host.python, "-m", "sglang.launch_server", "--help"]).stdout == sv.format_help(sv.newest_version())
 
 
 @pytest.mark.parametrize("none", ["none", "None", "absent"])
 def test_host_without_sglang(tmp_path, none):
-    host = setup_simhost(tmp_path / "sim", gpus=1, sglang_version=none)
-    assert host.sglang_version is None
+    host = setup_simhost(tmp_path / "sim", gpus=1, engine_version=none)
+    assert host.engine_version is None
     res = run([host.python, "-c", "import sglang"])
     assert res.returncode == 1 and res.stderr.endswith("ModuleNotFoundError: No module named 'sglang'\n")
     res = run([host.python, "-c", "from importlib.metadata import version; version('sglang')"])
@@ -654,7 +654,7 @@ def test_host_without_sglang(tmp_path, none):
 
 
 def test_sglang_with_nvml_absent(tmp_path):
-    host = setup_simhost(tmp_path / "sim", gpus=1, nvml="absent", sglang_version="0.5.18")
+    host = setup_simhost(tmp_path / "sim", gpus=1, nvml="absent", engine_version="0.5.18")
     assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.18\n"
     res = run([host.python, "-c", "import pynvml"])
     assert res.returncode != 0 and "No module named 'pynvml'" in res.stderr
@@ -662,11 +662,11 @@ def test_sglang_with_nvml_absent(tmp_path):
 
 def test_rerun_setup_changes_the_sglang_version(tmp_path):
     d = tmp_path / "sim"
-    setup_simhost(d, gpus=1, sglang_version="0.5.13")
-    host = setup_simhost(d, gpus=1, sglang_version="none")
+    setup_simhost(d, gpus=1, engine_version="0.5.13")
+    host = setup_simhost(d, gpus=1, engine_version="none")
     assert not list((d / "lib").glob("sglang-*.dist-info")) and not (d / "lib/sglang-sim").exists()
     assert run([host.python, "-c", "import sglang"]).returncode == 1
-    host = setup_simhost(d, gpus=1, sglang_version="0.5.9")
+    host = setup_simhost(d, gpus=1, engine_version="0.5.9")
     assert [p.name for p in (d / "lib").glob("sglang-*.dist-info")] == ["sglang-0.5.9.dist-info"]
     assert run([host.python, "-c", "import sglang; print(sglang.__version__)"]).stdout == "0.5.9\n"
     assert "--mamba-radix-cache-strategy" not in run([host.python, "-m", "sglang.launch_server", "-h"]).stdout
@@ -675,7 +675,7 @@ def test_rerun_setup_changes_the_sglang_version(tmp_path):
 @pytest.mark.parametrize("bad", ["", "latest", "0.5;rm -rf /", "0.5.23'", "$(id)", "0.5 .9", 5, "x" * 60])
 def test_bad_sglang_version_refused(tmp_path, bad):
     with pytest.raises(ValueError) as err:
-        setup_simhost(tmp_path / "sim", gpus=1, sglang_version=bad)
+        setup_simhost(tmp_path / "sim", gpus=1, engine_version=bad)
     assert "sglang_version" in str(err.value)
     assert not (tmp_path / "sim").exists()
 
@@ -686,7 +686,7 @@ async def test_launch_server_help_over_ssh(sshd, tmp_path_factory):
     from gpuops.core.hosts.host import SshHost
 
     base = tmp_path_factory.mktemp("simssh-sglang")
-    host = setup_simhost(base / "sim", gpus=1, sglang_version="0.5.15")
+    host = setup_simhost(base / "sim", gpus=1, engine_version="0.5.15")
     cfg = parse_inventory(host.host_block("simbox", ssh=f"{sshd.user}@127.0.0.1:{sshd.port}"), "test").hosts[0]
     ssh = SshHost(cfg, connect_options=sshd.options())
     try:

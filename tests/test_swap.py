@@ -50,7 +50,7 @@ def box(sshd, sglang_venv, tmp_path):
                HF_HUB_OFFLINE="1")
     for key in ("GPUOPS_CONFIG", "HF_TOKEN", "OPENAI_API_KEY", "API_KEY"):
         env.pop(key, None)
-    sim = setup_simhost(root / "sim", gpus=4, sglang_version="0.5.23", pace=PACE, sglang_venv=str(sglang_venv))
+    sim = setup_simhost(root / "sim", gpus=4, engine_version="0.5.23", pace=PACE, engine_venv=str(sglang_venv))
     sim.set_sim(token_delay_s=0.001)
     cfg = tmp_path / "gpuops.toml"
     cfg.write_text(sim.host_block("gpu1", ssh="simbox") + f'model_dirs = ["{root / "models"}"]\n' + PROFILES)

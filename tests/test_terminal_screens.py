@@ -114,7 +114,7 @@ def box(tmp_path):
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text(STAND_IN.format(python=sys.executable, fixture=str(FIXTURE)))
     (venv / "bin" / "python").chmod(0o755)
-    sim = setup_simhost(root / "sim", gpus=2, sglang_version="0.5.23", pace=0.02, sglang_venv=str(venv))
+    sim = setup_simhost(root / "sim", gpus=2, engine_version="0.5.23", pace=0.02, engine_venv=str(venv))
     sim.set_sim(token_delay_s=0.002)
     model = model_dir(root / "models", QWEN3, 16_381_470_720, shards=5)
     cfg = tmp_path / "config.toml"

@@ -75,7 +75,7 @@ def test_triage_of_a_deployment_stuck_on_a_driver_mismatch_over_ssh(world, tmp_p
     assert out.returncode == 0, out.stderr
     plan = tmp_path / "plan.json"
     plan.write_text(out.stdout)
-    setup_simhost(sim.directory, gpus=4, sglang_version="0.5.23", scenario="hang-at-dist-init", pace=PACE,
+    setup_simhost(sim.directory, gpus=4, engine_version="0.5.23", scenario="hang-at-dist-init", pace=PACE,
                   driver_version="590.48.01", nvml="mismatch", library_version="565.57.01")
     out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", str(plan), "--host", "gpu1", "--name", "seed",
                           "--yes", "--json"], capture_output=True, text=True, env=env, timeout=120)

@@ -44,7 +44,7 @@ def sim_world(tmp_path, monkeypatch):
     (tmp_path / "home").mkdir()
 
     def make(scenario: str, stall: str = ""):
-        sim = setup_simhost(tmp_path / "sim", gpus=4, sglang_version="0.5.10", scenario=scenario, pace=0.02)
+        sim = setup_simhost(tmp_path / "sim", gpus=4, engine_version="0.5.10", scenario=scenario, pace=0.02)
         return sim, parse_inventory(sim.host_block("sim") + stall, source=str(tmp_path / "config.toml"))
 
     yield make

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     from .records import Change, LogLine
 
-__all__ = ["Engine", "Tracker", "Scanner", "VersionData"]
+__all__ = ["Engine", "Tracker", "Scanner", "VersionData", "SimHostPart", "NoSimHost"]
 
 
 class Tracker(Protocol):
@@ -254,6 +254,55 @@ class Engine(ABC):
         makes (None: it is kept)."""
         return None
 
+    # -- the simulated host (gpuops.sim): what stands in for the engine there ------------------
+
+    def simhost(self) -> SimHostPart:
+        """What gpuops' simulated host stands in for of this engine (its package, its server module,
+        its --help): :class:`SimHostPart`. :class:`NoSimHost` (one line): this engine has none."""
+        raise NoSimHost(f"{self.title} has no simulated host: gpuops sim stands in for another engine")
+
 
 class NoBenchmark(ValueError):
     """The engine has no benchmark (or evaluation) gpuops knows: one line."""
+
+
+class NoSimHost(ValueError):
+    """The engine has no simulated host (gpuops sim): one line."""
+
+
+class SimHostPart(ABC):
+    """What gpuops' simulated host (``gpuops.sim.host``) presents of an engine: a stand-in package
+    (its version, its metadata, an import that fails on a host without it), the server module its
+    python wrapper hands to the simulator (and ``--help`` answered from the engine's version data),
+    the modules it runs for real from the engine's virtualenv, and the small server's script. The
+    simulator renders the host's files from these; it names none of them itself."""
+
+    title: ClassVar[str]  # how the host's messages name the engine
+    package: ClassVar[str]  # the stand-in package's import name (DIR/lib/PACKAGE/)
+    server_module: ClassVar[str]  # `python -m` of it starts the server: the simulator answers
+    real_modules: ClassVar[tuple[str, ...]]  # shell patterns of modules run from the engine's virtualenv
+    venv_option: ClassVar[str]  # `gpuops sim setup`'s option that gives that virtualenv
+    absent: ClassVar[tuple[str, ...]]  # version values that mean "this host has no such engine"
+
+    @abstractmethod
+    def check_version(self, version: str | None) -> str | None:
+        """The version the host presents (None given: the newest with data; None returned: the host has
+        none of the engine, for a value in ``absent``); ValueError (one line) for a malformed one."""
+
+    @abstractmethod
+    def package_files(self, version: str | None) -> Mapping[str, str]:
+        """The stand-in package's files (paths under the host's lib/, text), for `version` (None: the
+        files of a host without the engine, whose import fails)."""
+
+    @abstractmethod
+    def help_text(self, version: str) -> str:
+        """What ``python -m SERVER_MODULE --help`` prints for `version`."""
+
+    @abstractmethod
+    def server_files(self, version: str) -> Mapping[str, str | bytes]:
+        """The files the host's server reads next to it (names, contents) for `version`: its flags
+        and the like (the tests' scenario engine reads them)."""
+
+    @abstractmethod
+    def demo_script(self) -> Mapping[str, Any]:
+        """The product's small server's script (start-up lines, crash, metrics: JSON-ready data)."""

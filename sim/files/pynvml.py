@@ -6,7 +6,7 @@ PYTHONPATH, so ``import pynvml`` on the simulated host gets this module instead 
 real binding. Standard library only.
 
 The GPUs are described by ``DIR/state/gpus.json`` (found from this file's own path, no
-environment needed), re-read whenever the file changes, so a test or the SGLang
+environment needed), re-read whenever the file changes, so a test or the server
 simulator can move memory and processes while a reporter keeps sampling.
 
 Where gpuops looks, it behaves like the real binding (checked against nvidia-ml-py 13

@@ -55,7 +55,7 @@ def main() -> int:
         model = model_dir(root / "models", QWEN3, 16_381_470_720, shards=5)
         subprocess.run([str(venv / "bin" / "python"), str(REPO / "tests/data/bench/make_tokenizer.py"), str(model)],
                        check=True, capture_output=True)
-        sim = setup_simhost(root / "sim", gpus=1, sglang_version="0.5.23", pace=0.02, sglang_venv=str(venv),
+        sim = setup_simhost(root / "sim", gpus=1, engine_version="0.5.23", pace=0.02, engine_venv=str(venv),
                             server=REPO / "tests" / "simhost")  # the scenario engine: SGLang's whole API
         sim.set_sim(token_delay_s=0.005)
         server = Server(sim, "--model-path", model, "--enable-metrics")

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import SGLang
+from ..base import Engine
 
 __all__ = ["demo_script"]
 
 Line = tuple[str, str]
 Step = tuple[str, float, tuple[Line, ...]]
 
-_PKG = "{sglang_dir}/srt"
+_PKG = "{package_dir}/srt"
 
 STARTUP: tuple[Step, ...] = (
     ("args", 0.0, (
-        ("err", "{sglang_dir}/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still "
+        ("err", "{package_dir}/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still "
                 "supported, but 'sglang serve' is the recommended entrypoint.\n  Example: sglang serve "
                 "--model-path <model> [options]\n  warnings.warn("),
         ("main", "server_args={server_args}"),
@@ -105,14 +105,14 @@ SHUTDOWN: tuple[Line, ...] = (
 )
 
 
-def demo_script() -> dict[str, Any]:
+def demo_script(engine: Engine) -> dict[str, Any]:
     """The small server's script as JSON-ready data: start-up steps, the KV crash, the ready line's
-    phase, and the metric names the dashboard reads (the engine's)."""
+    phase, and the metric names the dashboard reads (`engine`'s: SGLang's adapter)."""
     return {
-        "engine": SGLang.name,
+        "engine": engine.name,
         "startup": [{"phase": p, "before_s": s, "lines": [list(x) for x in lines]} for p, s, lines in STARTUP],
         "kv_crash": [list(x) for x in KV_CRASH],
         "shutdown": [list(x) for x in SHUTDOWN],
-        "metrics": dict(SGLang.metrics),
-        "module": SGLang.server,
+        "metrics": dict(engine.metrics),
+        "module": engine.server_module(),
     }

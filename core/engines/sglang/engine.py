@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..base import Engine, VersionData
+from ..base import Engine, SimHostPart, VersionData
 from . import bench, flag_rules, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
@@ -143,3 +143,8 @@ class SGLang(Engine):
 
     def like_env_reason(self, key: str, value: str, ctx: Any) -> str | None:
         return flag_rules.like_env_reason(key, ctx)
+
+    def simhost(self) -> SimHostPart:
+        from .simulated import SGLangSimHost  # (only gpuops sim asks: the demo's script stays unread otherwise)
+
+        return SGLangSimHost(self)

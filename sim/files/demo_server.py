@@ -1,9 +1,9 @@
 """The small server of gpuops' simulated host (``gpuops demo``, ``gpuops sim setup``).
 
-A template: ``gpuops.sim.host.setup_simhost`` copies it to ``DIR/lib/sglang-sim/sglang_sim.py`` next
-to ``demo.json`` (the engine's start-up lines, crash text and metric names, from
-``gpuops.core.engines.sglang.demo``); ``python -m sglang.launch_server ...`` on the simulated host
-runs it. Standard library only. It replays the start-up at the host's pace (``DIR/state/sim.json``),
+A template: ``gpuops.sim.host.setup_simhost`` copies it to ``DIR/lib/PACKAGE-sim/PACKAGE_sim.py`` next
+to ``demo.json`` (the engine's start-up lines, crash text, metric names and server module, from its
+simulated-host part: ``engines.get().simhost().demo_script()``); ``python -m SERVER_MODULE ...`` on the
+simulated host runs it. Standard library only. It replays the start-up at the host's pace (``DIR/state/sim.json``),
 moves the GPUs' memory in ``DIR/state/gpus.json`` through the phases, then serves the API the
 dashboard reads: /health, /health_generate, /v1/models, /model_info, /server_info, /metrics,
 /v1/chat/completions (streaming too), /v1/completions, /generate.
@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SCENARIOS = ("ok", "slow-download", "hang-at-dist-init", "kv-cache-oom")
 
-HERE = os.path.dirname(os.path.abspath(__file__))  # DIR/lib/sglang-sim
+HERE = os.path.dirname(os.path.abspath(__file__))  # DIR/lib/PACKAGE-sim
 LIB = os.path.dirname(HERE)
 STATE = os.path.join(os.path.dirname(LIB), "state")
 GiB = 1 << 30
@@ -128,7 +128,9 @@ class Demo:
         self.served = self.args.served_model_name or self.args.model_path
         arch, size, shards, context = model_facts(self.args.model_path)
         self.requests = self.generated = 0
-        self.figures = {"sglang_dir": os.path.join(LIB, "sglang"), "pid": os.getpid(), "host": self.args.host,
+        self.engine = str((self.script or {}).get("engine") or "")  # who owns the models it serves
+        package = str((self.script or {}).get("module") or "").split(".")[0]  # the stand-in package
+        self.figures = {"package_dir": os.path.join(LIB, package), "pid": os.getpid(), "host": self.args.host,
                         "port": self.args.port, "arch": arch, "shards": shards, "shard_rate": 1.0, "dist_s": 0.5,
                         "context": self.args.context_length or context, "weights_gb": size / self.tp / GiB,
                         "client_port": 40000 + os.getpid() % 20000, "graph_gb": 0.5, "graph_s": 1.0,
@@ -180,7 +182,7 @@ class Demo:
             for where, text in self.script["shutdown"]:
                 self.emit(where, text)
             return 0
-        except Stopped:  # stopped during the start: die of the signal, as SGLang does
+        except Stopped:  # stopped during the start: die of the signal, as the engine does
             with contextlib.suppress(Exception):
                 self.gpus.set(0)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -263,7 +265,7 @@ def make_handler(demo):
                 return self.send(200 if demo.ready else 503, b"", "text/plain")
             if path == "/v1/models":
                 return self.send(200, {"object": "list", "data": [{"id": demo.served, "object": "model",
-                                                                   "owned_by": "sglang", "root": demo.served}]})
+                                                                   "owned_by": demo.engine, "root": demo.served}]})
             if path in ("/model_info", "/get_model_info"):
                 return self.send(200, {"model_path": demo.args.model_path, "is_generation": True})
             if path in ("/server_info", "/get_server_info"):
