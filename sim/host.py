@@ -54,7 +54,6 @@ pace=)`` or ``SimHost.set_sim`` change them.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import fcntl
 import json
@@ -117,22 +116,24 @@ SERVER_ENV = "GPUOPS_SIM_SERVER"
 DEMO_SERVER = TEMPLATES / "demo_server.py"
 
 
+_SCENARIOS_LINE = re.compile(r'^SCENARIOS = \(((?:\s*"[a-z0-9-]+",?)+)\s*\)\s*$', re.MULTILINE)
+
+
 def server_scenarios(server: str | Path) -> tuple[str, ...]:
-    """The scenarios SERVER knows: the literal ``SCENARIOS = (...)`` of its file (of a package folder: its
-    __init__.py, then its modules by name). ValueError when it is not a server (one line)."""
+    """The scenarios SERVER knows: its line ``SCENARIOS = ("ok", ...)`` (of a package folder: in its
+    __init__.py, then its modules by name). ValueError when it is not a server (one line). (Read as
+    text, not parsed: a package's modules are thousands of lines, and CPython 3.11.7's ast.parse has
+    failed here under load with "AST constructor recursion depth mismatch".)"""
     path = Path(server)
     files = [path] if path.is_file() else ([path / "__init__.py"] + sorted(path.glob("*.py")) if path.is_dir() else [])
     for f in files:
         try:
-            tree = ast.parse(f.read_bytes())
-        except (OSError, SyntaxError, ValueError):
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
             continue
-        for node in tree.body:
-            if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SCENARIOS"]):
-                with contextlib.suppress(ValueError):
-                    value = ast.literal_eval(node.value)
-                    if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
-                        return value
+        m = _SCENARIOS_LINE.search(text)
+        if m is not None:
+            return tuple(re.findall(r'"([a-z0-9-]+)"', m.group(1)))
     raise ValueError("simulator server %s is not one: no file or package folder there with a literal "
                      "SCENARIOS = (...)" % show_path(str(path)))
 

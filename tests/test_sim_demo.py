@@ -50,6 +50,25 @@ def test_the_small_server_knows_the_demos_scenarios():
     assert set(SCENARIOS) >= {"ok", "slow-download", "hang-at-dist-init", "kv-cache-oom"}
 
 
+def test_a_servers_scenarios_are_read_from_its_scenarios_line(tmp_path):
+    """A server file's (or a package's module's) `SCENARIOS = (...)` line, over lines too; a file or
+    folder without one is no server (one line)."""
+    from gpuops.sim.host import server_scenarios
+
+    (tmp_path / "one.py").write_text('"""x"""\nSCENARIOS = ("ok", "slow-download")\n')
+    assert server_scenarios(tmp_path / "one.py") == ("ok", "slow-download")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "common.py").write_text('X = 1\nSCENARIOS = (\n    "ok",\n    "kv-cache-oom",\n)\n')
+    assert server_scenarios(pkg) == ("ok", "kv-cache-oom")
+    (tmp_path / "none.py").write_text("SCENARIOS = make()\n")
+    with pytest.raises(ValueError, match="is not one"):
+        server_scenarios(tmp_path / "none.py")
+    with pytest.raises(ValueError, match="is not one"):
+        server_scenarios(tmp_path / "absent")
+
+
 def test_a_deploy_reaches_ready_on_the_small_server(demo_world):
     make, env = demo_world
     cfg, host = make("ok")
