@@ -116,11 +116,11 @@ SERVER_ENV = "GPUOPS_SIM_SERVER"
 DEMO_SERVER = TEMPLATES / "demo_server.py"
 
 
-_SCENARIOS_LINE = re.compile(r'^SCENARIOS = \(((?:\s*"[a-z0-9-]+",?)+)\s*\)\s*$', re.MULTILINE)
+_SCENARIOS_LINE = re.compile(r"""^SCENARIOS = \(((?:\s*(?:"[a-z0-9-]+"|'[a-z0-9-]+'),?)+)\s*\)\s*$""", re.MULTILINE)
 
 
 def server_scenarios(server: str | Path) -> tuple[str, ...]:
-    """The scenarios SERVER knows: its line ``SCENARIOS = ("ok", ...)`` (of a package folder: in its
+    """The scenarios SERVER knows: its line ``SCENARIOS = ("ok", ...)`` (either quotes; of a package folder: in its
     __init__.py, then its modules by name). ValueError when it is not a server (one line). (Read as
     text, not parsed: a package's modules are thousands of lines, and CPython 3.11.7's ast.parse has
     failed here under load with "AST constructor recursion depth mismatch".)"""
@@ -133,7 +133,7 @@ def server_scenarios(server: str | Path) -> tuple[str, ...]:
             continue
         m = _SCENARIOS_LINE.search(text)
         if m is not None:
-            return tuple(re.findall(r'"([a-z0-9-]+)"', m.group(1)))
+            return tuple(re.findall(r"""["']([a-z0-9-]+)["']""", m.group(1)))
     raise ValueError("simulator server %s is not one: no file or package folder there with a literal "
                      "SCENARIOS = (...)" % show_path(str(path)))
 

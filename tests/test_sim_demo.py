@@ -57,6 +57,8 @@ def test_a_servers_scenarios_are_read_from_its_scenarios_line(tmp_path):
 
     (tmp_path / "one.py").write_text('"""x"""\nSCENARIOS = ("ok", "slow-download")\n')
     assert server_scenarios(tmp_path / "one.py") == ("ok", "slow-download")
+    (tmp_path / "single.py").write_text("SCENARIOS = ('ok',)\n")
+    assert server_scenarios(tmp_path / "single.py") == ("ok",)
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
