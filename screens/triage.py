@@ -98,11 +98,20 @@ class TriageScreen(GpuopsScreen):
 
         self._detail(Text("running the log rules and the host checks…"))
         try:
-            self.doc = await self.gapp.ops.triage(self.deployment.name)
+            doc = await self.gapp.ops.triage(self.deployment.name)
         except (HostError, Refused) as exc:
-            self._detail(Text(f"triage failed: {literal(getattr(exc, 'message', exc))}", style="red"))
+            if self._open():
+                self._detail(Text(f"triage failed: {literal(getattr(exc, 'message', exc))}", style="red"))
             return
+        if not self._open():  # closed (esc) while the triage ran: nothing left to show it on
+            return
+        self.doc = doc
         self.show()
+
+    def _open(self) -> bool:
+        """Whether the screen still has its widgets: a pop removes the children before the screen (an
+        answer that came in between found no OptionList, and the failed worker took the app down)."""
+        return self.is_attached and bool(self.query(OptionList))
 
     @property
     def findings(self) -> list[Finding]:

@@ -211,3 +211,37 @@ async def test_triage_screen_ends_a_leftover_gpu_process_after_asking(sim_world,
             leftover.kill()
         leftover.wait()
         sim.shutdown()
+
+
+async def test_a_triage_screen_closed_while_its_triage_runs_does_not_crash_the_app(tmp_path, monkeypatch):
+    """Esc on the triage screen before its triage answers: the answer comes to a screen that is gone
+    (it queried the closed screen's list: NoMatches, the worker failed and took the app down; seen
+    once in a full run under load, at 80x24)."""
+    import asyncio
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    from tests.plans import make_plan
+
+    store = Store()
+    store.add_deployment("localhost", make_plan("alpha"), state="stopped")
+    store.close()
+    app = GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
+    async with app.run_test(size=(80, 24)) as pilot:
+        asked, answer = asyncio.Event(), asyncio.Event()
+        real = app.ops.triage
+
+        async def slow_triage(name: str, **kw):
+            asked.set()
+            await answer.wait()
+            return await real(name, **kw)
+
+        monkeypatch.setattr(app.ops, "triage", slow_triage)
+        screen = TriageScreen(app.ops.deployment("alpha"))
+        await app.push_screen(screen)
+        assert await until(pilot, asked.is_set)
+        await app.pop_screen()
+        assert await until(pilot, lambda: not screen.is_attached)
+        answer.set()
+        await pilot.pause(1.0)
+        assert app.is_running and app.return_code is None
