@@ -25,8 +25,9 @@ from tests.plans import make_plan
 from tests.sshd import free_port
 
 GIB = 1024**3
-# a rank says "rank" once it is about to loop (a dump taken before could still be in its imports)
-RANK_CODE = "import time\ndef rank_loop():\n    while True:\n        time.sleep(1)\nprint('rank', flush=True)\nrank_loop()\n"
+# a rank says "rank" once it is about to loop (a dump taken before could still be in its imports), in
+# one write (the two ranks share the server's stdout: print's text and newline could interleave)
+RANK_CODE = "import os, time\ndef rank_loop():\n    while True:\n        time.sleep(1)\nos.write(1, b'rank\\n')\nrank_loop()\n"
 
 
 @pytest.fixture
