@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.core.config import parse_inventory
-from gpuops.core.deploy.store import Store
 from gpuops.screens.bench_runs import BenchRunsScreen
 from gpuops.screens.deployment import DeploymentScreen
 from gpuops.screens.deployments import DeploymentsScreen
@@ -27,11 +25,10 @@ from gpuops.tui.app import GpuopsApp
 from gpuops.tui.widgets import KeyFooter
 from tests.sshd import free_port
 from tests.conftest import kill_marked
-from tests.plans import make_plan
 from tests.test_rules import sim_plan
 from tests.test_sglang_sim import QWEN3, model_dir
 from tests.test_triage_screen import deploy_until_done, sim_world  # noqa: F401 (a fixture)
-from tests.tui_helpers import screen_text, until
+from tests.tui_helpers import app_with_a_stopped_deployment, screen_text, until
 
 GPUOPS = str(Path(sys.executable).with_name("gpuops"))
 FIX = "f: restart with NCCL_DEBUG=INFO"
@@ -80,12 +77,7 @@ async def test_a_stall_at_80x24_shows_its_fix_line_and_whole_keys(sim_world, mod
 
 
 async def test_every_screens_footer_at_80_columns_draws_whole_keys(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    store = Store()
-    store.add_deployment("localhost", make_plan("alpha"), state="stopped")
-    store.close()
-    app = GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
+    app = app_with_a_stopped_deployment(tmp_path, monkeypatch)
     async with app.run_test(size=(80, 24)) as pilot:
         assert await until(pilot, lambda: "Quit" in footer_line(app))
         assert "q Quit" in whole_keys(app)  # the dashboard (it drew "… q Quit ?")

@@ -10,7 +10,7 @@ from gpuops.tui.app import GpuopsApp
 from gpuops.tui.logview import LogView
 from tests.test_cli import GPUOPS
 from tests.test_deploy import deploy, served_port
-from tests.tui_helpers import until
+from tests.tui_helpers import app_with_a_stopped_deployment, until
 
 
 async def test_reattach_shows_phases_numbers_and_the_log(world, monkeypatch):
@@ -77,17 +77,9 @@ async def test_a_burst_of_log_lines_reaches_the_screen_in_order_as_one_message(t
     """What the bus says comes to the deployment screen as it was said (log lines, a phase, a state,
     more lines), but a burst as one message: 2,000 lines were 2,000 messages through the screen's
     queue (at 20,000 lines a second, a key press waited behind them)."""
-    from gpuops.core.config import parse_inventory
-    from gpuops.core.deploy.store import Store
     from gpuops.core.domain import LogEvent, PhaseEvent, StateEvent
-    from tests.plans import make_plan
 
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    store = Store()
-    store.add_deployment("localhost", make_plan("alpha"), state="stopped")
-    store.close()
-    app = GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
+    app = app_with_a_stopped_deployment(tmp_path, monkeypatch)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = DeploymentScreen(app.ops.deployment("alpha"))
         await app.push_screen(screen)

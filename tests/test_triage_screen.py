@@ -219,14 +219,9 @@ async def test_a_triage_screen_closed_while_its_triage_runs_does_not_crash_the_a
     once in a full run under load, at 80x24)."""
     import asyncio
 
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    from tests.plans import make_plan
+    from tests.tui_helpers import app_with_a_stopped_deployment
 
-    store = Store()
-    store.add_deployment("localhost", make_plan("alpha"), state="stopped")
-    store.close()
-    app = GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
+    app = app_with_a_stopped_deployment(tmp_path, monkeypatch)
     async with app.run_test(size=(80, 24)) as pilot:
         asked, answer = asyncio.Event(), asyncio.Event()
         real = app.ops.triage

@@ -22,3 +22,19 @@ def screen_text(app) -> str:
 
     svg = app.export_screenshot()
     return html.unescape(" ".join(re.findall(r">([^<>]*)</text>", svg))).replace("\xa0", " ")
+
+
+def app_with_a_stopped_deployment(tmp_path, monkeypatch, name: str = "alpha"):
+    """The dashboard app of a state folder of the test's own (XDG_STATE_HOME, HOME under `tmp_path`)
+    whose store holds one stopped deployment `name` on localhost."""
+    from gpuops.core.config import parse_inventory
+    from gpuops.core.deploy.store import Store
+    from gpuops.tui.app import GpuopsApp
+    from tests.plans import make_plan
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = Store()
+    store.add_deployment("localhost", make_plan(name), state="stopped")
+    store.close()
+    return GpuopsApp(parse_inventory("[hosts.localhost]\nlocal = true\n", source="t.toml"), interval=0.5)
