@@ -51,7 +51,8 @@ def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
     p.add_argument("--no-mtp", action="store_true", help="no speculative decoding even if the model has MTP layers")
     p.add_argument("--name", metavar="N", help="deployment name (default: from the model id)")
     p.add_argument("--port", type=int, default=None,
-                   help="server port, never moved (default: 30000, or the next free one when the host uses it)")
+                   help="server port, never moved (default: the host's first_port, else $GPUOPS_FIRST_PORT, else 30000; "
+                   "or the next free one above it when the host uses it)")
 
 
 def add_plan_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

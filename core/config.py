@@ -72,7 +72,14 @@ _HOST_KEYS = (
     "env",
     "node_addr",
     "nccl_interface",
+    "first_port",
 )
+# The port the planner tries first on a host (then the next free one above it): the host's
+# first_port, else this variable's, else DEFAULT_FIRST_PORT. On a machine several people or test
+# processes share, each keeps a range of its own.
+FIRST_PORT_VARIABLE = "GPUOPS_FIRST_PORT"
+DEFAULT_FIRST_PORT = 30000
+_PORT_RANGE = (1024, 65535)
 
 KeyPath = tuple[str, ...]
 _T = TypeVar("_T")
@@ -265,6 +272,7 @@ class HostConfig:
     env: tuple[tuple[str, str], ...] = ()  # ordered (name, value) pairs, exactly as configured
     node_addr: str | None = None  # where the other nodes of a multi-node deployment reach this host
     nccl_interface: str | None = None  # the network interface NCCL and gloo use there (NCCL_SOCKET_IFNAME)
+    first_port: int = DEFAULT_FIRST_PORT  # the planner's first try for a server port (see FIRST_PORT_VARIABLE)
 
     @property
     def reachable_addr(self) -> str:
@@ -332,7 +340,19 @@ class Inventory:
 
 
 def _localhost() -> HostConfig:
-    return HostConfig(name="localhost", local=True, ssh=None, python=None)
+    return HostConfig(name="localhost", local=True, ssh=None, python=None, first_port=first_port_from_environment())
+
+
+def first_port_from_environment() -> int:
+    """GPUOPS_FIRST_PORT's port, DEFAULT_FIRST_PORT when it is unset or empty; ConfigError on
+    anything but a port number 1024..65535."""
+    raw = os.environ.get(FIRST_PORT_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_FIRST_PORT
+    low, high = _PORT_RANGE
+    if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= high):
+        raise ConfigError(FIRST_PORT_VARIABLE, None, f"expected a port number {low}..{high}, got {_show(raw)}")
+    return int(raw)
 
 
 def default_inventory() -> Inventory:
@@ -562,7 +582,15 @@ class _Checker:
             node_addr=self.node_addr(t["node_addr"], (*path, "node_addr")) if "node_addr" in t else None,
             nccl_interface=(self.interface(t["nccl_interface"], (*path, "nccl_interface"))
                             if "nccl_interface" in t else None),
+            first_port=(self.port(t["first_port"], (*path, "first_port"))
+                        if "first_port" in t else first_port_from_environment()),
         )
+
+    def port(self, value: object, path: KeyPath) -> int:
+        low, high = _PORT_RANGE
+        if _is_int(value) and low <= value <= high:
+            return value
+        self.fail(path, f"expected a port number {low}..{high}, got {_show(value)}")
 
     def gpu_ids(self, value: object, path: KeyPath) -> tuple[int, ...]:
         if (

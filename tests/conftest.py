@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.sim.host import SERVER_ENV, setup_simhost
+from tests.ports import first_port
 from tests.sshd import Sshd, ssh_user_home, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,6 +23,10 @@ os.environ[SERVER_ENV] = str(SIM_SERVER)
 # `scripts/test-all.sh` alone). A test that wants a width sets it.
 for _key in ("COLUMNS", "LINES"):
     os.environ.pop(_key, None)
+
+# Each worker's plans without --port start at a port of the worker's own (tests/ports.py says why): set
+# for this process and every gpuops it starts.
+os.environ["GPUOPS_FIRST_PORT"] = str(first_port())
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -13,15 +13,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from tests.ports import free_port
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 TEST_USER = "gpuopstest"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ssh_user_home() -> Path:

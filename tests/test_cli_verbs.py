@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import shutil
 import subprocess
 import tempfile
@@ -19,12 +18,8 @@ from gpuops.core.deploy.store import Store
 from gpuops.sim.host import setup_simhost
 from tests.conftest import PACE, kill_marked, operator_hub
 from tests.test_cli import GPUOPS
+from tests.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class World:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -313,6 +314,11 @@ def test_duplicate_key_is_a_toml_error() -> None:
         ("[hosts.a]\nlocal = true\nserve_host = 'localhost'\n", 3, 'hosts.a.serve_host: expected an IP address such as "127.0.0.1" or "0.0.0.0", got "localhost"'),
         ("[hosts.a]\nlocal = true\nserve_host = 1\n", 3, "hosts.a.serve_host: expected an IP address"),
         ("[hosts.a]\nlocal = true\nlauncher = 'docker'\n", 3, 'hosts.a.launcher: expected "systemd" or "process", got "docker"'),
+        # first_port
+        ("[hosts.a]\nlocal = true\nfirst_port = 80\n", 3, "hosts.a.first_port: expected a port number 1024..65535, got 80"),
+        ("[hosts.a]\nlocal = true\nfirst_port = 65536\n", 3, "hosts.a.first_port: expected a port number 1024..65535, got 65536"),
+        ("[hosts.a]\nlocal = true\nfirst_port = '31000'\n", 3, 'hosts.a.first_port: expected a port number 1024..65535, got "31000"'),
+        ("[hosts.a]\nlocal = true\nfirst_port = true\n", 3, "hosts.a.first_port: expected a port number 1024..65535, got true"),
         # env
         ("[hosts.a]\nlocal = true\nenv = 'x'\n", 3, 'hosts.a.env: expected a table, got "x"'),
         ("[hosts.a]\nlocal = true\nenv = { 1X = 'v' }\n", 3, 'hosts.a.env.1X: invalid environment variable name "1X"'),
@@ -421,6 +427,30 @@ def test_list_element_errors_name_the_index_at_the_key_line() -> None:
 
 def host_with_env(env: str) -> HostConfig:
     return parse_inventory(f"[hosts.a]\nlocal = true\nenv = {{ {env} }}\n", SRC).host("a")
+
+
+def test_a_hosts_first_port_is_its_own_else_the_environments_else_30000(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "[hosts.a]\nlocal = true\nfirst_port = 31000\n[hosts.b]\nlocal = true\n"
+    monkeypatch.delenv("GPUOPS_FIRST_PORT", raising=False)
+    inv = parse_inventory(text, SRC)
+    assert (inv.host("a").first_port, inv.host("b").first_port) == (31000, 30000)
+    assert default_inventory().host("localhost").first_port == 30000
+    monkeypatch.setenv("GPUOPS_FIRST_PORT", " 40000 ")
+    inv = parse_inventory(text, SRC)
+    assert (inv.host("a").first_port, inv.host("b").first_port) == (31000, 40000)
+    assert default_inventory().host("localhost").first_port == 40000
+    monkeypatch.setenv("GPUOPS_FIRST_PORT", "")  # empty: as unset
+    assert parse_inventory(text, SRC).host("b").first_port == 30000
+
+
+@pytest.mark.parametrize("value", ["80", "65536", "3e4", "30000x", "١٢٣٤٥", "-1"])
+def test_a_first_port_variable_that_is_no_port_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                      value: str) -> None:
+    monkeypatch.setenv("GPUOPS_FIRST_PORT", value)
+    with pytest.raises(ConfigError) as info:
+        parse_inventory("[hosts.b]\nlocal = true\n", SRC)
+    assert str(info.value) == f"GPUOPS_FIRST_PORT: expected a port number 1024..65535, got {json.dumps(value, ensure_ascii=False)}"
+    assert parse_inventory("[hosts.a]\nlocal = true\nfirst_port = 31000\n", SRC).host("a").first_port == 31000
 
 
 def test_path_prefix() -> None:

@@ -13,19 +13,22 @@ from pathlib import Path
 import pytest
 
 from gpuops.core.deploy.store import Store
-from gpuops.core.planning.plan import DEFAULT_PORT
 from gpuops.sim.host import setup_simhost
 from tests.sshd import free_port
 from tests.test_cli import GPUOPS
 from tests.test_hosts import processes_matching
+from tests.ports import first_port
+
+# the planner's first port without --port in this test process (its GPUOPS_FIRST_PORT, conftest)
+FIRST_PORT = first_port()
 
 
 
 def deploy(cfg: Path, env: dict, *args: str, timeout: float = 120,
            default_port: bool = False) -> tuple[int, list[dict], str]:
     """`gpuops deploy Qwen/Qwen3-8B` to gpu1 with ARGS, on a free port of its own unless ARGS name one or
-    DEFAULT_PORT says the planner's default is what the test looks at (tests and other processes that run
-    at once would race for 30000, then the next free one, between the plan and the server's bind)."""
+    FIRST_PORT says the planner's default is what the test looks at (tests and other processes that run
+    at once would race for the first port, then the next free one, between the plan and the server's bind)."""
     if not default_port and "--port" not in args:
         args = (*args, "--port", str(free_port()))
     out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", "Qwen/Qwen3-8B", "--host", "gpu1", "--json",
@@ -36,16 +39,16 @@ def deploy(cfg: Path, env: dict, *args: str, timeout: float = 120,
 
 def served_port(env: dict, name: str, default: bool = False) -> int:
     """The stored deployment's port. DEFAULT: it was planned on the planner's default port (deploy's
-    default_port): 30000 when the host had it free, else the next free one above it, which its plan says
+    default_port): FIRST_PORT when the host had it free, else the next free one above it, which its plan says
     in a warning (another process on this machine may hold it)."""
     store = Store(Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db")
     try:
         plan = store.deployment(name).plan
     finally:
         store.close()
-    if default and plan.port != DEFAULT_PORT:
-        assert plan.port > DEFAULT_PORT and any(
-            w.startswith(f"port {DEFAULT_PORT} is in use on {plan.host}") and w.endswith(f"; using {plan.port}")
+    if default and plan.port != FIRST_PORT:
+        assert plan.port > FIRST_PORT and any(
+            w.startswith(f"port {FIRST_PORT} is in use on {plan.host}") and w.endswith(f"; using {plan.port}")
             for w in plan.warnings), (plan.port, plan.warnings)
     return plan.port
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from gpuops.core.engines.records import LogLine, PhaseChange, Progress
 from gpuops.core.ops import Ops, Refused
 from gpuops.sim.host import setup_simhost
 from tests.conftest import kill_marked
+from tests.ports import free_port
 
 # --------------------------------------------------------------------------------- the toy engine
 
@@ -167,11 +167,6 @@ class Toy(engines.Engine):
 
 # --------------------------------------------------------------------------------- the test
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -475,9 +470,7 @@ def test_the_functional_checks_ask_the_engines_server_info_and_one_without_is_fa
     from gpuops.core.bench.functional import run_checks
 
     assert engines.get("sglang").server_info_paths == ("/server_info", "/get_server_info")
-    with socket.socket() as s:  # a port nothing listens on: a request would fail another way
-        s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on: a request would fail another way
     plan = toy_plan(Path("/srv/m"), 30000)
     checks = asyncio.run(run_checks(url, model="toy/model", plan=plan))
     assert [(c.name, c.ok, c.reason) for c in checks] == [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.ports import free_port
 from gpuops.core.planning.model_facts import (
     ModelError,
     ModelFacts,
@@ -408,9 +408,7 @@ def test_hub_offline_and_not_cached(tmp_path: Path) -> None:
 def test_hub_unreachable_and_not_cached_is_told_at_once(tmp_path: Path) -> None:
     """A Hub that refuses connections (an air-gapped host's): one look, no retries (huggingface_hub's
     own download retries five times over 23 s, logging each to stderr), and the reason in the line."""
-    with socket.socket() as s:  # a port of this machine that nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    closed = f"http://127.0.0.1:{free_port()}"  # a port of this machine that nothing listens on
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     clean.update({"HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": closed,
                   "HF_HUB_CACHE": str(tmp_path / "empty")})

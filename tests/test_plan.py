@@ -181,6 +181,17 @@ def test_the_default_port_moves_to_the_next_free_one_and_an_explicit_port_never_
         build_plan(facts(*QWEN122), host_target(ports_taken=dict.fromkeys(range(30000, 65536), "")), Wishes(tp=4))
 
 
+def test_a_plan_without_port_starts_at_its_hosts_first_port():
+    """A host's first_port (or GPUOPS_FIRST_PORT) is where a plan without --port starts, then the next free
+    port above it; --port is still kept as given."""
+    own = host_target(first_port=31500, ports_taken={30000: ""})
+    assert build_plan(facts(*QWEN122), own, Wishes(tp=4)).port == 31500  # 30000 taken is no matter here
+    taken = host_target(first_port=31500, ports_taken={31500: "pid 7 (bob: nc -l 31500)"})
+    moved = build_plan(facts(*QWEN122), taken, Wishes(tp=4))
+    assert moved.port == 31501 and "port 31500 is in use on gpu1 (pid 7 (bob: nc -l 31500)); using 31501" in moved.warnings
+    assert build_plan(facts(*QWEN122), taken, Wishes(tp=4, port=30000)).port == 30000
+
+
 def test_systemd_quoting():
     assert systemd_quote("--tp") == "--tp"
     assert systemd_quote("a b") == '"a b"'

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -44,6 +45,12 @@ def test_the_replicas_ports_sit_above_the_routers_port_when_one_is_asked():
     plan = _replicated(2, name="duo", port=41000)
     assert [plan.port, *(r.port for r in plan.replicas)] == [41000, 41001, 41002]
     assert not any("is in use" in w for w in plan.warnings)
+
+
+def test_the_router_and_its_replicas_start_at_the_hosts_first_port():
+    plan = build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"),
+                                 [Node(replace(target("gpu1"), first_port=32100), "10.0.0.1")], Wishes(name="duo"), 2)
+    assert [plan.port, *(r.port for r in plan.replicas)] == [32100, 32101, 32102]
 
 
 def test_two_replicas_on_one_host_get_gpus_and_ports_of_their_own_behind_the_router():

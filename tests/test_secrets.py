@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -18,15 +17,11 @@ import pytest
 from gpuops.core.redact import redact, redact_all
 from tests.test_cli import GPUOPS
 from tests.sshd import ssh_user_home
+from tests.ports import free_port
 
 
 MASKED = re.compile(r"""api_key'?(?:=|: )'\*\*\*'""")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gpuops(cfg: Path, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

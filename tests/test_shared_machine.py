@@ -1,6 +1,6 @@
 """gpuops on a machine it shares: something else already listens on the planner's default port
-(127.0.0.1:30000), and another deployment's simulated server runs beside the test's own. The default
-port moves to the next free one (and the plan says so), an explicit --port never moves, and a stop
+(127.0.0.1 at the first port a plan tries: the test process's GPUOPS_FIRST_PORT), and another
+deployment's simulated server runs beside the test's own. The default port moves to the next free one (and the plan says so), an explicit --port never moves, and a stop
 ends only the deployment it names. Through the real CLI, over the real sshd, with real sockets."""
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from pathlib import Path
 
 import httpx
 
-from gpuops.core.planning.plan import DEFAULT_PORT
 from tests.test_cli import GPUOPS
 from tests.sshd import ssh_user_home
 from tests.test_deploy import deploy, served_port
+from tests.ports import first_port
+
+# the planner's first port without --port in this test process (its GPUOPS_FIRST_PORT, conftest)
+FIRST_PORT = first_port()
 
 HOST_HOME = ssh_user_home()  # the SSH user's HOME on the (loopback) host: this test process's own
 
@@ -99,43 +102,43 @@ def test_the_default_port_moves_past_a_port_another_process_holds(world, tmp_pat
     make, env = world
     cfg, sim = make("ok")
     name = f"moved-{uuid.uuid4().hex[:8]}"
-    holder = hold(DEFAULT_PORT)
-    assert holder is not None or in_use(DEFAULT_PORT)
+    holder = hold(FIRST_PORT)
+    assert holder is not None or in_use(FIRST_PORT)
     try:
-        # `plan` without --port: the next free port, and a warning that names whose 30000 is
+        # `plan` without --port: the next free port, and a warning that names whose FIRST_PORT is
         out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--json")
         assert out.returncode == 0, out.stderr
         plan = json.loads(out.stdout)
-        assert plan["port"] > DEFAULT_PORT and f"--port {plan['port']}" in " ".join(plan["argv"])
-        (warning,) = [w for w in plan["warnings"] if w.startswith(f"port {DEFAULT_PORT} is in use on gpu1")]
+        assert plan["port"] > FIRST_PORT and f"--port {plan['port']}" in " ".join(plan["argv"])
+        (warning,) = [w for w in plan["warnings"] if w.startswith(f"port {FIRST_PORT} is in use on gpu1")]
         assert warning.endswith(f"; using {plan['port']}")
         if holder is not None:  # the host's /proc names the holder: this test's own process
             assert f"(pid {os.getpid()} (" in warning, warning
 
         # an explicit --port is the operator's: never moved; the plan warns and deploy refuses it
         out = gpuops(cfg, env, "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--name", name, "--port",
-                     str(DEFAULT_PORT), "--json")
+                     str(FIRST_PORT), "--json")
         assert out.returncode == 0, out.stderr
         kept = json.loads(out.stdout)
-        assert kept["port"] == DEFAULT_PORT and f"--port {DEFAULT_PORT}" in " ".join(kept["argv"])
-        assert any(w.startswith(f"port {DEFAULT_PORT} is in use on gpu1") and w.endswith("choose another --port")
+        assert kept["port"] == FIRST_PORT and f"--port {FIRST_PORT}" in " ".join(kept["argv"])
+        assert any(w.startswith(f"port {FIRST_PORT} is in use on gpu1") and w.endswith("choose another --port")
                    for w in kept["warnings"]), kept["warnings"]
         if holder is not None:  # our socket listens on the very address the server would bind
             (tmp_path / "kept.json").write_text(out.stdout)
             out = gpuops(cfg, env, "deploy", str(tmp_path / "kept.json"), "--host", "gpu1", "--yes", "--json")
-            assert out.returncode == 2 and f"port {DEFAULT_PORT} is in use on gpu1" in out.stderr, out.stderr
+            assert out.returncode == 2 and f"port {FIRST_PORT} is in use on gpu1" in out.stderr, out.stderr
 
         # `deploy MODEL` (the default port) through the real CLI: the server comes up on the moved port
         rc, events, err = deploy(cfg, env, "--name", name, default_port=True)
         assert rc == 0, err + "\n".join(map(json.dumps, events[-10:]))
         port = served_port(env, name, default=True)  # the stored plan's port, and its warning
-        assert port > DEFAULT_PORT
+        assert port > FIRST_PORT
         assert events[-1]["state"] == "ready" and events[-1]["endpoint"] == f"http://127.0.0.1:{port}"
         assert served_models(port) == ["Qwen/Qwen3-8B"]  # it answers there
         pid = server_pid(name)
         assert str(sim.directory) in cmdline(pid) and f"--port {port} " in cmdline(pid) + " "
-        if holder is not None:  # and 30000 is still this test's socket, untouched
-            with socket.create_connection(("127.0.0.1", DEFAULT_PORT), timeout=5):
+        if holder is not None:  # and FIRST_PORT is still this test's socket, untouched
+            with socket.create_connection(("127.0.0.1", FIRST_PORT), timeout=5):
                 conn, _ = holder.accept()
                 conn.close()
         out = gpuops(cfg, env, "stop", name, "--yes")
@@ -156,8 +159,8 @@ def test_a_stop_ends_only_its_own_deployment_beside_another_one(world, tmp_path)
     tag = uuid.uuid4().hex[:8]
     mine, theirs = f"mine-{tag}", f"theirs-{tag}"
     their_env = dict(env, XDG_STATE_HOME=str(tmp_path / "their-state"))
-    holder = hold(DEFAULT_PORT)
-    assert holder is not None or in_use(DEFAULT_PORT)
+    holder = hold(FIRST_PORT)
+    assert holder is not None or in_use(FIRST_PORT)
     try:
         rc, events, err = deploy(cfg, their_env, "--name", theirs, default_port=True)
         assert rc == 0, err
@@ -168,7 +171,7 @@ def test_a_stop_ends_only_its_own_deployment_beside_another_one(world, tmp_path)
         rc, events, err = deploy(cfg, env, "--name", mine, default_port=True)
         assert rc == 0, err
         my_port = served_port(env, mine, default=True)
-        assert my_port > DEFAULT_PORT and my_port != their_port  # their server's port is taken: /proc says so
+        assert my_port > FIRST_PORT and my_port != their_port  # their server's port is taken: /proc says so
         my_pid = server_pid(mine)
         assert my_pid != their_pid and group_alive(my_pid)
         assert served_models(my_port) == served_models(their_port) == ["Qwen/Qwen3-8B"]

@@ -97,7 +97,7 @@ async def read_target(host: Host) -> Target:
         host=cfg.name, gpus=gpus, engine_version=version, help_flags=flags, python=cfg.python or "python3",
         model_dirs=cfg.model_dirs, forbidden_paths=cfg.forbidden_paths, free_bytes=free,
         existing=await existing_copies(host), serve_host=cfg.serve_host, launcher=cfg.launcher,
-        allowed_gpu_ids=cfg.gpu_ids, ports_taken=ports,
+        allowed_gpu_ids=cfg.gpu_ids, ports_taken=ports, first_port=cfg.first_port,
     )
 
 

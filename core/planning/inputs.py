@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import engines
-from ..config import DEFAULT_LAUNCHER
+from ..config import DEFAULT_FIRST_PORT, DEFAULT_LAUNCHER
 
 __all__ = ["DEFAULT_MEM_FRACTION", "GpuInfo", "Previous", "Target", "Wishes"]
 
@@ -45,6 +45,7 @@ class Target:
     engine_asked: bool = True  # False: the host could not be asked which engine version it has
     # (name, port, state) of the host's stored deployments that may serve: their ports are taken too
     deployment_ports: tuple[tuple[str, int, str], ...] = ()
+    first_port: int = DEFAULT_FIRST_PORT  # the host's first try for a server port (its inventory's first_port)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Wishes:
     gpu_ids: tuple[int, ...] | None = None
     mtp: bool = True
     download_dir: str | None = None
-    port: int | None = None  # --port: never moved; None: DEFAULT_PORT, or the next free one on the host
+    port: int | None = None  # --port: never moved; None: the target's first_port, or the next free one above it
     name: str | None = None
     mem_fraction_static: float = DEFAULT_MEM_FRACTION
     served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)

@@ -23,6 +23,7 @@ from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, Mo
                       gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
 from .. import engines
+from ..config import DEFAULT_FIRST_PORT
 from .fit import compute_fit, tp_choices
 from .inputs import DEFAULT_MEM_FRACTION, GpuInfo, Previous, Target, Wishes
 from .rules import Ctx, Rule
@@ -30,7 +31,7 @@ from .like import NODE_FLAGS, apply_like
 from .model_facts import ModelFacts
 
 GIB = 1024**3
-DEFAULT_PORT = 30000  # the server port when none is asked for; the next free one when the host uses it
+DEFAULT_PORT = DEFAULT_FIRST_PORT  # a host's first try for a server port when its inventory names none
 DOWNLOAD_HEADROOM = 1.1
 
 
@@ -66,8 +67,9 @@ def ports_taken(target: Target, name: str, replacing: str | None = None) -> dict
 
 
 def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str]) -> int:
-    """The server port: --port as given, never moved (a warning when it is taken), else DEFAULT_PORT,
-    or when that is taken the next port above it that is not (said in a warning)."""
+    """The server port: --port as given, never moved (a warning when it is taken), else the target's
+    first port (its host's first_port, GPUOPS_FIRST_PORT or DEFAULT_PORT), or when that is taken the
+    next port above it that is not (said in a warning)."""
     where = target.host or "the host"
     taken = ports_taken(target, name, wishes.replacing)
     if wishes.port is not None:
@@ -78,7 +80,7 @@ def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str])
             warnings.append(f"port {wishes.port} is in use on {where}" + (f" ({holder})" if holder else "")
                             + "; choose another --port")
         return wishes.port
-    base = wishes.port_from or DEFAULT_PORT
+    base = wishes.port_from or target.first_port
     if base not in taken:
         return base
     port = next((p for p in range(base + 1, 65536) if p not in taken), None)
@@ -572,8 +574,8 @@ def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: in
         raise PlanError(f"replicas {replicas}: {t.host} has no GPU left for replica {i} (the replicas before it "
                         f"hold {_ids(sorted(taken.used.get(t.host, ())))}): fewer replicas, or a smaller TP")
     one = replace(t, allowed_gpu_ids=free, ports_taken={**t.ports_taken, **taken.ours.get(node.addr, {})})
-    # without --port the replicas take DEFAULT_PORT and up; with it, the ports above the router's
-    base = wishes.port + 1 if wishes.port is not None and wishes.port < 65535 else DEFAULT_PORT
+    # without --port the replicas take their host's first port and up; with it, the ports above the router's
+    base = wishes.port + 1 if wishes.port is not None and wishes.port < 65535 else t.first_port
     p = build_plan(facts, one, replace(wishes, name=replica_name(name, i), port=None, gpu_ids=None, port_from=base))
     away = t.host != head.host
     if away and is_loopback(p.bind_host):

@@ -169,7 +169,7 @@ class _Reader:
                            python=cfg.python or "python3", model_dirs=cfg.model_dirs,
                            forbidden_paths=cfg.forbidden_paths, serve_host=cfg.serve_host,
                            allowed_gpu_ids=cfg.gpu_ids, engine_version=version, help_flags=flags,
-                           engine_asked=asked)
+                           engine_asked=asked, first_port=cfg.first_port)
         if req.gpus is not None or req.gpu_memory is not None:
             count = req.gpus if req.gpus is not None else len(target.gpus)
             mem = int(req.gpu_memory * 1024**3) if req.gpu_memory is not None else min(
