@@ -31,6 +31,7 @@ try:
     from ..core.states import State
     from ..screens.dashboard import DashboardScreen
     from ..themes import CSS_PATH, DEFAULT_THEME, SCREENS_CSS_PATH, THEMES, toggled
+    from . import release_heap, settle_heap
     from .commands import DeploymentCommands, HostCommands
 finally:
     if _GC_WAS_ON:
@@ -162,6 +163,7 @@ class GpuopsApp(App):
         self.call_after_refresh(self._start_watching)
 
     def _start_watching(self) -> None:
+        settle_heap()  # (the first screen is drawn: what start-up made is set aside from the collector)
         self.monitor.start()
         self.set_interval(self.interval, self._tick)
         if self.config_path:
@@ -232,6 +234,7 @@ class GpuopsApp(App):
         if "ops" in self.__dict__:
             await self.ops.close()
         await self.monitor.close()
+        release_heap()
 
     def _run_use_case(self, work: Any, group: str) -> None:
         """A use case in a worker: a refusal or a host error is a notification, never a crash."""

@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import gpuops.tui  # noqa: E402,F401  (first: the dashboard's Textual settings, as gpuops runs it)
 from gpuops.core.deploy.journal import RingBuffer, journal_argv, parse_journal_line  # noqa: E402
 from gpuops.core.engines.sglang.phases import PhaseTracker, clean  # noqa: E402
 from gpuops.core.engines.sglang.finding_rules import LogScanner  # noqa: E402
@@ -165,7 +166,8 @@ async def _presses(app, pilot, view, presses: int, append) -> tuple[list[float],
 def _figure(quiet: list[float], busy: list[float]) -> str:
     q = statistics.quantiles
     return (f"quiet p50 {statistics.median(quiet):.1f} ms p99 {q(quiet, n=100)[98]:.1f} ms; with 20,000 lines/s "
-            f"flowing p50 {statistics.median(busy):.1f} ms p99 {q(busy, n=100)[98]:.1f} ms (goal p99 < 16 ms)")
+            f"flowing p50 {statistics.median(busy):.1f} ms p99 {q(busy, n=100)[98]:.1f} ms (goal p99 < 16 ms: "
+            f"{'met' if max(q(quiet, n=100)[98], q(busy, n=100)[98]) < 16 else 'MISSED'})")
 
 
 def repaint(presses: int) -> None:
@@ -173,9 +175,14 @@ def repaint(presses: int) -> None:
 
     from gpuops.tui.logview import LogView
 
+    from gpuops.tui import settle_heap
+
     class LogApp(App):
         def compose(self) -> ComposeResult:
             yield LogView(100_000, id="log")
+
+        def on_mount(self) -> None:  # as gpuops' app does once its first screen is drawn
+            self.call_after_refresh(settle_heap)
 
     async def measure(flowing: bool) -> list[float]:
         app = LogApp()
@@ -185,7 +192,10 @@ def repaint(presses: int) -> None:
             append = (lambda i: view.append(LINE.format(i % 64, i))) if flowing else None
             return (await _presses(app, pilot, view, presses, append))[0]
 
-    print(f"2. key → repaint in the log view: {_figure(asyncio.run(measure(False)), asyncio.run(measure(True)))}")
+    from textual.constants import MAX_FPS
+
+    print(f"2. key → repaint in the log view (Textual at up to {MAX_FPS} frames/s): "
+          f"{_figure(asyncio.run(measure(False)), asyncio.run(measure(True)))}")
     deployment_screen(presses)
 
 
