@@ -12,13 +12,16 @@ Two ways a test lost its port before (CI, stop 31: four failures in one run, e.g
 
 So each worker takes ports from blocks of its own below the ephemeral range, where no outgoing
 connection lands: `free_port()` from one, and the planner's first port (GPUOPS_FIRST_PORT, set for
-the whole worker process and every gpuops it starts, see conftest) from another.
+the whole worker process and every gpuops it starts, see conftest) from another. Each process starts
+at a place of its own in its blocks, so that two test sessions on one machine (two checkouts, or a
+load generator beside a run) do not walk the same ports in step.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import socket
 
 FREE_BASE = 10_000  # free_port()'s blocks: FREE_BASE + FREE_BLOCK * worker
@@ -43,9 +46,13 @@ def worker() -> int:
     return int(name[2:]) % WORKERS if name.startswith("gw") and name[2:].isdigit() else 0
 
 
+_FIRST_OFFSET = random.randrange(FIRST_BLOCK // 2)  # (the planner walks up from the first port)
+
+
 def first_port() -> int:
-    """The first port a plan without --port tries in this worker (its GPUOPS_FIRST_PORT)."""
-    return FIRST_BASE + FIRST_BLOCK * worker()
+    """The first port a plan without --port tries in this worker (its GPUOPS_FIRST_PORT): the same
+    for the whole process."""
+    return FIRST_BASE + FIRST_BLOCK * worker() + _FIRST_OFFSET
 
 
 def _blocks_fit() -> None:
@@ -54,7 +61,7 @@ def _blocks_fit() -> None:
         raise RuntimeError(f"the tests' port blocks reach {top}, into the ephemeral range ({ephemeral_low()}-)")
 
 
-_next = itertools.count()
+_next = itertools.count(random.randrange(FREE_BLOCK))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
