@@ -38,6 +38,7 @@ gpu_ids = [0, 1, 2, 3]
 serve_host = "0.0.0.0"
 launcher = "process"
 journal_dir = "/var/log/journal"
+first_port = 31000
 env = { HF_HOME = "/shared/hf", PATH = "/opt/x/bin:/opt/y/bin:$PATH" }
 
 [hosts."gpu2"]
@@ -64,11 +65,13 @@ backend = "sglang-oai"
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No config from the machine running the tests: an empty XDG dir and no GPUOPS_CONFIG."""
+    """No config from the machine running the tests: an empty XDG dir, no GPUOPS_CONFIG and no
+    GPUOPS_FIRST_PORT (the test process's own, conftest)."""
     xdg = tmp_path / "xdg"
     xdg.mkdir()
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     monkeypatch.delenv("GPUOPS_CONFIG", raising=False)
+    monkeypatch.delenv("GPUOPS_FIRST_PORT", raising=False)
     return xdg
 
 
@@ -109,12 +112,14 @@ def test_full_config_round_trip(tmp_path: Path) -> None:
         launcher="process",
         journal_dir="/var/log/journal",
         env=(("HF_HOME", "/shared/hf"), ("PATH", "/opt/x/bin:/opt/y/bin:$PATH")),
+        first_port=31000,
     )
     assert gpu1.address == "root@10.0.0.5:2222"
 
     gpu2 = inv.host("gpu2")
     assert gpu2.local and gpu2.ssh is None and gpu2.address == "local"
     assert gpu2.gpu_ids is None and gpu2.launcher == "systemd" and gpu2.serve_host == "127.0.0.1"
+    assert gpu2.first_port == 30000
     box = inv.host("box-3")
     assert box.ssh == SshTarget(user=None, host="box3", port=None)
     assert box.address == "box3"
