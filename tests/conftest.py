@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -23,6 +24,15 @@ os.environ[SERVER_ENV] = str(SIM_SERVER)
 # `scripts/test-all.sh` alone). A test that wants a width sets it.
 for _key in ("COLUMNS", "LINES"):
     os.environ.pop(_key, None)
+
+# Signals as a terminal gives them, whatever this run inherited: a runner started in the background
+# without job control (or under nohup) passes SIGINT, SIGQUIT or SIGHUP on as ignored, and every gpuops a
+# test starts would inherit that (a loaded full run so started failed the tests that end gpuops with
+# SIGHUP, and the bench cancel that sends SIGINT, waiting on a gpuops that never saw them).
+for _sig, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL),
+                       (signal.SIGHUP, signal.SIG_DFL)):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _handler)
 
 # Each worker's plans without --port start at a port of the worker's own (tests/ports.py says why): set
 # for this process and every gpuops it starts.
