@@ -257,6 +257,24 @@ def test_without_tp_the_plan_takes_the_smallest_tp_that_holds_a_full_context_and
     assert build_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), host_target(), Wishes()).tp == 1
 
 
+def test_a_flag_the_version_deprecated_is_warned_of_with_what_its_notice_says():
+    """--like of a server started with --enable-dp-attention (deprecated in 0.5.23 for --attn-dp-size
+    <dp-size>, a replacement with a value gpuops cannot know: kept as it was) and
+    --enable-flashinfer-allreduce-fusion (renamed by --like): the plan warns of the first only."""
+    prev = Previous(source="old-unit", argv=("--model-path", "/m", "--enable-dp-attention", "--dp", "2",
+                                             "--enable-flashinfer-allreduce-fusion"))
+    plan = build_plan(facts(*QWEN122), host_target(), Wishes(tp=4, like=prev, engine_version="0.5.23"))
+    f = flags_of(plan)
+    assert "--enable-dp-attention" in f and "--enable-flashinfer-allreduce-fusion" not in f
+    assert ("--enable-dp-attention is deprecated in SGLang 0.5.23 (its notice: use --attn-dp-size <dp-size>); a later "
+            "version may refuse it") in plan.warnings
+    assert not any("allreduce" in w and "deprecated" in w for w in plan.warnings)
+    # 0.5.21 had not deprecated it (0.5.22 did)
+    older = build_plan(facts(*QWEN122), host_target(engine_version="0.5.21"),
+                       Wishes(tp=4, like=prev, engine_version="0.5.21"))
+    assert not any("deprecated" in w for w in older.warnings)
+
+
 def test_systemd_quoting():
     assert systemd_quote("--tp") == "--tp"
     assert systemd_quote("a b") == '"a b"'

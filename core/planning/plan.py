@@ -324,6 +324,20 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
     return tp
 
 
+def _deprecated_warnings(produced: Sequence[tuple[str, tuple[str, ...]]], engine: engines.Engine,
+                         version: str) -> list[str]:
+    """A warning for each flag the version still accepts but has deprecated (--like translates the
+    ones whose notice names a plain replacement; an edit or a notice that names none leaves them):
+    what its notice says instead, from the engine's own deprecation text."""
+    deprecated = engine.versions.deprecated_flags(version)
+    out = []
+    for name in sorted({n for n, _ in produced if n in deprecated}):
+        instead = deprecated[name]
+        out.append(f"{name} is deprecated in {engine.title} {version}"
+                   + (f" (its notice: use {instead})" if instead else "") + "; a later version may refuse it")
+    return out
+
+
 def _fire_rules(ctx: Ctx, rules: Sequence[Rule]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str],
                                                            list[RuleFired]]:
     """The flag rules that apply: the flags they produce, their env, and each one's why."""
@@ -392,6 +406,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     if unknown:
         warnings.append(f"flags unknown to {engine.title} {version}: {', '.join(unknown)} — deploy would fail; "
                         "fix the plan first")
+    warnings += _deprecated_warnings(produced, engine, version)
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
