@@ -275,6 +275,15 @@ def test_a_flag_the_version_deprecated_is_warned_of_with_what_its_notice_says():
     assert not any("deprecated" in w for w in older.warnings)
 
 
+def test_the_30b_hybrid_moe_fits_on_one_gpu_as_its_official_command_runs_it():
+    """Issue 25: Nemotron-3-Nano-30B-A3B 'did not fit' on one 141 GB GPU (205 GB counted), where its
+    official command serves the BF16 checkpoint on one. On one H200: TP1, with whole contexts of KV cache."""
+    nemotron = facts("nemotron_h__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    plan = build_plan(nemotron, host_target(gpus=(GpuInfo(0, int(H200 * GIB)),)), Wishes())
+    assert plan.tp == 1 and plan.fit.fits, plan.fit.verdict
+    assert plan.fit.max_total_tokens >= nemotron.context_length
+
+
 def test_systemd_quoting():
     assert systemd_quote("--tp") == "--tp"
     assert systemd_quote("a b") == '"a b"'
