@@ -41,7 +41,8 @@ def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
                    "first, --tp split evenly over them)")
     p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on --host (or round "
                    "--hosts), each on GPUs and a port of its own, behind sglang-router on the (first) host")
-    p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest that fits)")
+    p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest the engine can run that holds "
+                   "a full context; the plan says the others)")
     p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")
     p.add_argument("--gpu-memory", type=float, metavar="GIB", help="memory per GPU when planning offline")
     p.add_argument("--gpu-ids", metavar="0,1,..", help="which GPUs the deployment gets (CUDA_VISIBLE_DEVICES)")

@@ -22,6 +22,7 @@ from ..core.planning.model_facts import ModelFacts
 from ..core.domain import Plan
 from ..core.planning import PlanError
 from ..core import engines, units
+from ..core.planning.fit import tp_refusal
 from ..core.planning.edits import Edit, apply as apply_edits, parse as parse_edit, with_edit
 from ..core.planning.like import load_previous
 from ..core.planning.inputs import Target, Wishes
@@ -148,7 +149,6 @@ class PlanReviewScreen(GpuopsScreen):
 
     def action_tp(self, step: int) -> None:
         current = self.plan.tp if self.plan else (self.wishes.tp or 1)
-        heads = self.facts.num_attention_heads
         # over several nodes TP goes in steps of the node count (the engine splits it evenly); a replica's
         # TP is on one host
         n = 1 if self.replicas else 1 + len(self.nodes)
@@ -159,7 +159,7 @@ class PlanReviewScreen(GpuopsScreen):
             if tp < 1 or tp > gpus:
                 self.notify(f"TP stays {current}: {'no fewer than ' + str(n) if tp < 1 else f'only {gpus} GPUs'}")
                 return
-            if not heads or heads % tp == 0:
+            if tp_refusal(self.facts, tp, self.wishes.engine) is None:  # a TP the engine can shard the model over
                 break
         self.wishes = replace(self.wishes, tp=tp, gpu_ids=None)
         self.rebuild()

@@ -153,6 +153,40 @@ def test_refused_before_anything_changes(world):
     assert json.loads(out.stdout)["deployments"] == []  # nothing recorded
 
 
+def test_a_plan_with_a_flag_the_hosts_version_removed_is_refused_before_anything_changes(world, tmp_path):
+    """A plan made for SGLang 0.5.19 (offline) that sets --cuda-graph-max-bs, which 0.5.20 removed,
+    deployed on a host with 0.5.23: refused in one line naming the flag and both versions, with
+    nothing recorded and no server started (the server would die on the flag after the download)."""
+    make, env = world
+    cfg, sim = make("ok")
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--gpus", "4", "--gpu-memory", "80",
+                          "--sglang-version", "0.5.19", "--name", "old", "--port", str(free_port()), "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["sglang_version"] == "0.5.19"
+    doc["argv"] += ["--cuda-graph-max-bs", "64"]  # accepted by 0.5.19
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", str(tmp_path / "old.json"), "--host", "gpu1", "--yes"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.endswith("SGLang 0.5.23 on gpu1 does not accept --cuda-graph-max-bs (the plan was made for SGLang "
+                         "0.5.19): plan it again for this host (--like keeps the rest)"), line
+    status = subprocess.run([GPUOPS, "--config", str(cfg), "status", "--json"], capture_output=True, text=True, env=env)
+    assert json.loads(status.stdout)["deployments"] == []  # nothing recorded
+    assert not processes_matching("sglang.launch_server", str(sim.directory))  # nothing started
+    # without the flag the same plan deploys (the check refuses only what the host's version lacks)
+    doc["argv"] = doc["argv"][:-2]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", str(tmp_path / "old.json"), "--host", "gpu1", "--yes"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    try:
+        assert out.returncode == 0, out.stderr
+    finally:
+        subprocess.run([GPUOPS, "--config", str(cfg), "stop", "old", "--yes"], capture_output=True, env=env)
+
+
 def test_systemd_launcher_with_the_fake_systemctl_and_a_real_journal(world):
     """No machine here runs systemd as PID 1: the simulated host's systemctl starts the unit gpuops
     wrote and feeds its output into a real journal file, which gpuops follows with journalctl."""

@@ -42,6 +42,7 @@ REAL_BYTES = {
     "deepseek_v3__DeepSeek-V3": 688_586_727_753,
     "kimi_k2__Kimi-K2-Instruct": 1_029_170_800_885,
     "gpt_oss__gpt-oss-120b": 65_248_815_744,
+    "nemotron_h__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": 63_200_000_000,  # 31.6B (rounded) x 2 bytes
 }
 
 
@@ -84,6 +85,29 @@ def test_llama_dense_traits_and_kv_bytes() -> None:
     assert f.params == f.active_params == 8_030_261_248
     assert f.kv_bytes_per_token() == 32 * 2 * 8 * 128 * 2 == 131072
     assert f.kv_bytes_per_token(dtype_bytes=1) == 65536
+
+
+def test_nemotron_h_one_mixer_a_layer_hybrid_moe() -> None:
+    """Nemotron-3-Nano-30B-A3B (issue 25: counted as 102B parameters and 205 GB, as if each of its 52
+    layers were attention plus gated experts): a layer holds one mixer, by its hybrid_override_pattern,
+    23 Mamba-2, 23 of relu2 experts (up and down only), 6 attention. NVIDIA: 31.6B total, 3.6B active
+    with the embeddings."""
+    f = facts("nemotron_h__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert f.known_architecture and f.missing == ()
+    assert abs(f.params - 31.6e9) / 31.6e9 < 0.002  # the published figure is rounded to 0.1B
+    assert f.active_params is not None and 3.5e9 < f.active_params < 3.7e9
+    assert f.hybrid is not None
+    assert (f.hybrid.full_attention_layers, f.hybrid.linear_attention_layers) == (6, 23)
+    # the KV cache of the 6 attention layers only: 2 KV heads of 128, K and V, BF16
+    assert f.kv_bytes_per_token() == 6 * 2 * 2 * 128 * 2
+    # each request's Mamba-2 state: the convolution's (x, B, C: 4096 + 2*8*128, 3 steps, BF16) and the
+    # SSM's (64 heads x 64 x 128 state, float32), in each of the 23 Mamba layers
+    assert f.hybrid.state_bytes_per_request == 23 * ((4096 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4)
+    assert f.moe is not None and (f.moe.num_experts, f.moe.active_experts) == (128, 6)
+    assert f.moe.dense_layers == 29  # the layers without experts: Mamba and attention
+    # a pattern that does not name every layer is said, and the layers are counted the usual way
+    short = dict(real_config("nemotron_h__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"), hybrid_override_pattern="MEM*")
+    assert "hybrid_override_pattern" in facts_from_config(short, id="x").missing
 
 
 def test_qwen_dense_families() -> None:

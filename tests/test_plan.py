@@ -192,6 +192,98 @@ def test_a_plan_without_port_starts_at_its_hosts_first_port():
     assert build_plan(facts(*QWEN122), taken, Wishes(tp=4, port=30000)).port == 30000
 
 
+# zai-org/GLM-4.5's shapes (96 attention heads, 8 KV heads, 160 routed experts of intermediate size
+# 1536, 92 layers, 131,072 context), as a public test quotes its config.json (search index id 19810911295)
+GLM45 = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "head_dim": 128, "hidden_size": 5120,
+         "intermediate_size": 12288, "max_position_embeddings": 131072, "moe_intermediate_size": 1536,
+         "n_routed_experts": 160, "n_shared_experts": 1, "num_attention_heads": 96, "num_experts_per_tok": 8,
+         "first_k_dense_replace": 3, "num_hidden_layers": 92, "num_key_value_heads": 8, "torch_dtype": "bfloat16",
+         "vocab_size": 151552, "tie_word_embeddings": False}
+
+
+def test_a_tp_that_splits_the_kv_heads_unevenly_is_refused_and_never_chosen():
+    """The issue's case: TP6 divides GLM-4.5's 96 attention heads but not its 8 KV heads (nor is it a
+    multiple of them), which SGLang's QKVParallelLinear asserts at start-up."""
+    from gpuops.core.planning.fit import tp_choices, tp_refusal
+
+    glm = facts_from_config(GLM45, id="zai-org/GLM-4.5", source="hub")
+    assert tp_refusal(glm, 6) == ("TP 6 neither divides the model's 8 KV heads nor is a multiple of them (each "
+                                  "rank holds a share of them, or one of them copied whole)")
+    assert tp_refusal(glm, 16) is None  # 16 ranks: each KV head copied to two
+    assert tp_refusal(glm, 5) == "TP 5 does not divide the model's 96 attention heads"
+    assert tp_choices(glm, 8) == [1, 2, 4, 8]
+    with pytest.raises(PlanError, match=r"^TP 6 neither divides the model's 8 KV heads .* \(try 1, 2, 4, 8\)$"):
+        build_plan(glm, host_target(), Wishes(tp=6))
+    # six free GPUs: the TP is one the engine can run (the old choice, 'the smallest that fits' among
+    # those dividing the attention heads, could be 6)
+    six = build_plan(glm, host_target(gpus=tuple(GpuInfo(i, int(H200 * GIB)) for i in range(6))), Wishes())
+    assert six.tp in (1, 2, 4) and tp_refusal(glm, six.tp) is None
+    # MLA keeps its latent whole on every rank: no KV-head condition (DeepSeek-V3: 128 heads)
+    deepseek = facts("deepseek_v3__DeepSeek-V3", "deepseek-ai/DeepSeek-V3")
+    assert deepseek.mla is not None and tp_refusal(deepseek, 16) is None and tp_refusal(deepseek, 3)
+
+
+def test_a_tp_whose_expert_share_is_not_whole_quantization_blocks_is_refused():
+    """Qwen3-235B-A22B-FP8 (its BF16 config's shapes with the FP8 checkpoint's 128x128 blocks): at TP8
+    each rank's share of the 1536-wide experts is 192, not a whole number of 128-wide blocks; SGLang's
+    fp8.py raises 'The output_size of gate's and up's weight = 192 is not divisible by weight
+    quantization block_n = 128' (Qwen's model card for the FP8 checkpoint: lower TP or use expert
+    parallelism). The BF16 checkpoint runs at TP8."""
+    from gpuops.core.planning.fit import tp_choices, tp_refusal
+
+    bf16 = config("qwen3_moe__Qwen3-235B-A22B-Instruct-2507")
+    fp8 = dict(bf16, quantization_config={"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                          "weight_block_size": [128, 128]})
+    f = facts_from_config(fp8, id="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", source="hub")
+    assert tp_refusal(f, 8) == ("at TP 8 each rank's share of the experts' intermediate size (192) is not a whole "
+                                "number of the checkpoint's 128x128 quantization blocks")
+    assert tp_choices(f, 8) == [1, 2, 4]
+    assert tp_refusal(facts_from_config(bf16, id="Qwen/Qwen3-235B-A22B-Instruct-2507", source="hub"), 8) is None
+
+
+def test_without_tp_the_plan_takes_the_smallest_tp_that_holds_a_full_context_and_says_the_others():
+    """The issue's other case: the smallest TP that fits left a large MoE 0.2x its context (a server that
+    refuses long prompts). Qwen3-235B on 8 H200s: TP4 fits with 0.2x, TP8 holds 4.9x."""
+    qwen = facts("qwen3_moe__Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B-Instruct-2507")
+    plan = build_plan(qwen, host_target(), Wishes())
+    assert plan.tp == 8 and plan.fit.fits
+    assert ("TP not chosen: TP8, the smallest that holds a full 262,144-token context (KV cache per context, of the "
+            "TPs that fit: TP4: 0.2x, TP8: 4.9x; --tp N for another)") in plan.warnings
+    # four free GPUs: none holds a whole context, the one that holds the most is taken, and said
+    four = build_plan(qwen, host_target(gpus=tuple(GpuInfo(i, int(H200 * GIB)) for i in range(4))), Wishes())
+    assert four.tp == 4 and any(w.startswith("TP not chosen: TP4, the one that holds the most KV cache (none holds "
+                                             "a full 262,144-token context)") for w in four.warnings)
+    # a small model: TP1 already holds many contexts
+    assert build_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), host_target(), Wishes()).tp == 1
+
+
+def test_a_flag_the_version_deprecated_is_warned_of_with_what_its_notice_says():
+    """--like of a server started with --enable-dp-attention (deprecated in 0.5.23 for --attn-dp-size
+    <dp-size>, a replacement with a value gpuops cannot know: kept as it was) and
+    --enable-flashinfer-allreduce-fusion (renamed by --like): the plan warns of the first only."""
+    prev = Previous(source="old-unit", argv=("--model-path", "/m", "--enable-dp-attention", "--dp", "2",
+                                             "--enable-flashinfer-allreduce-fusion"))
+    plan = build_plan(facts(*QWEN122), host_target(), Wishes(tp=4, like=prev, engine_version="0.5.23"))
+    f = flags_of(plan)
+    assert "--enable-dp-attention" in f and "--enable-flashinfer-allreduce-fusion" not in f
+    assert ("--enable-dp-attention is deprecated in SGLang 0.5.23 (its notice: use --attn-dp-size <dp-size>); a later "
+            "version may refuse it") in plan.warnings
+    assert not any("allreduce" in w and "deprecated" in w for w in plan.warnings)
+    # 0.5.21 had not deprecated it (0.5.22 did)
+    older = build_plan(facts(*QWEN122), host_target(engine_version="0.5.21"),
+                       Wishes(tp=4, like=prev, engine_version="0.5.21"))
+    assert not any("deprecated" in w for w in older.warnings)
+
+
+def test_the_30b_hybrid_moe_fits_on_one_gpu_as_its_official_command_runs_it():
+    """Issue 25: Nemotron-3-Nano-30B-A3B 'did not fit' on one 141 GB GPU (205 GB counted), where its
+    official command serves the BF16 checkpoint on one. On one H200: TP1, with whole contexts of KV cache."""
+    nemotron = facts("nemotron_h__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    plan = build_plan(nemotron, host_target(gpus=(GpuInfo(0, int(H200 * GIB)),)), Wishes())
+    assert plan.tp == 1 and plan.fit.fits, plan.fit.verdict
+    assert plan.fit.max_total_tokens >= nemotron.context_length
+
+
 def test_systemd_quoting():
     assert systemd_quote("--tp") == "--tp"
     assert systemd_quote("a b") == '"a b"'

@@ -43,8 +43,9 @@ async def test_plan_review_warnings_speak_the_screens_words_not_the_clis():
     async with app.run_test(size=(160, 50)) as pilot:
         await app.push_screen(PlanReviewScreen(facts(*QWEN122), offline_target(8, H200), Wishes(engine_version="0.5.23")))
         warnings = lambda: app.screen.query_one("#plan-warnings").text.plain  # noqa: E731
-        assert await until(pilot, lambda: "TP not chosen: TP4, the smallest that fits" in warnings())
-        assert "--tp" not in warnings()
+        assert await until(pilot, lambda: "TP not chosen: TP4, the smallest that holds a full 262,144-token context"
+                           in warnings())
+        assert "TP4: 16.9x, TP8: 27.2x; + and - for another)" in warnings() and "--tp" not in warnings()
 
 
 async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():

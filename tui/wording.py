@@ -15,6 +15,7 @@ _WAYS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"give --name\b"), f"give it a name of its own ({_EDIT} name NEW)"),
     (re.compile(r" \(refusing without --yes\)"), ""),
     (re.compile(r"--like (?=\S)"), "like "),
+    (re.compile(r"--tp N for another\b"), "+ and - for another"),
     (re.compile(r"--tp (\d+)"), r"TP \1"),
     (re.compile(r"--name: "), "name: "),
     (re.compile(r"--download-dir (?=\S)"), "the download folder "),

@@ -15,14 +15,14 @@ import time
 from typing import Any, Callable
 
 from .. import units
-from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value
+from ..domain import Evidence, Finding, FindingEvent, Fix, Plan, ProgressEvent, StateEvent, flag_value, split_flags
 from ..states import State
 from ..hosts.files import new_api_key, read_env_value, remote_home
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import port_free as port_free_program
 from ..hosts.model_copies import copy_complete
 from .. import engines
-from ..planning.hostfacts import engine_version, free_space
+from ..planning.hostfacts import engine_version, free_space, help_flags
 from ..telemetry.samples import snapshot
 from .download import Download, DownloadError, bytes_on_disk
 from .launchers import Launcher, LaunchError, open_launcher
@@ -94,9 +94,11 @@ class Deployer:
             if not res.ok:
                 raise DeployError(f"{engine.router_title} is not installed on {host.name} (python {plan.python}): "
                                   f"pip install {engine.router_title} there first")
-        elif await engine_version(host, plan.engine) is None:
+        elif (version := await engine_version(host, plan.engine)) is None:
             raise DeployError(f"{engine.title} is not installed on {host.name} (python {plan.python}): "
                               f"{engine.install_hint()}")
+        else:
+            await self.check_flags(version)
         if not held:
             await self.check_ports()
         await self.check_secrets()
@@ -106,6 +108,29 @@ class Deployer:
             if free is not None and free < need:
                 raise DeployError(f"{plan.download_dir} on {host.name} has {units.size(free)} free; "
                                   f"the model needs {units.size(need)}")
+
+    async def check_flags(self, version: str) -> None:
+        """Every flag of the plan accepted by the engine there: its server's `--help` (cached per version),
+        with the hidden flags of its version's data; without that, its version's flags from the wheels,
+        when the data knows that version. A plan made for another version, or edited, with a flag this
+        version removed or never had is refused (DeployError) before anything changes: the server would
+        die on it at start-up, after a download."""
+        plan, host = self.plan, self.host
+        engine = engines.get(plan.engine)
+        sv = engine.versions
+        accepted = await help_flags(host, version, plan.engine)
+        if accepted:
+            flags = accepted | sv.hidden_flags(version)
+        elif sv.resolve(version) == version:
+            flags = sv.flags_for(version)
+        else:
+            return  # a version the data does not know, whose --help could not be read: nothing to check against
+        refused = sorted({name for name, _ in split_flags(plan.argv) if name not in flags})
+        if refused:
+            made = (f" (the plan was made for {engine.title} {plan.engine_version})"
+                    if plan.engine_version and plan.engine_version != version else "")
+            raise DeployError(f"{engine.title} {version} on {host.name} does not accept "
+                              f"{', '.join(refused)}{made}: plan it again for this host (--like keeps the rest)")
 
     async def check_ports(self) -> None:
         """The plan's ports (a router's metrics port too) free to bind on the host; DeployError when

@@ -242,6 +242,14 @@ class Engine(ABC):
 
     flag_aliases: ClassVar[Mapping[str, str]] = {}  # a flag's other spellings -> the name a plan writes
 
+    def tp_refusal(self, facts: Any, tp: int) -> str | None:
+        """Why the engine cannot shard the model (a planning.ModelFacts) over `tp` GPUs, None when it
+        can. The default asks what every tensor-parallel engine needs: the attention heads split evenly."""
+        heads = facts.num_attention_heads
+        if heads and heads % tp:
+            return f"TP {tp} does not divide the model's {heads} attention heads"
+        return None
+
     def like_drop_reason(self, name: str, values: tuple[str, ...], ctx: Any) -> str | None:
         """Why the engine drops a previous deployment's flag `name` (with `values`) from the plan
         `ctx` (a ``core.planning.rules.Ctx``) makes: a quantization's flag on another checkpoint, a

@@ -50,7 +50,7 @@ def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float
               gpu_memory_bytes=gpu_memory, mem_fraction_static=mem_fraction, state_cache_per_gpu_bytes=state,
               kv_bytes_per_token_per_gpu=per_token, verdict=verdict)
     if not fits and gpu_count:
-        for bigger in tp_choices(facts, gpu_count):
+        for bigger in tp_choices(facts, gpu_count, engine):
             if bigger > tp and compute_fit(facts, bigger, gpu_memory, mem_fraction, spec, engine=engine).fits:
                 fit.smallest_tp = bigger
                 fit.verdict += f"; the smallest TP that fits is {bigger}"
@@ -60,6 +60,11 @@ def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float
     return fit
 
 
-def tp_choices(facts: ModelFacts, gpus: int) -> list[int]:
-    heads = facts.num_attention_heads
-    return [t for t in range(1, gpus + 1) if heads is None or heads % t == 0]
+def tp_refusal(facts: ModelFacts, tp: int, engine: str = engines.DEFAULT) -> str | None:
+    """Why `engine` cannot shard the model over `tp` GPUs (its layers' conditions), None when it can."""
+    return engines.get(engine).tp_refusal(facts, tp)
+
+
+def tp_choices(facts: ModelFacts, gpus: int, engine: str = engines.DEFAULT) -> list[int]:
+    """The TP sizes up to `gpus` the engine can shard the model over (:func:`tp_refusal`)."""
+    return [t for t in range(1, gpus + 1) if tp_refusal(facts, t, engine) is None]

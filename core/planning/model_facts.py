@@ -31,7 +31,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ _KNOWN_ARCHITECTURES = frozenset({
     "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
     "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
     "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM",
+    "NemotronHForCausalLM",
 })
 
 
@@ -567,10 +568,11 @@ class _Moe:
     router_bias: int  # router/e_score_correction bias elements
     router_bias_bytes: float | None
     fused_bias: bool  # gpt-oss experts carry biases
+    gated: bool = True  # up and gate projections (SwiGLU); False: up only (relu2, Nemotron-H)
 
 
-def _mlp(t: _Tally, hidden: int, inter: int, section: str) -> None:
-    t.linear(section, "mlp", inter, hidden, count=2)
+def _mlp(t: _Tally, hidden: int, inter: int, section: str, gated: bool = True) -> None:
+    t.linear(section, "mlp", inter, hidden, count=2 if gated else 1)
     t.linear(section, "mlp", hidden, inter)
 
 
@@ -578,12 +580,12 @@ def _moe_block(t: _Tally, m: _Moe, hidden: int, section: str) -> None:
     t.plain(section, m.experts * hidden)  # router
     if m.router_bias:
         t.plain(section, m.router_bias, m.router_bias_bytes)
-    t.linear(section, "experts", m.expert_inter, hidden, count=2 * m.experts)
+    t.linear(section, "experts", m.expert_inter, hidden, count=(2 if m.gated else 1) * m.experts)
     t.linear(section, "experts", hidden, m.expert_inter, count=m.experts)
     if m.fused_bias:
         t.plain(section, m.experts * (2 * m.expert_inter + hidden))
     if m.shared_inter:
-        t.linear(section, "shared", m.shared_inter, hidden, count=2)
+        t.linear(section, "shared", m.shared_inter, hidden, count=2 if m.gated else 1)
         t.linear(section, "shared", hidden, m.shared_inter)
         if m.shared_gate:
             t.plain(section, hidden)
@@ -631,6 +633,10 @@ class _Layout:
     dense_inter: int  # the dense MLP's width (0 when every layer has experts)
     mtp: int
     deepseek_mtp: bool  # DeepSeek-style MTP: stores its own copies of the embedding and the head
+    # one mixer a layer (Nemotron-H): "mamba", "attention", "moe" or "mlp" for each; None: every layer
+    # is attention (full or linear) followed by an MLP or experts
+    mixers: list[str] | None = None
+    mamba: _Mamba2 | None = None
 
 
 def _model_types(config: dict[str, Any], cfg: _Config) -> tuple[str | None, str]:
@@ -718,13 +724,93 @@ def _mtp_layers(cfg: _Config, model_type: str) -> tuple[int, bool]:
     return mtp_layers, nextn is not None and mtp_layers > 0
 
 
+_MIXER_SYMBOLS = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
+
+
+def _mixers(cfg: _Config, layers: int) -> list[str] | None:
+    """A model whose layers each hold one mixer (Nemotron-H: `hybrid_override_pattern`, one symbol a
+    layer, M Mamba-2, * attention, E experts, - MLP; or `layers_block_type`, their names in a list),
+    None for the usual attention-then-MLP layers. A pattern that does not name every layer is noted
+    as missing (and the layers are counted the usual way)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type")
+    if isinstance(pattern, str) and pattern:
+        mixers = [_MIXER_SYMBOLS.get(c, "") for c in pattern]
+    elif isinstance(blocks, list) and blocks:
+        mixers = [b if isinstance(b, str) else "" for b in blocks]
+    else:
+        return None
+    if len(mixers) != layers or not all(m in _MIXER_SYMBOLS.values() for m in mixers):
+        cfg.missing.append("hybrid_override_pattern")
+        return None
+    return mixers
+
+
+@dataclass(frozen=True)
+class _Mamba2:
+    heads: int
+    head_dim: int
+    groups: int
+    state: int
+    kernel: int
+    conv_bias: bool
+    proj_bias: bool
+
+    @property
+    def inner(self) -> int:  # the heads' width (Nemotron-H's is not expand x hidden)
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:  # x, B and C go through the convolution
+        return self.inner + 2 * self.groups * self.state
+
+
+def _mamba2_dims(cfg: _Config) -> _Mamba2:
+    return _Mamba2(heads=cfg.need("mamba_num_heads"), head_dim=cfg.need("mamba_head_dim"),
+                   groups=cfg.number("n_groups") or 1, state=cfg.need("ssm_state_size"),
+                   kernel=cfg.number("conv_kernel") or 4, conv_bias=cfg.get("use_conv_bias") is not False,
+                   proj_bias=bool(cfg.get("mamba_proj_bias")))
+
+
+def _mamba2(t: _Tally, m: _Mamba2, hidden: int, section: str) -> None:
+    """One Mamba-2 mixer: in_proj (z, x, B, C and dt), the depthwise convolution, dt bias, A and D per
+    head, the gated norm, out_proj."""
+    in_out = 2 * m.inner + 2 * m.groups * m.state + m.heads
+    t.linear(section, "mamba", in_out, hidden)
+    t.plain(section, m.conv_dim * m.kernel + (m.conv_dim if m.conv_bias else 0))
+    t.plain(section, 3 * m.heads + m.inner)
+    t.linear(section, "mamba", hidden, m.inner)
+    if m.proj_bias:
+        t.plain(section, in_out + hidden)
+
+
 def _layout(cfg: _Config, layers: int, model_type: str) -> _Layout:
+    mixers = _mixers(cfg, layers)
+    if mixers is not None:
+        return _mixer_layout(cfg, layers, model_type, mixers)
     linear = _linear_layers(cfg, layers)
     gdn = _gdn_dims(cfg) if any(linear) else None
     moe, sparse = _experts(cfg, layers, model_type)
     dense_inter = cfg.need("intermediate_size") if moe is None or not all(sparse) else 0
     mtp, deepseek_mtp = _mtp_layers(cfg, model_type)
     return _Layout(layers, linear, gdn, moe, sparse, dense_inter, mtp, deepseek_mtp)
+
+
+def _mixer_layout(cfg: _Config, layers: int, model_type: str, mixers: list[str]) -> _Layout:
+    """Nemotron-H's layers: Mamba-2 ones are its linear (recurrent) layers, the experts are where the
+    pattern says, the MLPs (and the experts) are up/down only when the activation is relu2."""
+    moe, _ = _experts(cfg, layers, model_type)
+    gated = cfg.get("mlp_hidden_act") not in ("relu2", "relu")
+    if moe is not None:
+        shared = cfg.number("moe_shared_expert_intermediate_size") or moe.shared_inter
+        moe = replace(moe, gated=gated, shared_inter=shared, shared_gate=False,
+                      router_bias=moe.experts, router_bias_bytes=4)  # e_score_correction_bias, fp32
+    sparse = [m == "moe" for m in mixers]
+    dense_inter = cfg.number("intermediate_size") or 0 if "mlp" in mixers else 0
+    mtp, deepseek_mtp = _mtp_layers(cfg, model_type)
+    mamba = _mamba2_dims(cfg) if "mamba" in mixers else None
+    return _Layout(layers, [m == "mamba" for m in mixers], None, moe, sparse, dense_inter, mtp, deepseek_mtp,
+                   mixers=mixers, mamba=mamba)
 
 
 def _count_decoder(t: _Tally, cfg: _Config, shape: _Shape, vocab: int, lay: _Layout, mla: MlaInfo | None,
@@ -745,8 +831,11 @@ def _count_decoder(t: _Tally, cfg: _Config, shape: _Shape, vocab: int, lay: _Lay
             _mlp(t, hidden, lay.dense_inter, section)
         t.plain(section, 2 * hidden)  # input and post-attention norms
 
-    for i in range(lay.count):
-        decoder_layer("main", lay.linear[i], lay.sparse[i])
+    if lay.mixers is not None:
+        _count_mixers(t, cfg, shape, lay, model_type)
+    else:
+        for i in range(lay.count):
+            decoder_layer("main", lay.linear[i], lay.sparse[i])
     for _ in range(lay.mtp):
         decoder_layer("mtp", False, lay.moe is not None)
         if lay.deepseek_mtp:
@@ -757,12 +846,27 @@ def _count_decoder(t: _Tally, cfg: _Config, shape: _Shape, vocab: int, lay: _Lay
             t.plain("mtp", 3 * hidden + 2 * hidden * hidden)
 
 
+def _count_mixers(t: _Tally, cfg: _Config, shape: _Shape, lay: _Layout, model_type: str) -> None:
+    """Layers of one mixer each (Nemotron-H), each with its norm."""
+    gated = lay.moe.gated if lay.moe is not None else cfg.get("mlp_hidden_act") not in ("relu2", "relu")
+    for mixer in lay.mixers or ():
+        if mixer == "mamba" and lay.mamba is not None:
+            _mamba2(t, lay.mamba, shape.hidden, "main")
+        elif mixer == "attention":
+            _attention(t, cfg, shape, "main", None, model_type)
+        elif mixer == "moe" and lay.moe is not None:
+            _moe_block(t, lay.moe, shape.hidden, "main")
+        else:
+            _mlp(t, shape.hidden, lay.dense_inter, "main", gated=gated)
+        t.plain("main", shape.hidden)
+
+
 def _active_params(t: _Tally, hidden: int, lay: _Layout, params: int) -> int:
     """The parameters one token runs through: all of them but the experts it is not routed to."""
     moe = lay.moe
     if moe is None or not moe.experts:
         return params
-    expert_params = 3 * hidden * moe.expert_inter * moe.experts * sum(lay.sparse)
+    expert_params = (3 if moe.gated else 2) * hidden * moe.expert_inter * moe.experts * sum(lay.sparse)
     inactive = expert_params * (moe.experts - moe.active) // moe.experts
     return t.params["main"] - inactive
 
@@ -784,6 +888,15 @@ def _checkpoint_bytes(index: dict[str, Any] | None, file_sizes: dict[str, int] |
 def _hybrid(cfg: _Config, lay: _Layout, dtype_bytes: int) -> HybridInfo | None:
     """A hybrid model's layer counts and the recurrent state each request holds."""
     gdn = lay.gdn
+    if lay.mamba is not None and lay.mixers is not None:
+        m = lay.mamba
+        mamba_layers = lay.mixers.count("mamba")
+        ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
+        ssm_bytes = _DTYPE_BYTES.get(ssm_dtype if isinstance(ssm_dtype, str) else "float32", 4)
+        conv_state = m.conv_dim * max(m.kernel - 1, 0) * dtype_bytes
+        ssm_state = m.heads * m.head_dim * m.state * ssm_bytes
+        return HybridInfo(full_attention_layers=lay.mixers.count("attention"), linear_attention_layers=mamba_layers,
+                          state_bytes_per_request=mamba_layers * (conv_state + ssm_state))
     if gdn is None:
         return None
     linear_layers = sum(lay.linear)

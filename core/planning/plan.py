@@ -24,7 +24,7 @@ from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, Mo
 from . import PlanError
 from .. import engines
 from ..config import DEFAULT_FIRST_PORT
-from .fit import compute_fit, tp_choices
+from .fit import compute_fit, tp_choices, tp_refusal
 from .inputs import DEFAULT_MEM_FRACTION, GpuInfo, Previous, Target, Wishes
 from .rules import Ctx, Rule
 from .like import NODE_FLAGS, apply_like
@@ -279,24 +279,63 @@ def _known_flags(target: Target, version: str, engine: engines.Engine) -> tuple[
 
 def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
                  warnings: list[str]) -> tuple[int, tuple[int, ...], int]:
-    """(TP, the GPUs, the smallest one's memory): without --tp, the smallest TP that fits."""
+    """(TP, the GPUs, the smallest one's memory): without --tp, see :func:`_choose_tp`. A TP the engine
+    cannot shard the model over is refused, with the ones it can."""
     if wishes.tp is not None and wishes.tp < 1:
         raise PlanError(f"TP must be at least 1, got {wishes.tp}")
     tp, gpu_ids = _pick_gpus(target, wishes, wishes.tp, warnings)
-    heads = facts.num_attention_heads
     gpu_mem = min((g.memory_total for g in target.gpus if g.index in gpu_ids), default=0)
-    spec_possible = facts.mtp_layers > 0 and wishes.mtp
-    if tp == 0:  # no --tp: the smallest that fits on the free GPUs
-        choices = tp_choices(facts, len(gpu_ids))
-        tp = next((t for t in choices if compute_fit(facts, t, gpu_mem, wishes.mem_fraction_static,
-                                                     spec_possible, engine=wishes.engine).fits),
-                  choices[-1] if choices else 1)
+    if tp == 0:  # no --tp: chosen among the free GPUs
+        tp = _choose_tp(facts, gpu_mem, wishes, len(gpu_ids), warnings)
         gpu_ids = tuple(sorted(gpu_ids[:tp]))
-        warnings.append(f"TP not chosen: TP{tp}, the smallest that fits")
-    if heads and heads % tp:
-        raise PlanError(f"TP {tp} does not divide the model's {heads} attention heads "
-                        f"(try {', '.join(map(str, tp_choices(facts, max(tp, 8))))})")
+    refusal = tp_refusal(facts, tp, wishes.engine)
+    if refusal:
+        raise PlanError(f"{refusal} (try {', '.join(map(str, tp_choices(facts, max(tp, 8), wishes.engine)))})")
     return tp, gpu_ids, gpu_mem
+
+
+def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warnings: list[str]) -> int:
+    """The TP a plan without --tp takes, said in a warning beside the others that fit: among the sizes
+    the engine can shard the model over, the smallest whose KV cache holds one full context (the
+    smallest that merely fits could leave a tenth of a context: a server that refuses long prompts);
+    when none does, the one that holds the most tokens; for a model that names no context length,
+    the smallest that fits; when none fits, the largest the free GPUs allow (its fit says why not)."""
+    spec = facts.mtp_layers > 0 and wishes.mtp
+    choices = tp_choices(facts, gpus, wishes.engine) or [1]
+    fits = [(t, f) for t in choices
+            if (f := compute_fit(facts, t, gpu_mem, wishes.mem_fraction_static, spec, engine=wishes.engine)).fits]
+    if not fits:
+        warnings.append(f"TP not chosen: TP{choices[-1]}, the largest the free GPUs allow (no TP up to {gpus} fits)")
+        return choices[-1]
+    ctx = facts.context_length
+    if not ctx:
+        tp, why = fits[0][0], "the smallest that fits"
+        others = ", ".join(f"TP{t}: {f.max_total_tokens:,} tokens" for t, f in fits)
+    else:
+        whole = [t for t, f in fits if f.max_total_tokens >= ctx]
+        if whole:
+            tp, why = whole[0], f"the smallest that holds a full {ctx:,}-token context"
+        else:
+            tp = max(fits, key=lambda tf: tf[1].max_total_tokens)[0]
+            why = f"the one that holds the most KV cache (none holds a full {ctx:,}-token context)"
+        others = ", ".join(f"TP{t}: {f.max_total_tokens / ctx:.1f}x" for t, f in fits)
+    warnings.append(f"TP not chosen: TP{tp}, {why} (KV cache per context, of the TPs that fit: {others}; "
+                    "--tp N for another)")
+    return tp
+
+
+def _deprecated_warnings(produced: Sequence[tuple[str, tuple[str, ...]]], engine: engines.Engine,
+                         version: str) -> list[str]:
+    """A warning for each flag the version still accepts but has deprecated (--like translates the
+    ones whose notice names a plain replacement; an edit or a notice that names none leaves them):
+    what its notice says instead, from the engine's own deprecation text."""
+    deprecated = engine.versions.deprecated_flags(version)
+    out = []
+    for name in sorted({n for n, _ in produced if n in deprecated}):
+        instead = deprecated[name]
+        out.append(f"{name} is deprecated in {engine.title} {version}"
+                   + (f" (its notice: use {instead})" if instead else "") + "; a later version may refuse it")
+    return out
 
 
 def _fire_rules(ctx: Ctx, rules: Sequence[Rule]) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, str],
@@ -367,6 +406,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     if unknown:
         warnings.append(f"flags unknown to {engine.title} {version}: {', '.join(unknown)} — deploy would fail; "
                         "fix the plan first")
+    warnings += _deprecated_warnings(produced, engine, version)
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
@@ -419,8 +459,7 @@ def _multinode_tp(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishes) -> t
         tp = wishes.tp
     else:
         tp = n * min(per_node)
-        heads = facts.num_attention_heads
-        while heads and tp > n and heads % tp:
+        while tp > n and tp_refusal(facts, tp, wishes.engine):  # the most the nodes hold that the engine can shard over
             tp -= n
     g = tp // n
     short = [f"{h} has {c}" for h, c, in zip(hosts, per_node) if c < g]
