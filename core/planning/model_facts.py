@@ -806,7 +806,7 @@ def _mixer_layout(cfg: _Config, layers: int, model_type: str, mixers: list[str])
         moe = replace(moe, gated=gated, shared_inter=shared, shared_gate=False,
                       router_bias=moe.experts, router_bias_bytes=4)  # e_score_correction_bias, fp32
     sparse = [m == "moe" for m in mixers]
-    dense_inter = cfg.number("intermediate_size") or 0 if "mlp" in mixers else 0
+    dense_inter = (cfg.number("intermediate_size") or 0) if "mlp" in mixers else 0
     mtp, deepseek_mtp = _mtp_layers(cfg, model_type)
     mamba = _mamba2_dims(cfg) if "mamba" in mixers else None
     return _Layout(layers, [m == "mamba" for m in mixers], None, moe, sparse, dense_inter, mtp, deepseek_mtp,
