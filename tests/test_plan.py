@@ -284,6 +284,38 @@ def test_the_30b_hybrid_moe_fits_on_one_gpu_as_its_official_command_runs_it():
     assert plan.fit.max_total_tokens >= nemotron.context_length
 
 
+def test_the_engines_model_registry_says_which_architectures_a_version_serves():
+    """data/sglang_models.json, read from the wheels by extract/models.py: each version's architectures
+    (the EntryClass of each module of srt/models/) and which are multimodal."""
+    from gpuops.core.engines.sglang import models
+
+    assert len(models.registry("0.5.23")) == 290 and len(models.registry("0.5.10")) == 193
+    assert models.served("NemotronHForCausalLM", "0.5.23") == {"file": "srt/models/nemotron_h.py", "multimodal": False}
+    assert models.served("Gemma4ForConditionalGeneration", "0.5.10") is None  # added in 0.5.11
+    assert models.served("Gemma4ForConditionalGeneration", "0.5.11") == {"file": "srt/models/gemma4_mm.py",
+                                                                       "multimodal": True}
+    assert models.registry("0.9.0") == models.registry("0.5.23")  # a newer version: the newest known's
+
+
+def test_a_plan_says_when_the_engines_version_has_no_model_for_the_architecture():
+    llama = config("llama3__Llama-3.1-8B-Instruct")
+    gemma4 = facts_from_config(dict(llama, architectures=["Gemma4ForConditionalGeneration"]), id="google/gemma-4-x")
+    old = build_plan(gemma4, host_target(engine_version="0.5.10"), Wishes(tp=1, engine_version="0.5.10"))
+    assert ("SGLang 0.5.10 has no model of its own for Gemma4ForConditionalGeneration (its model registry): it would "
+            "try its transformers fallback, if it starts at all; plan for a version that has it") in old.warnings
+    new = build_plan(gemma4, host_target(), Wishes(tp=1, engine_version="0.5.23"))
+    assert not any("has no model of its own" in w for w in new.warnings)
+    assert ("unknown architecture Gemma4ForConditionalGeneration (SGLang 0.5.23 serves it): generic rules only (no "
+            "parsers, no quantization flags); check the launch before deploying") in new.warnings
+    made_up = facts_from_config(dict(llama, architectures=["MadeUpForCausalLM"]), id="x/made-up")
+    plan = build_plan(made_up, host_target(), Wishes(tp=1, engine_version="0.5.23"))
+    assert any(w.startswith("SGLang 0.5.23 has no model of its own for MadeUpForCausalLM") for w in plan.warnings)
+    assert any(w.startswith("unknown architecture MadeUpForCausalLM: generic rules only") for w in plan.warnings)
+    known = build_plan(facts("llama3__Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"), host_target(),
+                       Wishes(tp=1))
+    assert not any("model of its own" in w or "unknown architecture" in w for w in known.warnings)
+
+
 def test_systemd_quoting():
     assert systemd_quote("--tp") == "--tp"
     assert systemd_quote("a b") == '"a b"'

@@ -242,6 +242,11 @@ class Engine(ABC):
 
     flag_aliases: ClassVar[Mapping[str, str]] = {}  # a flag's other spellings -> the name a plan writes
 
+    def serves(self, architecture: str, version: str) -> bool | None:
+        """Whether `version` of the engine serves `architecture` (a config's architectures[0]) with a model
+        of its own; None when the engine's data does not say."""
+        return None
+
     def tp_refusal(self, facts: Any, tp: int) -> str | None:
         """Why the engine cannot shard the model (a planning.ModelFacts) over `tp` GPUs, None when it
         can. The default asks what every tensor-parallel engine needs: the attention heads split evenly."""

@@ -255,11 +255,19 @@ def _engine_version(target: Target, wishes: Wishes, warnings: list[str]) -> tupl
     return version, version_source
 
 
-def _facts_warnings(facts: ModelFacts, warnings: list[str]) -> None:
+def _facts_warnings(facts: ModelFacts, warnings: list[str], engine: engines.Engine, version: str) -> None:
+    """What the plan cannot vouch for: fields the config lacks, an architecture gpuops has no rules
+    for, and one the engine's version does not serve itself (from its model registry)."""
     if facts.missing:
         warnings.append(f"config.json lacks {', '.join(facts.missing)}: sizes and fit are estimates")
+    arch = facts.architecture
+    served = engine.serves(arch, version) if arch else None
+    if served is False:
+        warnings.append(f"{engine.title} {version} has no model of its own for {arch} (its model registry): it would "
+                        "try its transformers fallback, if it starts at all; plan for a version that has it")
     if not facts.known_architecture:
-        warnings.append(f"unknown architecture {facts.architecture or '?'}: generic rules only (no parsers, "
+        where = f" ({engine.title} {version} serves it)" if served else ""
+        warnings.append(f"unknown architecture {arch or '?'}{where}: generic rules only (no parsers, "
                         "no quantization flags); check the launch before deploying")
 
 
@@ -380,8 +388,8 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     if not 0.1 <= wishes.mem_fraction_static <= 0.98:
         raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
     version, version_source = _engine_version(target, wishes, warnings)
-    _facts_warnings(facts, warnings)
     engine = engines.get(wishes.engine)
+    _facts_warnings(facts, warnings, engine, version)
     flags, checked_against = _known_flags(target, version, engine)
     tp, gpu_ids, gpu_mem = _tp_and_gpus(facts, target, wishes, warnings)
     # where the weights go

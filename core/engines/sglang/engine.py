@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import Engine, SimHostPart, VersionData
-from . import bench, flag_rules, sharding, versions
+from . import bench, flag_rules, models, sharding, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
@@ -137,6 +137,9 @@ class SGLang(Engine):
     version_option = "--sglang-version"  # gpuops plan/deploy's option
 
     flag_aliases = flag_rules.ALIASES
+
+    def serves(self, architecture: str, version: str) -> bool | None:
+        return models.served(architecture, version) is not None
 
     def tp_refusal(self, facts: Any, tp: int) -> str | None:
         return sharding.tp_refusal(facts, tp)
