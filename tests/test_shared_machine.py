@@ -19,11 +19,8 @@ import httpx
 
 from tests.test_cli import GPUOPS
 from tests.sshd import ssh_user_home
-from tests.test_deploy import deploy, served_port
-from tests.ports import first_port
+from tests.test_deploy import FIRST_PORT, deploy, served_port
 
-# the planner's first port without --port in this test process (its GPUOPS_FIRST_PORT, conftest)
-FIRST_PORT = first_port()
 
 HOST_HOME = ssh_user_home()  # the SSH user's HOME on the (loopback) host: this test process's own
 

@@ -87,6 +87,6 @@ class Wishes:
     # the stored deployment this plan replaces (a swap): its server is stopped before this one
     # starts, so its port (and what listens there: its server) is not a conflict
     replacing: str | None = None
-    # no --port: the first port tried (DEFAULT_PORT; a replica of a router given --port P: P + 1, so that
-    # the replicas sit above the router's port rather than at 30000)
+    # no --port: the first port tried (the target's first_port; a replica of a router given --port P:
+    # P + 1, so that the replicas sit above the router's port rather than at the host's first port)
     port_from: int | None = None

@@ -637,6 +637,7 @@ class _Layout:
     # is attention (full or linear) followed by an MLP or experts
     mixers: list[str] | None = None
     mamba: _Mamba2 | None = None
+    mlp_gated: bool = True  # the MLPs' and experts' up and gate projections (False: relu2, up only)
 
 
 def _model_types(config: dict[str, Any], cfg: _Config) -> tuple[str | None, str]:
@@ -810,7 +811,7 @@ def _mixer_layout(cfg: _Config, layers: int, model_type: str, mixers: list[str])
     mtp, deepseek_mtp = _mtp_layers(cfg, model_type)
     mamba = _mamba2_dims(cfg) if "mamba" in mixers else None
     return _Layout(layers, [m == "mamba" for m in mixers], None, moe, sparse, dense_inter, mtp, deepseek_mtp,
-                   mixers=mixers, mamba=mamba)
+                   mixers=mixers, mamba=mamba, mlp_gated=gated)
 
 
 def _count_decoder(t: _Tally, cfg: _Config, shape: _Shape, vocab: int, lay: _Layout, mla: MlaInfo | None,
@@ -848,7 +849,6 @@ def _count_decoder(t: _Tally, cfg: _Config, shape: _Shape, vocab: int, lay: _Lay
 
 def _count_mixers(t: _Tally, cfg: _Config, shape: _Shape, lay: _Layout, model_type: str) -> None:
     """Layers of one mixer each (Nemotron-H), each with its norm."""
-    gated = lay.moe.gated if lay.moe is not None else cfg.get("mlp_hidden_act") not in ("relu2", "relu")
     for mixer in lay.mixers or ():
         if mixer == "mamba" and lay.mamba is not None:
             _mamba2(t, lay.mamba, shape.hidden, "main")
@@ -857,7 +857,7 @@ def _count_mixers(t: _Tally, cfg: _Config, shape: _Shape, lay: _Layout, model_ty
         elif mixer == "moe" and lay.moe is not None:
             _moe_block(t, lay.moe, shape.hidden, "main")
         else:
-            _mlp(t, shape.hidden, lay.dense_inter, "main", gated=gated)
+            _mlp(t, shape.hidden, lay.dense_inter, "main", gated=lay.mlp_gated)
         t.plain("main", shape.hidden)
 
 

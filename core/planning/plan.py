@@ -23,7 +23,6 @@ from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, Mo
                       gpus, is_loopback, join_flags, replica_name)
 from . import PlanError
 from .. import engines
-from ..config import DEFAULT_FIRST_PORT
 from .fit import compute_fit, tp_choices, tp_refusal
 from .inputs import DEFAULT_MEM_FRACTION, GpuInfo, Previous, Target, Wishes
 from .rules import Ctx, Rule
@@ -31,7 +30,6 @@ from .like import NODE_FLAGS, apply_like
 from .model_facts import ModelFacts
 
 GIB = 1024**3
-DEFAULT_PORT = DEFAULT_FIRST_PORT  # a host's first try for a server port when its inventory names none
 DOWNLOAD_HEADROOM = 1.1
 
 
@@ -68,7 +66,7 @@ def ports_taken(target: Target, name: str, replacing: str | None = None) -> dict
 
 def _choose_port(target: Target, wishes: Wishes, name: str, warnings: list[str]) -> int:
     """The server port: --port as given, never moved (a warning when it is taken), else the target's
-    first port (its host's first_port, GPUOPS_FIRST_PORT or DEFAULT_PORT), or when that is taken the
+    first port (its host's first_port, GPUOPS_FIRST_PORT or 30000), or when that is taken the
     next port above it that is not (said in a warning)."""
     where = target.host or "the host"
     taken = ports_taken(target, name, wishes.replacing)
