@@ -57,6 +57,8 @@ from .view import TERMINAL, RunView, parse_ts
 # How often the watch samples the server's processes and its GPUs' memory, writes its position
 # and its heartbeat (seconds).
 POLL_S = 5.0
+# How often a passive watch reads the events another gpuops stores (seconds).
+PASSIVE_POLL_S = 1.0
 # A watcher whose heartbeat is older than this is gone (killed, its machine asleep).
 STALE_AFTER_S = 3 * POLL_S + 5
 # What a reattach reads before the stored position, for display only.
@@ -342,36 +344,46 @@ class Watch:
             self._log(f"gpuops: {getattr(exc, 'message', exc)}")
 
     async def _passive(self) -> bool:
-        """Relay another process's watch: the log for display, the events it stores. True when
-        its heartbeat went stale (take over), False when the run ended."""
-        seen = self.view.events
+        """Relay another process's watch: the log for display, the events it stores (once a
+        second, whether or not the log flows). True when its heartbeat went stale (take over),
+        False when the run ended.
+
+        The other process stores its last events before it releases its heartbeat: once the
+        heartbeat is seen gone, the events are read once more, so a takeover starts from all of
+        them (one stored between a poll's read and the heartbeat's would be missed: the ready of a
+        deploy that ended just then, the takeover reading on from past its line, the view at http).
+        """
         queue: asyncio.Queue = asyncio.Queue(maxsize=10_000)
+        loop = asyncio.get_running_loop()
 
         async def read() -> None:
             async for rec, _live in self._records(follow=True):
                 await queue.put(rec)
 
         reader: asyncio.Task | None = None
+        next_poll = loop.time()
         try:
             while not self.stopping:
                 if reader is None and _log_begun(self.deployment):  # a download first: no log of this run yet
                     reader = asyncio.create_task(read())
-                try:
-                    rec = await asyncio.wait_for(queue.get(), 1.0)
-                    self._log(rec.text, rec.ts)
-                    continue
-                except asyncio.TimeoutError:
-                    pass
-                events = list(self.store.events(self.name, run=self.run_no))
-                for event in events[seen:]:
-                    self.view.apply(event)
-                    self.bus.publish(self.name, event)
-                seen = len(events)
+                wait = next_poll - loop.time()
+                if wait > 0:
+                    try:
+                        rec = await asyncio.wait_for(queue.get(), wait)
+                        self._log(rec.text, rec.ts)
+                        continue
+                    except asyncio.TimeoutError:
+                        pass
+                next_poll = loop.time() + PASSIVE_POLL_S
+                self._catch_up()
                 d = self.store.deployment(self.name)
                 if d is None or d.run != self.run_no or self.view.state in TERMINAL:
                     return False
                 self.deployment = d
                 if not watcher_alive(d):
+                    self._catch_up()  # what it stored last, before it let go
+                    if self.view.state in TERMINAL:
+                        return False
                     return _log_begun(d)  # take over a running server; a deploy that died: nothing to watch
             return False
         finally:
@@ -534,10 +546,15 @@ class Watch:
         if d is not None and d.run == self.run_no and d.state != State.STOPPED:
             return False
         if d is not None and d.run == self.run_no:
-            for event in list(self.store.events(self.name, run=self.run_no))[self.view.events:]:
-                self.view.apply(event)
-                self.bus.publish(self.name, event)
+            self._catch_up()
         return True
+
+    def _catch_up(self) -> None:
+        """The events stored for this run that the view has not applied yet (another gpuops
+        stored them): applied and published, in their order."""
+        for event in list(self.store.events(self.name, run=self.run_no))[self.view.events:]:
+            self.view.apply(event)
+            self.bus.publish(self.name, event)
 
     def _read_into_queue(self) -> tuple[asyncio.Queue, asyncio.Task]:
         """The log's (record, live) items put on a queue by a task of its own: a timeout on the
