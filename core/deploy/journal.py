@@ -65,11 +65,22 @@ _MAX_CURSOR = 1024
 # backoff again from zero after the next drop.
 _HEALTHY_S = 5.0
 _FIRST_DELAY_S = 0.1
+# An entry read before its writer finished it (see :class:`_Unsettled`) is read again this many times
+# at most, after a pause that doubles from the first; then it is taken as it is.
+UNSETTLED_TRIES = 4
+_UNSETTLED_PAUSE_S = 0.05
 
 
 class FollowError(HostError):
     """The followed command failed by itself (bad file, no permission, no journalctl):
     retrying would not help."""
+
+
+class _Unsettled(Exception):
+    """A record read while its writer was still writing it: read it again from the last delivered
+    position. (``journalctl -f`` on a journal file being written gives, about once in 500,000
+    entries here, an entry with its cursor and timestamps but no MESSAGE: the entry's fields were
+    not all in the file yet. Read again a moment later, it has its MESSAGE.)"""
 
 
 class Record(msgspec.Struct, frozen=True, gc=False):
@@ -193,6 +204,7 @@ class _Follower:
         self.reconnects = 0  # times the command was started again after a drop
         self.skipped = 0  # lines that could not be parsed (never a whole record lost to a drop)
         self.torn = 0  # runs that ended inside a record (read again whole by the next run)
+        self.rereads = 0  # runs ended at a record still being written, to read it again (_Unsettled)
         self.last_error: str | None = None  # why the last run ended (None until one did)
         self.connected = False  # a run is in progress
         self.stderr_tail: Any = ()  # the current run's last stderr lines (journalctl's hints)
@@ -212,6 +224,10 @@ class _Follower:
         """A record, None for a line that is no record, ValueError for one that cannot be read."""
         raise NotImplementedError
 
+    def _unsettled_pause(self) -> float:
+        """How long to let a writer finish before reading its record again."""
+        return _UNSETTLED_PAUSE_S
+
     def _deliver(self, rec: Record) -> None:  # pragma: no cover - abstract
         """Remember ``rec``'s position: it is being handed to the caller."""
         raise NotImplementedError
@@ -226,6 +242,7 @@ class _Follower:
             stream = self.host.stream(self._argv(), binary=self.binary)
             started = time.monotonic()
             delivered = 0
+            unsettled = False
             bad: bytes | None = None  # an unreadable line is only garbage if more lines follow it
             try:
                 async with stream:
@@ -242,6 +259,9 @@ class _Follower:
                             continue
                         try:
                             rec = self._parse(line)
+                        except _Unsettled:
+                            unsettled = True
+                            break
                         except ValueError:
                             if bad is not None:
                                 self.skipped += 1
@@ -258,6 +278,10 @@ class _Follower:
             except HostUnreachable as exc:
                 error = exc.message
             else:
+                if unsettled:  # read on from the last delivered record once its writer is done
+                    self.rereads += 1
+                    await asyncio.sleep(self._unsettled_pause())
+                    continue
                 rc = stream.returncode
                 if rc == 0 and not self.follow:
                     if bad is not None or self._incomplete():
@@ -482,6 +506,8 @@ class JournalFollower(_Follower):
         self.file = validate_abs_path(file, "journal file") if file else None
         self.cursor: str | None = validate_cursor(cursor) if cursor is not None else None
         self.lines = lines
+        # the entry last read without its MESSAGE (its cursor) and how often: read again, a few times
+        self._unsettled_tries: dict[str, int] = {}
 
     def _argv(self) -> list[str]:
         return journal_argv(
@@ -496,10 +522,22 @@ class JournalFollower(_Follower):
     def _parse(self, line: bytes) -> Record | None:
         if not line.strip():
             return None
-        return parse_journal_line(line)
+        rec = parse_journal_line(line)
+        if not rec.text and b'"MESSAGE"' not in line:  # (a server's empty line has MESSAGE "")
+            tries = self._unsettled_tries.get(rec.cursor or "", 0)
+            if tries < UNSETTLED_TRIES:
+                self._unsettled_tries = {rec.cursor or "": tries + 1}
+                raise _Unsettled(rec.cursor)
+        return rec
+
+    def _unsettled_pause(self) -> float:
+        tries = max(self._unsettled_tries.values(), default=1)
+        return float(_UNSETTLED_PAUSE_S * 2 ** max(0, tries - 1))
 
     def _deliver(self, rec: Record) -> None:
         self.cursor = rec.cursor
+        if self._unsettled_tries:
+            self._unsettled_tries = {}
 
     def _failure(self, rc: int, stderr: str) -> FollowError:
         where = self.file or self.directory or "the system journal"
