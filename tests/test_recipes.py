@@ -41,7 +41,9 @@ def canonical(flag: str, value: str) -> str:
 
 def plan_for(recipe: dict[str, Any]):
     config = json.loads((DATA / "configs" / f"{recipe['config']}.json").read_text())
-    facts = facts_from_config(config, id=recipe["model"], source="hub")
+    tokenizer = DATA / "configs" / "tokenizers" / f"{recipe['config']}.json"  # (what is published of it)
+    facts = facts_from_config(config, id=recipe["model"], source="hub",
+                              tokenizer_config=json.loads(tokenizer.read_text()) if tokenizer.is_file() else None)
     return facts, build_plan(facts, offline_target(8, H200_GIB), Wishes(tp=recipe["tp"], engine_version=VERSION))
 
 

@@ -247,6 +247,11 @@ class Engine(ABC):
         of its own; None when the engine's data does not say."""
         return None
 
+    def model_warnings(self, facts: Any, version: str) -> list[str]:
+        """What a plan of the model (a planning.ModelFacts) on `version` should warn of that only the
+        engine knows (the checkpoint's own code it would run, a config it cannot read)."""
+        return []
+
     def tp_refusal(self, facts: Any, tp: int) -> str | None:
         """Why the engine cannot shard the model (a planning.ModelFacts) over `tp` GPUs, None when it
         can. The default asks what every tensor-parallel engine needs: the attention heads split evenly."""

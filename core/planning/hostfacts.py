@@ -148,7 +148,8 @@ async def facts_on_host(host: Host, model_id: str, path: str):
     except ValueError:
         raise ModelError(f"{path} on {host.name}: config.json is not valid JSON") from None
     return facts_from_config(doc["config"], id=model_id, source="local", local_path=doc["dir"],
-                             index=doc.get("index"), file_sizes=doc.get("sizes") or None)
+                             index=doc.get("index"), file_sizes=doc.get("sizes") or None,
+                             tokenizer_config=doc.get("tokenizer") if isinstance(doc.get("tokenizer"), dict) else None)
 
 
 def offline_target(gpus: int, gpu_memory_gib: float, *, launcher: str = DEFAULT_LAUNCHER) -> Target:

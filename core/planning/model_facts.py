@@ -51,6 +51,7 @@ __all__ = [
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 _REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
 _LOCAL_PATH = re.compile(r"/[A-Za-z0-9._/+@=,-]*")
@@ -170,6 +171,11 @@ class ModelFacts:
     missing: tuple[str, ...]
     thinking: str = "none"  # "thinking" | "hybrid" | "none": see thinking_mode()
     weights_present_bytes: int | None = None  # the *.safetensors bytes in the folder; None: not looked
+    # the checkpoint's own code, as its config.json's and tokenizer_config.json's ``auto_map`` name it:
+    # (what it is for, e.g. "AutoConfig", and the reference, e.g. "configuration_deepseek.DeepseekV3Config")
+    auto_map: tuple[tuple[str, str], ...] = ()
+    tokenizer_class: str | None = None  # tokenizer_config.json's; None: not known or no such file
+    tokenizer_auto_map: tuple[tuple[str, str], ...] = ()
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache bytes one token needs in the whole model (all ranks together).
@@ -932,9 +938,11 @@ def facts_from_config(
     local_path: str | None = None,
     index: dict[str, Any] | None = None,
     file_sizes: dict[str, int] | None = None,
+    tokenizer_config: dict[str, Any] | None = None,
 ) -> ModelFacts:
-    """Everything gpuops knows about a model, derived from its config.json (plus the index and
-    the safetensors file sizes when the caller has them). Never raises on a partial config."""
+    """Everything gpuops knows about a model, derived from its config.json (plus the index, the
+    safetensors file sizes and its tokenizer_config.json when the caller has them). Never raises on
+    a partial config."""
     cfg = _Config(config)
     architecture = _architecture(config)
     model_type_top, model_type = _model_types(config, cfg)
@@ -1000,7 +1008,35 @@ def facts_from_config(
         missing=tuple(cfg.missing),
         thinking=thinking_mode(family, model_name(id)),
         weights_present_bytes=safetensors if file_sizes is not None else None,
+        auto_map=auto_map_entries(config.get("auto_map")),
+        tokenizer_class=_tokenizer_class(tokenizer_config),
+        tokenizer_auto_map=auto_map_entries((tokenizer_config or {}).get("auto_map")),
     )
+
+
+# A class reference in an auto_map: "module.Class", or "owner/repo--module.Class" (code in another repo).
+_CODE_REF = re.compile(r"(?:[\w.-]{1,96}/[\w.-]{1,96}--)?[A-Za-z_][\w.]{0,200}")
+_CLASS_NAME = re.compile(r"[A-Za-z_]\w{0,127}")
+
+
+def auto_map_entries(value: Any) -> tuple[tuple[str, str], ...]:
+    """A config's ``auto_map`` as (auto class, reference) pairs; a list (a tokenizer's slow and fast
+    classes) gives a pair each, null members skipped. A key or a reference of another shape (it
+    would reach a plan's text) is shown as ``?``: that the checkpoint ships code still counts."""
+    if not isinstance(value, dict):
+        return ()
+    out: list[tuple[str, str]] = []
+    for key, refs in value.items():
+        key = key if isinstance(key, str) and _CLASS_NAME.fullmatch(key) else "?"
+        for ref in refs if isinstance(refs, list) else [refs]:
+            if isinstance(ref, str):
+                out.append((key, ref if _CODE_REF.fullmatch(ref) else "?"))
+    return tuple(out)
+
+
+def _tokenizer_class(tokenizer_config: dict[str, Any] | None) -> str | None:
+    name = (tokenizer_config or {}).get("tokenizer_class")
+    return name if isinstance(name, str) and _CLASS_NAME.fullmatch(name) else None
 
 
 # --------------------------------------------------------------------------- loading
@@ -1032,9 +1068,11 @@ def _load_local(path: str) -> ModelFacts:
     config = _read_json(config_path, path)
     index_path = folder / INDEX_FILE
     index = _read_json(index_path, path) if index_path.is_file() else None
+    tokenizer_path = folder / TOKENIZER_CONFIG_FILE
     return facts_from_config(
         config, id=path, source="local", local_path=path, index=index,
         file_sizes=_safetensors_sizes(folder),
+        tokenizer_config=_read_json(tokenizer_path, path) if tokenizer_path.is_file() else None,
     )
 
 
@@ -1118,6 +1156,13 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
     except (EntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx2.TransportError):
         index = None
 
+    try:
+        tokenizer_config: dict[str, Any] | None = _read_json(
+            Path(hf_hub_download(repo, TOKENIZER_CONFIG_FILE, local_files_only=offline, cache_dir=cache_dir)), repo
+        )
+    except (EntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx2.TransportError, ModelError):
+        tokenizer_config = None  # (a repo without one, or one that cannot be read: its tokenizer is not judged)
+
     sizes = _safetensors_sizes(snapshot)
     if index is None and not offline:
         try:
@@ -1128,7 +1173,8 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
         except (HfHubHTTPError, OfflineModeIsEnabled, httpx2.TransportError):
             pass
     return facts_from_config(
-        config, id=repo, source="hub", local_path=str(snapshot), index=index, file_sizes=sizes
+        config, id=repo, source="hub", local_path=str(snapshot), index=index, file_sizes=sizes,
+        tokenizer_config=tokenizer_config,
     )
 
 

@@ -263,6 +263,7 @@ def _facts_warnings(facts: ModelFacts, warnings: list[str], engine: engines.Engi
     if served is False:
         warnings.append(f"{engine.title} {version} has no model of its own for {arch} (its model registry): it would "
                         "try its transformers fallback, if it starts at all; plan for a version that has it")
+    warnings.extend(engine.model_warnings(facts, version))
     if not facts.known_architecture:
         where = f" ({engine.title} {version} serves it)" if served else ""
         warnings.append(f"unknown architecture {arch or '?'}{where}: generic rules only (no parsers, "

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import Engine, SimHostPart, VersionData
-from . import bench, flag_rules, models, sharding, versions
+from . import bench, flag_rules, models, remote_code, sharding, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
@@ -140,6 +140,14 @@ class SGLang(Engine):
 
     def serves(self, architecture: str, version: str) -> bool | None:
         return models.served(architecture, version) is not None
+
+    def model_warnings(self, facts: Any, version: str) -> list[str]:
+        rc = remote_code.remote_code(facts, version)
+        out = [rc.unreadable] if rc.unreadable else []
+        if rc.needed:
+            out.append(f"--trust-remote-code: the server runs the checkpoint's own Python ({', '.join(rc.files)}) on "
+                       "the host with its rights; read that code, or pin the model's revision, before deploying")
+        return out
 
     def tp_refusal(self, facts: Any, tp: int) -> str | None:
         return sharding.tp_refusal(facts, tp)

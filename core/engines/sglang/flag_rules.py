@@ -9,6 +9,7 @@ from ...domain import API_KEY_PLACEHOLDER, gpus, is_loopback
 from ...planning.model_facts import ModelFacts, model_name
 from ...planning.rules import Ctx, Rule
 from . import versions as sv
+from .remote_code import remote_code
 
 # With speculative decoding SGLang caps running requests at 48.
 SPEC_MAX_RUNNING = 48
@@ -122,6 +123,10 @@ RULES: tuple[Rule, ...] = (
                                                                                or served_name(c.facts),))],
          lambda c: f"serve {c.facts.id} from {c.model_path}; clients ask for it as "
                    f"{c.wishes.served_name or served_name(c.facts)!r}" + (" (as before)" if c.wishes.served_name else "")),
+    Rule("trust-remote-code", lambda c: remote_code(c.facts, c.version).needed and c.has("--trust-remote-code"),
+         lambda c: [("--trust-remote-code", ())],
+         lambda c: "; ".join(remote_code(c.facts, c.version).reasons)
+                   + " (that Python runs on the host with the server's rights)"),
     Rule("tensor-parallel", lambda c: True,
          lambda c: [("--tp-size", (str(c.tp),))],
          lambda c: f"shard over {gpus(c.tp)} ({', '.join(map(str, c.gpu_ids))})",
@@ -207,6 +212,8 @@ def like_drop_reason(name: str, values: tuple[str, ...], ctx: Ctx) -> str | None
     quant = _quant_reason(name, values, facts)
     if quant is not None:
         return quant
+    if name == "--trust-remote-code" and not remote_code(facts, ctx.version).needed:
+        return f"SGLang {ctx.version} reads {facts.id} without the checkpoint's own Python"
     if name in SPEC_FLAGS and not ctx.spec:
         return "speculative decoding is off for this model (" + ("--no-mtp" if not ctx.wishes.mtp else "no MTP layers") + ")"
     if name in MAMBA_FLAGS and facts.hybrid is None:

@@ -90,26 +90,46 @@ def pip_versions() -> list[str]:
     return [v.strip() for v in m.group(1).split(",") if v.strip()]
 
 
-def find_wheel(wheel_dir: Path, version: str) -> Path | None:
-    for p in sorted(wheel_dir.glob("sglang-%s-*.whl" % version)) + sorted(wheel_dir.glob("sglang-%s.tar.gz" % version)):
+def find_wheel(wheel_dir: Path, version: str, package: str = "sglang") -> Path | None:
+    for p in sorted(wheel_dir.glob("%s-%s-*.whl" % (package, version))) + \
+            sorted(wheel_dir.glob("%s-%s.tar.gz" % (package, version))):
         return p
     return None
 
 
-def download(version: str, wheel_dir: Path, offline: bool) -> Path:
-    found = find_wheel(wheel_dir, version)
+def download(version: str, wheel_dir: Path, offline: bool, package: str = "sglang") -> Path:
+    """``pip download --no-deps PACKAGE==VERSION`` into `wheel_dir` (a wheel already there is reused)."""
+    found = find_wheel(wheel_dir, version, package)
     if found or offline:
         if not found:
-            raise SystemExit("no wheel for sglang %s in %s (--offline)" % (version, wheel_dir))
+            raise SystemExit("no wheel for %s %s in %s (--offline)" % (package, version, wheel_dir))
         return found
     wheel_dir.mkdir(parents=True, exist_ok=True)
     res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                          "sglang==%s" % version, "-d", str(wheel_dir)],
+                          "%s==%s" % (package, version), "-d", str(wheel_dir)],
                          capture_output=True, text=True, timeout=1800)
-    found = find_wheel(wheel_dir, version)
+    found = find_wheel(wheel_dir, version, package)
     if res.returncode != 0 or not found:
-        raise SystemExit("pip download sglang==%s failed:\n%s%s" % (version, res.stdout, res.stderr))
+        raise SystemExit("pip download %s==%s failed:\n%s%s" % (package, version, res.stdout, res.stderr))
     return found
+
+
+def extractor_main(argv: list[str] | None, description: str, build, default_output: Path) -> int:
+    """The command line the data extractors beside this one share: ``build(versions, wheel_dir,
+    offline)`` (a JSON document) written to ``--output``; the versions by default those this
+    extractor's data (``sglang_versions.json``) has."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--versions", help="comma-separated sglang versions (default: those data/sglang_versions.json has)")
+    ap.add_argument("--wheel-dir", type=Path, default=DEFAULT_WHEEL_DIR)
+    ap.add_argument("--offline", action="store_true", help="use only the wheels already in --wheel-dir")
+    ap.add_argument("--output", type=Path, default=default_output)
+    args = ap.parse_args(argv)
+    versions = (args.versions.split(",") if args.versions
+                else sorted(json.loads(DEFAULT_OUTPUT.read_text())["versions"], key=version_key))
+    doc = build(versions, args.wheel_dir, args.offline)
+    args.output.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
 
 
 # --------------------------------------------------------------------------- archive and modules

@@ -23,16 +23,14 @@ added (or moved to another module, or made multimodal) and removed, each with it
 
 from __future__ import annotations
 
-import argparse
 import ast
 import datetime
 import hashlib
-import json
 import sys
 import zipfile
 from pathlib import Path
 
-from .flags import DEFAULT_OUTPUT as FLAGS_DATA, DEFAULT_WHEEL_DIR, download, version_key
+from .flags import download, extractor_main, version_key
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "sglang_models.json"
 MODELS_DIR = "sglang/srt/models/"
@@ -140,18 +138,7 @@ def build(versions: list[str], wheel_dir: Path, offline: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--versions", help="comma-separated versions (default: those data/sglang_versions.json has)")
-    ap.add_argument("--wheel-dir", type=Path, default=DEFAULT_WHEEL_DIR)
-    ap.add_argument("--offline", action="store_true", help="use only the wheels already in --wheel-dir")
-    ap.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = ap.parse_args(argv)
-    versions = (args.versions.split(",") if args.versions
-                else sorted(json.loads(FLAGS_DATA.read_text())["versions"], key=version_key))
-    doc = build(versions, args.wheel_dir, args.offline)
-    args.output.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
-    print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+    return extractor_main(argv, __doc__.splitlines()[0], build, DEFAULT_OUTPUT)
 
 
 if __name__ == "__main__":
