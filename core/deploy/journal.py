@@ -235,6 +235,16 @@ class _Follower:
     def _failure(self, rc: int, stderr: str) -> FollowError:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _why_ended(self, rc: int | None, stderr_tail: Any) -> str:
+        """Why a run that should have gone on ended (to retry); FollowError when retrying would not help."""
+        if rc is None:
+            return f"{self.host.name}: connection lost"
+        if rc < 0 or 128 < rc < 160:
+            return f"{self.host.name}: the command was killed (exit {rc})"
+        if rc == 0:
+            return f"{self.host.name}: the command ended while following"
+        raise self._failure(rc, " ".join(stderr_tail).strip())
+
     async def records(self) -> AsyncIterator[Record]:
         delay = 0.0
         while True:
@@ -287,14 +297,7 @@ class _Follower:
                     if bad is not None or self._incomplete():
                         self.skipped += 1  # the output ended inside a line
                     return
-                if rc is None:
-                    error = f"{self.host.name}: connection lost"
-                elif rc < 0 or 128 < rc < 160:
-                    error = f"{self.host.name}: the command was killed (exit {rc})"
-                elif rc == 0:
-                    error = f"{self.host.name}: the command ended while following"
-                else:
-                    raise self._failure(rc, " ".join(stream.stderr_tail).strip())
+                error = self._why_ended(rc, stream.stderr_tail)
             finally:
                 self.connected = False
             if bad is not None or self._incomplete():
