@@ -575,6 +575,10 @@ class _Moe:
     router_bias_bytes: float | None
     fused_bias: bool  # gpt-oss experts carry biases
     gated: bool = True  # up and gate projections (SwiGLU); False: up only (relu2, Nemotron-H)
+    # LatentMoE (Nemotron 3 Super and Ultra, ``moe_latent_size``): the routed experts work in a narrower
+    # space, entered and left through one projection pair a layer (SGLang's nemotron_h.py
+    # fc1_latent_proj/fc2_latent_proj); 0: the experts work at the hidden size
+    latent: int = 0
 
 
 def _mlp(t: _Tally, hidden: int, inter: int, section: str, gated: bool = True) -> None:
@@ -583,11 +587,15 @@ def _mlp(t: _Tally, hidden: int, inter: int, section: str, gated: bool = True) -
 
 
 def _moe_block(t: _Tally, m: _Moe, hidden: int, section: str) -> None:
-    t.plain(section, m.experts * hidden)  # router
+    t.plain(section, m.experts * hidden)  # router (it reads the hidden state, latent or not)
     if m.router_bias:
         t.plain(section, m.router_bias, m.router_bias_bytes)
-    t.linear(section, "experts", m.expert_inter, hidden, count=(2 if m.gated else 1) * m.experts)
-    t.linear(section, "experts", hidden, m.expert_inter, count=m.experts)
+    width = m.latent or hidden
+    if m.latent:
+        t.linear(section, "mlp", m.latent, hidden)  # into the latent space
+        t.linear(section, "mlp", hidden, m.latent)  # and back
+    t.linear(section, "experts", m.expert_inter, width, count=(2 if m.gated else 1) * m.experts)
+    t.linear(section, "experts", width, m.expert_inter, count=m.experts)
     if m.fused_bias:
         t.plain(section, m.experts * (2 * m.expert_inter + hidden))
     if m.shared_inter:
@@ -693,7 +701,7 @@ def _experts(cfg: _Config, layers: int, model_type: str) -> tuple[_Moe | None, l
     num_experts = cfg.number("num_experts", "n_routed_experts", "num_local_experts") or 0
     if not num_experts:
         return None, [False] * layers
-    active = cfg.need("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+    active = cfg.need("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "top_k_experts")
     expert_inter = cfg.number("moe_intermediate_size") or cfg.need("intermediate_size")
     n_shared = cfg.number("n_shared_experts") or 0
     shared_inter = cfg.number("shared_expert_intermediate_size") or 0
@@ -811,7 +819,8 @@ def _mixer_layout(cfg: _Config, layers: int, model_type: str, mixers: list[str])
     if moe is not None:
         shared = cfg.number("moe_shared_expert_intermediate_size") or moe.shared_inter
         moe = replace(moe, gated=gated, shared_inter=shared, shared_gate=False,
-                      router_bias=moe.experts, router_bias_bytes=4)  # e_score_correction_bias, fp32
+                      router_bias=moe.experts, router_bias_bytes=4,  # e_score_correction_bias, fp32
+                      latent=cfg.number("moe_latent_size") or 0)
     sparse = [m == "moe" for m in mixers]
     dense_inter = (cfg.number("intermediate_size") or 0) if "mlp" in mixers else 0
     mtp, deepseek_mtp = _mtp_layers(cfg, model_type)
@@ -872,7 +881,7 @@ def _active_params(t: _Tally, hidden: int, lay: _Layout, params: int) -> int:
     moe = lay.moe
     if moe is None or not moe.experts:
         return params
-    expert_params = (3 if moe.gated else 2) * hidden * moe.expert_inter * moe.experts * sum(lay.sparse)
+    expert_params = (3 if moe.gated else 2) * (moe.latent or hidden) * moe.expert_inter * moe.experts * sum(lay.sparse)
     inactive = expert_params * (moe.experts - moe.active) // moe.experts
     return t.params["main"] - inactive
 
@@ -948,7 +957,9 @@ def facts_from_config(
     model_type_top, model_type = _model_types(config, cfg)
 
     hidden = cfg.need("hidden_size", "d_model", "n_embd")
-    layers = cfg.need("num_hidden_layers", "n_layer", "num_layers")
+    blocks = cfg.get("layers_block_type")  # (a Nemotron-H config that lists its layers says no count)
+    layers = (cfg.number("num_hidden_layers", "n_layer", "num_layers") or (len(blocks) if isinstance(blocks, list) else 0)
+              or cfg.need("num_hidden_layers", "n_layer", "num_layers"))
     vocab = cfg.need("vocab_size")
     heads = cfg.need("num_attention_heads", "n_head")
     kv_heads = cfg.number("num_key_value_heads") or heads
