@@ -68,6 +68,9 @@ def test_two_replicas_on_one_host_get_gpus_and_ports_of_their_own_behind_the_rou
     assert argv[argv.index("--port") + 1] == str(plan.port)
     assert argv[argv.index("--health-check-interval-secs") + 1] == "5"  # not the router's 60 s
     assert int(argv[argv.index("--prometheus-port") + 1]) not in ports
+    # above this plan's own ports, from the host's first port on: not the router's default 29000, which
+    # every router of the host (and two test runs on one machine) would take
+    assert int(argv[argv.index("--prometheus-port") + 1]) == max(ports) + 1
     assert plan.gpu_ids == () and plan.served_name == plan.replicas[0].served_name == "Qwen/Qwen3-8B"
     for r in plan.replicas:  # each replica is a whole SGLang launch of its own
         assert r.exec_argv()[1:3] == ["-m", "sglang.launch_server"]

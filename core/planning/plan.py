@@ -593,7 +593,6 @@ def build_multinode_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wishe
         raise PlanError(str(exc)) from None
 
 
-ROUTER_PROMETHEUS_PORT = 29000  # the router's own default for its metrics
 # How often the router asks each replica's /health and after how many failures it counts it lost:
 # the router's defaults (60 s, 3) notice a lost replica after three minutes
 ROUTER_HEALTH = ("--health-check-interval-secs", "5", "--health-failure-threshold", "2")
@@ -697,7 +696,11 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         plans.append(p)
         urls.append(url)
     ports = {**ports_taken(head, name, wishes.replacing), **taken.ours.get(nodes[0].addr, {})}
-    metrics = next((q for q in range(ROUTER_PROMETHEUS_PORT, 65536) if q not in ports), None)
+    # its metrics on the next free port above the router's and the replicas' (from the host's first port
+    # on, as every port a plan picks: not the router's own default, 29000, which every router of a host
+    # and every host would share)
+    above = max([router_port, *taken.ours.get(nodes[0].addr, {})]) + 1
+    metrics = next((q for q in range(above, 65536) if q not in ports), None)
     if metrics is None:
         raise PlanError(f"no free port for the router's metrics on {head.host}")
     bind = head.serve_host
