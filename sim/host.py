@@ -156,6 +156,8 @@ SIM_DEFAULTS = {
     "slow_download_rate": 64 * 1024**2,  # the slow-download scenario's rate at pace 1, before it stalls
     "stall_after_bytes": 1024**3,  # slow-download: no progress at all once this much was written
     "gated_repos": [],  # fake hf: repos that need HF_TOKEN (besides the known gated ones)
+    "hang_after_s": 2.0,  # hang-after-ready: wall seconds after ready before the scheduler deadlocks
+    "hang_for_s": 0,  # hang-after-ready: wall seconds the deadlock lasts (0: for ever)
 }
 SIM_FIELDS = frozenset(SIM_DEFAULTS)
 

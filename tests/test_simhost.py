@@ -727,7 +727,7 @@ def test_scenario_and_pace_are_stored_and_changed(tmp_path):
     assert (host.scenario, host.pace) == ("slow-download", 1.0) and unit.is_file()
     # the tests' scenario engine (the hook conftest sets) knows more than the product's small server
     assert set(host.scenarios) == {"ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom",
-                                   "slow-download"}
+                                   "slow-download", "hang-after-ready"}
     assert set(SCENARIOS) == {"ok", "slow-download", "hang-at-dist-init", "kv-cache-oom"} < set(host.scenarios)
 
 

@@ -29,6 +29,17 @@ LINES = [
 ]
 
 
+async def _end(watch: Watch, tasks: list[asyncio.Task]) -> None:
+    """End the watch as gpuops does (Watches.stop): told to stop, and cancelled until it is done
+    (Python 3.11's wait_for can swallow a cancellation that lands as a line arrives: a single
+    cancel left this test's relay running under load until pytest's timeout)."""
+    watch.stopping = True
+    for task in tasks:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait([task], timeout=1.0)
+
+
 async def _until(check, timeout: float = 20.0) -> bool:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -50,6 +61,7 @@ async def test_a_relayed_run_that_ends_ready_just_before_its_watcher_leaves_is_s
     other = subprocess.Popen(["sleep", "600"])  # the other gpuops (alive: its heartbeat is trusted)
     await launcher.start()
     tasks: list[asyncio.Task] = []
+    watch: Watch | None = None
     try:
         log = tmp_path / "home/.local/state/gpuops/deployments/r/log"
         assert await _until(lambda: log.exists() and LINES[-1] in log.read_text())
@@ -85,9 +97,8 @@ async def test_a_relayed_run_that_ends_ready_just_before_its_watcher_leaves_is_s
         assert "ready" in seen  # published to the screens too
         assert calls["n"] >= 2
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if watch is not None:
+            await _end(watch, tasks)
         other.kill()
         other.wait()
         await launcher.stop()
@@ -107,6 +118,7 @@ async def test_a_relay_applies_the_other_gpuops_events_while_the_log_never_goes_
     other = subprocess.Popen(["sleep", "600"])
     await launcher.start()
     tasks: list[asyncio.Task] = []
+    watch: Watch | None = None
     try:
         store.record("f", PhaseEvent(phase="dist_init"))
         store.record("f", StateEvent(state="dist_init"))
@@ -121,9 +133,8 @@ async def test_a_relay_applies_the_other_gpuops_events_while_the_log_never_goes_
         assert await _until(lambda: watch.view.state == "weights", timeout=10), watch.view.state
         assert watch.passive
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if watch is not None:
+            await _end(watch, tasks)
         other.kill()
         other.wait()
         await launcher.stop()

@@ -24,7 +24,7 @@ import msgspec
 from ..domain import Evidence, Finding, Fix, Plan
 from ..states import State
 from ..hosts.host import Host, HostError, host_python, script_source
-from ..hosts.programs import router_probe as router_probe_program
+from ..hosts.programs import http_probe as http_probe_program
 from .watch import WITH_ENV_FILE, Watch
 
 
@@ -55,8 +55,8 @@ def parse_view(text: str) -> RouterView:
     """The probe's line as a RouterView (a router answering something else: not answering, why)."""
     try:
         doc = json.loads(text)
-        ready_status, ready = doc["/readiness"]
-        workers_status, workers = doc["/workers"]
+        ready_status, ready = doc["/readiness"][:2]
+        workers_status, workers = doc["/workers"][:2]
     except (ValueError, KeyError, TypeError):
         return RouterView(answering=False, error="the router probe printed no JSON")
     if ready_status is None:
@@ -74,7 +74,8 @@ def parse_view(text: str) -> RouterView:
 async def router_view(host: Host, plan: Plan, env_path: str | None = None) -> RouterView:
     """The router's view of its replicas, asked on its host (with the key of its env file at
     `env_path` there when it has one: the key is read on the host, never here)."""
-    argv = [host_python(host), "-c", script_source(router_probe_program), plan.client_host, str(plan.port)]
+    argv = [host_python(host), "-c", script_source(http_probe_program), plan.client_host, str(plan.port), "5",
+            "/readiness", "/workers"]
     if env_path and plan.uses_api_key:
         argv = ["sh", "-c", WITH_ENV_FILE, "gpuops-router-probe", env_path, *argv]
     try:

@@ -30,6 +30,7 @@ from ..states import PHASES, State
 from .. import engines
 from ..engines import Scanner as LogScanner, Tracker as PhaseTracker
 from ..engines.records import LogLine, Numbers, PhaseChange, Progress
+from ..diagnose.hang import HANG_AFTER_S, Hang, HangWatch, Probe, hang_finding
 from ..diagnose.stall import DEFAULT_STALL, Stall, StallWatcher, stall_finding
 from ..domain import (
     ChecksEvent,
@@ -47,6 +48,7 @@ from ..domain import (
 )
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.procs import process_tree
+from ..hosts.programs import http_probe as http_probe_program
 from ..hosts.programs import quick_check as quick_check_program
 from ..telemetry.samples import Snapshot, memory_used, snapshot
 from .journal import FollowError, RingBuffer
@@ -57,6 +59,11 @@ from .view import TERMINAL, RunView, parse_ts
 # How often the watch samples the server's processes and its GPUs' memory, writes its position
 # and its heartbeat (seconds).
 POLL_S = 5.0
+# How long a health answer may take (an engine's health path may wait 20 s for a one-token request).
+HEALTH_TIMEOUT_S = 25.0
+# How often, at most, the watch asks it after ready (seconds): each ask is one access line in the
+# server's own log, so not every poll; a third of the hang threshold when that is shorter.
+HEALTH_EVERY_S = 15.0
 # How often a passive watch reads the events another gpuops stores (seconds).
 PASSIVE_POLL_S = 1.0
 # A watcher whose heartbeat is older than this is gone (killed, its machine asleep).
@@ -153,6 +160,22 @@ async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict 
         return None, "the quick check printed no JSON"
 
 
+async def health_probe(host: Host, plan: Plan, path: str, *, clock: Callable[[], float] = time.monotonic) -> Probe | None:
+    """The server's answer to GET `path`, asked on its host; None when the host could not be asked."""
+    client = plan.client_host
+    try:
+        res = await host.run([host_python(host), "-c", script_source(http_probe_program),
+                              f"[{client}]" if ":" in client else client, str(plan.port), str(HEALTH_TIMEOUT_S), path],
+                             timeout=HEALTH_TIMEOUT_S + 20)
+        status, body, seconds = json.loads(res.stdout.strip().splitlines()[-1])[path]
+    except (HostError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    if status is not None and not isinstance(status, int):
+        return None
+    detail = f"HTTP {status}" if status is not None else str(body)[:120]
+    return Probe(status, detail, float(seconds) if isinstance(seconds, (int, float)) else 0.0, clock())
+
+
 async def log_end(host: Host, launcher: Launcher, journal_dir: str | None) -> dict[str, Any]:
     """Where the server's log ends now (``{"log_offset": N}`` or ``{"cursor": C}``): a new run's
     log begins there, so the previous run's lines are never read as this one's."""
@@ -195,6 +218,7 @@ class WatchOptions:
     triage: bool = True
     launcher: Launcher | None = None
     keep_on: bool = False
+    health: bool = True  # after ready, ask the server's health path (HEALTH_EVERY_S; a hang: hang-after-ready)
 
 
 @dataclass
@@ -211,6 +235,10 @@ class _Turn:
     last: tuple[str | None, int | None] = (None, None)  # the last non-empty line, its number
     exited: str | None = None  # the server's processes are gone (status detail)
     taken: int = 0  # lines taken from the queue since the loop last let the event loop run
+    hang: HangWatch = field(default_factory=HangWatch)  # after ready: the health answers
+    next_health: float = 0.0  # when to ask the server's health next (the watch's clock)
+    last_line_at: float | None = None  # when the last line was taken (the watch's clock)
+    processes: int | None = None  # the server's processes at the last sample
 
 
 class Watch:
@@ -234,6 +262,7 @@ class Watch:
         self.clock = o.clock
         self.until = frozenset(o.until)
         self.want_quick_check = o.quick_check
+        self.want_health = o.health and o.follow  # (a read of the log as it is now cannot see a hang: no probe)
         self.follow = o.follow
         self.triage_on_stall = o.triage
         self.launcher = o.launcher
@@ -320,6 +349,12 @@ class Watch:
         finally:
             self._remember(final=True)
             self._reach(self.view.state)
+
+    @property
+    def ending(self) -> bool:
+        """It reached what its caller waited for and does not go on (its run() is returning): a new
+        watch, not this one, watches on (a deploy that ended at a stall, then a screen that opens it)."""
+        return self.reached is not None and self.reached.done() and not self.keep_on
 
     def _reach(self, state: str) -> None:
         if self.reached is not None and not self.reached.done():
@@ -430,7 +465,10 @@ class Watch:
             watcher.resume(view.phase, silent_s=view.silent_s(), stall=view.stall is not None)
         queue, reader = self._read_into_queue()
         # the engine's finding rules' view of the same lines
-        t = _Turn(tracker, engine.scanner(), watcher, queue, reader, next_poll=self.clock(), now=utc_now())
+        t = _Turn(tracker, engine.scanner(), watcher, queue, reader, next_poll=self.clock(), now=utc_now(),
+                  hang=HangWatch(self.stall_thresholds.get(State.READY, HANG_AFTER_S)))
+        if view.state == State.STALLED and view.stall is not None and view.stall.phase == State.READY:
+            t.hang.hung = Hang(0.0, 0, (), t.hang.threshold_s)  # a hang said before this watch: look for its end
         try:
             while not self.stopping:
                 rec, live = await self._next_record(t)
@@ -487,6 +525,7 @@ class Watch:
             return False
         self._took(rec)
         self.lines_parsed += 1
+        t.last_line_at = self.clock()
         if rec.text.strip():
             t.last = (rec.text, t.tracker.line_no + 1)
         line = self._clean(rec.text)
@@ -518,10 +557,41 @@ class Watch:
         self._flush_numbers()
         if self._run_over():
             return self.view.state
-        if t.exited is None and not await self._sample(t.watcher):
+        if t.exited is None and not await self._sample(t.watcher, t):
             t.exited = (await self.launcher.status()).detail  # type: ignore[union-attr]
+        ended = await self._health(t) if t.exited is None else None
         t.now = utc_now()  # (after the samples' waits)
-        return None
+        return ended
+
+    async def _health(self, t: "_Turn") -> str | None:
+        """After ready, the server's health answer: health answers that keep failing are a hang
+        (stalled after ready, the hang-after-ready finding); one that succeeds again ends it (ready)."""
+        view = self.view
+        hung = t.hang.hung is not None
+        if not (view.state == State.READY or (view.state == State.STALLED and hung)) or not self.want_health:
+            return None
+        every = min(HEALTH_EVERY_S, t.hang.threshold_s / 3)
+        if not t.next_health:  # ready (or reattached) just now: the first ask one interval later
+            t.next_health = self.clock() + every
+        if self.clock() < t.next_health:
+            return None
+        t.next_health = self.clock() + every
+        path = self.engine.health_path
+        probe = await health_probe(self.host, self.plan, path, clock=self.clock)
+        if probe is None:  # the host could not be asked: no answer either way
+            return None
+        t.hang.probe(probe)
+        if hung and t.hang.hung is None:
+            self.set_state(State.READY, endpoint=self.plan.endpoint, model=self.plan.served_name,
+                           line=f"{path} answers again ({probe.detail})")
+            return None
+        hang = t.hang.check()
+        if hang is None:
+            return None
+        quiet = None if t.last_line_at is None else self.clock() - t.last_line_at
+        self.set_state(State.STALLED, phase=State.READY, silent_s=round(quiet or hang.failing_s, 1), summary=hang.summary)
+        self.finding(hang_finding(hang, path=path, last_line=t.last[0], quiet_s=quiet, processes=t.processes))
+        return State.STALLED if self._ended(State.STALLED) else None
 
     async def _exited_or_stalled(self, t: "_Turn", rec: Any) -> str | None:
         """The server exited and its log has gone quiet since: a crash; or the stall watcher's stall."""
@@ -622,15 +692,18 @@ class Watch:
             self.finding(Finding("quick-check-failed", "warning", why))
         self.set_state(State.READY, endpoint=self.plan.endpoint, model=self.plan.served_name, quick_check=answer)
 
-    async def _sample(self, watcher: StallWatcher) -> bool:
-        """Feed the watcher the server's processes and its GPUs' memory; False when the server
-        has exited. A reading that fails (NVML, a slow host) leaves the watcher's last one."""
+    async def _sample(self, watcher: StallWatcher, t: "_Turn | None" = None) -> bool:
+        """Feed the stall watcher the server's processes (kept in the turn `t` too) and its GPUs'
+        memory; False when the server has exited. A reading that fails (NVML, a slow host) leaves the
+        watcher's last one."""
         assert self.launcher is not None
         st = await self.launcher.status()
         if not st.running:
             return False
         if st.pid:
             tree = await process_tree(self.host, st.pid, host_python(self.host))
+            if t is not None:
+                t.processes = len(tree.pids)
             watcher.processes(len(tree.pids), len(tree.ranks(engines.get(self.plan.engine).rank_title)) or None)
         # the Monitor's latest; none yet (its reporter still starting on a slow host) or stale: read
         # the host now, so a stall found early still says what the GPUs hold
@@ -773,7 +846,7 @@ class Watches:
         host is not in the inventory)."""
         running = self.watches.get(name)
         task = self.tasks.get(name)
-        if running is not None and task is not None and not task.done():
+        if running is not None and task is not None and not task.done() and not running.ending:
             return running
         d = self.store.deployment(name)
         host = self.host_for(d.host) if d is not None else None

@@ -232,6 +232,8 @@ class Engine(ABC):
     # where the server says how it runs (a JSON object: its parsers, its speculative decoding), the
     # first path that answers; the functional checks read it (none: the engine's server says nothing)
     server_info_paths: ClassVar[tuple[str, ...]] = ()
+    # the path whose answer says the server still serves (a watch asks it once a poll after ready)
+    health_path: ClassVar[str] = "/health"
 
     # -- planning: how the plan and its messages name the engine's things ----------------------
 

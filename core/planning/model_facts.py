@@ -576,7 +576,7 @@ class _Moe:
     fused_bias: bool  # gpt-oss experts carry biases
     gated: bool = True  # up and gate projections (SwiGLU); False: up only (relu2, Nemotron-H)
     # LatentMoE (Nemotron 3 Super and Ultra, ``moe_latent_size``): the routed experts work in a narrower
-    # space, entered and left through one projection pair a layer (SGLang's nemotron_h.py
+    # space, entered and left through one projection pair a layer (the serving engines' NemotronH
     # fc1_latent_proj/fc2_latent_proj); 0: the experts work at the hidden size
     latent: int = 0
 

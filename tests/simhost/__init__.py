@@ -23,7 +23,9 @@ What it does, like SGLang where gpuops looks:
   /model_info, /server_info, /v1/models, /v1/completions, /v1/chat/completions (streaming,
   usage, tool_calls, reasoning_content), /generate, /metrics, /flush_cache;
 - scenarios (``DIR/state/sim.json``): ok, ok-with-mtp, hang-at-dist-init, spec-config-crash,
-  kv-cache-oom, slow-download (the last one only slows the fake ``hf``); one process can be given
+  kv-cache-oom, slow-download (the last one only slows the fake ``hf``), hang-after-ready (ready,
+  then after ``hang_after_s`` (2 s) its scheduler deadlocks: silent, requests never answered, /health
+  503, its processes alive); one process can be given
   another with the environment variable ``GPUOPS_SIM_SCENARIO``, which also knows the multi-node
   ones (``NODE_SCENARIOS``): node-starts-late, node-hangs-before-join;
 - multi-node starts (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``), as SGLang runs them:

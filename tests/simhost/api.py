@@ -344,6 +344,9 @@ def make_handler(server):
                     self.error(500, "Internal server error: %r" % (e,), "InternalServerError")
 
         def health(self):
+            if server.hung:  # SGLang's /health runs a one-token request and gives up after its timeout
+                server.stop_event.wait(0.5)
+                return self.send(503)
             if not server.ready or server.term:
                 return self.send(503)
             return self.send(200)
@@ -681,6 +684,19 @@ class Serving:
         if not self.term:
             self.ready = True
             self.log("The server is fired up and ready to roll!")
+        if self.scenario == "hang-after-ready" and not self.term:
+            # a scheduler that deadlocks a while after ready (a first-request deadlock, a stuck
+            # collective): nothing more is logged, requests wait for ever, /health answers 503 once
+            # its own check times out; the processes live on
+            self.stop_event.wait(float(self.sim.get("hang_after_s", 2.0)))
+            with self.cond:
+                self.hung = True
+            lasts = float(self.sim.get("hang_for_s") or 0)
+            if lasts > 0:  # it comes back by itself (a collective that finally completes)
+                self.stop_event.wait(lasts)
+                with self.cond:
+                    self.hung = False
+                    self.cond.notify_all()
         while not self.term:
             self.stop_event.wait(1.0)
         return self._shutdown()
@@ -705,6 +721,8 @@ class Serving:
         while not self.term:
             with self.cond:
                 self.cond.wait(0.05)
+                if self.hung:  # deadlocked: nothing is scheduled again
+                    continue
                 new = self.pending_prefill
                 self.pending_prefill = []
                 running = self.running

@@ -82,7 +82,8 @@ FIELD_RENAMES = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "p
                  "attention_context_parallel_size": "attn_cp_size", "moe_data_parallel_size": "moe_dp_size"}
 
 
-SCENARIOS = ("ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom", "slow-download")
+SCENARIOS = ("ok", "ok-with-mtp", "hang-at-dist-init", "spec-config-crash", "kv-cache-oom", "slow-download",
+             "hang-after-ready")
 
 
 # Scenarios of one process of a multi-node start (GPUOPS_SIM_SCENARIO=..., usually on node 1): it starts

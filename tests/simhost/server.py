@@ -47,6 +47,7 @@ class Server(StartupLog, MultiNode, Serving):
         self.stop_event = threading.Event()
         self.term = False
         self.ready = False
+        self.hung = False  # hang-after-ready: the scheduler deadlocked
         self.following = False  # a node R>0 whose schedulers are up (waiting for node 0's shutdown)
         self.node_exit = None  # why a following node ends: "shutdown" (node 0's broadcast)
         self.rendezvous = None
