@@ -77,6 +77,9 @@ async def test_a_server_that_hangs_after_ready_is_stalled_with_the_finding(tmp_p
         asked = [e for e in f.evidence if e.source == "GET /health"]
         assert asked and all(e.reading.startswith("HTTP 503") for e in asked), f.evidence
         assert any(e.source == "ps" and "alive" in (e.reading or "") for e in f.evidence)
+        # silent: the access lines of the watch's own asks are no sign of life
+        assert "(alive, silent)" in f.summary, f.summary
+        assert not any(e.source == "log" and "GET /health" in (e.line or "") for e in f.evidence), f.evidence
         assert f.data["failing_s"] >= 3
         assert ops.deployment("hung").state == "stalled"
         # another watch of it (a screen opening it, at once: not the deploy's, which is ending): /health

@@ -263,6 +263,7 @@ class Watch:
         self.until = frozenset(o.until)
         self.want_quick_check = o.quick_check
         self.want_health = o.health and o.follow  # (a read of the log as it is now cannot see a hang: no probe)
+        self._own_ask = f'"GET {self.engine.health_path} '  # its access line in the server's log
         self.follow = o.follow
         self.triage_on_stall = o.triage
         self.launcher = o.launcher
@@ -525,9 +526,10 @@ class Watch:
             return False
         self._took(rec)
         self.lines_parsed += 1
-        t.last_line_at = self.clock()
-        if rec.text.strip():
-            t.last = (rec.text, t.tracker.line_no + 1)
+        if self._own_ask not in rec.text:  # (the access line of the watch's own health ask is no sign of life)
+            t.last_line_at = self.clock()
+            if rec.text.strip():
+                t.last = (rec.text, t.tracker.line_no + 1)
         line = self._clean(rec.text)
         changes = t.tracker.feed(line)
         t.scanner.feed(line, t.tracker)
