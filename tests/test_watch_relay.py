@@ -10,8 +10,11 @@ without the events stored in between.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import subprocess
+from dataclasses import dataclass
+from typing import AsyncIterator
 
 from gpuops.core.config import HostConfig
 from gpuops.core.deploy.launch import ProcessLauncher
@@ -29,15 +32,53 @@ LINES = [
 ]
 
 
-async def _end(watch: Watch, tasks: list[asyncio.Task]) -> None:
-    """End the watch as gpuops does (Watches.stop): told to stop, and cancelled until it is done
-    (Python 3.11's wait_for can swallow a cancellation that lands as a line arrives: a single
-    cancel left this test's relay running under load until pytest's timeout)."""
-    watch.stopping = True
-    for task in tasks:
-        while not task.done():
-            task.cancel()
-            await asyncio.wait([task], timeout=1.0)
+@dataclass
+class _Relay:
+    """A server the process launcher started, its deployment recorded, a live process standing for
+    the other gpuops (its heartbeat is trusted while it lives), and the relaying watch once started."""
+
+    host: LocalHost
+    store: Store
+    launcher: ProcessLauncher
+    other: subprocess.Popen
+    watch: Watch | None = None
+    task: asyncio.Task | None = None
+
+    def start(self, name: str, **options) -> Watch:
+        self.watch = Watch(self.host, self.store.deployment(name), self.store, options=WatchOptions(
+            launcher=self.launcher, poll_s=0.2, quick_check=False, triage=False, **options))
+        self.task = asyncio.create_task(self.watch.run())
+        return self.watch
+
+    async def end(self) -> None:
+        """End the watch as gpuops does (Watches.stop): told to stop, and cancelled until it is done
+        (Python 3.11's wait_for can swallow a cancellation that lands as a line arrives: a single
+        cancel left this test's relay running under load until pytest's timeout); then the rest."""
+        if self.watch is not None and self.task is not None:
+            self.watch.stopping = True
+            while not self.task.done():
+                self.task.cancel()
+                await asyncio.wait([self.task], timeout=1.0)
+        self.other.kill()
+        self.other.wait()
+        await self.launcher.stop()
+        self.store.close()
+
+
+@contextlib.asynccontextmanager
+async def _relay(tmp_path, name: str, script: str) -> AsyncIterator[_Relay]:
+    host = LocalHost(HostConfig(name="local", local=True, ssh=None, python="python3"))
+    store = Store(tmp_path / "store.db")
+    store.add_deployment("local", make_plan(name), state="starting")
+    launcher = ProcessLauncher(host, name, ["sh", "-c", script], {}, str(tmp_path / "home"))
+    await launcher.install({})
+    store.begin_log(name, log_offset=0)
+    relay = _Relay(host, store, launcher, subprocess.Popen(["sleep", "600"]))
+    await launcher.start()
+    try:
+        yield relay
+    finally:
+        await relay.end()
 
 
 async def _until(check, timeout: float = 20.0) -> bool:
@@ -51,18 +92,9 @@ async def _until(check, timeout: float = 20.0) -> bool:
 
 
 async def test_a_relayed_run_that_ends_ready_just_before_its_watcher_leaves_is_seen_ready(tmp_path):
-    host = LocalHost(HostConfig(name="local", local=True, ssh=None, python="python3"))
-    store = Store(tmp_path / "store.db")
-    store.add_deployment("local", make_plan("r"), state="starting")
     script = "\n".join([*(f"echo {shlex.quote(line)}" for line in LINES), "exec sleep 600"])
-    launcher = ProcessLauncher(host, "r", ["sh", "-c", script], {}, str(tmp_path / "home"))
-    await launcher.install({})
-    store.begin_log("r", log_offset=0)
-    other = subprocess.Popen(["sleep", "600"])  # the other gpuops (alive: its heartbeat is trusted)
-    await launcher.start()
-    tasks: list[asyncio.Task] = []
-    watch: Watch | None = None
-    try:
+    async with _relay(tmp_path, "r", script) as r:
+        store, other = r.store, r.other
         log = tmp_path / "home/.local/state/gpuops/deployments/r/log"
         assert await _until(lambda: log.exists() and LINES[-1] in log.read_text())
         size = log.stat().st_size
@@ -85,57 +117,28 @@ async def test_a_relayed_run_that_ends_ready_just_before_its_watcher_leaves_is_s
             return iter(got)
 
         store.events = events  # type: ignore[method-assign]
-        watch = Watch(host, store.deployment("r"), store,
-                      options=WatchOptions(launcher=launcher, poll_s=0.2, quick_check=False, triage=False,
-                                           until=("ready",)))
+        watch = r.start("r", until=("ready",))
         seen: list[str] = []
         watch.bus.listen("r", lambda e: seen.append(getattr(e, "state", "")))
-        task = asyncio.create_task(watch.run())
-        tasks.append(task)
         assert await _until(lambda: watch.view.state == "ready"), (watch.view.state, watch.passive, calls)
-        assert await asyncio.wait_for(task, 20) == "ready"
+        assert r.task is not None and await asyncio.wait_for(r.task, 20) == "ready"
         assert "ready" in seen  # published to the screens too
         assert calls["n"] >= 2
-    finally:
-        if watch is not None:
-            await _end(watch, tasks)
-        other.kill()
-        other.wait()
-        await launcher.stop()
-        store.close()
 
 
 async def test_a_relay_applies_the_other_gpuops_events_while_the_log_never_goes_quiet(tmp_path):
     """The relay read the store only after a second without a log line: a server writing
     steadily (a progress bar, a busy scheduler) kept its screen from ever seeing a phase."""
-    host = LocalHost(HostConfig(name="local", local=True, ssh=None, python="python3"))
-    store = Store(tmp_path / "store.db")
-    store.add_deployment("local", make_plan("f"), state="starting")
     script = f"echo {shlex.quote(LINES[0])}; while :; do echo busy; sleep 0.05; done"
-    launcher = ProcessLauncher(host, "f", ["sh", "-c", script], {}, str(tmp_path / "home"))
-    await launcher.install({})
-    store.begin_log("f", log_offset=0)
-    other = subprocess.Popen(["sleep", "600"])
-    await launcher.start()
-    tasks: list[asyncio.Task] = []
-    watch: Watch | None = None
-    try:
+    async with _relay(tmp_path, "f", script) as r:
+        store, other = r.store, r.other
         store.record("f", PhaseEvent(phase="dist_init"))
         store.record("f", StateEvent(state="dist_init"))
         store.set_position("f", log_offset=0, watcher=other.pid)
-        watch = Watch(host, store.deployment("f"), store,
-                      options=WatchOptions(launcher=launcher, poll_s=0.2, quick_check=False, triage=False))
-        tasks.append(asyncio.create_task(watch.run()))
+        watch = r.start("f")
         assert await _until(lambda: watch.passive and len(watch.log) > 20)  # relaying, the log flowing
         store.record("f", PhaseEvent(phase="weights"))
         store.record("f", StateEvent(state="weights"))
         store.set_position("f", watcher=other.pid)  # its heartbeat, fresh
         assert await _until(lambda: watch.view.state == "weights", timeout=10), watch.view.state
         assert watch.passive
-    finally:
-        if watch is not None:
-            await _end(watch, tasks)
-        other.kill()
-        other.wait()
-        await launcher.stop()
-        store.close()

@@ -11,8 +11,6 @@ turns health answers that keep failing for ``threshold_s`` (``[stall] ready``; d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
 from ..domain import Evidence, Finding, Fix
 
 # How long (seconds) the health check may keep failing after ready before the server counts hung:
@@ -53,7 +51,6 @@ class Hang:
 @dataclass
 class HangWatch:
     threshold_s: float = HANG_AFTER_S
-    clock: Callable[[], float] | None = None
     _failed: list[Probe] = field(default_factory=list)
     hung: Hang | None = None  # the hang said, until an answer succeeds
 
