@@ -142,3 +142,61 @@ async def test_a_relay_applies_the_other_gpuops_events_while_the_log_never_goes_
         store.set_position("f", watcher=other.pid)  # its heartbeat, fresh
         assert await _until(lambda: watch.view.state == "weights", timeout=10), watch.view.state
         assert watch.passive
+
+
+_BEGIN_AND_HOLD = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from gpuops.core.config import HostConfig
+from gpuops.core.deploy.deployer import Deployer
+from gpuops.core.deploy.store import Store
+from gpuops.core.deploy.watch import Bus
+from gpuops.core.hosts.host import LocalHost
+from tests.plans import make_plan
+
+Deployer.beat = lambda self: None  # its first separate heartbeat never comes: the window held open
+host = LocalHost(HostConfig(name="local", local=True, ssh=None, python="python3"))
+Deployer(host, make_plan(sys.argv[3]), Store(sys.argv[1]), Bus()).begin()
+print("begun", flush=True)
+time.sleep(600)
+"""
+
+
+async def test_a_screen_opening_a_run_just_begun_by_another_gpuops_relays_it(tmp_path):
+    """Deployer.begin recorded the run, then wrote its heartbeat in a second transaction: a
+    screen of another gpuops opening the run between the two saw a planned run with no live
+    watcher, took it for a deploy that had ended before its server started, and stopped
+    watching (its view stayed at planned while the deploy went on). The run and its heartbeat
+    are one write now."""
+    import sys
+    from pathlib import Path
+
+    db = tmp_path / "store.db"
+    Store(db).close()
+    other = subprocess.Popen([sys.executable, "-c", _BEGIN_AND_HOLD, str(db), str(Path(__file__).parents[1]), "b"],
+                             stdout=subprocess.PIPE, text=True)
+    store = Store(db)
+    task = None
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "begun"
+        d = store.deployment("b")
+        assert d is not None and d.state == "planned"
+        host = LocalHost(HostConfig(name="local", local=True, ssh=None, python="python3"))
+        launcher = ProcessLauncher(host, "b", ["true"], {}, str(tmp_path / "home"))
+        watch = Watch(host, d, store, options=WatchOptions(launcher=launcher, poll_s=0.2, quick_check=False,
+                                                           triage=False))
+        task = asyncio.create_task(watch.run())
+        assert await _until(lambda: watch.passive or task.done(), timeout=10)
+        assert watch.passive and not task.done(), "the watch gave up on a run being deployed"
+        other.kill()
+        other.wait()
+        # the deploy died before its server started: the relay ends, nothing left to watch
+        assert await asyncio.wait_for(task, 20) == "planned"
+    finally:
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if other.poll() is None:
+            other.kill()
+            other.wait()
+        store.close()

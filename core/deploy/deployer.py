@@ -178,17 +178,17 @@ class Deployer:
         downloaded: planned, with `why` (a PlanEvent: the plan it starts with and the reason). The
         name's lease is this process's until its server has started; StoreError (NameTaken): another
         gpuops deploys it, nothing changed."""
-        self.run = self.store.new_run(self.name, lease=Lease.mine(), state=State.PLANNED)
+        self.run = self.store.new_run(self.name, lease=Lease.mine(), state=State.PLANNED, watcher=os.getpid())
+        self._beat_at = time.monotonic()
         self.bus.publish(self.name, next(iter(self.store.events(self.name, run=self.run))))
         if why is not None:
             self.bus.publish(self.name, self.store.replace_plan(self.name, self.plan, why))
-        self.beat()
 
     def begin(self) -> None:
         """Record the deployment (a new run of its name); StoreError: refused, nothing changed."""
-        d = self.store.add_deployment(self.host.name, self.plan)
+        d = self.store.add_deployment(self.host.name, self.plan, watcher=os.getpid())  # its heartbeat with it
         self.run = d.run
-        self.beat()
+        self._beat_at = time.monotonic()
         self.bus.publish(self.name, next(iter(self.store.events(self.name, run=d.run))))
 
     def beat(self) -> None:

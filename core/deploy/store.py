@@ -356,11 +356,14 @@ class Store:
 
     @_guarded
     def add_deployment(self, host: str, plan: Plan, state: str = State.PLANNED, *,
-                       lease: Lease | None = None) -> Deployment:
+                       lease: Lease | None = None, watcher: int | None = None) -> Deployment:
         """Record a deployment of `plan` on `host` (run 1), or a new run of a name whose server is
         not running (:data:`REDEPLOYABLE`): the name keeps its history, the run number grows.
         The check and the write are one transaction, and the name's lease becomes `lease` (this
-        process's by default): :class:`NameTaken` while another live process holds it."""
+        process's by default): :class:`NameTaken` while another live process holds it. `watcher`
+        (a pid): that process's heartbeat, in the same transaction, so no reader ever sees the new
+        run without the process that deploys it (a screen opening it then would take the run for
+        one whose deploy ended before its server started, and stop watching)."""
         name = validate_host_name(plan.name)
         if state not in STATES:
             raise StoreError(f"unknown deployment state {state!r}")
@@ -388,6 +391,8 @@ class Store:
                     " WHERE name = ?",
                     (host, plan.model.id, plan.launcher, plan_json, state, now, now, run, lease.pid, lease.host,
                      lease.start, name))
+            if watcher is not None:
+                db.execute("UPDATE deployments SET watch_pid = ?, watch_beat = ? WHERE name = ?", (watcher, now, name))
             self._insert(db, name, run, StateEvent(state=state, name=name, host=host, ts=now))
         return self._get(name)
 
@@ -435,11 +440,12 @@ class Store:
 
     @_guarded
     def new_run(self, name: str, *, cursor: str | None = None, log_offset: int | None = None,
-                lease: Lease | None = None, state: str | None = None) -> int:
+                lease: Lease | None = None, state: str | None = None, watcher: int | None = None) -> int:
         """The same deployment starts again (a restart, a fix applied): a new run whose log begins
         at `cursor`/`log_offset` (where the log ends now; None: where its server starts, set by
         :meth:`begin_log`). `lease`: the name's lease becomes it (:class:`NameTaken` while another
-        live process holds it); `state`: the new run's first state, recorded with it."""
+        live process holds it); `state`: the new run's first state, recorded with it; `watcher`:
+        that pid's heartbeat, written with the new run (as :meth:`add_deployment`'s)."""
         with self._tx() as db:
             row = db.execute("SELECT * FROM deployments WHERE name = ?", (name,)).fetchone()
             if row is None:
@@ -458,6 +464,8 @@ class Store:
             if lease is not None:
                 db.execute("UPDATE deployments SET lease_pid = ?, lease_host = ?, lease_start = ? WHERE name = ?",
                            (lease.pid, lease.host, lease.start, name))
+            if watcher is not None:
+                db.execute("UPDATE deployments SET watch_pid = ?, watch_beat = ? WHERE name = ?", (watcher, now, name))
             if state is not None:
                 db.execute("UPDATE deployments SET state = ? WHERE name = ?", (state, name))
                 self._insert(db, name, run, StateEvent(state=state, ts=now))
