@@ -182,3 +182,69 @@ def test_a_lines_level_is_read_as_the_patterns_say():
     levels = [_level(ln) for ln in lines]
     assert levels == [2 if ERROR_RE.search(ln) else 1 if WARN_RE.search(ln) else 0 for ln in lines]
     assert levels.count(2) > 10 and levels.count(1) > 10 and levels.count(0) > 100
+
+
+async def test_the_log_renders_its_lines_itself_as_textuals_styles_pass_would():
+    """While lines flow every row is new on each frame, and Textual's styles pass (four copies of
+    each line) was half of a frame: a view with nothing for that pass to add (no padding, side
+    border, tint...) renders its lines itself, cell for cell as the pass would, each in the view's
+    colours (its text had the terminal's default background); a top border's row is still
+    Textual's own, and a padded view is left to Textual."""
+    from textual._styles_cache import StylesCache
+    from textual.geometry import Region
+
+    class Styled(App):
+        CSS = "#bordered { border-top: solid red; border-title-align: left; } #padded { padding: 0 2; }"
+
+        def compose(self) -> ComposeResult:
+            yield LogView(id="plain")
+            bordered = LogView(id="bordered")
+            bordered.border_title = "keys here"
+            yield bordered
+            yield LogView(id="padded")
+
+    app = Styled()
+    passes = {"n": 0}
+    real = StylesCache.render_line
+
+    def counted(self, *a, **kw):
+        passes["n"] += 1
+        return real(self, *a, **kw)
+
+    async with app.run_test(size=(70, 36)) as pilot:
+        views = [app.query_one(f"#{n}", LogView) for n in ("plain", "bordered", "padded")]
+        for view in views:
+            for i in range(40):  # more than the rows: a scrollbar
+                view.append(f"RuntimeError: boom {i}" if i % 7 == 3 else f"line {i} " + "x" * (i % 50))
+        assert await until(pilot, lambda: not any(v._size_pending for v in views))
+        await pilot.pause()
+        for view in views:
+            whole = Region(0, 0, view.region.width, view.region.height)
+            view._styles_cache.clear()  # (nothing from an earlier frame)
+            StylesCache.render_line = counted  # type: ignore[method-assign]
+            try:
+                passes["n"] = 0
+                ours = view.render_lines(whole)
+                by_ours = passes["n"]
+            finally:
+                StylesCache.render_line = real  # type: ignore[method-assign]
+            view._styles_cache.clear()
+            textuals = view._styles_cache.render_widget(view, whole)
+            assert [s.text for s in ours] == [s.text for s in textuals], view.id
+            assert [s.cell_length for s in ours] == [view.region.width] * view.region.height
+            if view.id == "padded":
+                assert by_ours == view.region.height  # Textual's pass, every line
+                assert ours[0].text.startswith("  ")
+                continue
+            first = 1 if view.id == "bordered" else 0
+            assert by_ours == first  # the border's row only
+            if first:
+                assert "keys here" in ours[0].text
+            log_rows = ours[first:]
+            assert all(seg.style is not None and seg.style.bgcolor == view.rich_style.bgcolor
+                       for strip in log_rows for seg in strip)
+            errors = [strip for strip in log_rows if "RuntimeError" in strip.text]
+            plain = [strip for strip in log_rows if strip.text.startswith("line")]
+            assert errors and plain
+            assert {seg.style.color for seg in errors[0] if seg.text.strip()}.isdisjoint(
+                {seg.style.color for seg in plain[0] if seg.text.strip()})  # the error in its own colour

@@ -1,16 +1,19 @@
 """gpuops.tui: the Textual dashboard.
 
-Textual paces its frames: a change waits for the screen's next frame, at most 1/TEXTUAL_FPS seconds
-(default 60: a key press could wait 16.7 ms before its frame even started). gpuops asks for frames
-at up to 120 a second unless TEXTUAL_FPS says otherwise, so a key's frame starts within 8.3 ms. A
-frame is only drawn when something changed: a log that flows repaints at its own pace (the log view
-sizes and repaints at most 30 times a second), not 120 times. Set here, before any module of the
-package imports Textual (which reads it once, as it is imported).
+Textual paces its frames: a change waits for the screen's next frame. Its frame timer, once it has
+drawn a frame, skips to the period after the next one (Textual 8's Timer: the count it skips to is
+one too many), so a key press just after a frame waited between one and two periods before its own
+frame began: 8-17 ms at 120 frames a second, 17-33 ms at Textual's default 60. gpuops asks for up to
+500 a second unless TEXTUAL_FPS says otherwise (a key's frame then starts within 4 ms). A frame is
+only drawn when something changed, so this is no busier: a log that flows repaints at its own pace
+(the log view sizes and repaints at most 30 times a second), and the dashboard's own cost at 100 hosts
+is unchanged (tests/perf/watch_cpu.py). Set here, before any module of the package imports Textual
+(which reads it once, as it is imported).
 """
 
 import os
 
-os.environ.setdefault("TEXTUAL_FPS", "120")
+os.environ.setdefault("TEXTUAL_FPS", "500")
 
 
 def settle_heap() -> None:

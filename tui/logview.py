@@ -98,7 +98,7 @@ class LogView(ScrollView, can_focus=True):
         self._first = 0  # absolute number of entries[0]
         self._widest = 0  # the longest text (without a timestamp prefix) among the rows
         self._size_pending = False
-        self._frame: tuple[Offset, int, Strip] | None = None  # what one render's lines share
+        self._frame: tuple[Offset, int, Strip, tuple[Style, Style, Style]] | None = None  # one render's
 
     # ---------------------------------------------------------------- data
 
@@ -206,32 +206,62 @@ class LogView(ScrollView, can_focus=True):
         # What every line of one render shares, looked up once for all of them: the widget's style
         # (Textual blends it through the ancestors on each read, the most of an empty line's cost),
         # its width, the scroll offset and a blank line.
-        width = self.scrollable_content_region.width
-        self._frame = (self.scroll_offset, width, Strip.blank(width, self.rich_style))
+        self._frame = self._frame_state()
         try:
-            return super().render_lines(crop)
+            if not self._plain():
+                return super().render_lines(crop)
+            # No padding, side border, outline, tint, hatch or opacity: each line of the log is the
+            # strip render_line made, as Textual's styles pass would leave it, without that pass's
+            # four copies of it (while lines flow every row is new on each frame: that pass was half
+            # a frame's cost); a top or bottom border's row is Textual's own.
+            border = self.styles.border
+            top, bottom = int(bool(border.top[0])), int(bool(border.bottom[0]))
+            height, content_width = self.region.height, self.content_region.width
+            width, base = self._frame[1], self._frame[3][0]
+            background = self.background_colors[1]
+            filters = self.get_line_filters()
+            span = crop.column_span
+            strips: list[Strip] = []
+            for y in crop.line_range:
+                if y < top or y >= height - bottom:
+                    strips.append(super().render_lines(Region(crop.x, y, crop.width, 1))[0])
+                    continue
+                strip = self.render_line(y - top)
+                if width != content_width:  # the scrollbar's gutter, in the widget's background
+                    strip = strip.adjust_cell_length(content_width, base)
+                for line_filter in filters:
+                    strip = strip.apply_filter(line_filter, background)
+                strips.append(strip if span == (0, content_width) else strip.crop(*span))
+            return strips
         finally:
             self._frame = None
 
+    def _frame_state(self) -> tuple[Offset, int, Strip, tuple[Style, Style, Style]]:
+        width = self.scrollable_content_region.width
+        base = self.rich_style  # the widget's colours, under each line's own (as Textual's Log does)
+        styles = (base, base + Style(color="yellow"), base + Style(color="red"))  # by level
+        return self.scroll_offset, width, Strip.blank(width, base), styles
+
+    def _plain(self) -> bool:
+        """Nothing in the widget's styles that Textual's styles pass would add to a line."""
+        st = self.styles
+        return (not any(st.padding) and not st.border.left[0] and not st.border.right[0]
+                and not any(edge for edge, _ in st.outline) and st.tint.a == 0
+                and self.opacity == 1.0 and st.text_opacity == 1.0
+                and not (st.has_rule("hatch") and st.hatch != "none"))
+
     def render_line(self, y: int) -> Strip:
-        if self._frame is None:  # (outside render_lines)
-            width = self.scrollable_content_region.width
-            frame = (self.scroll_offset, width, Strip.blank(width, self.rich_style))
-        else:
-            frame = self._frame
-        (scroll_x, scroll_y), width, blank = frame
+        (scroll_x, scroll_y), width, blank, styles = self._frame or self._frame_state()
         row = scroll_y + y
         if row >= len(self._rows):
             return blank
         entry, piece = self._entry(row)
         text = self._line_text(entry)
         text = text[piece * width:(piece + 1) * width] if self.wrap else text[scroll_x:scroll_x + width]
-        level = entry[LEVEL]
-        style = Style(color="red") if level == 2 else Style(color="yellow") if level == 1 else None
+        style = styles[entry[LEVEL]]
         if row == self.cursor:
-            style = (style or Style()) + self.get_component_rich_style("logview--cursor")
-        segments = [Segment(text.ljust(width), style)]
-        return Strip(segments, width)
+            style += self.get_component_rich_style("logview--cursor")
+        return Strip([Segment(text.ljust(width), style)], width)
 
     # ---------------------------------------------------------------- follow
 
