@@ -134,7 +134,8 @@ def test_model_config_reads_a_folder_and_an_hf_cache_entry(tmp_path):
     out = run(model_config, str(tmp_path / "models--o--m"))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"config": {"architectures": ["X"]}, "index": {"weight_map": {}},
-                                      "sizes": {"model-00001-of-00001.safetensors": 123}, "dir": str(snap), "tokenizer": None}
+                                      "sizes": {"model-00001-of-00001.safetensors": 123}, "dir": str(snap), "tokenizer": None,
+                                      "chat_template": None}
     assert run(model_config, str(tmp_path / "empty")).returncode == 3
 
 

@@ -119,19 +119,20 @@ def test_a_local_model_folders_tokenizer_config_is_read(tmp_path):
     assert facts.tokenizer_auto_map == (("AutoTokenizer", "tokenization_kimi.TikTokenTokenizer"),)
 
 
-def test_the_host_program_returns_the_tokenizers_class_and_code_not_its_template(tmp_path):
+def test_the_host_program_returns_the_tokenizers_class_and_code(tmp_path):
     from gpuops.core.hosts.host import script_source
     from gpuops.core.hosts.programs import model_config
 
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "TikTokenTokenizer", "chat_template": "x" * 10_000,
+        "tokenizer_class": "TikTokenTokenizer",
         "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}}))
     out = subprocess.run(["python3", "-c", script_source(model_config), str(tmp_path)], capture_output=True, text=True,
                          timeout=30)
     doc = json.loads(out.stdout)
-    assert doc["tokenizer"] == {"tokenizer_class": "TikTokenTokenizer",
-                                "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}}
+    assert doc["tokenizer"]["tokenizer_class"] == "TikTokenTokenizer"
+    assert doc["tokenizer"]["auto_map"] == {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}
+    assert doc["chat_template"] is None  # (no chat_template.jinja; its template and tokens: tests/test_parsers.py)
 
 
 # ------------------------------------------------------------------ the extractor, on sources of each shape

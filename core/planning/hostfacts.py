@@ -149,7 +149,8 @@ async def facts_on_host(host: Host, model_id: str, path: str):
         raise ModelError(f"{path} on {host.name}: config.json is not valid JSON") from None
     return facts_from_config(doc["config"], id=model_id, source="local", local_path=doc["dir"],
                              index=doc.get("index"), file_sizes=doc.get("sizes") or None,
-                             tokenizer_config=doc.get("tokenizer") if isinstance(doc.get("tokenizer"), dict) else None)
+                             tokenizer_config=doc.get("tokenizer") if isinstance(doc.get("tokenizer"), dict) else None,
+                             chat_template=doc.get("chat_template") if isinstance(doc.get("chat_template"), str) else None)
 
 
 def offline_target(gpus: int, gpu_memory_gib: float, *, launcher: str = DEFAULT_LAUNCHER) -> Target:

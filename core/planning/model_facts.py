@@ -52,6 +52,7 @@ __all__ = [
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where newer checkpoints keep the template (transformers 4.43+)
 
 _REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?")
 _LOCAL_PATH = re.compile(r"/[A-Za-z0-9._/+@=,-]*")
@@ -176,6 +177,10 @@ class ModelFacts:
     auto_map: tuple[tuple[str, str], ...] = ()
     tokenizer_class: str | None = None  # tokenizer_config.json's; None: not known or no such file
     tokenizer_auto_map: tuple[tuple[str, str], ...] = ()
+    # the special-token-like pieces (<|im_start|>, <think>, [TOOL_CALLS], <｜tool▁calls▁begin｜>…) its
+    # chat template writes and its tokenizer declares: what an engine's output parsers can be checked
+    # against (chat_atoms()); None: no chat template was read
+    chat_atoms: tuple[str, ...] | None = None
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache bytes one token needs in the whole model (all ranks together).
@@ -948,10 +953,11 @@ def facts_from_config(
     index: dict[str, Any] | None = None,
     file_sizes: dict[str, int] | None = None,
     tokenizer_config: dict[str, Any] | None = None,
+    chat_template: str | None = None,
 ) -> ModelFacts:
     """Everything gpuops knows about a model, derived from its config.json (plus the index, the
-    safetensors file sizes and its tokenizer_config.json when the caller has them). Never raises on
-    a partial config."""
+    safetensors file sizes, its tokenizer_config.json and its chat_template.jinja when the caller
+    has them). Never raises on a partial config."""
     cfg = _Config(config)
     architecture = _architecture(config)
     model_type_top, model_type = _model_types(config, cfg)
@@ -1022,6 +1028,7 @@ def facts_from_config(
         auto_map=auto_map_entries(config.get("auto_map")),
         tokenizer_class=_tokenizer_class(tokenizer_config),
         tokenizer_auto_map=auto_map_entries((tokenizer_config or {}).get("auto_map")),
+        chat_atoms=template_atoms(tokenizer_config, chat_template),
     )
 
 
@@ -1043,6 +1050,46 @@ def auto_map_entries(value: Any) -> tuple[tuple[str, str], ...]:
             if isinstance(ref, str):
                 out.append((key, ref if _CODE_REF.fullmatch(ref) else "?"))
     return tuple(out)
+
+
+# A special token as chat templates write them: <|im_start|>, <｜tool▁calls▁begin｜>, <｜GCML｜tool_calls>,
+# <think>, </tool_call>, <mm:think>, <ifm|think>, Gemma 4's <|channel> and <channel|>, [THINK],
+# [/TOOL_CALLS], Kimi's ◁think▷. (The host's model_config program is handed the same pattern.)
+ATOM_PATTERN = (r"<\|[^<>|\s]{1,40}\|>|</?｜[^<>｜]{1,40}｜(?:[^<>｜\s]{1,40})?>|</?[A-Za-z_][\w:.|-]{0,40}>"
+                r"|<\|[^<>|\s]{1,40}>|<[^<>|\s/]{1,40}\|>|\[/?[A-Z][A-Z_]{1,30}\]|◁/?[a-z_]{1,20}▷")
+_ATOM = re.compile(ATOM_PATTERN)
+MAX_ATOMS = 400
+
+
+def chat_atoms(text: str) -> set[str]:
+    """The special-token-like pieces of `text` (ATOM_PATTERN)."""
+    return set(_ATOM.findall(text))
+
+
+def template_atoms(tokenizer_config: dict[str, Any] | None, chat_template: str | None = None) -> tuple[str, ...] | None:
+    """The atoms of a model's chat template (tokenizer_config.json's ``chat_template``, a string or
+    named templates, or chat_template.jinja's text) and of the tokens its tokenizer declares
+    (``added_tokens_decoder``, ``additional_special_tokens``); None when there is no template."""
+    tc = tokenizer_config if isinstance(tokenizer_config, dict) else {}
+    raw = tc.get("chat_template")
+    texts = [chat_template] if isinstance(chat_template, str) else []
+    if isinstance(raw, str):
+        texts.append(raw)
+    elif isinstance(raw, list):
+        texts += [t["template"] for t in raw if isinstance(t, dict) and isinstance(t.get("template"), str)]
+    if not texts:
+        return None
+    found: set[str] = set()
+    for text in texts:
+        found |= chat_atoms(text)
+    added = tc.get("added_tokens_decoder")
+    tokens = [t.get("content") for t in added.values() if isinstance(t, dict)] if isinstance(added, dict) else []
+    extra = tc.get("additional_special_tokens")
+    tokens += extra if isinstance(extra, list) else []
+    for tok in tokens:
+        if isinstance(tok, str) and len(tok) <= 64:
+            found |= chat_atoms(tok)
+    return tuple(sorted(found)[:MAX_ATOMS])
 
 
 def _tokenizer_class(tokenizer_config: dict[str, Any] | None) -> str | None:
@@ -1084,7 +1131,18 @@ def _load_local(path: str) -> ModelFacts:
         config, id=path, source="local", local_path=path, index=index,
         file_sizes=_safetensors_sizes(folder),
         tokenizer_config=_read_json(tokenizer_path, path) if tokenizer_path.is_file() else None,
+        chat_template=_read_text(folder / CHAT_TEMPLATE_FILE),
     )
+
+
+def _read_text(path: Path) -> str | None:
+    """A small text file's content; None when it is not there or cannot be read as text."""
+    try:
+        if path.stat().st_size > 1_000_000:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _hub_settings() -> tuple[str, bool]:
@@ -1173,6 +1231,13 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
         )
     except (EntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx2.TransportError, ModelError):
         tokenizer_config = None  # (a repo without one, or one that cannot be read: its tokenizer is not judged)
+    chat_template = None
+    if tokenizer_config is not None and not tokenizer_config.get("chat_template"):
+        try:
+            chat_template = _read_text(Path(hf_hub_download(repo, CHAT_TEMPLATE_FILE, local_files_only=offline,
+                                                            cache_dir=cache_dir)))
+        except (EntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx2.TransportError):
+            chat_template = None  # (no template file: the parsers are not checked against one)
 
     sizes = _safetensors_sizes(snapshot)
     if index is None and not offline:
@@ -1185,7 +1250,7 @@ def _load_hub(repo: str, offline: bool | None) -> ModelFacts:
             pass
     return facts_from_config(
         config, id=repo, source="hub", local_path=str(snapshot), index=index, file_sizes=sizes,
-        tokenizer_config=tokenizer_config,
+        tokenizer_config=tokenizer_config, chat_template=chat_template,
     )
 
 

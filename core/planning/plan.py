@@ -266,7 +266,8 @@ def _facts_warnings(facts: ModelFacts, warnings: list[str], engine: engines.Engi
     warnings.extend(engine.model_warnings(facts, version))
     if not facts.known_architecture:
         where = f" ({engine.title} {version} serves it)" if served else ""
-        warnings.append(f"unknown architecture {arch or '?'}{where}: generic rules only (no parsers, "
+        parsers = "parsers only from its chat template" if facts.chat_atoms is not None else "no parsers"
+        warnings.append(f"unknown architecture {arch or '?'}{where}: generic rules only ({parsers}, "
                         "no quantization flags); check the launch before deploying")
 
 

@@ -147,6 +147,11 @@ class SGLang(Engine):
         if rc.needed:
             out.append(f"--trust-remote-code: the server runs the checkpoint's own Python ({', '.join(rc.files)}) on "
                        "the host with its rights; read that code, or pin the model's revision, before deploying")
+        for which in (0, 1):
+            choice = flag_rules.parser_choice(facts, version, which)
+            if choice.warning:
+                out.append(f"{choice.warning}: " + (f"--{('reasoning', 'tool-call')[which]}-parser {choice.name} "
+                                                    f"instead ({choice.why})" if choice.name else f"none ({choice.why})"))
         return out
 
     def tp_refusal(self, facts: Any, tp: int) -> str | None:

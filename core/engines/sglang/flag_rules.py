@@ -8,6 +8,7 @@ from __future__ import annotations
 from ...domain import API_KEY_PLACEHOLDER, gpus, is_loopback
 from ...planning.model_facts import ModelFacts, model_name
 from ...planning.rules import Ctx, Rule
+from . import parsers
 from . import versions as sv
 from .remote_code import remote_code
 
@@ -94,14 +95,21 @@ def _allreduce_fusion(ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
     return None
 
 
+def parser_choice(facts: ModelFacts, version: str, which: int) -> parsers.Choice:
+    """The reasoning (0) or tool-call (1) parser for `facts` on `version`: the family's, checked
+    against the model's own chat template (see :mod:`.parsers`)."""
+    if which == 0 and facts.thinking == "none":
+        # a model that never thinks gets no reasoning parser (cookbook, model cards)
+        return parsers.Choice(None, f"{served_name(facts)} does not think")
+    family = _variant_parsers(facts)[which]
+    known = sv.reasoning_parsers(version) if which == 0 else sv.tool_call_parsers(version)
+    if family is not None and family not in known:
+        family = None
+    return parsers.choose(parsers.REASONING if which == 0 else parsers.TOOLS, family, facts, version)
+
+
 def _parser(ctx: Ctx, which: int) -> str | None:
-    if which == 0 and ctx.facts.thinking == "none":
-        return None  # a model that never thinks gets no reasoning parser (cookbook, model cards)
-    name = _variant_parsers(ctx.facts)[which]
-    if name is None:
-        return None
-    known = sv.reasoning_parsers(ctx.version) if which == 0 else sv.tool_call_parsers(ctx.version)
-    return name if name in known else None
+    return parser_choice(ctx.facts, ctx.version, which).name
 
 
 def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
@@ -151,10 +159,10 @@ RULES: tuple[Rule, ...] = (
     Rule("reasoning-parser", lambda c: _parser(c, 0) is not None and c.has("--reasoning-parser"),
          lambda c: [("--reasoning-parser", (_parser(c, 0) or "",))],
          lambda c: f"{served_name(c.facts)} {THINKING_WHY.get(c.facts.thinking, 'thinks')}: "
-                   "split reasoning_content from content"),
+                   f"split reasoning_content from content; {parser_choice(c.facts, c.version, 0).why}"),
     Rule("tool-call-parser", lambda c: _parser(c, 1) is not None and c.has("--tool-call-parser"),
          lambda c: [("--tool-call-parser", (_parser(c, 1) or "",))],
-         lambda c: f"{c.facts.family} tool-call format → OpenAI tool_calls"),
+         lambda c: f"tool calls → OpenAI tool_calls; {parser_choice(c.facts, c.version, 1).why}"),
     Rule("quantization", lambda c: bool(_quant_flags(c)) and c.has("--quantization"),
          _quant_flags,
          lambda c: f"the checkpoint is {c.facts.quant.method if c.facts.quant else '?'}-quantized"),

@@ -2,10 +2,12 @@
 
     python -c SOURCE PATH
 
-Prints ``{"config": …, "index": …|null, "sizes": {shard: bytes}, "dir": FOLDER, "tokenizer": …|null}``
-for the first folder holding a config.json (PATH, then PATH/snapshots/*); exits 3 when there is none.
-``tokenizer``: the ``tokenizer_class`` and ``auto_map`` of its tokenizer_config.json (not its chat
-template or its tokens: they can be large). Standard library only, Python 3.6 and newer.
+Prints ``{"config": …, "index": …|null, "sizes": {shard: bytes}, "dir": FOLDER, "tokenizer": …|null,
+"chat_template": TEXT|null}`` for the first folder holding a config.json (PATH, then PATH/snapshots/*);
+exits 3 when there is none. ``tokenizer``: of its tokenizer_config.json, the ``tokenizer_class``,
+``auto_map``, ``chat_template`` and ``additional_special_tokens``, and the text of each token of its
+``added_tokens_decoder`` (not the tokens' other fields); ``chat_template``: its chat_template.jinja
+(up to 1 MB). Standard library only, Python 3.6 and newer.
 """
 
 import glob
@@ -17,6 +19,14 @@ import sys
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def tokenizer_fields(t):
+    out = {k: t.get(k) for k in ("tokenizer_class", "auto_map", "chat_template", "additional_special_tokens")}
+    added = t.get("added_tokens_decoder")
+    if isinstance(added, dict):
+        out["added_tokens_decoder"] = {k: {"content": v.get("content")} for k, v in added.items() if isinstance(v, dict)}
+    return out
 
 
 def main(p):
@@ -37,11 +47,19 @@ def main(p):
             if os.path.isfile(tok):
                 try:
                     t = read_json(tok)
-                    tokenizer = {k: t.get(k) for k in ("tokenizer_class", "auto_map")} if isinstance(t, dict) else None
+                    tokenizer = tokenizer_fields(t) if isinstance(t, dict) else None
                 except (OSError, ValueError):
                     tokenizer = None
+            template = None
+            jinja = os.path.join(d, "chat_template.jinja")
+            try:
+                if os.path.isfile(jinja) and os.stat(jinja).st_size <= 1000000:
+                    with open(jinja, encoding="utf-8") as fh:
+                        template = fh.read()
+            except (OSError, ValueError):
+                template = None
             out = {"config": read_json(f), "index": read_json(idx) if os.path.isfile(idx) else None,
-                   "sizes": sizes, "dir": d, "tokenizer": tokenizer}
+                   "sizes": sizes, "dir": d, "tokenizer": tokenizer, "chat_template": template}
             sys.stdout.write(json.dumps(out))
             sys.exit(0)
     sys.exit(3)
