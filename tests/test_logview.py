@@ -115,8 +115,10 @@ async def test_flowing_lines_lay_the_screen_out_only_when_a_scrollbar_appears():
                 n += 1
             last = f"line {n - 1}"
             assert await until(pilot, lambda last=last: visible(view)[-1] == last)
-            # what the user sees: the newest line at the bottom, the scrollbar as long as the log
-            assert view.scroll_y == view.max_scroll_y == n - view.scrollable_content_region.height
+            # what the user sees: the newest line at the bottom, and (within SYNC_S) the scrollbar as
+            # long as the log
+            assert await until(pilot, lambda n=n: view.virtual_size.height == n and not view._sync_pending
+                               and view.scroll_y == view.max_scroll_y == n - view.scrollable_content_region.height)
             assert view.vertical_scrollbar.window_virtual_size == view.virtual_size.height == n
             assert view.vertical_scrollbar.position == view.scroll_y
             if batch == 1:  # (the first lines that overflow show the scrollbar: those lay the screen out)
@@ -248,3 +250,35 @@ async def test_the_log_renders_its_lines_itself_as_textuals_styles_pass_would():
             assert errors and plain
             assert {seg.style.color for seg in errors[0] if seg.text.strip()}.isdisjoint(
                 {seg.style.color for seg in plain[0] if seg.text.strip()})  # the error in its own colour
+
+
+async def test_following_a_flowing_log_repaints_the_lines_and_moves_the_scrollbar_only_now_and_then(monkeypatch):
+    """While lines flow into a followed view whose scrollbar shows already, each repaint draws the
+    newest lines from the end of its rows; its scroll position (the scrollbar, and a layout of the
+    screen: a frame of the whole screen) catches up at most every SYNC_S, and before anything scrolls
+    it, so a key that leaves following starts from the newest line, not from where the scrollbar was."""
+    from gpuops.tui import logview
+
+    monkeypatch.setattr(logview, "SYNC_S", 3600.0)  # (never by the clock in this test: only as the keys ask)
+    app = LogApp(capacity=10_000)
+    async with app.run_test(size=(80, 12)) as pilot:
+        view = app.query_one(LogView)
+        view.focus()
+        for i in range(100):
+            view.append(f"line {i}")
+        assert await until(pilot, lambda: view.show_vertical_scrollbar and view.scroll_y == view.max_scroll_y > 0)
+        view.append("line 100")  # (sized again for the vertical scrollbar's width: no horizontal one)
+        assert await until(pilot, lambda: view.virtual_size.height == 101 and not view.show_horizontal_scrollbar
+                           and view.scroll_y == view.max_scroll_y)
+        synced_at, n = view.scroll_y, 101
+        for _ in range(5):  # five batches: each on screen at the end, the scroll position where it was
+            for _ in range(30):
+                view.append(f"line {n}")
+                n += 1
+            assert await until(pilot, lambda n=n: visible(view)[-1] == f"line {n - 1}" and not view._size_pending)
+            assert screen_text(app).count(f"line {n - 1}") == 1  # (on the screen itself, not only render_line)
+            assert view.scroll_y == synced_at and view.virtual_size.height == 101 and view._sync_pending
+        await pilot.press("up")  # the cursor one line up from the newest: the position caught up first
+        assert await until(pilot, lambda: view.cursor == n - 2)
+        assert not view.follow and view.virtual_size.height == n and view.scroll_y == view.max_scroll_y
+        assert view.current_line() == f"line {n - 2}" and visible(view)[-1] == f"line {n - 1}"

@@ -32,6 +32,10 @@ _ERROR_ASCII = re.compile(ERROR_RE.pattern.lower())
 _WARN_ASCII = re.compile(WARN_RE.pattern.lower())
 TS_FORMAT = "%H:%M:%S "
 TS_FORMAT_SAMPLE = "00:00:00 "
+# While a followed log flows, its size and scroll position (which move the scrollbar and lay the screen
+# out: a frame of the whole screen) are brought up to date at most this often; the lines repaint 30 times
+# a second all the same.
+SYNC_S: Final = 0.25
 
 
 # One line: (text, ts, level), level 0 normal, 1 warning, 2 error. A plain tuple of atoms, not a
@@ -98,6 +102,8 @@ class LogView(ScrollView, can_focus=True):
         self._first = 0  # absolute number of entries[0]
         self._widest = 0  # the longest text (without a timestamp prefix) among the rows
         self._size_pending = False
+        self._synced_at = -1e9  # when the size and scroll position were last brought up to date (monotonic)
+        self._sync_pending = False
         self._frame: tuple[Offset, int, Strip, tuple[Style, Style, Style]] | None = None  # one render's
 
     # ---------------------------------------------------------------- data
@@ -162,9 +168,43 @@ class LogView(ScrollView, can_focus=True):
             self.set_timer(1 / 30, self._apply_size)
 
     def _apply_size(self) -> None:
+        """The new lines on screen. Following, with the scrollbars already as they would be, only
+        the view repaints: it draws the newest lines from the end of its rows (render_line), and its
+        size and scroll position, which move the scrollbar and lay the screen out again (a frame
+        of the whole screen, not of the log), catch up at most every SYNC_S, and before anything
+        scrolls it (_sync_now)."""
         self._size_pending = False
+        size = self._content_size()
+        if self.follow and size != self.virtual_size and self._bars_stay(size):
+            wait = self._synced_at + SYNC_S - time.monotonic()
+            if wait > 0:
+                if not self._sync_pending:
+                    self._sync_pending = True
+                    self.set_timer(wait, self._sync)
+                self.refresh()
+                return
+        self._sync()
+
+    def _content_size(self) -> Size:
         width = self._width()
-        size = Size(width if self.wrap else max(width, self._widest + self._prefix_len()), len(self._rows))
+        return Size(width if self.wrap else max(width, self._widest + self._prefix_len()), len(self._rows))
+
+    def _bars_stay(self, size: Size) -> bool:
+        """`size` shows the scrollbars the view shows now (a vertical one, no new horizontal one)."""
+        height, width = self.scrollable_content_region.height, self.scrollable_content_region.width
+        return (self.show_vertical_scrollbar and size.height > height
+                and (size.width <= width) == (not self.show_horizontal_scrollbar))
+
+    def _sync_now(self) -> None:
+        """Before anything scrolls the view: its size and position as they are (a scroll up from a
+        position the newest lines had left behind would jump back to it)."""
+        if self._sync_pending or self._content_size() != self.virtual_size:
+            self._sync()
+
+    def _sync(self) -> None:
+        self._sync_pending = False
+        self._synced_at = time.monotonic()
+        size = self._content_size()
         laid_out = False
         if size != self.virtual_size:
             # Only this view's content grew: no layout of the screen (setting virtual_size lays out
@@ -237,10 +277,14 @@ class LogView(ScrollView, can_focus=True):
             self._frame = None
 
     def _frame_state(self) -> tuple[Offset, int, Strip, tuple[Style, Style, Style]]:
-        width = self.scrollable_content_region.width
+        region = self.scrollable_content_region
+        width = region.width
+        offset = self.scroll_offset
+        if self.follow:  # the newest lines, whether or not the scroll position has caught up (_apply_size)
+            offset = Offset(offset.x, max(0, len(self._rows) - region.height))
         base = self.rich_style  # the widget's colours, under each line's own (as Textual's Log does)
         styles = (base, base + Style(color="yellow"), base + Style(color="red"))  # by level
-        return self.scroll_offset, width, Strip.blank(width, base), styles
+        return offset, width, Strip.blank(width, base), styles
 
     def _plain(self) -> bool:
         """Nothing in the widget's styles that Textual's styles pass would add to a line."""
@@ -305,13 +349,30 @@ class LogView(ScrollView, can_focus=True):
     def action_wrap(self) -> None:
         self.wrap = not self.wrap
 
+    def on_mouse_scroll_up(self) -> None:  # (before Textual's own handler scrolls)
+        self._sync_now()
+
+    def on_mouse_scroll_down(self) -> None:
+        self._sync_now()
+
+    def on_scroll_up(self) -> None:  # the scrollbar's messages, before Textual's handlers
+        self._sync_now()
+
+    def on_scroll_down(self) -> None:
+        self._sync_now()
+
+    def on_scroll_to(self) -> None:
+        self._sync_now()
+
     def action_top(self) -> None:
+        self._sync_now()
         self.follow = False
         self.scroll_home(animate=False)
 
     def action_cursor(self, step: int) -> None:
         if not self._rows:
             return
+        self._sync_now()
         self.follow = False
         start = self.cursor if self.cursor >= 0 else int(self.scroll_y) + self.scrollable_content_region.height - 1
         self.cursor = max(0, min(len(self._rows) - 1, start + step))
@@ -330,6 +391,7 @@ class LogView(ScrollView, can_focus=True):
 
     def action_next_problem(self) -> None:
         """The next error (or warning, when there are no errors) after the cursor."""
+        self._sync_now()
         start = self.cursor + 1 if self.cursor >= 0 else 0
         for level in (2, 1):
             for row in range(start, len(self._rows)):
