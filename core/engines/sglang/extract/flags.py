@@ -46,6 +46,7 @@ import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "sglang_versions.json"  # the engine's data
@@ -381,17 +382,22 @@ class Extractor:
                 return self.ev(node.value, ref.module, body)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
                 return FuncRef(ref.module, node, ref)
+        for b in self.bases(ref):
+            try:
+                return self.class_attr(b, attr)
+            except Unresolved:
+                pass
+        raise Unresolved("%s.%s" % (ref.node.name, attr))
+
+    def bases(self, ref: ClassRef) -> Iterator[ClassRef]:
+        """`ref`'s bases that are classes of the wheel, in their order."""
         for base in ref.node.bases:
             try:
                 b = self.ev(base, ref.module)
             except Unresolved:
                 continue
             if isinstance(b, ClassRef):
-                try:
-                    return self.class_attr(b, attr)
-                except Unresolved:
-                    pass
-        raise Unresolved("%s.%s" % (ref.node.name, attr))
+                yield b
 
     # -- expressions
 

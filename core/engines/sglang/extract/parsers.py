@@ -73,21 +73,10 @@ def _init(ref: ClassRef) -> ast.FunctionDef | None:
     return next((n for n in ref.node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
 
 
-def _base(x: Extractor, ref: ClassRef) -> ClassRef | None:
-    for b in ref.node.bases:
-        try:
-            found = x.ev(b, ref.module)
-        except Unresolved:
-            continue
-        if isinstance(found, ClassRef):
-            return found
-    return None
-
-
 def _chain(x: Extractor, ref: ClassRef) -> list[ClassRef]:
     """`ref` and its first bases, the leaf first."""
     out = [ref]
-    while len(out) < 20 and (b := _base(x, out[-1])) is not None:
+    while len(out) < 20 and (b := next(x.bases(out[-1]), None)) is not None:
         out.append(b)
     return out
 
