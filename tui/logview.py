@@ -262,13 +262,13 @@ class LogView(ScrollView, can_focus=True):
             filters = self.get_line_filters()
             span = crop.column_span
             strips: list[Strip] = []
+            gutter = content_width - width  # the scrollbar's, in the widget's background (made with the line)
+            blank = Strip.blank(content_width, base) if gutter else self._frame[2]
             for y in crop.line_range:
                 if y < top or y >= height - bottom:
                     strips.append(super().render_lines(Region(crop.x, y, crop.width, 1))[0])
                     continue
-                strip = self.render_line(y - top)
-                if width != content_width:  # the scrollbar's gutter, in the widget's background
-                    strip = strip.adjust_cell_length(content_width, base)
+                strip = self._line(y - top, self._frame, gutter) or blank
                 for line_filter in filters:
                     strip = strip.apply_filter(line_filter, background)
                 strips.append(strip if span == (0, content_width) else strip.crop(*span))
@@ -295,16 +295,23 @@ class LogView(ScrollView, can_focus=True):
                 and not (st.has_rule("hatch") and st.hatch != "none"))
 
     def render_line(self, y: int) -> Strip:
-        (scroll_x, scroll_y), width, blank, styles = self._frame or self._frame_state()
+        frame = self._frame or self._frame_state()
+        return self._line(y, frame, 0) or frame[2]
+
+    def _line(self, y: int, frame: tuple[Offset, int, Strip, tuple[Style, Style, Style]], gutter: int) -> Strip | None:
+        """Row `y` on screen as one strip (with `gutter` blank cells after it); None past the last row."""
+        (scroll_x, scroll_y), width, _blank, styles = frame
         row = scroll_y + y
         if row >= len(self._rows):
-            return blank
+            return None
         entry, piece = self._entry(row)
         text = self._line_text(entry)
         text = text[piece * width:(piece + 1) * width] if self.wrap else text[scroll_x:scroll_x + width]
         style = styles[entry[LEVEL]]
         if row == self.cursor:
             style += self.get_component_rich_style("logview--cursor")
+        if gutter:
+            return Strip([Segment(text.ljust(width), style), Segment(" " * gutter, styles[0])], width + gutter)
         return Strip([Segment(text.ljust(width), style)], width)
 
     # ---------------------------------------------------------------- follow
