@@ -282,3 +282,28 @@ async def test_following_a_flowing_log_repaints_the_lines_and_moves_the_scrollba
         assert await until(pilot, lambda: view.cursor == n - 2)
         assert not view.follow and view.virtual_size.height == n and view.scroll_y == view.max_scroll_y
         assert view.current_line() == f"line {n - 2}" and visible(view)[-1] == f"line {n - 1}"
+
+
+async def test_the_mouse_wheel_scrolls_up_from_the_newest_lines_not_from_where_the_scrollbar_was(monkeypatch):
+    from textual import events
+
+    from gpuops.tui import logview
+
+    monkeypatch.setattr(logview, "SYNC_S", 3600.0)
+    app = LogApp(capacity=10_000)
+    async with app.run_test(size=(80, 12)) as pilot:
+        view = app.query_one(LogView)
+        for i in range(100):
+            view.append(f"line {i}")
+        assert await until(pilot, lambda: view.show_vertical_scrollbar and view.scroll_y == view.max_scroll_y > 0)
+        view.append("line 100")  # (sized again for the vertical scrollbar's width: no horizontal one)
+        assert await until(pilot, lambda: view.virtual_size.height == 101 and not view.show_horizontal_scrollbar
+                           and view.scroll_y == view.max_scroll_y > 0 and not view._size_pending)
+        for i in range(101, 301):  # 200 lines the scroll position has not caught up with
+            view.append(f"line {i}")
+        assert await until(pilot, lambda: visible(view)[-1] == "line 300" and view._sync_pending)
+        view.post_message(events.MouseScrollUp(view, 1, 1, 0, -1, 0, False, False, False))
+        assert await until(pilot, lambda: not view.follow)
+        assert view.virtual_size.height == 301 and not view._sync_pending
+        shown = visible(view)
+        assert "line 290" in shown and "line 300" not in shown  # a few lines above the newest, not 200

@@ -251,8 +251,8 @@ class LogView(ScrollView, can_focus=True):
             if not self._plain():
                 return super().render_lines(crop)
             # No padding, side border, outline, tint, hatch or opacity: each line of the log is the
-            # strip render_line made, as Textual's styles pass would leave it, without that pass's
-            # four copies of it (while lines flow every row is new on each frame: that pass was half
+            # strip _line makes (with the scrollbar's gutter), as Textual's styles pass would leave
+            # it, without that pass's four copies of it (while lines flow every row is new on each frame: that pass was half
             # a frame's cost); a top or bottom border's row is Textual's own.
             border = self.styles.border
             top, bottom = int(bool(border.top[0])), int(bool(border.bottom[0]))
