@@ -126,6 +126,18 @@ def test_a_models_chat_template_and_tokens_give_its_atoms():
         == ("<|a|>",)
 
 
+def test_the_templates_own_tokens_are_kept_whatever_the_tokenizer_declares():
+    """A tokenizer may declare thousands of tokens (Llama 3's 256 reserved ones, a vocabulary's
+    worth of added tokens): the atoms are bounded, and what the template writes is kept first."""
+    added = {str(i): {"content": f"<|reserved_special_token_{i}|>"} for i in range(3000)}
+    added |= {str(5000 + i): {"content": f"<|a_{i:05d}|>"} for i in range(3000)}
+    atoms = template_atoms({"chat_template": "<|start_header_id|>{{ m }}<|eot_id|><tool_call>",
+                            "added_tokens_decoder": added})
+    assert atoms is not None and len(atoms) <= 1000
+    assert {"<|start_header_id|>", "<|eot_id|>", "<tool_call>"} <= set(atoms)
+    assert not any("reserved" in a for a in atoms)
+
+
 def test_a_local_folders_chat_template_file_is_read(tmp_path):
     (tmp_path / "config.json").write_text((CONFIGS / "corpus" / "gpt_oss__gpt-oss-20b.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(GPT_OSS_TOKENIZER))

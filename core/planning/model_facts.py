@@ -1054,11 +1054,11 @@ def auto_map_entries(value: Any) -> tuple[tuple[str, str], ...]:
 
 # A special token as chat templates write them: <|im_start|>, <｜tool▁calls▁begin｜>, <｜GCML｜tool_calls>,
 # <think>, </tool_call>, <mm:think>, <ifm|think>, Gemma 4's <|channel> and <channel|>, [THINK],
-# [/TOOL_CALLS], Kimi's ◁think▷. (The host's model_config program is handed the same pattern.)
+# [/TOOL_CALLS], Kimi's ◁think▷.
 ATOM_PATTERN = (r"<\|[^<>|\s]{1,40}\|>|</?｜[^<>｜]{1,40}｜(?:[^<>｜\s]{1,40})?>|</?[A-Za-z_][\w:.|-]{0,40}>"
                 r"|<\|[^<>|\s]{1,40}>|<[^<>|\s/]{1,40}\|>|\[/?[A-Z][A-Z_]{1,30}\]|◁/?[a-z_]{1,20}▷")
 _ATOM = re.compile(ATOM_PATTERN)
-MAX_ATOMS = 400
+MAX_ATOMS = 1000
 
 
 def chat_atoms(text: str) -> set[str]:
@@ -1079,17 +1079,19 @@ def template_atoms(tokenizer_config: dict[str, Any] | None, chat_template: str |
         texts += [t["template"] for t in raw if isinstance(t, dict) and isinstance(t.get("template"), str)]
     if not texts:
         return None
-    found: set[str] = set()
+    written: set[str] = set()
     for text in texts:
-        found |= chat_atoms(text)
+        written |= chat_atoms(text)
     added = tc.get("added_tokens_decoder")
     tokens = [t.get("content") for t in added.values() if isinstance(t, dict)] if isinstance(added, dict) else []
     extra = tc.get("additional_special_tokens")
     tokens += extra if isinstance(extra, list) else []
-    for tok in tokens:
-        if isinstance(tok, str) and len(tok) <= 64:
-            found |= chat_atoms(tok)
-    return tuple(sorted(found)[:MAX_ATOMS])
+    declared: set[str] = set()
+    for tok in tokens:  # (not the hundreds of reserved placeholders some tokenizers declare)
+        if isinstance(tok, str) and len(tok) <= 64 and "reserved" not in tok:
+            declared |= chat_atoms(tok)
+    # what the template writes first, whole; then what the tokenizer declares, as far as the bound allows
+    return tuple((sorted(written) + sorted(declared - written))[:MAX_ATOMS])
 
 
 def _tokenizer_class(tokenizer_config: dict[str, Any] | None) -> str | None:
