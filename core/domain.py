@@ -191,6 +191,11 @@ def is_loopback(addr: str) -> bool:
     return addr.startswith("127.") or addr in ("::1", "localhost")
 
 
+def url_host(addr: str) -> str:
+    """`addr` as the host of a URL or a HOST:PORT: an IPv6 address in brackets."""
+    return f"[{addr}]" if ":" in addr else addr
+
+
 def client_host(bind: str) -> str:
     """Where a client on a server's host reaches a server bound to `bind`: that address, the
     loopback for a wildcard bind (0.0.0.0, ::)."""
@@ -579,8 +584,7 @@ class Plan(Struct, kw_only=True):
 
     @property
     def endpoint(self) -> str:
-        bind = self.bind_host
-        return f"http://{'[' + bind + ']' if ':' in bind else bind}:{self.port}"
+        return f"http://{url_host(self.bind_host)}:{self.port}"
 
     @property
     def served_name(self) -> str:

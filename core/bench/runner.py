@@ -45,7 +45,7 @@ from ..hosts.programs import bench_relay as bench_relay_program
 from ..deploy.store import Store
 from ..domain import (BENCH_EVENT_KINDS, BenchChecksEvent, BenchEvent, BenchLogEvent, BenchProgressEvent,
                       BenchQualityEvent, BenchResultEvent, BenchRun, BenchStateEvent, BenchStepEvent, Deployment,
-                      Plan, client_host, utc_now)
+                      Plan, client_host, url_host, utc_now)
 from ..redact import redact_all
 
 SCHEMA = 1
@@ -283,8 +283,7 @@ def check_url(url: str) -> str:
     if (parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password
             or parts.path not in ("", "/") or parts.query or parts.fragment or re.search(r"\s", url)):
         raise BenchInputError(f"--url must look like http://HOST:PORT, got {url!r}")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+    return f"{parts.scheme}://{url_host(parts.hostname)}" + (f":{port}" if port else "")
 
 
 async def url_target(host: Host, url: str) -> Target:
@@ -301,8 +300,7 @@ async def deployment_target(host: Host, d: Deployment) -> Target:
 
     plan = d.plan
     home = await remote_home(host)
-    reach = plan.client_host
-    url = check_url(f"http://{'[' + reach + ']' if ':' in reach else reach}:{plan.port}")
+    url = check_url(f"http://{url_host(plan.client_host)}:{plan.port}")
     env_file = getattr(launcher_for(host, plan, home), "env_path", None) if plan.uses_api_key else None
     return Target(host=host, url=url, home=home, deployment=d.name, model=d.model,
                   model_path=plan.model_path, tokenizer_path=await _tokenizer_folder(host, plan.model_path),

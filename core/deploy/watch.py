@@ -44,6 +44,7 @@ from ..domain import (
     Plan,
     ProgressEvent,
     StateEvent,
+    url_host,
     utc_now,
 )
 from ..hosts.host import Host, HostError, host_python, script_source
@@ -151,7 +152,7 @@ async def quick_check(host: Host, plan: Plan, launcher: Launcher) -> tuple[dict 
     client = plan.client_host
     res = await host.run(["sh", "-c", script, "gpuops-check", env_path, host_python(host), "-c",
                           script_source(quick_check_program), str(plan.port), plan.served_name,
-                          f"[{client}]" if ":" in client else client], timeout=180)
+                          url_host(client)], timeout=180)
     if not res.ok:
         return None, (res.stderr.strip().splitlines() or ["no output"])[-1]
     try:
@@ -165,7 +166,7 @@ async def health_probe(host: Host, plan: Plan, path: str, *, clock: Callable[[],
     client = plan.client_host
     try:
         res = await host.run([host_python(host), "-c", script_source(http_probe_program),
-                              f"[{client}]" if ":" in client else client, str(plan.port), str(HEALTH_TIMEOUT_S), path],
+                              url_host(client), str(plan.port), str(HEALTH_TIMEOUT_S), path],
                              timeout=HEALTH_TIMEOUT_S + 20)
         status, body, seconds = json.loads(res.stdout.strip().splitlines()[-1])[path]
     except (HostError, ValueError, KeyError, IndexError, TypeError):

@@ -20,7 +20,7 @@ import msgspec
 
 from ..states import State
 from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
-                      gpus, is_loopback, join_flags, replica_name)
+                      gpus, is_loopback, join_flags, replica_name, url_host)
 from . import PlanError
 from .. import engines
 from .fit import compute_fit, tp_choices, tp_refusal
@@ -538,7 +538,7 @@ def _rendezvous(nodes: Sequence[Node], http_port: int, warnings: list[str]) -> t
     """Node 0's rendezvous: its port, and the --dist-init-addr the other nodes reach it at."""
     t0, addr = nodes[0].target, nodes[0].addr
     dist_port = _dist_init_port(t0, http_port)
-    dist = f"{'[' + addr + ']' if ':' in addr else addr}:{dist_port}"
+    dist = f"{url_host(addr)}:{dist_port}"
     if is_loopback(addr) and any(not is_loopback(node.addr) for node in nodes[1:]):
         warnings.append(f"{t0.host} is reached at {addr}, a loopback address the other nodes cannot reach: "
                         f"set node_addr in [hosts.{t0.host}]")
@@ -638,7 +638,7 @@ def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: in
         taken.warned.add(str(t.host))
         warnings.append(f"{t.host} is reached at {addr}, a loopback address: the router on {head.host} reaches "
                         f"its replicas there only if both are this machine (set node_addr in [hosts.{t.host}])")
-    url = f"http://{'[' + addr + ']' if ':' in addr else addr}:{p.port}"
+    url = f"http://{url_host(addr)}:{p.port}"
     return p.replace(replica_of=name, warnings=[w for w in p.warnings if not w.startswith(f"port {base} is in use")]), url
 
 
