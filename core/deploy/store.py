@@ -263,6 +263,11 @@ def _ts(stamp: str) -> float:
         return 0.0
 
 
+def _set_watcher(db: sqlite3.Connection, name: str, watcher: int, now: str) -> None:
+    """`watcher` (a pid) watches `name`: its heartbeat, in the caller's transaction."""
+    db.execute("UPDATE deployments SET watch_pid = ?, watch_beat = ? WHERE name = ?", (watcher, now, name))
+
+
 def default_path() -> Path:
     return state_dir() / "gpuops.db"
 
@@ -392,7 +397,7 @@ class Store:
                     (host, plan.model.id, plan.launcher, plan_json, state, now, now, run, lease.pid, lease.host,
                      lease.start, name))
             if watcher is not None:
-                db.execute("UPDATE deployments SET watch_pid = ?, watch_beat = ? WHERE name = ?", (watcher, now, name))
+                _set_watcher(db, name, watcher, now)
             self._insert(db, name, run, StateEvent(state=state, name=name, host=host, ts=now))
         return self._get(name)
 
@@ -465,7 +470,7 @@ class Store:
                 db.execute("UPDATE deployments SET lease_pid = ?, lease_host = ?, lease_start = ? WHERE name = ?",
                            (lease.pid, lease.host, lease.start, name))
             if watcher is not None:
-                db.execute("UPDATE deployments SET watch_pid = ?, watch_beat = ? WHERE name = ?", (watcher, now, name))
+                _set_watcher(db, name, watcher, now)
             if state is not None:
                 db.execute("UPDATE deployments SET state = ? WHERE name = ?", (state, name))
                 self._insert(db, name, run, StateEvent(state=state, ts=now))
