@@ -172,7 +172,7 @@ def _self_attr(x: Extractor, chain: list[ClassRef], attr: str) -> str | None:
                 raise Unresolved(attr)
             return value
         try:
-            value = x.class_attr(ClassRef(c.module, c.node), attr)
+            value = x.class_attr(c, attr)
         except Unresolved:
             continue
         if isinstance(value, str):
