@@ -463,7 +463,8 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
         _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events[-50:]],
                 "parts": [{"name": p.name, "state": p.state, "host": p.host} for p in parts]})
     else:
-        print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}, run {d.run}, since {d.updated_at})")
+        router = f", router {d.plan.router}" if d.plan.router else ""
+        print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}{router}, run {d.run}, since {d.updated_at})")
         kind = "node" if d.plan.members else "replica"
         for i, p in enumerate(parts, start=1):  # the other nodes (node 0 is d) or the router's replicas
             print(f"  {kind} {i}: {p.name} {p.state} on {p.host} (run {p.run}, since {minute(p.updated_at)})")

@@ -40,7 +40,7 @@ def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
     p.add_argument("--hosts", metavar="H1,H2,..", help="one deployment over several hosts (multi-node TP: node 0 "
                    "first, --tp split evenly over them)")
     p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on --host (or round "
-                   "--hosts), each on GPUs and a port of its own, behind sglang-router on the (first) host")
+                   "--hosts), each on GPUs and a port of its own, behind the engine's router on the (first) host (the first of its routers the host has)")
     p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest the engine can run that holds "
                    "a full context; the plan says the others)")
     p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")

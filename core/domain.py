@@ -429,6 +429,9 @@ class Plan(Struct, kw_only=True):
     # store or a command line; read again where --like read them at deploy
     secret_env: list[str] = []
     engine: str = engines.DEFAULT  # what serves (core/engines): its module, phase grammar, rules
+    # a router's plan: the package of the engine's router it runs (Engine.routers); None: chosen at deploy,
+    # the first of them the host has (the stored plan then names it)
+    router: str | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -455,10 +458,7 @@ class Plan(Struct, kw_only=True):
             raise Invalid(f"gpu_ids: GPU indexes are distinct and not negative, not {self.gpu_ids}")
         if self.python is not None and not (self.python.startswith("/") or _COMMAND.fullmatch(self.python)):
             raise Invalid(f"python: an absolute path or a command name, not {_show(self.python)}")
-        if self.engine not in engines.names():
-            raise Invalid(f"engine: {_show(self.engine)} is not an engine gpuops knows ({', '.join(engines.names())})")
-        if not _VERSION.fullmatch(self.engine_version):
-            raise Invalid(f"{engines.plan_key('engine_version')}: {_show(self.engine_version)} is not a version")
+        self._check_engine()
         if self.download_dir is not None and not self.download_dir.startswith("/"):
             raise Invalid(f"download_dir: must be an absolute path, not {_show(self.download_dir)}")
         if any(not a for a in self.argv):
@@ -474,6 +474,18 @@ class Plan(Struct, kw_only=True):
                     validate_host_name(parent)
                 except ValueError as exc:
                     raise Invalid(f"{field_name}: {exc}") from None
+
+    def _check_engine(self) -> None:
+        """The engine one gpuops knows, its version a version, a router's one of the engine's."""
+        if self.engine not in engines.names():
+            raise Invalid(f"engine: {_show(self.engine)} is not an engine gpuops knows ({', '.join(engines.names())})")
+        if self.router is not None:
+            known = [r.package for r in engines.get(self.engine).routers]
+            if not self.replicas or self.router not in known:
+                raise Invalid(f"router: {_show(self.router)} is not a router of {self.engine} in front of replicas "
+                              f"({', '.join(known) or 'it has none'})")
+        if not _VERSION.fullmatch(self.engine_version):
+            raise Invalid(f"{engines.plan_key('engine_version')}: {_show(self.engine_version)} is not a version")
 
     def _check_env(self) -> None:
         for key in self.env:
@@ -640,7 +652,8 @@ class Plan(Struct, kw_only=True):
     @property
     def module(self) -> str:
         """What the command line runs: the engine's server, or for replicas the router in front of them."""
-        return engines.get(self.engine).server_module(router=bool(self.replicas))
+        engine = engines.get(self.engine)
+        return engine.router(self.router).module if self.replicas else engine.server_module()
 
     @property
     def launch_script(self) -> str:
@@ -804,7 +817,9 @@ class Deployment(Struct, kw_only=True):
         return {"name": self.name, "host": self.host, "model": self.model, "launcher": self.launcher,
                 "state": self.state, "run": self.run, "created_at": self.created_at,
                 "updated_at": self.updated_at, "port": self.plan.port, "tp": self.plan.tp,
-                "gpu_ids": list(self.plan.gpu_ids), "endpoint": self.plan.endpoint}
+                "gpu_ids": list(self.plan.gpu_ids), "endpoint": self.plan.endpoint,
+                # a router's: the router it runs (its package; null until a deploy chose it)
+                **({"router": self.plan.router} if self.plan.replicas else {})}
 
 
 # ------------------------------------------------------------------ events

@@ -282,7 +282,7 @@ class PlanReviewScreen(GpuopsScreen):
         self.nodes, self.replicas, self.wishes, self.plan, self.error = tuple(nodes), replicas, wishes, plan, None
         self.show()
         if replicas:
-            self.notify(f"changed: {text} ({replicas} replicas of TP{plan.tp} behind {engines.get(plan.engine).router_title} on {plan.host})")
+            self.notify(f"changed: {text} ({replicas} replicas of TP{plan.tp} behind {engines.get(plan.engine).router_title(plan.router)} on {plan.host})")
         else:
             self.notify(f"changed: {text} (TP{plan.tp} over {plan.nnodes} nodes)" if nodes else f"changed: {text} (one host)")
 
@@ -404,7 +404,7 @@ def deploy_summary(plan: Plan, busy: list[str]) -> tuple[str, str]:
     lines.append(f"serves {plan.endpoint} (bind {plan.bind_host}"
                  + (", API key in its 0600 env file" if plan.uses_api_key else ", this host only") + ")")
     if plan.replicas:
-        lines.append(f"{len(plan.replicas)} replicas behind {engines.get(plan.engine).router_title} on {plan.host}, started one after the other, "
+        lines.append(f"{len(plan.replicas)} replicas behind {engines.get(plan.engine).router_title(plan.router)} on {plan.host}, started one after the other, "
                      "then the router:")
         lines += [f"  {r.name}: {r.host} GPUs {','.join(map(str, r.gpu_ids))} (TP {r.tp}) · port {r.port} · "
                   f"{r.launcher} launcher" for r in plan.replicas]

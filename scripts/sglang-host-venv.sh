@@ -11,7 +11,8 @@
 #
 # GPUOPS_HOST_VENV_RESOLVE=1 (scripts/lock.sh only) resolves the set afresh instead, from which the
 # lock is written: the sglang wheel without its dependencies (most are for serving on a GPU), what the
-# benchmark, the eval and the CPU server's imports need beside it, and sglang-router. torch/torchvision
+# benchmark, the eval and the CPU server's imports need beside it, and both routers: smg (SGLang's
+# gateway today) and sglang-router (its last release, what older hosts have). torch/torchvision
 # are the CUDA builds that sglang's imports need (a CPU torch lacks torchvision's operators: 'operator
 # torchvision::nms does not exist').
 set -euo pipefail
@@ -22,6 +23,7 @@ LOCK="$HERE/locks/sglang-host.txt"
 VER=0.5.23        # the SGLang the resolve installs (the lock then says it)
 OLD_VER=0.5.10    # the MTP-crash test's version
 ROUTER_VER=0.3.2  # the last sglang-router on PyPI (its successor, smg, has no sglang_router module)
+SMG_VER=1.13.0    # SGLang's gateway (PyPI smg), the router gpuops prefers where a host has it
 # What `python -m sglang.launch_server --device cpu` imports beyond the base, at versions that worked
 # with 0.5.23 (fastapi/starlette pinned: the newest fastapi imports opentelemetry, the newest
 # starlette dropped on_startup). --no-deps: the rest of their requirements are in the base already.
@@ -35,7 +37,7 @@ SERVE_PINS=(uvicorn==0.54.0 fastapi==0.118.0 starlette==0.48.0 uvloop==0.23.0 se
 OLD="$DIR/sglang-$OLD_VER"
 CHECK='import sglang.bench_serving, sglang.test.run_eval'  # the benchmark and the quality eval
 SERVE_CHECK='import sglang.launch_server, sglang.srt.entrypoints.http_server, uvicorn, fastapi, xgrammar'
-ROUTER_CHECK='import sglang_router.launch_router, sglang_router.sglang_router_rs'
+ROUTER_CHECK='import sglang_router.launch_router, sglang_router.sglang_router_rs, smg.launch_router, smg.smg_rs'
 ALL_CHECK="$CHECK; $SERVE_CHECK; $ROUTER_CHECK; import httpx, openai"
 LOG="$DIR.build.log"  # pip's output (its index warnings are many): shown only when it fails
 PIP=("$DIR/bin/python" -m pip install -q --disable-pip-version-check)
@@ -53,6 +55,7 @@ resolve() {  # scripts/lock.sh: today's PyPI, unpinned but for what must be
     "${PIP[@]}" --no-deps "sglang==$VER" >>"$LOG" 2>&1
     "${PIP[@]}" --no-deps "${SERVE_PINS[@]}" >>"$LOG" 2>&1
     "${PIP[@]}" --no-deps "sglang-router==$ROUTER_VER" >>"$LOG" 2>&1
+    "${PIP[@]}" "smg==$SMG_VER" >>"$LOG" 2>&1  # (with its own few: grpcio, grpcio-health-checking, pyyaml)
 }
 
 from_lock() {  # exactly the lock: what it names, at its versions, and nothing more

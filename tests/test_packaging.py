@@ -116,7 +116,7 @@ def test_the_test_environment_is_exactly_the_lock():
 
 def test_the_sglang_host_venv_is_exactly_its_lock(sglang_venv):
     pins = _lock("sglang-host.txt")
-    assert pins["sglang"] == "0.5.23" and pins["sglang-router"] == "0.3.2"
+    assert pins["sglang"] == "0.5.23" and pins["sglang-router"] == "0.3.2" and pins["smg"] == "1.13.0"
     listing = ("from importlib.metadata import distributions\n"
                "for d in distributions(): print(d.metadata['Name'], d.version)")
     out = subprocess.run([str(sglang_venv / "bin" / "python"), "-I", "-c", listing],

@@ -1,7 +1,7 @@
-"""Replicas behind sglang-router (`gpuops plan MODEL --host H --replicas K`, then `deploy`): K one-host
+"""Replicas behind the engine's router (`gpuops plan MODEL --host H --replicas K`, then `deploy`): K one-host
 plans on GPUs and ports of their own, the router's plan holding them (its --worker-urls, health
 settings, metrics port), validated when read back; and over real SSH to a simulated host with the
-real sglang-router from PyPI: the replicas then the router deployed and ready, requests routed,
+real routers from PyPI (smg chosen where the host has both): the replicas then the router deployed and ready, requests routed,
 a replica killed and seen lost by the router and by gpuops, SGLang's real benchmark through the
 router, stop and forget on every part."""
 
@@ -64,8 +64,12 @@ def test_two_replicas_on_one_host_get_gpus_and_ports_of_their_own_behind_the_rou
     assert len(set(ports)) == 3
     assert plan.worker_urls == [f"http://127.0.0.1:{r.port}" for r in plan.replicas]
     argv = plan.exec_argv()
-    assert argv[1:3] == ["-m", "sglang_router.launch_router"]
+    # the router chosen at deploy: smg where the host has it (the preferred), else sglang-router
+    assert plan.router is None and argv[1:3] == ["-m", "smg.launch_router"]
+    assert plan.replace(router="sglang-router").exec_argv()[1:3] == ["-m", "sglang_router.launch_router"]
     assert argv[argv.index("--port") + 1] == str(plan.port)
+    # its metrics on its own address, not the routers' default of every address with no key
+    assert argv[argv.index("--prometheus-host") + 1] == argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--health-check-interval-secs") + 1] == "5"  # not the router's 60 s
     assert int(argv[argv.index("--prometheus-port") + 1]) not in ports
     # above this plan's own ports, from the host's first port on: not the router's default 29000, which
@@ -97,9 +101,10 @@ def test_a_replicated_plan_is_shown_as_the_router_it_launches_over_the_replicas_
     from gpuops.tui.plan_view import fit_bars, launch_text, launch_title, where_text
 
     plan = _replicated(2, tp=2, name="duo")
-    assert launch_text(plan).plain.startswith(f"{plan.python} -m sglang_router.launch_router \\\n  --worker-urls")
+    assert launch_text(plan).plain.startswith(f"{plan.python} -m smg.launch_router \\\n  --worker-urls")
     assert all(f"\\\n{r.python} -m sglang.launch_server \\" in launch_text(r).plain for r in plan.replicas)  # after its env
-    assert launch_title(plan) == "router (sglang-router)" and launch_title(plan.replicas[0]).startswith("launch (SGLang")
+    assert launch_title(plan) == "router (smg or sglang-router)" and launch_title(plan.replicas[0]).startswith("launch (SGLang")
+    assert launch_title(plan.replace(router="sglang-router")) == "router (sglang-router)"  # the one deploy chose
     assert where_text(plan) == "2 replicas: gpu1 GPUs 0,1, gpu1 GPUs 2,3"
     assert where_text(plan.replicas[1]) == "GPUs 2,3"
     from rich.console import Console
@@ -109,8 +114,8 @@ def test_a_replicated_plan_is_shown_as_the_router_it_launches_over_the_replicas_
     assert [line.split()[0] for line in console.export_text().splitlines()[:-1]] == ["GPU0", "GPU1"]  # one replica's
     print_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), plan)
     shown = capsys.readouterr().out
-    assert "fit: TP2 on 2 replicas: gpu1 GPUs 0,1, gpu1 GPUs 2,3" in shown and "router (sglang-router)" in shown
-    assert "-m sglang_router.launch_router" in shown and "-m sglang.launch_server" not in shown
+    assert "fit: TP2 on 2 replicas: gpu1 GPUs 0,1, gpu1 GPUs 2,3" in shown and "router (smg or sglang-router)" in shown
+    assert "-m smg.launch_router" in shown and "-m sglang.launch_server" not in shown
 
 
 def test_the_replicas_edit_is_read_in_one_line_and_flag_edits_go_to_each_replica():
@@ -143,12 +148,12 @@ def test_the_replicas_edit_is_read_in_one_line_and_flag_edits_go_to_each_replica
 
 def test_replicas_beyond_loopback_and_their_router_share_one_api_key():
     """A host whose serve_host is beyond loopback: each replica is keyed, and the router carries the
-    key (sglang-router's --api-key: it checks clients with it and sends it to the replicas)."""
+    key (the router's --api-key: it checks clients with it and sends it to the replicas)."""
     keyed = [Node(target("gpu1", serve_host="0.0.0.0"), "10.0.0.1")]
     plan = build_replicated_plan(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), keyed, Wishes(name="duo"), 2)
     assert all(r.uses_api_key for r in plan.replicas) and plan.uses_api_key
     argv = plan.exec_argv("/x/launch.py")
-    assert argv[1:4] == ["/x/launch.py", "-m", "sglang_router.launch_router"]  # through the key's launcher
+    assert argv[1:4] == ["/x/launch.py", "-m", "smg.launch_router"]  # through the key's launcher
     assert argv[argv.index("--api-key") + 1] == "${GPUOPS_API_KEY}"
     assert "router-api-key" in {rule.id for rule in plan.rules}
     plain = _replicated(2)  # on loopback: no key anywhere
@@ -172,6 +177,13 @@ def test_a_router_plan_read_back_is_checked():
     bad["replicas"][1]["name"] = "other"
     with pytest.raises((Invalid, msgspec.ValidationError), match="duo-r1..duo-r2"):
         msgspec.convert(bad, Plan)
+    bad = json.loads(json.dumps(doc))
+    bad["router"] = "nginx"  # a router the engine does not have
+    with pytest.raises((Invalid, msgspec.ValidationError), match="not a router of sglang"):
+        msgspec.convert(bad, Plan)
+    assert msgspec.convert(dict(doc, router="sglang-router"), Plan).module == "sglang_router.launch_router"
+    with pytest.raises((Invalid, msgspec.ValidationError), match="router"):
+        msgspec.convert(dict(doc["replicas"][0], router="smg"), Plan)  # a server of its own runs no router
 
 
 def test_the_routers_view_says_which_replica_is_lost_and_when_it_is_back():
@@ -207,7 +219,7 @@ def test_the_routers_view_says_which_replica_is_lost_and_when_it_is_back():
 
 @pytest.fixture
 def rep(ssh_home, tmp_path, sglang_venv):
-    """A simulated 4-GPU host reached over the real sshd, with the real SGLang venv (its sglang-router
+    """A simulated 4-GPU host reached over the real sshd, with the real SGLang venv (its routers
     and bench_serving), and the operator's HF cache with Qwen3-8B's config."""
     root = Path(tempfile.mkdtemp(prefix="gpuops-rep-"))
     root.chmod(0o755)
@@ -265,7 +277,7 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
     ports = {r["name"]: r["port"] for r in plan["replicas"]}
     human = gpuops("--config", str(cfg), "plan", "Qwen/Qwen3-8B", "--host", "gpu1", "--replicas", "2", "--tp", "1",
                    "--name", "trio", env=env, timeout=120)
-    assert human.returncode == 0 and "2 replicas behind sglang-router" in human.stdout, human.stderr
+    assert human.returncode == 0 and "2 replicas behind smg or sglang-router" in human.stdout, human.stderr
 
     out = gpuops("--config", str(cfg), "deploy", str(plan_file), "--host", "gpu1", "--yes", env=env, timeout=420)
     assert out.returncode == 0, out.stderr + out.stdout[-3000:]
@@ -273,6 +285,14 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
     assert "[router] " in out.stdout and all(ln.startswith("[") for ln in out.stdout.splitlines() if ln[:1].isdigit())
     states = {n: (_status(cfg, env, n) or {}).get("state") for n in ("trio", "trio-r1", "trio-r2")}
     assert states == {"trio": "ready", "trio-r1": "ready", "trio-r2": "ready"}, states
+    # the host venv has both routers: the deploy ran smg, SGLang's gateway, and the stored plan says so
+    assert (_status(cfg, env, "trio") or {})["router"] == "smg" and "router" not in _status(cfg, env, "trio-r1")
+    # what listens on the router's port titles itself as smg does (sglang-router's says sglang::router)
+    assert _listener(plan["port"]) == ("127.0.0.1", "smg::router")
+    # and its metrics only where it serves (the routers' default is every address, with no key)
+    metrics_port = int(plan["argv"][plan["argv"].index("--prometheus-port") + 1])
+    assert _listener(metrics_port) == ("127.0.0.1", "smg::router")
+    assert "smg_worker_health" in httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
 
     # the router routes to the replicas: its own /workers lists both healthy
     workers = httpx.get(f"http://127.0.0.1:{plan['port']}/workers", timeout=10).json()["workers"]
@@ -309,6 +329,7 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
     assert _status(cfg, env, "trio-r2")["state"] == "crashed"  # reconciled: its server is gone
     shown = gpuops("--config", str(cfg), "status", "trio", env=env, timeout=120)
     assert "replica-lost" in shown.stdout or "unhealthy" in shown.stdout, shown.stdout
+    assert ", router smg, run 1," in shown.stdout.splitlines()[0], shown.stdout
 
     # the TUI's deployment screen of the router: each replica, its state, and the one the router lost
     from gpuops.core.config import load_inventory
@@ -353,6 +374,21 @@ async def test_replicas_and_the_router_deploy_route_lose_a_replica_bench_and_sto
 
 def _server_pids(root: Path, port: int) -> list[int]:
     """The simulated server processes of this test's host listening on `port` (by command line)."""
+    return _pids(root, "sglang.launch_server", str(port))
+
+
+def _listener(port: int) -> tuple[str, str] | None:
+    """The address and the command line (a title a process gave itself) of what listens on TCP `port`."""
+    import psutil
+
+    for c in psutil.net_connections("inet"):
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid:
+            return c.laddr.ip, " ".join(psutil.Process(c.pid).cmdline()).strip()  # (a title is padded with spaces)
+    return None
+
+
+def _pids(root: Path, module: str, *args: str) -> list[int]:
+    """This test host's processes running `module` with each of `args` (by command line)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -362,15 +398,15 @@ def _server_pids(root: Path, port: int) -> list[int]:
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"sglang.launch_server" in b" ".join(argv) and str(port).encode() in argv and str(root).encode() in \
-                b" ".join(argv) + environ:
+        if module.encode() in argv and all(a.encode() in argv for a in args) and \
+                str(root).encode() in b" ".join(argv) + environ:
             pids.append(int(proc.name))
     return pids
 
 
 async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_router(rep, monkeypatch):
     """The TUI's way to replicas: on plan review `e` then `replicas 2` plans two servers on the host's
-    GPUs behind sglang-router (the router's command line shown, where each replica runs); `gpus` is
+    GPUs behind the router (the router's command line shown, where each replica runs); `gpus` is
     refused in one line with the plan as it was; `d` lists the replicas and asks; yes deploys both
     and the real router, and the router's deployment screen counts both replicas healthy."""
     from gpuops.core.config import load_inventory
@@ -401,9 +437,9 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
         plan = screen.plan
         assert [r.gpu_ids for r in plan.replicas] == [(0,), (1,)] and plan.tp == 1
         assert screen.query_one("#plan-verdict").text.plain.startswith("TP1 on 2 replicas: gpu1 GPUs 0, gpu1 GPUs 1")
-        assert str(screen.query_one("#plan-launch-title").render()) == "Router (sglang-router)"
-        assert "-m sglang_router.launch_router" in str(screen.query_one("#plan-launch").render())
-        assert "2 replicas behind sglang-router" in str(screen.query_one("#plan-parts-title").render())
+        assert str(screen.query_one("#plan-launch-title").render()) == "Router (smg or sglang-router)"
+        assert "-m smg.launch_router" in str(screen.query_one("#plan-launch").render())
+        assert "2 replicas behind smg or sglang-router" in str(screen.query_one("#plan-parts-title").render())
         await pilot.press("plus")  # TP per replica: TP2 each, on GPUs 0,1 and 2,3
         assert await until(pilot, lambda: [r.gpu_ids for r in screen.plan.replicas] == [(0, 1), (2, 3)])
         await pilot.press("minus")
@@ -430,7 +466,7 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
         rows = [re.compile(r"Replicas \(2 of 2 healthy by the router\)"), re.compile(r"trio-r1  gpu1:\d+   ready"),
                 re.compile(r"trio-r2  gpu1:\d+   ready")]  # (each one line of the pane beside the phases)
         assert await until(pilot, lambda: all(r.search(screen_text(app)) for r in rows), timeout=60), screen_text(app)
-        # the router's own log lines (sglang-router colours them) are shown without terminal escapes
+        # the router's own log lines (smg colours them) are shown without terminal escapes
         assert await until(pilot, lambda: "http_request{method=GET" in screen_text(app), timeout=30), screen_text(app)
         assert "\x1b" not in screen_text(app) and "[0m" not in screen_text(app)
         # the router's own phases: it starts, then is ready (none of SGLang's start-up)

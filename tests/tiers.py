@@ -96,6 +96,7 @@ SLOW_TESTS = frozenset({
     "test_plan_screens.py::test_plan_review_changes_tp_and_mtp_and_updates_the_verdict",
     "test_plan_screens.py::test_plan_review_edits_without_dead_ends_and_asks_before_deploying",
     "test_plan_screens.py::test_plan_review_like_a_previous_unit_shows_the_diff",
+    "test_router_choice.py::test_a_host_with_only_sglang_router_runs_it_and_a_plan_naming_smg_is_refused",
     "test_router_probe.py::test_router_routes_reports_health_and_sees_a_killed_worker_lost",
     "test_rules.py::test_a_long_serving_log_raises_nothing_and_stays_ready",
     "test_sglang_sim.py::test_a_requests_prefill_is_logged_before_its_answer",

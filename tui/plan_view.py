@@ -91,7 +91,7 @@ def where_text(plan) -> str:
 def launch_title(plan) -> str:
     """The launch command's title: the router's for replicas (the replicas' own are in the parts)."""
     engine = engines.get(plan.engine)
-    return f"router ({engine.router_title})" if plan.replicas else f"launch ({engine.title} {plan.engine_version})"
+    return f"router ({engine.router_title(plan.router)})" if plan.replicas else f"launch ({engine.title} {plan.engine_version})"
 
 
 # what a plan made offline runs the server with: the python of the host it is deployed on (bound then)
@@ -149,5 +149,5 @@ def parts_text(plan) -> tuple[str, Text] | None:
             text.append(f"{r.name}: ", style="bold")
             text.append(f"{r.host}, TP{r.tp} on GPUs {','.join(map(str, r.gpu_ids))}, port {r.port} ({url}), "
                         f"{r.launcher} launcher\n")
-        return f"{len(plan.replicas)} replicas behind {engines.get(plan.engine).router_title} at {plan.host}:{plan.port}", text
+        return f"{len(plan.replicas)} replicas behind {engines.get(plan.engine).router_title(plan.router)} at {plan.host}:{plan.port}", text
     return None

@@ -90,10 +90,7 @@ class Deployer:
         plan, host = self.plan, self.host
         engine = engines.get(plan.engine)
         if plan.replicas:  # a router: the engine's router where it runs, its ports free
-            res = await host.run(engine.router_check_argv(host_python(host)), timeout=60)
-            if not res.ok:
-                raise DeployError(f"{engine.router_title} is not installed on {host.name} (python {plan.python}): "
-                                  f"pip install {engine.router_title} there first")
+            await self.choose_router()
         elif (version := await engine_version(host, plan.engine)) is None:
             raise DeployError(f"{engine.title} is not installed on {host.name} (python {plan.python}): "
                               f"{engine.install_hint()}")
@@ -108,6 +105,23 @@ class Deployer:
             if free is not None and free < need:
                 raise DeployError(f"{plan.download_dir} on {host.name} has {units.size(free)} free; "
                                   f"the model needs {units.size(need)}")
+
+    async def choose_router(self) -> None:
+        """The router a router's plan runs: the one it names, else the first of the engine's routers
+        installed there (the plan then names it: the stored plan says what ran). DeployError when
+        none is installed."""
+        plan, host = self.plan, self.host
+        engine = engines.get(plan.engine)
+        choices = [engine.router(plan.router)] if plan.router else list(engine.routers)
+        python = host_python(host)
+        for router in choices:
+            res = await host.run(engine.router_check_argv(python, router), timeout=60)
+            if res.ok:
+                if plan.router is None:
+                    self.plan = plan.replace(router=router.package)
+                return
+        raise DeployError(f"{' or '.join(r.package for r in choices)} is not installed on {host.name} (python {plan.python}): "
+                          f"pip install {choices[0].package} there first")
 
     async def check_flags(self, version: str) -> None:
         """Every flag of the plan accepted by the engine there: its server's `--help` (cached per version),

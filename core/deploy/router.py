@@ -1,8 +1,7 @@
-"""A replicated deployment's router (the engine's router, ``Engine.router_title``, in front of K
-servers): its own view of the replicas, read on its host, and the watch that turns it into the
-deployment's state.
+"""A replicated deployment's router (one of the engine's ``Engine.routers``, in front of K servers):
+its own view of the replicas, read on its host, and the watch that turns it into the deployment's state.
 
-The router (the first engine's, 0.3.x) answers on its --port: ``GET /readiness`` 200 ``{"status": "ready",
+The router (the first engine's two alike, as read from their wheels) answers on its --port: ``GET /readiness`` 200 ``{"status": "ready",
 "healthy_workers": N, "total_workers": M}`` (503 with ``"not ready"`` while none is healthy) and
 ``GET /workers`` ``{"workers": [{"url", "is_healthy", "load", ...}], ...}``. It asks each replica's
 /health every --health-check-interval-secs and counts it unhealthy after --health-failure-threshold
@@ -21,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from ..domain import Evidence, Finding, Fix, Plan
+from ..domain import Evidence, Finding, Fix, Plan, url_host
 from ..states import State
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import http_probe as http_probe_program
@@ -74,7 +73,7 @@ def parse_view(text: str) -> RouterView:
 async def router_view(host: Host, plan: Plan, env_path: str | None = None) -> RouterView:
     """The router's view of its replicas, asked on its host (with the key of its env file at
     `env_path` there when it has one: the key is read on the host, never here)."""
-    argv = [host_python(host), "-c", script_source(http_probe_program), plan.client_host, str(plan.port), "5",
+    argv = [host_python(host), "-c", script_source(http_probe_program), url_host(plan.client_host), str(plan.port), "5",
             "/readiness", "/workers"]
     if env_path and plan.uses_api_key:
         argv = ["sh", "-c", WITH_ENV_FILE, "gpuops-router-probe", env_path, *argv]

@@ -15,9 +15,9 @@ import importlib
 import pkgutil
 from collections.abc import Mapping
 
-from .base import Engine, NoSimHost, Scanner, SimHostPart, Tracker, VersionData
+from .base import Engine, NoSimHost, Router, Scanner, SimHostPart, Tracker, VersionData
 
-__all__ = ["Engine", "Scanner", "Tracker", "VersionData", "SimHostPart", "NoSimHost", "UnknownEngine", "DEFAULT", "get", "names", "register",
+__all__ = ["Engine", "Router", "Scanner", "Tracker", "VersionData", "SimHostPart", "NoSimHost", "UnknownEngine", "DEFAULT", "get", "names", "register",
            "plan_key"]
 
 

@@ -15,12 +15,20 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from .records import Change, LogLine
 
-__all__ = ["Engine", "Tracker", "Scanner", "VersionData", "SimHostPart", "NoSimHost"]
+__all__ = ["Engine", "Router", "Tracker", "Scanner", "VersionData", "SimHostPart", "NoSimHost"]
+
+
+class Router(NamedTuple):
+    """A router an engine's replicas can serve behind: what pip installs (and a plan records, its
+    ``router``) and what ``python -m`` runs. gpuops passes every router of an engine the same flags."""
+
+    package: str
+    module: str
 
 
 class Tracker(Protocol):
@@ -100,7 +108,9 @@ class Engine(ABC):
     phases: ClassVar[tuple[str, ...]]
     # gpuops' names of the server's live numbers -> the engine's Prometheus metric names
     metrics: ClassVar[Mapping[str, str]] = {}
-    router_title: ClassVar[str] = "its router"  # how text names what serves in front of replicas
+    # the routers it can serve replicas behind, the one it prefers first (a deploy runs the first the
+    # host has, unless the plan names one); () : replicas are not offered
+    routers: ClassVar[tuple[Router, ...]] = ()
     # the start of the process title each of the server's rank processes gives itself (None: it gives none;
     # the stall watcher then counts processes only)
     rank_title: ClassVar[str | None] = None
@@ -108,13 +118,20 @@ class Engine(ABC):
     # -- the command line ----------------------------------------------------------------------
 
     @abstractmethod
-    def server_module(self, *, router: bool = False) -> str:
-        """What ``python -m`` runs: the server, or (`router`) what serves in front of replicas."""
+    def server_module(self) -> str:
+        """What ``python -m`` runs to serve."""
 
-    def server_argv(self, python: str, flags: list[str], *, router: bool = False,
-                    launcher: str | None = None) -> list[str]:
-        """The server's command line: python [gpuops' launcher] -m MODULE FLAGS."""
-        return [python, *([launcher] if launcher else []), "-m", self.server_module(router=router), *flags]
+    def router(self, package: str | None = None) -> Router:
+        """The router named by its package (a plan's ``router``), else the one the engine prefers;
+        KeyError for one the engine does not know (or when it has none)."""
+        for r in self.routers:
+            if package is None or r.package == package:
+                return r
+        raise KeyError(package or f"{self.title} has no router")
+
+    def router_title(self, package: str | None = None) -> str:
+        """How text names the router: the one named, else each the engine has, preferred first."""
+        return package if package is not None else " or ".join(r.package for r in self.routers) or "a router"
 
     def command_flags(self, argv: Sequence[str]) -> list[str]:
         """The flags of a command line that ran the server (a unit's ExecStart, for --like): what
@@ -138,9 +155,9 @@ class Engine(ABC):
     def install_hint(self) -> str:
         return "install it there first"
 
-    def router_check_argv(self, python: str) -> list[str]:
-        """The command that succeeds where the router (``server_module(router=True)``) is installed."""
-        return [python, "-m", self.server_module(router=True), "--help"]
+    def router_check_argv(self, python: str, router: Router) -> list[str]:
+        """The command that succeeds where `router` is installed (for `python`)."""
+        return [python, "-m", router.module, "--help"]
 
     # -- planning ------------------------------------------------------------------------------
 

@@ -644,12 +644,13 @@ def _replica(facts: ModelFacts, node: Node, wishes: Wishes, i: int, replicas: in
 
 def _router_rules(plans: list[Plan], head: Target, urls: list[str], router_port: int, metrics: int,
                   keyed: bool) -> list[RuleFired]:
-    router_title = engines.get(plans[0].engine).router_title
+    router_title = engines.get(plans[0].engine).router_title()
     where = "; ".join(f"{r.name}: {r.host} {_ids(r.gpu_ids)} port {r.port}" for r in plans)
     fired = [
         RuleFired("replicas", f"{len(plans)} servers of the model, each on GPUs of its own ({where})", []),
         RuleFired("router", f"{router_title} on {head.host} spreads the requests over them at port {router_port} "
-                            f"(metrics at {metrics})", join_flags([("--worker-urls", tuple(urls))])),
+                            f"(metrics at {metrics}, on the router's own address)",
+                  join_flags([("--worker-urls", tuple(urls)), ("--prometheus-host", (head.serve_host,))])),
         RuleFired("router-health", "the router asks each replica's /health every 5 s and counts it lost after 2 "
                                    "failures (its defaults notice a lost replica after 3 minutes)", list(ROUTER_HEALTH)),
     ]
@@ -696,6 +697,8 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         p, url = _replica(facts, nodes[(i - 1) % len(nodes)], wishes, i, replicas, taken, warnings)
         plans.append(p)
         urls.append(url)
+    if not engines.get(plans[0].engine).routers:
+        raise PlanError(f"--replicas: gpuops knows no router for {engines.get(plans[0].engine).title} to put in front of them")
     ports = {**ports_taken(head, name, wishes.replacing), **taken.ours.get(nodes[0].addr, {})}
     # its metrics on the next free port above the router's and the replicas' (from the host's first port
     # on, as every port a plan picks: not the router's own default, 29000, which every router of a host
@@ -706,7 +709,9 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
         raise PlanError(f"no free port for the router's metrics on {head.host}")
     bind = head.serve_host
     keyed = not is_loopback(bind) or any(p.uses_api_key for p in plans)
-    argv = ["--worker-urls", *urls, "--host", bind, "--port", str(router_port), "--prometheus-port", str(metrics),
+    # its metrics on its own address: the routers' default is every address (0.0.0.0), unauthenticated
+    argv = ["--worker-urls", *urls, "--host", bind, "--port", str(router_port), "--prometheus-host", bind,
+            "--prometheus-port", str(metrics),
             *ROUTER_HEALTH, *(["--api-key", API_KEY_PLACEHOLDER] if keyed else [])]
     fired = _router_rules(plans, head, urls, router_port, metrics, keyed)
     first = plans[0]
@@ -719,7 +724,7 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
                     download_dir=None, fit=fit, rules=fired, warnings=warnings + list(dict.fromkeys(w for p in plans for w in p.warnings)),
                     model_path=first.model_path, reuse_existing=True, python=head.python,
                     engine_version_source=first.engine_version_source,
-                    flags_checked_against=engines.get(first.engine).router_title,
+                    flags_checked_against=engines.get(first.engine).router_title(),
                     replicas=plans)
     except Invalid as exc:
         raise PlanError(str(exc)) from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..base import Engine, SimHostPart, VersionData
+from ..base import Engine, Router, SimHostPart, VersionData
 from . import bench, flag_rules, models, remote_code, sharding, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
@@ -60,8 +60,9 @@ class SGLang(Engine):
         "accept_length": "sglang:spec_accept_length",
     }
     server = "sglang.launch_server"
-    router = "sglang_router.launch_router"
-    router_title = "sglang-router"
+    # SGLang's gateway (PyPI smg, its successor), else the last sglang-router (0.3.2) where a host has only it;
+    # both take the flags gpuops writes, with the same defaults (read in smg 1.13.0's and 0.3.2's --help)
+    routers = (Router("smg", "smg.launch_router"), Router("sglang-router", "sglang_router.launch_router"))
     rank_title = "sglang::scheduler"  # its ranks' process titles: sglang::scheduler_TP0, …_DP1_TP1
     bench_backend = bench.BACKEND  # bench_serving's --backend
     versions = SGLangVersions()
@@ -73,8 +74,8 @@ class SGLang(Engine):
     def max_running(self, spec: bool) -> int:
         return flag_rules.SPEC_MAX_RUNNING if spec else flag_rules.DEFAULT_MAX_RUNNING
 
-    def server_module(self, *, router: bool = False) -> str:
-        return self.router if router else self.server
+    def server_module(self) -> str:
+        return self.server
 
     def command_flags(self, argv: Sequence[str]) -> list[str]:
         """What follows `python -m sglang.launch_server`, `sglang serve` or a launch_server.py."""

@@ -4,7 +4,7 @@
 module ``sglang.launch_server`` whose ``--help`` lists exactly that version's options in argparse's
 layout (``versions.format_help``) and whose other runs start the simulator, the modules that run for
 real from an SGLang virtualenv (``sglang.bench_serving``, ``sglang.benchmark.serving``,
-``sglang.test.run_eval``, the router ``sglang_router.*``), the version's options for the simulator's
+``sglang.test.run_eval``, the routers ``smg.*`` and ``sglang_router.*``), the version's options for the simulator's
 argparse (``launch_server.json``), ServerArgs' fields (``server_args.json``) and the demo's script."""
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ class SGLangSimHost(SimHostPart):
     title = "SGLang"
     package = "sglang"
     server_module = "sglang.launch_server"
-    # SGLang's benchmark and eval modules (bench_serving, benchmark.serving, test.run_eval, ...) and
-    # sglang-router (the real Rust router, in front of simulated servers)
-    real_modules = ("sglang.*", "sglang_router.*")
+    # SGLang's benchmark and eval modules (bench_serving, benchmark.serving, test.run_eval, ...) and its
+    # routers, smg and sglang-router (the real Rust routers, in front of simulated servers)
+    real_modules = ("sglang.*", "smg.*", "sglang_router.*")
     venv_option = "--sglang-venv"
     absent = ("none", "absent")
 

@@ -1,0 +1,71 @@
+"""Which router a replicated deployment runs: the one its plan names, else the first of the engine's
+routers that the host's python has (SGLang: smg, its gateway today, else the last sglang-router); the
+stored plan then names it. Neither there: refused in one line saying what to install, nothing started.
+
+Against real pythons with the real routers from PyPI: the SGLang host venv (smg and sglang-router),
+a venv with only sglang-router 0.3.2 (tests/router_util.py installs it), and gpuops' own (neither)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuops.core.config import HostConfig
+from gpuops.core.deploy.deployer import DeployError, Deployer
+from gpuops.core.deploy.store import Store
+from gpuops.core.deploy.watch import Bus
+from gpuops.core.hosts.host import LocalHost
+from tests.router_util import ROUTER_VERSION, RouterUnavailable, install_router
+from tests.test_replicas import _replicated
+
+
+def deployer(python: Path | str, tmp_path: Path, router: str | None = None) -> Deployer:
+    plan = _replicated(2, name="duo").replace(python=str(python), router=router)
+    host = LocalHost(HostConfig(name="gpu1", local=True, ssh=None, python=str(python)))
+    return Deployer(host, plan, Store(tmp_path / "state.db"), Bus())
+
+
+@pytest.fixture(scope="module")
+def old_router_only() -> Path:
+    """A python with sglang-router 0.3.2 and no smg (what a host set up before smg has)."""
+    try:
+        return install_router()
+    except RouterUnavailable as e:
+        why = f"sglang-router {ROUTER_VERSION} could not be installed: {e}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+async def test_a_host_with_both_routers_runs_smg_unless_the_plan_names_the_other(sglang_venv, tmp_path):
+    python = sglang_venv / "bin" / "python"
+    d = deployer(python, tmp_path)
+    await d.choose_router()
+    assert d.plan.router == "smg" and d.plan.module == "smg.launch_router"
+    named = deployer(python, tmp_path, router="sglang-router")
+    await named.choose_router()
+    assert named.plan.router == "sglang-router" and named.plan.module == "sglang_router.launch_router"
+
+
+async def test_a_host_with_only_sglang_router_runs_it_and_a_plan_naming_smg_is_refused(old_router_only, tmp_path):
+    d = deployer(old_router_only, tmp_path)
+    await d.choose_router()
+    assert d.plan.router == "sglang-router" and d.plan.exec_argv()[1:3] == ["-m", "sglang_router.launch_router"]
+    named = deployer(old_router_only, tmp_path, router="smg")
+    with pytest.raises(DeployError) as refused:
+        await named.choose_router()
+    assert str(refused.value) == (f"smg is not installed on gpu1 (python {old_router_only}): "
+                                  "pip install smg there first")
+    assert named.plan.router == "smg"
+
+
+async def test_a_host_with_neither_router_is_refused_saying_what_to_install(tmp_path):
+    d = deployer(sys.executable, tmp_path)  # gpuops' own python: no router
+    with pytest.raises(DeployError) as refused:
+        await d.checks()
+    assert str(refused.value) == (f"smg or sglang-router is not installed on gpu1 (python {sys.executable}): "
+                                  "pip install smg there first")
+    assert d.plan.router is None
