@@ -69,3 +69,40 @@ async def test_a_host_with_neither_router_is_refused_saying_what_to_install(tmp_
     assert str(refused.value) == (f"smg or sglang-router is not installed on gpu1 (python {sys.executable}): "
                                   "pip install smg there first")
     assert d.plan.router is None
+
+
+async def test_the_routers_own_view_is_asked_at_an_ipv6_address_it_binds(sglang_venv, tmp_path):
+    """A router bound to ::1 (a host whose serve_host is IPv6), started with the plan's own command
+    line: gpuops' probe asks it there (at http://[::1]:PORT; Python's http.client also took the bare
+    form it was given before) and reads the real smg's answer (no replica up: none listed, not ready)."""
+    import asyncio
+    import signal
+    import subprocess
+    import time
+
+    from gpuops.core.deploy.router import router_view
+    from tests.sshd import free_port
+
+    python = sglang_venv / "bin" / "python"
+    plan = _replicated(2, name="duo")
+    argv = list(plan.argv)
+    for flag, value in (("--host", "::1"), ("--prometheus-host", "::1"), ("--prometheus-port", str(free_port()))):
+        argv[argv.index(flag) + 1] = value
+    port = free_port()
+    argv[argv.index("--port") + 1] = str(port)
+    plan = plan.replace(argv=argv, port=port, python=str(python), router="smg")
+    assert plan.client_host == "::1"
+    host = LocalHost(HostConfig(name="gpu1", local=True, ssh=None, python=str(python)))
+    proc = subprocess.Popen(plan.exec_argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        view = await router_view(host, plan)
+        while not view.answering and time.monotonic() < deadline and proc.poll() is None:
+            await asyncio.sleep(0.5)
+            view = await router_view(host, plan)
+        assert view.answering, view.error
+        assert not view.ready and view.healthy == 0 and view.workers == ()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
