@@ -383,6 +383,40 @@ def test_inferred_ready_waits_for_the_real_ready_line():
 # Crashes
 # ---------------------------------------------------------------------------------------------
 
+def test_a_log_cut_on_a_fatal_lines_traceback_header_is_a_crash_and_a_requests_is_not():
+    """SGLang kills itself after "Initialization failed. warmup error: <traceback>": a paste cut right
+    after the header still says the server died (in http, by that line). A failed request's
+    traceback cut the same way after ready leaves the server ready."""
+    up = ["[2025-10-22 10:27:27] INFO:     Uvicorn running on http://127.0.0.1:9316 (Press CTRL+C to quit)"]
+    cut = "[2025-10-22 10:29:28] Initialization failed. warmup error: Traceback (most recent call last):"
+    tr = track_log(up + [cut])
+    assert tr.outcome == "crashed" and tr.crash.phase == "http" and tr.crash.line_no == 2
+    assert tr.crash.summary == "Initialization failed. warmup error:"
+    tr = PhaseTracker()
+    for line in up + [cut]:
+        tr.feed(line)
+    assert tr.outcome == "incomplete"  # (still being written: the frames may follow)
+    ready = up + ["[2025-10-22 10:27:28] The server is fired up and ready to roll!",
+                  "[2025-10-22 10:29:28] ERROR:    Exception in ASGI application",
+                  "Traceback (most recent call last):"]
+    assert track_log(ready).outcome == "ready"
+
+
+def test_a_process_groups_coordinator_being_built_places_a_crash_in_dist_init_and_its_later_use_does_not():
+    def crash_phase(func: str) -> str:
+        return track_log([
+            "Traceback (most recent call last):",
+            '  File "/x/sglang/srt/distributed/parallel_state.py", line 464, in ' + func,
+            "    self.mq_broadcaster = MessageQueue.create_from_process_group(self.cpu_group, 1 << 22, 6)",
+            '  File "/x/sglang/srt/distributed/device_communicators/shm_broadcast.py", line 214, in ' + func,
+            "    self.local_socket.bind(socket_addr)",
+            "zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:50000')",
+        ]).crash.phase
+
+    assert crash_phase("__init__") == "dist_init"  # GroupCoordinator.__init__ making its MessageQueue
+    assert crash_phase("broadcast_object") == "starting"  # the same files while serving: not a start-up step
+
+
 SPEC_ERROR = (
     "ValueError: Speculative decoding for Qwen3_5MoeForConditionalGeneration is not compatible with radix cache "
     "when using --mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "

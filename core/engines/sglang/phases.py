@@ -492,6 +492,13 @@ _FRAME_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ),
     ("starting", ("prepare_server_args",), ("server_args.py",)),
 )
+# Frames that say a phase only by a function of a file together: building a process group's
+# coordinator and its shared-memory broadcast queue (GroupCoordinator.__init__ makes the
+# MessageQueue) is dist_init; the same files' other functions run while serving too.
+_FRAME_PAIRS: tuple[tuple[str, str, str], ...] = (
+    ("dist_init", "distributed/parallel_state.py", "__init__"),
+    ("dist_init", "device_communicators/shm_broadcast.py", "__init__"),
+)
 _DRAFT_FUNCS = ("draft",)
 _DRAFT_PATHS = ("eagle_worker", "draft", "mtp_worker", "uno_worker", "standalone_worker", "dflash_worker")
 
@@ -505,6 +512,9 @@ def _infer_from_frames(frames: list[tuple[str, str, str, str]]) -> tuple[str | N
             if any(n in func for n in funcs) or any(n in path for n in paths):
                 found = (phase, fr)
                 break
+        else:
+            found = next(((phase, fr) for phase, where, name in _FRAME_PAIRS if func == name and path.endswith(where)),
+                         found)
         if found[0] is not None:
             break
     if found[0] == "ready":  # a draft model's frames inside a serving loop are a serving crash
@@ -746,6 +756,15 @@ class PhaseTracker:
         if tb is not None and tb.state == _TB_FRAMES and tb.parts[-1].frames and tb.fatal:
             tb.parts[-1].exc.append(_TB_ENDS_LOG)
             self._tb_exception(tb, out)
+        elif tb is not None and tb.sglang is not None and not tb.parts[-1].frames and len(tb.parts) == 1 \
+                and _is_fatal_line(tb.sglang) and self._crash_open():
+            # the log ends on a fatal line's "Traceback" header (a paste cut there): SGLang kills
+            # itself after that line (warmup's "Initialization failed", a scheduler's sigquit), so it
+            # says the server died, as it does with no traceback after it
+            phase, src = self._crash_phase(_hint_phase(tb.sglang))
+            self.crash = Crash(phase, tb.start, tb.sglang, (tb.sglang,), src)
+            self._crash_tb = None
+            out.append(self.crash)
         self._tb = None
         if self._warmup_ok is not None:
             self._infer_ready(out)
