@@ -179,7 +179,8 @@ def _load_plan(inv: Inventory, args: argparse.Namespace) -> Any:
 
     ref = args.model
     if ref.endswith(".json") and Path(ref).is_file():
-        given = [f"--{dest.replace('_', '-')}" for dest in PLANNING_DESTS if getattr(args, dest) not in (None, False)]
+        given = [f"--{'no-' if getattr(args, dest) is False else ''}{dest.replace('_', '-')}" for dest in PLANNING_DESTS
+                 if getattr(args, dest) is not None]
         if given:
             raise UsageError(f"{ref} is a plan already: {', '.join(given)} plan a MODEL (give the model instead, or "
                              "plan again with them: gpuops plan MODEL … --json)")

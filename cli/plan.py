@@ -26,12 +26,12 @@ def request_from_args(args: argparse.Namespace, model: str | None = None) -> Pla
     return PlanRequest(model=args.model if model is None else model, host=args.host, hosts=args.hosts,
                        replicas=args.replicas, tp=args.tp, gpus=args.gpus, gpu_memory=args.gpu_memory,
                        gpu_ids=args.gpu_ids, engine_version=args.sglang_version, like=args.like,
-                       download_dir=args.download_dir, mtp=not args.no_mtp, name=args.name, port=args.port)
+                       download_dir=args.download_dir, mtp=args.mtp, name=args.name, port=args.port)
 
 
 # the planning options' destinations beside --host and --name (what a PLAN.json given to deploy refuses)
 PLANNING_DESTS = ("hosts", "replicas", "tp", "gpus", "gpu_memory", "gpu_ids", "sglang_version", "like",
-                  "download_dir", "no_mtp", "port")
+                  "download_dir", "mtp", "port")
 
 
 def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
@@ -49,7 +49,11 @@ def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
     p.add_argument("--sglang-version", metavar="V", help="plan for this SGLang version (default: the host's)")
     p.add_argument("--like", metavar="NAME|PLAN.json|UNIT", help="start from a previous deployment's flags")
     p.add_argument("--download-dir", metavar="PATH", help="where the weights go on the host")
-    p.add_argument("--no-mtp", action="store_true", help="no speculative decoding even if the model has MTP layers")
+    p.add_argument("--mtp", dest="mtp", action="store_const", const=True, default=None,
+                   help="speculative decoding with the model's MTP layers, even where the engine's published command "
+                   "for these GPUs leaves it off (default: as that command has it, else on)")
+    p.add_argument("--no-mtp", dest="mtp", action="store_const", const=False,
+                   help="no speculative decoding even if the model has MTP layers")
     p.add_argument("--name", metavar="N", help="deployment name (default: from the model id)")
     p.add_argument("--port", type=int, default=None,
                    help="server port, never moved (default: the host's first_port, else $GPUOPS_FIRST_PORT, else 30000; "

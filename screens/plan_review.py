@@ -165,7 +165,11 @@ class PlanReviewScreen(GpuopsScreen):
         self.rebuild()
 
     def action_toggle_mtp(self) -> None:
-        self.wishes = replace(self.wishes, mtp=not self.wishes.mtp)
+        on = self.wishes.mtp
+        if on is None:  # as the engine decided: what the plan shown has
+            shown = self.plan.replicas[0] if self.plan is not None and self.plan.replicas else self.plan
+            on = shown is not None and any(r.id == "mtp" for r in shown.rules)
+        self.wishes = replace(self.wishes, mtp=not on)
         self.rebuild()
         self.notify("MTP " + ("on" if self.wishes.mtp else "off"))
 

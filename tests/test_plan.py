@@ -47,7 +47,8 @@ def test_qwen35_at_tp4_on_old_sglang_gets_the_two_flags_the_operator_missed():
     f = flags_of(plan)
     assert f["--tp-size"] == ("4",) and f["--model-path"] and f["--served-model-name"] == ("Qwen/Qwen3.5-122B-A10B",)
     assert f["--reasoning-parser"] == ("qwen3",) and f["--tool-call-parser"] == ("qwen3_coder",)
-    assert f["--speculative-algorithm"] == ("NEXTN",) and f["--speculative-num-draft-tokens"] == ("4",)
+    # as SGLang's published command for H200s writes it (EAGLE over the MTP layers; NEXTN is its alias)
+    assert f["--speculative-algorithm"] == ("EAGLE",) and f["--speculative-num-draft-tokens"] == ("4",)
     assert f["--mamba-scheduler-strategy"] == ("extra_buffer",)
     assert plan.env["SGLANG_ENABLE_SPEC_V2"] == "1"  # default off in 0.5.10
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"

@@ -43,7 +43,7 @@ async def test_plan_review_warnings_speak_the_screens_words_not_the_clis():
     async with app.run_test(size=(160, 50)) as pilot:
         await app.push_screen(PlanReviewScreen(facts(*QWEN122), offline_target(8, H200), Wishes(engine_version="0.5.23")))
         warnings = lambda: app.screen.query_one("#plan-warnings").text.plain  # noqa: E731
-        assert await until(pilot, lambda: "TP not chosen: TP4, the smallest that holds a full 262,144-token context"
+        assert await until(pilot, lambda: "TP not chosen: TP4, the published command's for these GPUs (qwen3.5.jsx@"
                            in warnings())
         assert "TP4: 16.9x, TP8: 27.2x; + and - for another)" in warnings() and "--tp" not in warnings()
 

@@ -169,6 +169,18 @@ class Engine(ABC):
         none by default (a plan is then the model, the port and what the operator adds)."""
         return ()
 
+    def official(self, facts: Any, gpu_name: str | None, gpu_memory: int, gpus: int) -> Any | None:
+        """The engine's published command for this checkpoint on up to `gpus` GPUs like this one (its
+        docs' recipe), or None (the default: the engine publishes none gpuops reads). What the planner
+        reads of it: ``tp`` (its tensor parallel size), ``speculative`` (whether it decodes
+        speculatively) and ``source`` (where it is written); the engine's rules read the rest."""
+        return None
+
+    def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> tuple[bool, str | None]:
+        """Whether speculative decoding is on for a checkpoint with MTP layers when the operator said
+        neither --mtp nor --no-mtp, with a note for the plan (None: nothing to say). On by default."""
+        return True, None
+
     def max_running(self, spec: bool) -> int:
         """How many requests the server runs at once by default (`spec`: with speculative decoding):
         the fit keeps state for that many."""

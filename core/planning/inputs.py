@@ -75,7 +75,9 @@ class Previous:
 class Wishes:
     tp: int | None = None
     gpu_ids: tuple[int, ...] | None = None
-    mtp: bool = True
+    # speculative decoding where the checkpoint has MTP layers: True/False as the operator asked; None:
+    # the engine decides (Engine.mtp_default: as a previous deployment had it, or the published command)
+    mtp: bool | None = None
     download_dir: str | None = None
     port: int | None = None  # --port: never moved; None: the target's first_port, or the next free one above it
     name: str | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from ipaddress import ip_address
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .. import units
 from ..config import validate_abs_path, validate_host_name
@@ -286,29 +286,39 @@ def _known_flags(target: Target, version: str, engine: engines.Engine) -> tuple[
 
 
 def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
-                 warnings: list[str]) -> tuple[int, tuple[int, ...], int]:
-    """(TP, the GPUs, the smallest one's memory): without --tp, see :func:`_choose_tp`. A TP the engine
-    cannot shard the model over is refused, with the ones it can."""
+                 warnings: list[str]) -> tuple[int, tuple[int, ...], int, Wishes, Any]:
+    """(TP, the GPUs, the smallest one's memory, the wishes with MTP decided, the engine's published
+    command for these GPUs or None): without --tp, see :func:`_choose_tp`. A TP the engine cannot shard
+    the model over is refused, with the ones it can."""
     if wishes.tp is not None and wishes.tp < 1:
         raise PlanError(f"TP must be at least 1, got {wishes.tp}")
     tp, gpu_ids = _pick_gpus(target, wishes, wishes.tp, warnings)
     gpu_mem = min((g.memory_total for g in target.gpus if g.index in gpu_ids), default=0)
+    engine = engines.get(wishes.engine)
+    name = next((g.name for g in target.gpus if g.index in gpu_ids), None)
+    official = engine.official(facts, name, gpu_mem, len(gpu_ids))
+    mtp, note = engine.mtp_default(facts, wishes, official) if wishes.mtp is None else (wishes.mtp, None)
+    wishes = replace(wishes, mtp=mtp)
+    if note:
+        warnings.append(note)
     if tp == 0:  # no --tp: chosen among the free GPUs
-        tp = _choose_tp(facts, gpu_mem, wishes, len(gpu_ids), warnings)
+        tp = _choose_tp(facts, gpu_mem, wishes, len(gpu_ids), warnings, official)
         gpu_ids = tuple(sorted(gpu_ids[:tp]))
     refusal = tp_refusal(facts, tp, wishes.engine)
     if refusal:
         raise PlanError(f"{refusal} (try {', '.join(map(str, tp_choices(facts, max(tp, 8), wishes.engine)))})")
-    return tp, gpu_ids, gpu_mem
+    return tp, gpu_ids, gpu_mem, wishes, official
 
 
-def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warnings: list[str]) -> int:
-    """The TP a plan without --tp takes, said in a warning beside the others that fit: among the sizes
-    the engine can shard the model over, the smallest whose KV cache holds one full context (the
-    smallest that merely fits could leave a tenth of a context: a server that refuses long prompts);
+def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warnings: list[str],
+               official: Any = None) -> int:
+    """The TP a plan without --tp takes, said in a warning beside the others that fit: the engine's
+    published command's for these GPUs when it has one the fit holds; else, among the sizes the engine
+    can shard the model over, the smallest whose KV cache holds one full context (the smallest that
+    merely fits could leave a tenth of a context: a server that refuses long prompts);
     when none does, the one that holds the most tokens; for a model that names no context length,
     the smallest that fits; when none fits, the largest the free GPUs allow (its fit says why not)."""
-    spec = facts.mtp_layers > 0 and wishes.mtp
+    spec = facts.mtp_layers > 0 and bool(wishes.mtp)
     choices = tp_choices(facts, gpus, wishes.engine) or [1]
     fits = [(t, f) for t in choices
             if (f := compute_fit(facts, t, gpu_mem, wishes.mem_fraction_static, spec, engine=wishes.engine)).fits]
@@ -316,9 +326,11 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
         warnings.append(f"TP not chosen: TP{choices[-1]}, the largest the free GPUs allow (no TP up to {gpus} fits)")
         return choices[-1]
     ctx = facts.context_length
-    if not ctx:
+    listed = {t: f for t, f in fits}
+    if official is not None and official.tp in listed:
+        tp, why = int(official.tp), f"the published command's for these GPUs ({official.source})"
+    elif not ctx:
         tp, why = fits[0][0], "the smallest that fits"
-        others = ", ".join(f"TP{t}: {f.max_total_tokens:,} tokens" for t, f in fits)
     else:
         whole = [t for t, f in fits if f.max_total_tokens >= ctx]
         if whole:
@@ -326,10 +338,27 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
         else:
             tp = max(fits, key=lambda tf: tf[1].max_total_tokens)[0]
             why = f"the one that holds the most KV cache (none holds a full {ctx:,}-token context)"
-        others = ", ".join(f"TP{t}: {f.max_total_tokens / ctx:.1f}x" for t, f in fits)
+    others = (", ".join(f"TP{t}: {f.max_total_tokens / ctx:.1f}x" for t, f in fits) if ctx
+              else ", ".join(f"TP{t}: {f.max_total_tokens:,} tokens" for t, f in fits))
+    if official is not None and official.tp != tp:  # the published command's TP, and why not
+        fit = compute_fit(facts, official.tp, gpu_mem, wishes.mem_fraction_static, spec, engine=wishes.engine)
+        why += (f"; not the published command's TP{official.tp} ({official.source}): it {fit.verdict}"
+                if official.tp in choices else
+                f"; {wishes.engine} cannot shard the model over the published command's TP{official.tp} ({official.source})")
     warnings.append(f"TP not chosen: TP{tp}, {why} (KV cache per context, of the TPs that fit: {others}; "
                     "--tp N for another)")
     return tp
+
+
+def _mtp_offer(facts: ModelFacts, tp: int, gpu_mem: int, wishes: Wishes, fit: Any, official: Any) -> str:
+    """What a plan says when speculative decoding is off because the published command leaves it off:
+    that the checkpoint could, how to turn it on, and what that costs in KV cache."""
+    on = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, True, engine=wishes.engine)
+    cost = (f", for {fit.max_total_tokens - on.max_total_tokens:,} fewer KV-cache tokens ({on.max_total_tokens:,} "
+            f"instead of {fit.max_total_tokens:,})" if on.fits and fit.max_total_tokens >= on.max_total_tokens
+            else "" if on.fits else ", which does not fit here")
+    return (f"speculative decoding off, as the published command for these GPUs has it ({official.source}); the "
+            f"checkpoint has {facts.mtp_layers} MTP layer(s): --mtp (plan review: m) turns it on{cost}")
 
 
 def _deprecated_warnings(produced: Sequence[tuple[str, tuple[str, ...]]], engine: engines.Engine,
@@ -391,13 +420,14 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     engine = engines.get(wishes.engine)
     _facts_warnings(facts, warnings, engine, version)
     flags, checked_against = _known_flags(target, version, engine)
-    tp, gpu_ids, gpu_mem = _tp_and_gpus(facts, target, wishes, warnings)
+    asked_mtp = wishes.mtp
+    tp, gpu_ids, gpu_mem, wishes, official = _tp_and_gpus(facts, target, wishes, warnings)
     # where the weights go
     download_dir, model_path, reuse = _choose_download_dir(facts, target, wishes, warnings)
 
-    ctx = Ctx(facts, target, wishes, version, flags, tp, gpu_ids, model_path)
+    ctx = Ctx(facts, target, wishes, version, flags, tp, gpu_ids, model_path, official=official)
     produced, env, fired = _fire_rules(ctx, engine.plan_rules())
-    if facts.mtp_layers > 0 and not ctx.spec:
+    if facts.mtp_layers > 0 and not ctx.spec and (asked_mtp is not None or wishes.mtp):  # (else its note said why)
         why = "--no-mtp" if not wishes.mtp else f"{engine.title} {version} has no --speculative-algorithm"
         warnings.append(f"the checkpoint has MTP layers but speculative decoding is off ({why})")
 
@@ -418,6 +448,8 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
+    if asked_mtp is None and not wishes.mtp and facts.mtp_layers > 0 and official is not None:
+        warnings.append(_mtp_offer(facts, tp, gpu_mem, wishes, fit, official))
     like = (Like(wishes.like.source, tuple(LikeChange(op, text) for op, text in like_diff))  # type: ignore[arg-type]
             if wishes.like is not None else None)
     try:

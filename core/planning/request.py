@@ -41,7 +41,7 @@ class PlanRequest:
     engine_version: str | None = None  # the version to plan for (the CLI's option for the default engine)
     like: str | None = None  # NAME|PLAN.json|UNIT
     download_dir: str | None = None
-    mtp: bool = True
+    mtp: bool | None = None  # --mtp / --no-mtp; None: as the engine decides (its published command)
     name: str | None = None
     port: int | None = None  # never moved; None: the default port, or the next free one
     replacing: str | None = None  # the deployment a swap stops first: its port is no conflict

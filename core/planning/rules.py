@@ -5,7 +5,7 @@ package under ``core/engines/``); the planner fires them in order over a :class:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
     from .model_facts import ModelFacts
@@ -27,6 +27,7 @@ class Ctx:
     gpu_ids: tuple[int, ...]
     model_path: str
     spec: bool = False  # speculative decoding is on (set by the mtp rule)
+    official: Any = None  # the engine's published command for these GPUs (Engine.official), or None
 
     def has(self, flag: str) -> bool:
         return flag in self.flags

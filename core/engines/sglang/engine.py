@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import Engine, Router, SimHostPart, VersionData
-from . import bench, flag_rules, models, remote_code, sharding, versions
+from . import bench, flag_rules, models, recipes, remote_code, sharding, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
@@ -70,6 +70,19 @@ class SGLang(Engine):
 
     def plan_rules(self) -> Sequence[Rule]:
         return flag_rules.RULES
+
+    def official(self, facts: Any, gpu_name: str | None, gpu_memory: int, gpus: int) -> Any | None:
+        return recipes.official(facts.id, gpu_name, gpu_memory, gpus)
+
+    def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> tuple[bool, str | None]:
+        """As a previous deployment (--like) ran it when it decoded speculatively; else as SGLang's
+        published command for these GPUs has it (recipes); else on."""
+        like = wishes.like
+        if like is not None and any(a.split("=", 1)[0] in flag_rules.SPEC_FLAGS for a in like.argv):
+            return True, None
+        if official is not None and facts.mtp_layers > 0:
+            return official.speculative, None
+        return True, None
 
     def max_running(self, spec: bool) -> int:
         return flag_rules.SPEC_MAX_RUNNING if spec else flag_rules.DEFAULT_MAX_RUNNING

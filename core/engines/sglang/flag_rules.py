@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...domain import API_KEY_PLACEHOLDER, gpus, is_loopback
 from ...planning.model_facts import ModelFacts, model_name
 from ...planning.rules import Ctx, Rule
-from . import parsers
+from . import parsers, recipes
 from . import versions as sv
 from .remote_code import remote_code
 
@@ -98,18 +98,53 @@ def _allreduce_fusion(ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
 def parser_choice(facts: ModelFacts, version: str, which: int) -> parsers.Choice:
     """The reasoning (0) or tool-call (1) parser for `facts` on `version`: the family's, checked
     against the model's own chat template (see :mod:`.parsers`)."""
+    kind = parsers.REASONING if which == 0 else parsers.TOOLS
+    known = sv.reasoning_parsers(version) if which == 0 else sv.tool_call_parsers(version)
+    published = recipes.parser_for(facts.id, "reasoning" if which == 0 else "tool_call")
+    if published is not None and published[0] in known:  # SGLang's recipe names it (a thinker, then)
+        return parsers.choose(kind, published[0], facts, version, label=f"SGLang's recipe ({published[1]})")
     if which == 0 and facts.thinking == "none":
         # a model that never thinks gets no reasoning parser (cookbook, model cards)
         return parsers.Choice(None, f"{served_name(facts)} does not think")
     family = _variant_parsers(facts)[which]
-    known = sv.reasoning_parsers(version) if which == 0 else sv.tool_call_parsers(version)
     if family is not None and family not in known:
         family = None
-    return parsers.choose(parsers.REASONING if which == 0 else parsers.TOOLS, family, facts, version)
+    return parsers.choose(kind, family, facts, version)
 
 
 def _parser(ctx: Ctx, which: int) -> str | None:
     return parser_choice(ctx.facts, ctx.version, which).name
+
+
+def _trust_reasons(ctx: Ctx) -> list[str]:
+    """Why the server runs the checkpoint's own Python: what its config needs on this version, and the
+    recipe that runs it so."""
+    need = remote_code(ctx.facts, ctx.version)
+    out = list(need.reasons) if need.needed else []
+    source = recipes.trusts_remote_code(ctx.facts.id)
+    if source is not None:
+        out.append(f"SGLang's recipe runs it with --trust-remote-code ({source})")
+    return out
+
+
+def _spec_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
+    """The published command's speculative settings for these GPUs (its MTP layers as the draft), else
+    the cookbook's usual NEXTN 3/1/4."""
+    off = ctx.official
+    if off is not None and off.speculative and off.value("--speculative-draft-model-path") is None:
+        return [(f, v) for f, v in off.flags if f in SPEC_FLAGS and ctx.has(f)]
+    return [("--speculative-algorithm", ("NEXTN",)), ("--speculative-num-steps", ("3",)),
+            ("--speculative-eagle-topk", ("1",)), ("--speculative-num-draft-tokens", ("4",))]
+
+
+def _spec_why(ctx: Ctx) -> str:
+    settings = " ".join(f"{f.removeprefix('--speculative-')} {' '.join(v)}" for f, v in _spec_flags(ctx))
+    off = ctx.official
+    where = (f"as SGLang's published command for these GPUs has it ({off.source})"
+             if off is not None and off.speculative and off.value("--speculative-draft-model-path") is None
+             else "cookbook: 3 steps, top-k 1, 4 draft tokens")
+    return (f"the checkpoint has {ctx.facts.mtp_layers} MTP layer(s): speculative decoding with them ({settings}; "
+            f"{where}); --no-mtp drops it")
 
 
 def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
@@ -120,7 +155,7 @@ def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _spec_on(ctx: Ctx) -> bool:
-    on = ctx.facts.mtp_layers > 0 and ctx.wishes.mtp and ctx.has("--speculative-algorithm")
+    on = ctx.facts.mtp_layers > 0 and bool(ctx.wishes.mtp) and ctx.has("--speculative-algorithm")
     ctx.spec = on
     return on
 
@@ -131,10 +166,9 @@ RULES: tuple[Rule, ...] = (
                                                                                or served_name(c.facts),))],
          lambda c: f"serve {c.facts.id} from {c.model_path}; clients ask for it as "
                    f"{c.wishes.served_name or served_name(c.facts)!r}" + (" (as before)" if c.wishes.served_name else "")),
-    Rule("trust-remote-code", lambda c: remote_code(c.facts, c.version).needed and c.has("--trust-remote-code"),
+    Rule("trust-remote-code", lambda c: _trust_reasons(c) != [] and c.has("--trust-remote-code"),
          lambda c: [("--trust-remote-code", ())],
-         lambda c: "; ".join(remote_code(c.facts, c.version).reasons)
-                   + " (that Python runs on the host with the server's rights)"),
+         lambda c: "; ".join(_trust_reasons(c)) + " (that Python runs on the host with the server's rights)"),
     Rule("tensor-parallel", lambda c: True,
          lambda c: [("--tp-size", (str(c.tp),))],
          lambda c: f"shard over {gpus(c.tp)} ({', '.join(map(str, c.gpu_ids))})",
@@ -166,11 +200,7 @@ RULES: tuple[Rule, ...] = (
     Rule("quantization", lambda c: bool(_quant_flags(c)) and c.has("--quantization"),
          _quant_flags,
          lambda c: f"the checkpoint is {c.facts.quant.method if c.facts.quant else '?'}-quantized"),
-    Rule("mtp", _spec_on,
-         lambda c: [("--speculative-algorithm", ("NEXTN",)), ("--speculative-num-steps", ("3",)),
-                    ("--speculative-eagle-topk", ("1",)), ("--speculative-num-draft-tokens", ("4",))],
-         lambda c: f"the checkpoint has {c.facts.mtp_layers} MTP layer(s): NEXTN speculative decoding "
-                   "(cookbook: 3 steps, top-k 1, 4 draft tokens); --no-mtp drops it"),
+    Rule("mtp", _spec_on, _spec_flags, _spec_why),
     Rule("mamba-extra-buffer", lambda c: c.spec and c.facts.hybrid is not None and _mamba_flag(c) is not None,
          lambda c: [(_mamba_flag(c) or "", ("extra_buffer",))]
          + ([("--page-size", ("64",))] if c.has("--page-size") else []),

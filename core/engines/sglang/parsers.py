@@ -97,16 +97,24 @@ def _tokens_text(d: Detector) -> str:
     return " … ".join(" ".join(t.split()) for t in d.tokens)
 
 
-def choose(kind: str, family_choice: str | None, facts: ModelFacts, version: str) -> Choice:
-    """The parser of `kind` for `facts` on `version` (see the module's text)."""
+def _unchecked(kind: str, choice: str | None, version: str, why: str) -> Choice:
+    """A choice with no chat template to check it against: the rule's, when the version has it."""
+    if choice is None:
+        return Choice(None, "no chat template read and no family rule")
+    if detector(kind, choice, version) is None:
+        return Choice(None, f"{choice} is not a {_WHAT[kind]} parser of SGLang {version}")
+    return Choice(choice, why)
+
+
+def choose(kind: str, family_choice: str | None, facts: ModelFacts, version: str, label: str | None = None) -> Choice:
+    """The parser of `kind` for `facts` on `version` (see the module's text); `label`: where
+    `family_choice` comes from (by default, its family's rule)."""
     what = _WHAT[kind]
+    owner = label or f"the {facts.family} family's"
     if facts.chat_atoms is None:
-        if family_choice is None:
-            return Choice(None, "no chat template read and no family rule")
-        d = detector(kind, family_choice, version)
-        if d is None:
-            return Choice(None, f"{family_choice} is not a {what} parser of SGLang {version}")
-        return Choice(family_choice, f"the {facts.family} family's (cookbook; no chat template read to check it against)")
+        return _unchecked(kind, family_choice, version, f"{label}; no chat template read to check it against" if label
+                          else f"{owner} (cookbook; no chat template read to check it against)")
+    label = label or f"{owner} (cookbook)"
     atoms = frozenset(facts.chat_atoms)
     warning = None
     if family_choice is not None:
@@ -116,8 +124,8 @@ def choose(kind: str, family_choice: str | None, facts: ModelFacts, version: str
             if ok is not False:
                 checked = (f"the chat template writes {_tokens_text(d)} ({d.cls}, {d.source})" if ok
                            else f"{d.cls} waits for no special token to check")
-                return Choice(family_choice, f"the {facts.family} family's (cookbook); {checked}")
-            warning = (f"the {facts.family} family's {what} parser {family_choice} waits for {_tokens_text(d)} "
+                return Choice(family_choice, f"{label}; {checked}")
+            warning = (f"{owner} {what} parser {family_choice} waits for {_tokens_text(d)} "
                        f"({d.cls}, {d.source}), which {facts.id}'s chat template never writes")
     fitting = [d for d in detectors(kind, version) if fits(d, atoms)]
     signatures = {d.atoms for d in fitting}
