@@ -212,3 +212,66 @@ def figures() -> str:
 
 if __name__ == "__main__":
     print(figures())
+
+
+# ------------------------------------------------------------------ speculative decoding: who decides
+
+from dataclasses import replace  # noqa: E402
+
+from gpuops.core import engines  # noqa: E402
+from gpuops.core.planning.inputs import Previous  # noqa: E402
+
+QWEN122 = ("Qwen/Qwen3.5-122B-A10B", CONFIGS / "qwen3_5__Qwen3.5-122B-A10B.json")
+H200 = GPUS["h200"]
+
+
+def h200_target(n: int = 8) -> Target:
+    return Target(host=None, gpus=tuple(GpuInfo(i, H200[1] * 1024**2, name=H200[0]) for i in range(n)), engine_version=None)
+
+
+def test_speculative_decoding_is_the_operators_then_the_previous_deployments_then_the_published_commands():
+    model, config = QWEN122
+    facts = facts_from_config(json.loads(config.read_text()), id=model, source="hub")
+    sglang = engines.get("sglang")
+    on = recipes.official(model, H200[0], H200[1] * 1024**2, 8)
+    assert on is not None and on.speculative
+    # the same command without its speculative flags: a page that leaves it off for these GPUs
+    off = replace(on, flags=tuple((f, v) for f, v in on.flags if f not in recipes.SPEC_FLAGS))
+    assert sglang.mtp_default(facts, Wishes(), on) == (True, None)
+    assert sglang.mtp_default(facts, Wishes(), off) == (False, None)
+    assert sglang.mtp_default(facts, Wishes(), None) == (True, None)  # no published command: on
+    ran_it = Previous("old-unit", ("--model-path", "/m", "--speculative-algorithm=NEXTN"))
+    assert sglang.mtp_default(facts, Wishes(like=ran_it), off) == (True, None)  # --like ran it: as before
+
+
+def test_a_command_that_leaves_it_off_is_followed_and_the_plan_says_what_turning_it_on_costs(monkeypatch):
+    model, config = QWEN122
+    facts = facts_from_config(json.loads(config.read_text()), id=model, source="hub")
+    on = recipes.official(model, H200[0], H200[1] * 1024**2, 8)
+    off = replace(on, flags=tuple((f, v) for f, v in on.flags if f not in recipes.SPEC_FLAGS))
+    # (the corpus' checkpoints have no such command on these GPUs: the lookup gives this one instead)
+    monkeypatch.setattr(recipes, "official", lambda *a: off)
+    plan = build_plan(facts, h200_target(), Wishes(engine_version=VERSION))
+    assert "--speculative-algorithm" not in plan.argv and plan.tp == off.tp
+    (offer,) = [w for w in plan.warnings if w.startswith("speculative decoding off")]
+    assert offer.startswith(f"speculative decoding off, as the published command for these GPUs has it ({off.source}); "
+                            "the checkpoint has 1 MTP layer(s): --mtp (plan review: m) turns it on (then at most 48 "
+                            "requests run at once, not 128; KV cache ")
+    with_it, without = (int(n.replace(",", "")) for n in re.findall(r"KV cache ([\d,]+) tokens instead of ([\d,]+)\)", offer)[0])
+    assert without == plan.fit.max_total_tokens and with_it > 0  # (the fit's own figures for each)
+    assert not any("speculative decoding is off (" in w for w in plan.warnings)  # said once, with why
+    forced = build_plan(facts, h200_target(), Wishes(engine_version=VERSION, mtp=True))
+    assert "--speculative-algorithm" in forced.argv and not any(w.startswith("speculative decoding off") for w in forced.warnings)
+    refused = build_plan(facts, h200_target(), Wishes(engine_version=VERSION, mtp=False))
+    assert "--speculative-algorithm" not in refused.argv
+    assert "the checkpoint has MTP layers but speculative decoding is off (--no-mtp)" in refused.warnings
+
+
+def test_mtp_and_no_mtp_on_the_command_line_are_one_choice():
+    from gpuops.cli.main import build_parser
+    from gpuops.cli.plan import request_from_args
+
+    parser = build_parser()
+    for words, want in (([], None), (["--mtp"], True), (["--no-mtp"], False), (["--mtp", "--no-mtp"], False)):
+        args = parser.parse_args(["plan", "Qwen/Qwen3.5-122B-A10B", *words])
+        assert request_from_args(args).mtp is want, words

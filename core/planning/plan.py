@@ -352,13 +352,15 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
 
 def _mtp_offer(facts: ModelFacts, tp: int, gpu_mem: int, wishes: Wishes, fit: Any, official: Any) -> str:
     """What a plan says when speculative decoding is off because the published command leaves it off:
-    that the checkpoint could, how to turn it on, and what that costs in KV cache."""
+    that the checkpoint could, how to turn it on, and what that changes (the requests run at once, the
+    KV cache, as the fit counts them)."""
+    engine = engines.get(wishes.engine)
     on = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, True, engine=wishes.engine)
-    cost = (f", for {fit.max_total_tokens - on.max_total_tokens:,} fewer KV-cache tokens ({on.max_total_tokens:,} "
-            f"instead of {fit.max_total_tokens:,})" if on.fits and fit.max_total_tokens >= on.max_total_tokens
-            else "" if on.fits else ", which does not fit here")
+    change = (f" (then at most {engine.max_running(True)} requests run at once, not {engine.max_running(False)}; KV cache "
+              f"{on.max_total_tokens:,} tokens instead of {fit.max_total_tokens:,})" if on.fits
+              else f", which does not fit here ({on.verdict})")
     return (f"speculative decoding off, as the published command for these GPUs has it ({official.source}); the "
-            f"checkpoint has {facts.mtp_layers} MTP layer(s): --mtp (plan review: m) turns it on{cost}")
+            f"checkpoint has {facts.mtp_layers} MTP layer(s): --mtp (plan review: m) turns it on{change}")
 
 
 def _deprecated_warnings(produced: Sequence[tuple[str, tuple[str, ...]]], engine: engines.Engine,
