@@ -18,7 +18,7 @@ from gpuops.core.deploy.deployer import DeployError, Deployer
 from gpuops.core.deploy.store import Store
 from gpuops.core.deploy.watch import Bus
 from gpuops.core.hosts.host import LocalHost
-from tests.router_util import ROUTER_VERSION, RouterUnavailable, install_router
+from tests.router_util import ROUTER_VERSION, install_router, python_or_skip
 from tests.test_replicas import _replicated
 
 
@@ -31,13 +31,7 @@ def deployer(python: Path | str, tmp_path: Path, router: str | None = None) -> D
 @pytest.fixture(scope="module")
 def old_router_only() -> Path:
     """A python with sglang-router 0.3.2 and no smg (what a host set up before smg has)."""
-    try:
-        return install_router()
-    except RouterUnavailable as e:
-        why = f"sglang-router {ROUTER_VERSION} could not be installed: {e}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+    return python_or_skip(install_router, f"sglang-router {ROUTER_VERSION} could not be installed")
 
 
 async def test_a_host_with_both_routers_runs_smg_unless_the_plan_names_the_other(sglang_venv, tmp_path):

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from gpuops.sim.host import setup_simhost
-from tests.router_util import ROUTER_VERSION, Router, RouterUnavailable, router_python
+from tests.router_util import ROUTER_VERSION, Router, python_or_skip, router_python
 from tests.test_sglang_sim import QWEN3, Server, model_dir
 
 PACE = 0.01
@@ -27,13 +27,7 @@ GENERATE = {"text": "the quick brown fox", "sampling_params": {"max_new_tokens":
 
 @pytest.fixture(scope="module")
 def router_py() -> Path:
-    try:
-        return router_python()
-    except RouterUnavailable as e:
-        why = f"sglang-router {ROUTER_VERSION} is not available: {e}"
-        if os.environ.get("CI", "").lower() == "true":  # scripts/sglang-host-venv.sh installs it there
-            pytest.fail(why)
-        pytest.skip(why)
+    return python_or_skip(router_python, f"sglang-router {ROUTER_VERSION} is not available")
 
 
 def start_sims(root: Path, model: Path, n: int = 2) -> list[Server]:
