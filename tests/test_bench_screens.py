@@ -358,7 +358,8 @@ async def test_live_sweep_from_the_deployment_screen_then_cancel(simbox):
         assert await until(pilot, lambda: live.state == "cancelled", timeout=30)
         assert await until(pilot, lambda: not processes_matching(stand_in), timeout=15)  # stopped on the host
         assert "CANCELLED" in live.query_one("#run-progress").text.plain
-        assert "Cancel run" not in screen_text(app)  # nothing left to cancel: gone from the footer
+        # nothing left to cancel: gone from the footer (which redraws at its next refresh after the state flips)
+        assert await until(pilot, lambda: "Cancel run" not in screen_text(app)), screen_text(app)
         store = Store()
         run = store.bench_run(live.run_id)
         store.close()
