@@ -200,14 +200,30 @@ def test_the_plan_follows_the_published_command_or_says_why_not(model, config, h
 
 def figures() -> str:
     """How many of the corpus' plans match the published command, per check."""
-    tally: dict[str, list[int]] = {}
+    return (f"published commands: {len(CASES)} plans ({len({m for m, _, _ in CASES})} checkpoints, one node of each GPU "
+            "their recipe has) — " + ", ".join(f"{what} {a}/{b}" for what, (a, b) in tally().items()))
+
+
+def test_the_readme_gives_the_figures_the_corpus_computes():
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())  # (its lines rewrapped)
+    checkpoints = len({m for m, _, _ in CASES})
+    assert f"{len(CASES)} plans of the {checkpoints} corpus checkpoints" in readme
+    names = {"tp": "TP", "speculative": "speculative decoding", "trust-remote-code": "`--trust-remote-code`",
+             "reasoning": "reasoning parser", "tool_call": "tool-call parser"}
+    for what, (a, b) in tally().items():
+        assert f"{names[what]} **{a}/{b}**" in readme, (what, a, b)
+    assert f"{len(DATA['recipes'])} models' recipes" in readme
+
+
+def tally() -> dict[str, tuple[int, int]]:
+    """{check: (plans that match the published command, plans checked)} over the corpus' cases."""
+    out: dict[str, list[int]] = {}
     for model, config, hw in CASES:
         for what, (want, have) in compare(model, config, hw).items():
-            t = tally.setdefault(what, [0, 0])
+            t = out.setdefault(what, [0, 0])
             t[0] += want == have
             t[1] += 1
-    return (f"published commands: {len(CASES)} plans ({len({m for m, _, _ in CASES})} checkpoints, one node of each GPU "
-            "their recipe has) — " + ", ".join(f"{what} {a}/{b}" for what, (a, b) in tally.items()))
+    return {what: (a, b) for what, (a, b) in out.items()}
 
 
 if __name__ == "__main__":
