@@ -248,6 +248,8 @@ class DeploymentScreen(GpuopsScreen):
             out.append(state, style="green" if state == State.READY else "red" if state in (State.CRASHED, State.STALLED) else "")
             if lost:
                 out.append("  lost (router)", style="bold red")
+            elif name in self.view.circuits_open:
+                out.append("  cut off (router's circuit breaker)", style="bold yellow")
             out.append("\n")
         return out
 

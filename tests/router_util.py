@@ -149,12 +149,12 @@ class Router:
 
     def __init__(self, python: str | os.PathLike, worker_urls: list[str], *, policy: str = "round_robin",
                  health_interval: int = 1, health_timeout: int = 1, failures: int = 2, successes: int = 1,
-                 extra: tuple[str, ...] = (), env: dict | None = None):
+                 extra: tuple[str, ...] = (), env: dict | None = None, module: str = ROUTER_MODULE):
         self.port = free_port()
         self.prometheus_port = free_port()
         self.worker_urls = list(worker_urls)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [str(python), "-m", ROUTER_MODULE, "--host", "127.0.0.1", "--port", str(self.port),
+        self.argv = [str(python), "-m", module, "--host", "127.0.0.1", "--port", str(self.port),
                      "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.prometheus_port),
                      "--worker-urls", *self.worker_urls, "--policy", policy,
                      "--health-check-interval-secs", str(health_interval),

@@ -10,12 +10,19 @@ failures; it never drops a worker from its list, so a replica that comes back is
 The router has no start-up phases of its own: it is ``ready`` once it counts every replica healthy.
 A replica it counts unhealthy afterwards is a ``replica-lost`` finding (the router serves on with
 the others), and ``replica-back`` when it recovers; the router's process gone is a crash.
+
+Each router also keeps a circuit breaker per replica: after failed requests in a row (--cb-failure-
+threshold, 10 by default) it stops sending that replica requests, whatever its /health says, and
+tries it again later. /workers does not show it; the router's log does, in both routers' words
+("Circuit breaker state transition: closed -> open … worker_url=URL"): ``replica-circuit-open``, and
+``replica-circuit-closed`` when it takes requests again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -84,6 +91,39 @@ async def router_view(host: Host, plan: Plan, env_path: str | None = None) -> Ro
     if not res.ok:
         return RouterView(answering=False, error=(res.stderr.strip().splitlines() or ["the probe failed"])[-1][:300])
     return parse_view(res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "")
+
+
+_CIRCUIT = re.compile(r"Circuit breaker state transition: (?P<old>\w+) -> (?P<new>\w+)")
+_WORKER_URL = re.compile(r"worker_url=\"?(?P<url>[^\s\"]+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def circuit_finding(plan: Plan, text: str) -> Finding | None:
+    """The finding a router's log line about a replica's circuit breaker makes: it opened (the router
+    sends that replica no requests), or it closed again; None for any other line (half-open: the
+    router is trying it)."""
+    if "Circuit breaker state transition" not in text:
+        return None
+    line = _ANSI.sub("", text)
+    m, u = _CIRCUIT.search(line), _WORKER_URL.search(line)
+    if m is None or u is None or u.group("url") not in plan.worker_urls:
+        return None
+    url = u.group("url")
+    replica = plan.replicas[plan.worker_urls.index(url)]
+    where = f"{replica.name} on {replica.host} ({url})"
+    evidence = (Evidence(source=f"router:{plan.name}", reading=line.strip()[:300]),)
+    if m.group("new") == "open":
+        return Finding(
+            "replica-circuit-open", "warning",
+            f"the router stopped sending requests to {where}: its circuit breaker opened after failed requests in a "
+            "row (its /health may still answer); the others serve, and the router tries it again later",
+            evidence=evidence,
+            fix=Fix(f"read why its requests fail (gpuops logs {replica.name}); restart it if it is stuck"),
+            data={"replica": replica.name, "url": url, "circuit": "open"})
+    if m.group("new") == "closed":
+        return Finding("replica-circuit-closed", "info", f"the router sends requests to {where} again (its circuit "
+                       "breaker closed)", evidence=evidence, data={"replica": replica.name, "url": url, "circuit": "closed"})
+    return None
 
 
 def replica_findings(plan: Plan, view: RouterView, lost: set[str], states: dict[str, str]) -> tuple[list[Finding], set[str]]:
@@ -160,6 +200,9 @@ class RouterWatch(Watch):
             self._log(rec.text, rec.ts)
             if rec.text.strip():
                 last_lines = (last_lines + [rec.text])[-5:]
+            circuit = circuit_finding(self.plan, rec.text)
+            if circuit is not None:
+                self.finding(circuit)
         return last_lines
 
     async def _poll_router(self, started: float, last_lines: list[str]) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..states import PHASES, State
 from ..engines.records import DRAFT_SHARDS
@@ -66,6 +66,7 @@ class RunView:
     crash: StateEvent | None = None
     plan_change: PlanEvent | None = None  # the fix this run started with
     replicas_lost: set[str] = field(default_factory=set)  # a router's: the replicas it counts unhealthy now
+    circuits_open: set[str] = field(default_factory=set)  # a router's: the replicas its circuit breaker cut off now
     last_progress: str | None = None  # when the run last moved (a phase, progress or state event)
     events: int = 0
 
@@ -120,16 +121,26 @@ class RunView:
             finding = event.finding()
             # the same finding again (a second triage of the same stall) replaces the first
             self.findings = ranked([f for f in self.findings if f.code != finding.code] + [finding])
-            replica = finding.data.get("replica") if finding.code in ("replica-lost", "replica-back") else None
-            if isinstance(replica, str):
-                (self.replicas_lost.add if finding.code == "replica-lost" else self.replicas_lost.discard)(replica)
-                if not self.replicas_lost:  # every replica is back: no lost one to speak of
-                    self.findings = [f for f in self.findings if f.code != "replica-lost"]
+            self._replica_finding(finding)
         elif isinstance(event, ChecksEvent):
             self.checks = list(event.checks)
         elif isinstance(event, PlanEvent):
             self.plan_change = event
         return True
+
+    # a router's findings about one replica: (the code that puts it in a set, the one that takes it
+    # out, the set's attribute); once the set is empty, the finding that put the last one in goes too
+    _REPLICA_SETS = (("replica-lost", "replica-back", "replicas_lost"),
+                     ("replica-circuit-open", "replica-circuit-closed", "circuits_open"))
+
+    def _replica_finding(self, finding: Any) -> None:
+        replica = finding.data.get("replica")
+        for into, out_of, attr in self._REPLICA_SETS:
+            if finding.code in (into, out_of) and isinstance(replica, str):
+                which: set[str] = getattr(self, attr)
+                (which.add if finding.code == into else which.discard)(replica)
+                if not which:  # none left to speak of
+                    self.findings = [f for f in self.findings if f.code != into]
 
     def _reset(self, run: int) -> None:
         fresh = RunView(self.name, run)
