@@ -96,8 +96,9 @@ def _allreduce_fusion(ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
 
 
 def parser_choice(facts: ModelFacts, version: str, which: int) -> parsers.Choice:
-    """The reasoning (0) or tool-call (1) parser for `facts` on `version`: the family's, checked
-    against the model's own chat template (see :mod:`.parsers`)."""
+    """The reasoning (0) or tool-call (1) parser for `facts` on `version`: the one SGLang's recipe for the
+    checkpoint names (where the version has it), else the family's; checked against the model's own
+    chat template (see :mod:`.parsers`)."""
     kind = parsers.REASONING if which == 0 else parsers.TOOLS
     known = sv.reasoning_parsers(version) if which == 0 else sv.tool_call_parsers(version)
     published = recipes.parser_for(facts.id, "reasoning" if which == 0 else "tool_call")
@@ -250,7 +251,7 @@ def like_drop_reason(name: str, values: tuple[str, ...], ctx: Ctx) -> str | None
     quant = _quant_reason(name, values, facts)
     if quant is not None:
         return quant
-    if name == "--trust-remote-code" and not remote_code(facts, ctx.version).needed:
+    if name == "--trust-remote-code" and not _trust_reasons(ctx):
         return f"SGLang {ctx.version} reads {facts.id} without the checkpoint's own Python"
     if name in SPEC_FLAGS and not ctx.spec:
         return "speculative decoding is off for this model (" + ("--no-mtp" if not ctx.wishes.mtp else "no MTP layers") + ")"
