@@ -253,11 +253,11 @@ def test_speculative_decoding_is_the_operators_then_the_previous_deployments_the
     assert on is not None and on.speculative
     # the same command without its speculative flags: a page that leaves it off for these GPUs
     off = replace(on, flags=tuple((f, v) for f, v in on.flags if f not in recipes.SPEC_FLAGS))
-    assert sglang.mtp_default(facts, Wishes(), on) == (True, None)
-    assert sglang.mtp_default(facts, Wishes(), off) == (False, None)
-    assert sglang.mtp_default(facts, Wishes(), None) == (True, None)  # no published command: on
+    assert sglang.mtp_default(facts, Wishes(), on) is True
+    assert sglang.mtp_default(facts, Wishes(), off) is False
+    assert sglang.mtp_default(facts, Wishes(), None) is True  # no published command: on
     ran_it = Previous("old-unit", ("--model-path", "/m", "--speculative-algorithm=NEXTN"))
-    assert sglang.mtp_default(facts, Wishes(like=ran_it), off) == (True, None)  # --like ran it: as before
+    assert sglang.mtp_default(facts, Wishes(like=ran_it), off) is True  # --like ran it: as before
 
 
 def test_a_command_that_leaves_it_off_is_followed_and_the_plan_says_what_turning_it_on_costs(monkeypatch):

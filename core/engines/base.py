@@ -176,10 +176,10 @@ class Engine(ABC):
         speculatively) and ``source`` (where it is written); the engine's rules read the rest."""
         return None
 
-    def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> tuple[bool, str | None]:
+    def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> bool:
         """Whether speculative decoding is on for a checkpoint with MTP layers when the operator said
-        neither --mtp nor --no-mtp, with a note for the plan (None: nothing to say). On by default."""
-        return True, None
+        neither --mtp nor --no-mtp. On by default."""
+        return True
 
     def max_running(self, spec: bool) -> int:
         """How many requests the server runs at once by default (`spec`: with speculative decoding):

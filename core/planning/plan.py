@@ -297,10 +297,8 @@ def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
     engine = engines.get(wishes.engine)
     name = next((g.name for g in target.gpus if g.index in gpu_ids), None)
     official = engine.official(facts, name, gpu_mem, len(gpu_ids))
-    mtp, note = engine.mtp_default(facts, wishes, official) if wishes.mtp is None else (wishes.mtp, None)
-    wishes = replace(wishes, mtp=mtp)
-    if note:
-        warnings.append(note)
+    if wishes.mtp is None:  # neither --mtp nor --no-mtp: the engine decides (the plan's offer says why, when off)
+        wishes = replace(wishes, mtp=engine.mtp_default(facts, wishes, official))
     if tp == 0:  # no --tp: chosen among the free GPUs
         tp = _choose_tp(facts, gpu_mem, wishes, len(gpu_ids), warnings, official)
         gpu_ids = tuple(sorted(gpu_ids[:tp]))
@@ -326,8 +324,7 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
         warnings.append(f"TP not chosen: TP{choices[-1]}, the largest the free GPUs allow (no TP up to {gpus} fits)")
         return choices[-1]
     ctx = facts.context_length
-    listed = {t: f for t, f in fits}
-    if official is not None and official.tp in listed:
+    if official is not None and official.tp in {t for t, _ in fits}:
         tp, why = int(official.tp), f"the published command's for these GPUs ({official.source})"
     elif not ctx:
         tp, why = fits[0][0], "the smallest that fits"
@@ -429,7 +426,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
     ctx = Ctx(facts, target, wishes, version, flags, tp, gpu_ids, model_path, official=official)
     produced, env, fired = _fire_rules(ctx, engine.plan_rules())
-    if facts.mtp_layers > 0 and not ctx.spec and (asked_mtp is not None or wishes.mtp):  # (else its note said why)
+    if facts.mtp_layers > 0 and not ctx.spec and (asked_mtp is not None or wishes.mtp):  # (else the offer says why)
         why = "--no-mtp" if not wishes.mtp else f"{engine.title} {version} has no --speculative-algorithm"
         warnings.append(f"the checkpoint has MTP layers but speculative decoding is off ({why})")
 

@@ -74,15 +74,15 @@ class SGLang(Engine):
     def official(self, facts: Any, gpu_name: str | None, gpu_memory: int, gpus: int) -> Any | None:
         return recipes.official(facts.id, gpu_name, gpu_memory, gpus)
 
-    def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> tuple[bool, str | None]:
+    def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> bool:
         """As a previous deployment (--like) ran it when it decoded speculatively; else as SGLang's
         published command for these GPUs has it (recipes); else on."""
         like = wishes.like
         if like is not None and any(a.split("=", 1)[0] in flag_rules.SPEC_FLAGS for a in like.argv):
-            return True, None
+            return True
         if official is not None and facts.mtp_layers > 0:
-            return official.speculative, None
-        return True, None
+            return bool(official.speculative)
+        return True
 
     def max_running(self, spec: bool) -> int:
         return flag_rules.SPEC_MAX_RUNNING if spec else flag_rules.DEFAULT_MAX_RUNNING

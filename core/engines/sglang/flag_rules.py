@@ -75,8 +75,7 @@ FP4_ONLY_VALUES = {"--quantization": {"modelopt_fp4", "nvfp4", "mxfp4", "modelop
                    "--moe-runner-backend": {"flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_mxfp4"}}
 
 MAMBA_FLAGS = ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")  # new name first
-SPEC_FLAGS = ("--speculative-algorithm", "--speculative-algo", "--speculative-num-steps",
-              "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-draft-model-path")
+SPEC_FLAGS = recipes.SPEC_FLAGS  # (one list: the published commands are read with it too)
 # Flags a plan always decides itself (never carried over from --like).
 OWNED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--tp-size", "--host", "--port", "--api-key", "--context-length",
                          "--mem-fraction-static", "--enable-metrics"})

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data" / "sglang_recipes.json"
+# the flags of speculative decoding (a plan's, a published command's, a previous deployment's)
 SPEC_FLAGS = frozenset({"--speculative-algorithm", "--speculative-algo", "--speculative-num-steps",
                         "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-draft-model-path"})
 # the docs' spellings of a flag gpuops writes under another of its names (the server's own aliases)
@@ -141,14 +142,22 @@ def source_of(recipe: dict[str, Any]) -> str:
     return f"{recipe['source']['path'].rsplit('/', 1)[-1]}@{recipe['source']['commit'][:10]}"
 
 
-def trusts_remote_code(model_id: str) -> str | None:
-    """Where the recipe runs the checkpoint with --trust-remote-code (every cell of its variant and
-    quantization does), or None."""
+def _variant_cells(model_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """(recipe, the cells of the checkpoint's variant and quantization, any hardware) of `model_id`."""
     found = for_model(model_id)
     if found is None:
         return None
     recipe, variant, quant = found
-    cells = [c for c in recipe["cells"] if (c["variant"], c["quant"]) == (variant, quant)]
+    return recipe, [c for c in recipe["cells"] if (c["variant"], c["quant"]) == (variant, quant)]
+
+
+def trusts_remote_code(model_id: str) -> str | None:
+    """Where the recipe runs the checkpoint with --trust-remote-code (every cell of its variant and
+    quantization does), or None."""
+    found = _variant_cells(model_id)
+    if found is None:
+        return None
+    recipe, cells = found
     if cells and all(any(w[0] == "--trust-remote-code" for w in c["flags"]) for c in cells):
         return source_of(recipe)
     return None
@@ -157,14 +166,13 @@ def trusts_remote_code(model_id: str) -> str | None:
 def parser_for(model_id: str, which: str) -> tuple[str, str] | None:
     """(the parser, where it is written) the recipe of `model_id` names for `which` ("reasoning" or
     "tool_call"): the page's parsers card, else the flag every cell of its variant carries."""
-    found = for_model(model_id)
+    found = _variant_cells(model_id)
     if found is None:
         return None
-    recipe, variant, quant = found
+    recipe, cells = found
     if which in recipe.get("parsers", {}):
         return recipe["parsers"][which], source_of(recipe)
     flag = "--reasoning-parser" if which == "reasoning" else "--tool-call-parser"
-    cells = [c for c in recipe["cells"] if (c["variant"], c["quant"]) == (variant, quant)]
     values = {tuple(w[1:]) for c in cells for w in c["flags"] if w[0] == flag}
     if cells and len(values) == 1 and all(any(w[0] == flag for w in c["flags"]) for c in cells):
         (value,) = values
