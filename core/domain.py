@@ -330,6 +330,10 @@ class Fit(Struct):
     kv_bytes_per_token_per_gpu: int = 0
     smallest_tp: int | None = None
     verdict: str = ""
+    # what the engine keeps outside --mem-fraction-static at start-up (activations, CUDA graphs), as its
+    # own heuristic sizes it for this server (0: the engine does not say), and its terms in words
+    startup_reserve_bytes: int = 0
+    startup_reserve_why: str = ""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = jsonable(self)

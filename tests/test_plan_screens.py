@@ -45,7 +45,7 @@ async def test_plan_review_warnings_speak_the_screens_words_not_the_clis():
         warnings = lambda: app.screen.query_one("#plan-warnings").text.plain  # noqa: E731
         assert await until(pilot, lambda: "TP not chosen: TP4, the published command's for these GPUs (qwen3.5.jsx@"
                            in warnings())
-        assert "TP4: 16.9x, TP8: 27.2x; + and - for another)" in warnings() and "--tp" not in warnings()
+        assert "TP4: 15.6x, TP8: 25.1x; + and - for another)" in warnings() and "--tp" not in warnings()
 
 
 async def test_plan_review_changes_tp_and_mtp_and_updates_the_verdict():

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "Router", "Tracker", "Scanner", "VersionData", "SimHostPart", "NoSimHost"]
 
 
+class StartupReserve(NamedTuple):
+    """What an engine keeps outside its static memory at start-up (activations, CUDA graphs), per GPU."""
+
+    bytes: int
+    why: str  # its terms, one phrase
+    warning: str | None  # what the plan says when its static share leaves less; None: it leaves enough
+
+
 class Router(NamedTuple):
     """A router an engine's replicas can serve behind: what pip installs (and a plan records, its
     ``router``) and what ``python -m`` runs. gpuops passes every router of an engine the same flags."""
@@ -180,6 +188,13 @@ class Engine(ABC):
         """Whether speculative decoding is on for a checkpoint with MTP layers when the operator said
         neither --mtp nor --no-mtp. On by default."""
         return True
+
+    def startup_reserve(self, facts: Any, version: str, gpu_memory: int, tp: int,
+                        flags: Mapping[str, Sequence[str]]) -> StartupReserve | None:
+        """What the engine's `version` keeps outside the plan's static memory on each GPU of
+        `gpu_memory` bytes at TP `tp` with the plan's `flags` ({flag: values}), and whether the plan's
+        static share leaves it; None (the default): the engine does not say."""
+        return None
 
     def max_running(self, spec: bool) -> int:
         """How many requests the server runs at once by default (`spec`: with speculative decoding):

@@ -12,10 +12,17 @@ GIB = 1024**3
 MIN_TOKENS = 4096  # a server that can't hold this many tokens is not worth starting
 
 
-def kv_bytes_per_token_per_gpu(facts: ModelFacts, tp: int) -> int:
+def kv_bytes_per_token_per_gpu(facts: ModelFacts, tp: int, spec: bool = False) -> int:
     """KV bytes one token costs on each GPU. MLA's latent is replicated on every TP rank;
-    GQA heads are split, but never below one head per rank."""
+    GQA heads are split, but never below one head per rank. With speculative decoding on the MTP
+    layers, the draft keeps its own KV for every token of the pool, one full-attention layer's worth
+    per MTP layer, out of the same budget (the first engine prices a pool token so since its 0.5.1x
+    releases; its older ones took the draft's pool from the start-up reserve: counted here, it errs
+    on the side of fewer tokens)."""
     whole = facts.kv_bytes_per_token()
+    attention_layers = facts.hybrid.full_attention_layers if facts.hybrid is not None else (facts.num_layers or 0)
+    if spec and facts.mtp_layers > 0 and attention_layers > 0:
+        whole += whole * facts.mtp_layers // attention_layers
     if facts.mla is not None:
         return whole
     kv_heads = facts.num_kv_heads or facts.num_attention_heads or 1
@@ -32,7 +39,7 @@ def compute_fit(facts: ModelFacts, tp: int, gpu_memory: int, mem_fraction: float
         # extra_buffer keeps a second state per request for speculative decoding
         state = math.ceil(facts.hybrid.state_bytes_per_request * running * (2 if spec else 1) / tp)
     budget = int(gpu_memory * mem_fraction) - weights - state
-    per_token = max(1, kv_bytes_per_token_per_gpu(facts, tp))
+    per_token = max(1, kv_bytes_per_token_per_gpu(facts, tp, spec))
     tokens = max(0, budget // per_token)
     need = min(facts.context_length or MIN_TOKENS, MIN_TOKENS)
     fits = budget > 0 and tokens >= need

@@ -181,6 +181,9 @@ class ModelFacts:
     # chat template writes and its tokenizer declares: what an engine's output parsers can be checked
     # against (chat_atoms()); None: no chat template was read
     chat_atoms: tuple[str, ...] | None = None
+    # a multimodal checkpoint's vision tower as engines size its working memory: (num_hidden_layers,
+    # hidden_size) of its vision_config, None where the config leaves one out; None: no vision tower
+    vision_tower: tuple[int | None, int | None] | None = None
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache bytes one token needs in the whole model (all ranks together).
@@ -610,6 +613,11 @@ def _moe_block(t: _Tally, m: _Moe, hidden: int, section: str) -> None:
             t.plain(section, hidden)
 
 
+def _positive(value: Any) -> int | None:
+    """A config's count (a positive int, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _vision_tower(t: _Tally, vision: dict[str, Any], missing: list[str]) -> None:
     """A Qwen-VL style ViT (patch embedding, position table, blocks, patch merger and any
     deepstack mergers), stored unquantized."""
@@ -981,8 +989,10 @@ def facts_from_config(
     t = _Tally(dtype_bytes=dtype_bytes, quant=quant)
     _count_decoder(t, cfg, shape, vocab, lay, mla, model_type)
     vision = config.get("vision_config")
+    tower = None
     if isinstance(vision, dict) and architecture and "ConditionalGeneration" in architecture:
         _vision_tower(t, vision, cfg.missing)
+        tower = (_positive(vision.get("num_hidden_layers")), _positive(vision.get("hidden_size")))
 
     params = sum(t.params.values())
     active_params: int | None = _active_params(t, hidden, lay, params)
@@ -1029,6 +1039,7 @@ def facts_from_config(
         tokenizer_class=_tokenizer_class(tokenizer_config),
         tokenizer_auto_map=auto_map_entries((tokenizer_config or {}).get("auto_map")),
         chat_atoms=template_atoms(tokenizer_config, chat_template),
+        vision_tower=tower,
     )
 
 

@@ -447,6 +447,11 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
+    reserve = engine.startup_reserve(facts, version, gpu_mem, tp, dict(produced))
+    if reserve is not None:
+        fit.startup_reserve_bytes, fit.startup_reserve_why = reserve.bytes, reserve.why
+        if reserve.warning:
+            warnings.append(reserve.warning)
     if asked_mtp is None and not wishes.mtp and facts.mtp_layers > 0 and official is not None:
         warnings.append(_mtp_offer(facts, tp, gpu_mem, wishes, fit, official))
     like = (Like(wishes.like.source, tuple(LikeChange(op, text) for op, text in like_diff))  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..base import Engine, Router, SimHostPart, VersionData
-from . import bench, flag_rules, models, recipes, remote_code, sharding, versions
+from ..base import Engine, Router, SimHostPart, StartupReserve, VersionData
+from . import bench, flag_rules, memory, models, recipes, remote_code, sharding, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
@@ -83,6 +83,17 @@ class SGLang(Engine):
         if official is not None and facts.mtp_layers > 0:
             return bool(official.speculative)
         return True
+
+    def startup_reserve(self, facts: Any, version: str, gpu_memory: int, tp: int,
+                        flags: Mapping[str, Sequence[str]]) -> StartupReserve | None:
+        r = memory.reserve(version, gpu_memory, tp, flags, mla=facts.mla is not None,
+                           vision=memory.vision_of(facts.vision_tower))
+        fraction = flags.get("--mem-fraction-static")
+        try:
+            asked = float(fraction[0]) if fraction else None
+        except ValueError:
+            asked = None
+        return StartupReserve(r.bytes, r.why(), memory.warning(r, asked) if asked is not None else None)
 
     def max_running(self, spec: bool) -> int:
         return flag_rules.SPEC_MAX_RUNNING if spec else flag_rules.DEFAULT_MAX_RUNNING
