@@ -7,20 +7,24 @@ SGLang computes it from an estimate of that remainder (``reserved_mem``, MiB). A
 fraction leaving less than the version's own estimate starts a server whose graph capture, or first
 long prompt, may run out of memory: the planner warns before anything starts (``reserve``).
 
-The estimate below is the version's code, read from its wheel (paths relative to ``sglang/srt/``):
+The estimate below is the version's code, read from its wheel (paths relative to ``sglang/``):
 
-- 0.5.23 ``arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` (GPU-memory bands,
+- 0.5.23 ``srt/arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` (GPU-memory bands,
   ``reserved_mem``), ``reserve_for_graph_mb``, ``reserve_for_deepep_a2a_mb``,
   ``adjust_mem_fraction_for_vlm``; the decode graphs' largest batch capped at
-  ``--max-running-requests`` when it is the default; prefill CUDA graphs off by default.
-- 0.5.10 ``server_args.py`` ``_handle_gpu_memory_settings``: the same terms with the older bands,
-  piecewise CUDA graphs (``len(piecewise_cuda_graph_tokens) * 8``, MLA 1.5 GiB) and a draft model's
-  share (+4 GiB EAGLE/NEXTN, +6 GiB STANDALONE) after the 10 GiB floor.
+  ``--max-running-requests`` when it is the default; prefill CUDA graphs (``breakable``) on by
+  default on CUDA (``srt/model_executor/cuda_graph_config.py`` ``default_prefill_backend``).
+- 0.5.10 ``srt/server_args.py`` ``_handle_gpu_memory_settings``: the same terms with the older
+  bands, piecewise CUDA graphs (``len(piecewise_cuda_graph_tokens) * 8``, MLA 1.5 GiB) unless
+  ``_handle_piecewise_cuda_graph`` turned them off, and a draft's share (+4 GiB EAGLE/NEXTN, +6 GiB
+  STANDALONE) after the 10 GiB floor.
 
-``REGIMES`` lists which versions compute it which way (``tests/test_sglang_memory.py`` checks the
-newest against the genuine SGLang resolving its own default, the GPU's size stood in for). Not
-counted: LoRA, HiCache, PD-disaggregated roles, encoder-only servers, post-capture KV sizing (an
-environment switch, off by default).
+``REGIMES`` lists which versions compute it which way (``tests/test_sglang_memory.py`` checks 0.5.23
+and 0.5.10 against the genuine SGLang resolving its own default, the GPU stood in for). Not
+counted: LoRA, HiCache, PD-disaggregated roles, pipeline parallelism's own rules, the versions'
+allow-lists of multimodal architectures for prefill graphs (before 0.5.17 a vision tower turns them
+off; from 0.5.17 it is taken to be on the list, as Qwen3.5's is on 0.5.23's), post-capture KV sizing
+(an environment switch, off by default).
 """
 
 from __future__ import annotations
@@ -56,36 +60,36 @@ class Regime:
 _G = 1024
 _OLD_35 = (2048, 24, 80)
 _SPEC_OLD = {"STANDALONE": 6 * _G, "NGRAM": 0, "*": 4 * _G}
-# The versions' own code, each regime read from the first wheel it names (helper extracts kept in the
-# commit message of the change that wrote this table); 0.5.10 and 0.5.23 are checked against the
-# genuine resolution by tests/test_sglang_memory.py.
+# Each regime as its first version's wheel has it (source: file:lines there; the heuristic, then what
+# turns prefill graphs off before it runs); 0.5.10 and 0.5.23 are checked against the genuine
+# resolution by tests/test_sglang_memory.py, the others read.
 REGIMES: tuple[Regime, ...] = (
-    Regime("0.5.9", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=False,
+    Regime("0.5.9", "srt/server_args.py:1020-1069 (0.5.9)", _OLD_35, prefill_graphs=False,
            prefill_off_for=frozenset(), no_graphs_counts=False,
            spec_reserve_mib={"STANDALONE": 6 * _G, "NGRAM": 0, "*": 2 * _G}, cap_graph_bs_at_running=False,
            deepep_mib=0),
-    Regime("0.5.10", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=True,
+    Regime("0.5.10", "srt/server_args.py:1282-1334, :1078-1139 (0.5.10)", _OLD_35, prefill_graphs=True,
            prefill_off_for=frozenset({"spec", "dp", "a2a", "multimodal"}), no_graphs_counts=False,
            spec_reserve_mib=_SPEC_OLD, cap_graph_bs_at_running=False, deepep_mib=0),
-    Regime("0.5.11", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=True,
+    Regime("0.5.11", "srt/server_args.py:1435-1487, :1194-1261 (0.5.11)", _OLD_35, prefill_graphs=True,
            prefill_off_for=frozenset({"dp", "a2a", "multimodal"}), no_graphs_counts=False,
            spec_reserve_mib=_SPEC_OLD, cap_graph_bs_at_running=False, deepep_mib=0),
-    Regime("0.5.14", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=True,
+    Regime("0.5.14", "srt/server_args.py:3276-3321, :2997-3057 (0.5.14)", _OLD_35, prefill_graphs=True,
            prefill_off_for=frozenset({"dp", "a2a", "multimodal"}), no_graphs_counts=False,
            spec_reserve_mib={}, cap_graph_bs_at_running=False, deepep_mib=0),
-    Regime("0.5.15", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=True,
+    Regime("0.5.15", "srt/server_args.py:3624-3696, :3341-3384 (0.5.15)", _OLD_35, prefill_graphs=True,
            prefill_off_for=frozenset({"mla", "a2a", "dp", "multimodal"}), no_graphs_counts=True,
            spec_reserve_mib={}, cap_graph_bs_at_running=False, deepep_mib=2 * _G),
-    Regime("0.5.17", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=True,
+    Regime("0.5.17", "srt/server_args.py:4753-4800, :4882-4922, :4452-4522 (0.5.17)", _OLD_35, prefill_graphs=True,
            prefill_off_for=frozenset({"mla"}), no_graphs_counts=True,
            spec_reserve_mib={}, cap_graph_bs_at_running=False, deepep_mib=2 * _G),
-    Regime("0.5.18", "srt/server_args.py _handle_gpu_memory_settings", _OLD_35, prefill_graphs=True,
+    Regime("0.5.18", "srt/server_args.py:4948-4996, :5078-5118 (0.5.18)", _OLD_35, prefill_graphs=True,
            prefill_off_for=frozenset(), no_graphs_counts=True,
            spec_reserve_mib={}, cap_graph_bs_at_running=False, deepep_mib=2 * _G),
-    Regime("0.5.20", "srt/arg_groups/memory_hook.py handle_gpu_memory_settings", (4096, 48, 160),
+    Regime("0.5.20", "srt/arg_groups/memory_hook.py:89-180, :274-392 (0.5.20)", (4096, 48, 160),
            prefill_graphs=True, prefill_off_for=frozenset(), no_graphs_counts=True,
            spec_reserve_mib={}, cap_graph_bs_at_running=False, deepep_mib=2 * _G),
-    Regime("0.5.22", "srt/arg_groups/memory_hook.py handle_gpu_memory_settings", (4096, 48, 160),
+    Regime("0.5.22", "srt/arg_groups/memory_hook.py:83-188, :281-414 (0.5.23)", (4096, 48, 160),
            prefill_graphs=True, prefill_off_for=frozenset(), no_graphs_counts=True,
            spec_reserve_mib={}, cap_graph_bs_at_running=True, deepep_mib=2 * _G),
 )
@@ -108,7 +112,7 @@ class Reserve:
     fraction: float  # the --mem-fraction-static SGLang would choose itself for this server
     gpu_mib: float
     parts: tuple[tuple[str, float], ...]  # (what, MiB), before the floor and the multimodal share
-    source: str  # "SGLang 0.5.23 srt/arg_groups/memory_hook.py …"
+    source: str  # "SGLang 0.5.23 (srt/arg_groups/memory_hook.py:83-188, :281-414 (0.5.23))"
 
     @property
     def bytes(self) -> int:
@@ -220,7 +224,7 @@ def reserve(version: str, gpu_bytes: int, tp: int, settings: Mapping[str, Sequen
         factor = 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
         parts.append(("vision tower's images", gpu_mib * fraction * (1 - factor)))
         fraction *= factor
-    return Reserve(fraction=fraction, gpu_mib=gpu_mib, parts=tuple(parts), source=f"SGLang {version} {r.source}")
+    return Reserve(fraction=fraction, gpu_mib=gpu_mib, parts=tuple(parts), source=f"SGLang {version} ({r.source})")
 
 
 def vision_of(tower: tuple[int | None, int | None] | None) -> tuple[int, int] | None:
@@ -238,6 +242,6 @@ def warning(r: Reserve, mem_fraction: float) -> str | None:
         return None
     left = r.gpu_mib * (1 - mem_fraction) / 1024
     return (f"--mem-fraction-static {mem_fraction:g} leaves {left:.1f} GiB of each GPU for activations and CUDA "
-            f"graphs, where {r.source.split(' srt/')[0]} sets aside {r.bytes / (1 << 30):.1f} GiB at these "
+            f"graphs, where {r.source.split(' (')[0]} sets aside {r.bytes / (1 << 30):.1f} GiB at these "
             f"settings ({r.why()}): CUDA-graph capture or the first long prompt may run out of memory; "
             f"--mem-fraction-static {math.floor(r.fraction * 1000) / 1000:g} or lower is SGLang's own choice here")
