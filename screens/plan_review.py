@@ -101,7 +101,8 @@ class PlanReviewScreen(GpuopsScreen):
 
     def rebuild(self) -> None:
         try:
-            self.plan = apply_edits(self._build(self.target, self.wishes, self.nodes, self.replicas), self.edits)
+            self.plan = apply_edits(self._build(self.target, self.wishes, self.nodes, self.replicas), self.edits,
+                                    self.facts)
             self.error = None
         except PlanError as exc:
             self.error = str(exc)
@@ -225,7 +226,7 @@ class PlanReviewScreen(GpuopsScreen):
                 if self.plan is None:
                     raise PlanError("no plan to change: fix the error above first")
                 edits = with_edit(self.plan, edits, value)
-            plan = apply_edits(self._build(target, wishes, self.nodes, self.replicas), edits)
+            plan = apply_edits(self._build(target, wishes, self.nodes, self.replicas), edits, self.facts)
         except PlanError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return False
@@ -276,7 +277,7 @@ class PlanReviewScreen(GpuopsScreen):
             wishes = replace(self.wishes, gpu_ids=None, tp=tp) if changed or tp else self.wishes
             if replicas and wishes.gpu_ids is not None:
                 wishes = replace(wishes, gpu_ids=None)
-            plan = apply_edits(self._build(self.target, wishes, tuple(nodes), replicas), self.edits)
+            plan = apply_edits(self._build(self.target, wishes, tuple(nodes), replicas), self.edits, self.facts)
         except PlanError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return

@@ -176,3 +176,22 @@ def test_the_plans_memory_bars_say_what_start_up_needs_beside_what_is_kept_free(
     console = Console(width=160, record=True)
     console.print(fit_bars(plan))
     assert "kept free 20% (start-up needs 17%)" in console.export_text()
+
+
+def test_a_flag_edit_the_reserve_reads_is_checked_again_and_its_warning_replaced():
+    from gpuops.core.planning.edits import Edit, apply
+
+    f = facts("llama")
+    plan = build_plan(f, offline_target(1, GPUS["H100"] / 1024), Wishes(tp=1, engine_version="0.5.23"))
+    big = apply(plan, [Edit("flag", "--chunked-prefill-size", ("16384",))], f)
+    assert "activations (16,384-token prefill chunks) 24.0 GiB" in big.fit.startup_reserve_why
+    warned = [w for w in big.warnings if w.startswith("--mem-fraction-static 0.8 leaves 15.9 GiB")]
+    assert len(warned) == 1
+    assert plan.fit.startup_reserve_why != big.fit.startup_reserve_why  # the plan it came from is left as it was
+    # an edit on top of that one: the warning the 16k chunk gave goes, none comes (a 2k chunk wants less)
+    small = apply(big, [Edit("flag", "--chunked-prefill-size", ("2048",))], f)
+    assert not any("leaves" in w and "CUDA graphs" in w for w in small.warnings), small.warnings
+    assert "activations (2,048-token prefill chunks)" in small.fit.startup_reserve_why
+    # without the facts (a caller that has none), the edit is applied and the reserve left as it was
+    assert apply(plan, [Edit("flag", "--chunked-prefill-size", ("16384",))]).fit.startup_reserve_why == \
+        plan.fit.startup_reserve_why

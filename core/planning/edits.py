@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 from ..domain import Invalid, Plan, RuleFired, join_flags, split_flags
 from . import PlanError
 from .. import engines
+from .plan import recheck_startup
 
 WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "replicas", "flag", "-flag", "env", "-env")
 _OWNED_HINT = {"--port": "port N", "--tp-size": "tp N", "--tp": "tp N", "--host": "bind ADDRESS",
@@ -195,13 +196,14 @@ def _nodes(args: list[str], word: str = "nodes") -> tuple[str, ...]:
     return names
 
 
-def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:
+def apply(plan: Plan, edits: Sequence[Edit], facts: Any = None) -> Plan:
     """`plan` with the operator's flag and env edits (later ones win), shown as the rule "you". A
-    router's are its replicas' (the engine's flags and env; the router's own are the planner's)."""
+    router's are its replicas' (the engine's flags and env; the router's own are the planner's).
+    With the model's `facts`, the start-up reserve is checked again for the edited flags."""
     if not edits:
         return plan
     if plan.replicas:
-        replicas = [apply(r, edits) for r in plan.replicas]
+        replicas = [apply(r, edits, facts) for r in plan.replicas]
         try:
             return plan.replace(replicas=replicas, rules=[*plan.rules, replicas[0].rules[-1]])
         except Invalid as exc:
@@ -226,9 +228,10 @@ def apply(plan: Plan, edits: Sequence[Edit]) -> Plan:
             removes.append(e.name)
     rule = RuleFired(id="you", why="set by you", adds=adds, removes=removes)
     try:
-        return plan.replace(argv=join_flags(flags), env=env, rules=[*plan.rules, rule])
+        edited = plan.replace(argv=join_flags(flags), env=env, rules=[*plan.rules, rule])
     except Invalid as exc:
         raise EditError(str(exc)) from None
+    return edited if facts is None else recheck_startup(plan, edited, facts)
 
 
 def with_edit(plan: Plan, edits: Sequence[Edit], new: Edit) -> list[Edit]:

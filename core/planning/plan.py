@@ -19,8 +19,8 @@ from ..config import validate_abs_path, validate_host_name
 import msgspec
 
 from ..states import State
-from ..domain import (API_KEY_PLACEHOLDER, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired, flag_value,
-                      gpus, is_loopback, join_flags, replica_name, url_host)
+from ..domain import (API_KEY_PLACEHOLDER, Fit, Invalid, Like, LikeChange, Member, ModelSummary, Plan, RuleFired,
+                      flag_value, gpus, is_loopback, join_flags, replica_name, split_flags, url_host)
 from . import PlanError
 from .. import engines
 from .fit import compute_fit, tp_choices, tp_refusal
@@ -406,6 +406,36 @@ def _like_secrets(like: Previous, argv: list[str], env: dict[str, str], fired: l
     return secret_env
 
 
+def _startup_reserve(fit: Fit, facts: ModelFacts, engine: engines.Engine, version: str, tp: int,
+                     flags: Sequence[tuple[str, tuple[str, ...]]]) -> str | None:
+    """Records in `fit` what the engine keeps outside the static memory at start-up for these flags;
+    the plan's warning when its static share leaves less (None: it leaves enough, or the engine does
+    not say)."""
+    reserve = engine.startup_reserve(facts, version, fit.gpu_memory_bytes, tp, dict(flags))
+    if reserve is None:
+        return None
+    fit.startup_reserve_bytes, fit.startup_reserve_why = reserve.bytes, reserve.why
+    return reserve.warning
+
+
+def recheck_startup(before: Plan, after: Plan, facts: ModelFacts) -> Plan:
+    """`after` (`before` with the operator's flag edits) with the start-up reserve for its own flags:
+    an edit of the prefill chunk, the graphs' batch or the static share moves it, and the warning
+    `before`'s flags gave gives way to the one `after`'s give."""
+    if after.fit is None or after.replicas or after.members:
+        return after
+    engine = engines.get(after.engine)
+    old = _startup_reserve(msgspec.structs.replace(after.fit), facts, engine, before.engine_version, before.tp,
+                           split_flags(before.argv))
+    fit = msgspec.structs.replace(after.fit)
+    new = _startup_reserve(fit, facts, engine, after.engine_version, after.tp, split_flags(after.argv))
+    warnings = [w for w in after.warnings if w != old] + ([new] if new else [])
+    try:
+        return after.replace(fit=fit, warnings=warnings)
+    except Invalid as exc:
+        raise PlanError(str(exc)) from None
+
+
 def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     warnings: list[str] = []
     like_notes: list[str] = []
@@ -447,11 +477,9 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
-    reserve = engine.startup_reserve(facts, version, gpu_mem, tp, dict(produced))
-    if reserve is not None:
-        fit.startup_reserve_bytes, fit.startup_reserve_why = reserve.bytes, reserve.why
-        if reserve.warning:
-            warnings.append(reserve.warning)
+    reserve_warning = _startup_reserve(fit, facts, engine, version, tp, produced)
+    if reserve_warning:
+        warnings.append(reserve_warning)
     if asked_mtp is None and not wishes.mtp and facts.mtp_layers > 0 and official is not None:
         warnings.append(_mtp_offer(facts, tp, gpu_mem, wishes, fit, official))
     like = (Like(wishes.like.source, tuple(LikeChange(op, text) for op, text in like_diff))  # type: ignore[arg-type]
