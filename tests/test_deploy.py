@@ -171,8 +171,9 @@ def test_a_plan_with_a_flag_the_hosts_version_removed_is_refused_before_anything
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
-    assert line.endswith("SGLang 0.5.23 on gpu1 does not accept --cuda-graph-max-bs (the plan was made for SGLang "
-                         "0.5.19): plan it again for this host (--like keeps the rest)"), line
+    assert line.endswith("SGLang 0.5.23 on gpu1 does not accept --cuda-graph-max-bs (gone after 0.5.19, whose notice "
+                         "said: use --cuda-graph-max-bs-decode); the plan was made for SGLang 0.5.19: plan it again "
+                         "for this host (--like keeps the rest)"), line
     status = subprocess.run([GPUOPS, "--config", str(cfg), "status", "--json"], capture_output=True, text=True, env=env)
     assert json.loads(status.stdout)["deployments"] == []  # nothing recorded
     assert not processes_matching("sglang.launch_server", str(sim.directory))  # nothing started

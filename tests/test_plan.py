@@ -276,6 +276,36 @@ def test_a_flag_the_version_deprecated_is_warned_of_with_what_its_notice_says():
     assert not any("deprecated" in w for w in older.warnings)
 
 
+def test_like_renames_a_flag_the_version_removed_as_its_last_notice_said_and_drops_one_none_replaced():
+    """--like of a server that ran 0.5.19 with --cuda-graph-max-bs (deprecated in 0.5.14 for
+    --cuda-graph-max-bs-decode, gone in 0.5.20) and --enable-double-sparsity (gone in 0.5.11, no
+    notice), planned for 0.5.23: the first under its new name, the second dropped, each said why."""
+    from gpuops.core import engines
+
+    sv = engines.get("sglang").versions
+    assert sv.removed_flag("--cuda-graph-max-bs", "0.5.23") == ("0.5.19", "--cuda-graph-max-bs-decode")
+    assert sv.removed_flag("--enable-double-sparsity", "0.5.23") == ("0.5.10", None)
+    assert sv.removed_flag("--cuda-graph-max-bs", "0.5.19") is None  # still there
+    assert sv.removed_flag("--no-such-flag", "0.5.23") is None  # never was
+    # as a refusal (the plan's warning, the deploy's check) names them
+    assert sv.removal_note("--cuda-graph-max-bs", "0.5.23") == ("--cuda-graph-max-bs (gone after 0.5.19, whose notice "
+                                                                "said: use --cuda-graph-max-bs-decode)")
+    assert sv.removal_note("--enable-double-sparsity", "0.5.23") == "--enable-double-sparsity (gone after 0.5.10)"
+    assert sv.removal_note("--no-such-flag", "0.5.23") == "--no-such-flag"
+    prev = Previous(source="old-unit", argv=("--model-path", "/m", "--cuda-graph-max-bs", "64",
+                                             "--enable-double-sparsity"))
+    plan = build_plan(facts(*QWEN122), host_target(), Wishes(tp=4, like=prev, engine_version="0.5.23"))
+    f = flags_of(plan)
+    assert f["--cuda-graph-max-bs-decode"] == ("64",) and "--cuda-graph-max-bs" not in f
+    assert "--enable-double-sparsity" not in f
+    renamed = {r.removes[0]: r.why for r in plan.rules if r.id == "like-rename"}
+    assert renamed["--cuda-graph-max-bs"] == ("--cuda-graph-max-bs is gone from SGLang 0.5.23 (after 0.5.19, whose "
+                                              "notice said: use --cuda-graph-max-bs-decode)")
+    dropped = {r.removes[0]: r.why for r in plan.rules if r.id == "like-drop"}
+    assert dropped["--enable-double-sparsity"] == "SGLang 0.5.23 has no --enable-double-sparsity"
+    assert not plan.unknown_flags
+
+
 def test_the_30b_hybrid_moe_fits_on_one_gpu_as_its_official_command_runs_it():
     """Issue 25: Nemotron-3-Nano-30B-A3B 'did not fit' on one 141 GB GPU (205 GB counted), where its
     official command serves the BF16 checkpoint on one. On one H200: TP1, with whole contexts of KV cache."""

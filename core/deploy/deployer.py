@@ -141,10 +141,11 @@ class Deployer:
             return  # a version the data does not know, whose --help could not be read: nothing to check against
         refused = sorted({name for name, _ in split_flags(plan.argv) if name not in flags})
         if refused:
-            made = (f" (the plan was made for {engine.title} {plan.engine_version})"
+            made = (f"; the plan was made for {engine.title} {plan.engine_version}"
                     if plan.engine_version and plan.engine_version != version else "")
+            named = ", ".join(sv.removal_note(n, version) for n in refused)
             raise DeployError(f"{engine.title} {version} on {host.name} does not accept "
-                              f"{', '.join(refused)}{made}: plan it again for this host (--like keeps the rest)")
+                              f"{named}{made}: plan it again for this host (--like keeps the rest)")
 
     async def check_ports(self) -> None:
         """The plan's ports (a router's metrics port too) free to bind on the host; DeployError when

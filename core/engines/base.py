@@ -95,6 +95,21 @@ class VersionData:
         """The option strings of the server's --help text."""
         return frozenset(re.findall(r"(?<![\w-])--[A-Za-z][\w.-]*", text))
 
+    def removed_flag(self, flag: str, version: str) -> tuple[str, str | None] | None:
+        """A flag `version` no longer has that an older one had: (the last version that had it, what
+        its deprecation notice named instead, or None); None when `version` has it or the data never
+        knew it (the default: no data)."""
+        return None
+
+    def removal_note(self, flag: str, version: str) -> str:
+        """`flag` as a refusal names it: with when it went and what replaced it, where known
+        ("--x (gone after 0.5.19, whose notice said: use --y)")."""
+        gone = self.removed_flag(flag, version)
+        if gone is None:
+            return flag
+        last, instead = gone
+        return f"{flag} (gone after {last}" + (f", whose notice said: use {instead})" if instead else ")")
+
     def deprecated_flags(self, version: str) -> Mapping[str, str | None]:
         """{a flag `version` deprecates: what its notice says to use instead (``--x`` or ``--x=value``;
         None: nothing named)}: ``--like`` writes a deprecated flag under its replacement's name."""

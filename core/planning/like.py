@@ -76,18 +76,46 @@ def _drop_reason(name: str, values: tuple[str, ...], ctx: Ctx, ours: set[str]) -
     if reason is not None:
         return reason
     if name not in ctx.flags:
-        return f"{engine.title} {ctx.version} has no {name}"
+        return _no_such(name, ctx)
     return None
+
+
+def _no_such(name: str, ctx: Ctx) -> str:
+    """Why a flag the plan's version does not have is dropped (when nothing more is known of it)."""
+    return f"{engines.get(ctx.wishes.engine).title} {ctx.version} has no {name}"
 
 
 def _translate_deprecated(name: str, values: tuple[str, ...], ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
     """A deprecated flag under its replacement's name (`--x` or `--x=value`); None if it
     has none gpuops can write (then it is kept as is: the engine still accepts it)."""
-    replacement = engines.get(ctx.wishes.engine).versions.deprecated_flags(ctx.version).get(name)
-    if not replacement or any(ch in replacement for ch in "{< "):
+    return _replacement(engines.get(ctx.wishes.engine).versions.deprecated_flags(ctx.version).get(name), values, ctx)
+
+
+def _replacement(notice: str | None, values: tuple[str, ...], ctx: Ctx) -> tuple[str, tuple[str, ...]] | None:
+    """The flag a deprecation notice names (`--x` or `--x=value`), when gpuops can write it and the
+    plan's version accepts it; None otherwise."""
+    if not notice or any(ch in notice for ch in "{< "):
         return None
-    new, eq, value = replacement.partition("=")
+    new, eq, value = notice.partition("=")
+    if new not in ctx.flags:
+        return None
     return (new, (value,)) if eq else (new, values)
+
+
+def _translate_removed(name: str, values: tuple[str, ...],
+                       ctx: Ctx) -> tuple[tuple[str, tuple[str, ...]], str] | None:
+    """A flag the plan's version no longer has, under the name the last notice it carried gave (and
+    why, in words); None when there is none gpuops can write."""
+    engine = engines.get(ctx.wishes.engine)
+    gone = engine.versions.removed_flag(name, ctx.version)
+    if gone is None:
+        return None
+    last, instead = gone
+    new = _replacement(instead, values, ctx)
+    if new is None:
+        return None
+    return new, (f"{name} is gone from {engine.title} {ctx.version} (after {last}, whose notice said: use "
+                 f"{instead})")
 
 
 def _derived_reason(rule: str, why: str, source: str, ctx: Ctx) -> str:
@@ -111,9 +139,14 @@ def _like_flags(prev: Previous, ours: set[str], ctx: Ctx, fired: list[RuleFired]
             # family's fusion): this plan's own rules said whether it applies here, and they did not
             reason = _derived_reason(*derived[(name, values)], prev.source, ctx)
         translated = _translate_deprecated(name, values, ctx) if reason is None else None
+        why = ""
+        if translated is not None:
+            why = (f"{name} is deprecated in {engines.get(engine).title} {ctx.version}: "
+                   f"{' '.join([translated[0], *translated[1]])}")
+        elif reason == _no_such(name, ctx) and (removed := _translate_removed(name, values, ctx)):
+            (translated, why), reason = removed, None
         if translated is not None:
             new_name, new_values = translated
-            why = f"{name} is deprecated in {engines.get(engine).title} {ctx.version}: {' '.join([new_name, *new_values])}"
             if new_name in ours:
                 reason = f"{why}, which this plan sets itself"
             else:

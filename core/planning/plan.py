@@ -471,8 +471,8 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     secret_env = _like_secrets(wishes.like, argv, env, fired) if wishes.like is not None else []
     unknown = sorted({n for n, _ in produced if n not in flags})
     if unknown:
-        warnings.append(f"flags unknown to {engine.title} {version}: {', '.join(unknown)} — deploy would fail; "
-                        "fix the plan first")
+        named = ", ".join(engine.versions.removal_note(n, version) for n in unknown)
+        warnings.append(f"flags unknown to {engine.title} {version}: {named} — deploy would fail; fix the plan first")
     warnings += _deprecated_warnings(produced, engine, version)
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,

@@ -43,6 +43,9 @@ class SGLangVersions(VersionData):
     def deprecated_flags(self, version: str) -> Mapping[str, str | None]:
         return versions.deprecated_flags(version)
 
+    def removed_flag(self, flag: str, version: str) -> tuple[str, str | None] | None:
+        return versions.removed_flag(flag, version)
+
     def match_flag(self, flag: str, flags: frozenset[str]) -> str | None:
         return versions.match_flag(flag, flags)  # argparse's: a unique prefix of a long option too
 

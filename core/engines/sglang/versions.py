@@ -148,6 +148,24 @@ def deprecated_flags(v: str) -> dict[str, str | None]:
     return out
 
 
+def removed_flag(flag: str, v: str) -> tuple[str, str | None] | None:
+    """A flag V no longer has that an older version had: (the last version that had it, what the
+    last deprecation notice it carried named instead, None when none did); None when V has it or no
+    known version ever did."""
+    if flag in flags_for(v):
+        return None
+    last: str | None = None
+    instead: str | None = None
+    for k in known_versions():
+        if version_key(k) > version_key(resolve_version(v)):
+            break
+        if flag in flags_for(k):
+            last = k
+            notice = deprecated_flags(k).get(flag)
+            instead = notice if notice else instead
+    return (last, instead) if last is not None else None
+
+
 def _spec(v: str, flag: str) -> dict | None:
     args = _args(v)
     if flag in args:
