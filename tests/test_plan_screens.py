@@ -97,13 +97,14 @@ async def test_plan_review_edits_without_dead_ends_and_asks_before_deploying():
 
         await typed("port 31234")
         await typed("name swapped")
-        # a flag edit the start-up reserve reads is checked again: a 64k prefill chunk wants more than the
-        # plan's 0.8 leaves, and the warning goes when the edit that replaces it wants less
-        await typed("flag --chunked-prefill-size 65536")
-        assert any("65,536-token prefill chunks" in w for w in screen.plan.warnings), screen.plan.warnings
-        assert "prefill chunks" in app.screen.query_one("#plan-warnings").text.plain
+        # a flag edit the start-up reserve reads is checked again: decode graphs to batch 16384 (32 GiB)
+        # want more than the plan's 0.8 leaves, and the warning goes when the edit that replaces it wants less
+        await typed("flag --cuda-graph-max-bs-decode 16384")
+        assert any("CUDA graphs and buffers" in w for w in screen.plan.warnings), screen.plan.warnings
+        assert "CUDA graphs and buffers" in app.screen.query_one("#plan-warnings").text.plain
+        await typed("-flag --cuda-graph-max-bs-decode")
+        assert not any("CUDA graphs and buffers" in w for w in screen.plan.warnings), screen.plan.warnings
         await typed("flag --chunked-prefill-size 4096")
-        assert not any("prefill chunks" in w for w in screen.plan.warnings), screen.plan.warnings
         await typed("env NCCL_DEBUG=INFO")
         await typed("mem 0.8")
         p = screen.plan

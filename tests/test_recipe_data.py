@@ -176,6 +176,10 @@ def compare(model: str, config: Path, hw: str) -> dict[str, tuple[object, object
     if facts.mtp_layers and official.value("--speculative-draft-model-path") is None:
         out["speculative"] = (official.speculative, "--speculative-algorithm" in flags)
     out["trust-remote-code"] = (official.value("--trust-remote-code") is not None, "--trust-remote-code" in flags)
+    if official.mem_fraction is not None:
+        out["mem-fraction"] = (official.mem_fraction, float(flags["--mem-fraction-static"][0]))
+    if official.expert_parallel is not None:
+        out["expert-parallel"] = (official.expert_parallel, int(flags["--ep-size"][0]) if "--ep-size" in flags else None)
     for which, flag in (("reasoning", "--reasoning-parser"), ("tool_call", "--tool-call-parser")):
         published = recipes.parser_for(model, which)
         known = sv.reasoning_parsers(VERSION) if which == "reasoning" else sv.tool_call_parsers(VERSION)
@@ -209,7 +213,8 @@ def test_the_readme_gives_the_figures_the_corpus_computes():
     checkpoints = len({m for m, _, _ in CASES})
     assert f"{len(CASES)} plans of the {checkpoints} corpus checkpoints" in readme
     names = {"tp": "TP", "speculative": "speculative decoding", "trust-remote-code": "`--trust-remote-code`",
-             "reasoning": "reasoning parser", "tool_call": "tool-call parser"}
+             "reasoning": "reasoning parser", "tool_call": "tool-call parser",
+             "mem-fraction": "`--mem-fraction-static`", "expert-parallel": "expert parallelism"}
     for what, (a, b) in tally().items():
         assert f"{names[what]} **{a}/{b}**" in readme, (what, a, b)
     assert f"{len(DATA['recipes'])} models' recipes" in readme
@@ -291,3 +296,26 @@ def test_mtp_and_no_mtp_on_the_command_line_are_one_choice():
     for words, want in (([], None), (["--mtp"], True), (["--no-mtp"], False), (["--mtp", "--no-mtp"], False)):
         args = parser.parse_args(["plan", "Qwen/Qwen3.5-122B-A10B", *words])
         assert request_from_args(args).mtp is want, words
+
+
+def test_the_published_commands_expert_parallelism_and_memory_share_are_followed_at_its_tp():
+    """Qwen3.5-397B-A17B-FP8 on eight H200s: SGLang's command is --tp 8 --ep 8 --mem-fraction-static 0.8
+    (qwen3.5.jsx, h200 low-latency); the plan takes all three, each rule naming it. At TP4 (--tp 4, which
+    the command does not run) neither its --ep nor its share is the plan's."""
+    config = json.loads((CONFIGS / "corpus" / "qwen3_5_moe__Qwen3.5-397B-A17B.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
+                                     "activation_scheme": "dynamic"}
+    facts = facts_from_config(config, id="Qwen/Qwen3.5-397B-A17B-FP8", source="hub")
+    official = recipes.official(facts.id, H200[0], H200[1] * 1024**2, 8)
+    assert official is not None and (official.tp, official.expert_parallel, official.mem_fraction) == (8, 8, 0.8)
+    plan = build_plan(facts, h200_target(), Wishes(engine_version=VERSION))
+    flags = dict(split_flags(plan.argv))
+    assert plan.tp == 8 and flags["--ep-size"] == ("8",) and flags["--mem-fraction-static"] == ("0.8",)
+    why = {r.id: r.why for r in plan.rules}
+    assert why["expert-parallel"].startswith("the experts spread over 8 GPUs (expert parallelism), as SGLang's "
+                                             "published command for these GPUs runs them (qwen3.5.jsx@")
+    assert "(as SGLang's published command for these GPUs has it: qwen3.5.jsx@" in why["mem-fraction"]
+    at_tp4 = build_plan(facts, h200_target(), Wishes(tp=4, engine_version=VERSION))
+    flags4 = dict(split_flags(at_tp4.argv))
+    assert "--ep-size" not in flags4
+    assert not any(r.id == "mem-fraction" and "published" in r.why for r in at_tp4.rules)

@@ -119,21 +119,25 @@ def test_the_reserve_is_the_fraction_sglang_chooses_itself(version, sglang_serve
     assert len(grid) > 100
 
 
-def test_a_plan_whose_static_share_leaves_less_than_sglangs_reserve_is_warned():
+def test_a_plan_whose_static_share_leaves_less_than_start_up_allocates_is_warned_and_no_other():
     f = facts("llama")
     h100 = offline_target(1, GPUS["H100"] / 1024)
     plan = build_plan(f, h100, Wishes(tp=1, engine_version="0.5.23"))  # gpuops' default 0.8 leaves 15.9 GiB
     assert plan.fit.startup_reserve_bytes == int(81559 * (1 - 0.83) * MIB)
     assert "decode CUDA graphs" in plan.fit.startup_reserve_why
-    assert not any("leaves" in w and "CUDA" in w for w in plan.warnings)
-    tight = build_plan(f, h100, Wishes(tp=1, engine_version="0.5.23", mem_fraction_static=0.92))
-    assert any(w.startswith("--mem-fraction-static 0.92 leaves 6.4 GiB of each GPU for activations and CUDA graphs, "
-                            "where SGLang 0.5.23 sets aside 13.5 GiB") for w in tight.warnings), tight.warnings
-    # a previous deployment's settings are the plan's: --like of a 16k prefill chunk raises the reserve
-    prev = Previous(source="old-unit", argv=("--model-path", "/m", "--chunked-prefill-size", "16384"))
+    assert not any("CUDA graphs and buffers" in w for w in plan.warnings)
+    # 0.92 leaves 6.4 GiB, less than SGLang's whole default reserve (13.5 GiB) but more than its graphs
+    # and buffers (1.6 GiB): SGLang's own commands run so (0.88 on H100s), so it is not warned of
+    snug = build_plan(f, h100, Wishes(tp=1, engine_version="0.5.23", mem_fraction_static=0.92))
+    assert not any("CUDA graphs and buffers" in w for w in snug.warnings), snug.warnings
+    # a previous deployment's graphs up to batch 4096 (8 GiB of decode graphs) at 0.92: warned
+    prev = Previous(source="old-unit", argv=("--model-path", "/m", "--cuda-graph-max-bs-decode", "4096",
+                                             "--mem-fraction-static", "0.92"))
     liked = build_plan(f, h100, Wishes(tp=1, engine_version="0.5.23", like=prev))
-    assert "activations (16,384-token prefill chunks) 24.0 GiB" in liked.fit.startup_reserve_why
-    assert any(w.startswith("--mem-fraction-static 0.8 leaves 15.9 GiB") for w in liked.warnings), liked.warnings
+    assert "decode CUDA graphs (batch <= 4096) 8.0 GiB" in liked.fit.startup_reserve_why
+    assert any(w.startswith("--mem-fraction-static 0.92 leaves 6.4 GiB of each GPU outside weights and KV cache, "
+                            "less than the 9.1 GiB of CUDA graphs and buffers SGLang 0.5.23 allocates there")
+               for w in liked.warnings), liked.warnings
 
 
 def test_speculative_decoding_counts_the_drafts_kv_cache_in_the_fit():
@@ -157,17 +161,24 @@ def test_the_engine_says_its_reserve_and_a_fraction_that_leaves_less():
     # 0.5.23 on an H100 at TP1: 512 + 8192 * 1.5 + 128 + 256 * 2 + 58 prefill graphs * 8 MiB; it picks 0.83
     assert leaves_enough.bytes == int(81559 * (1 - 0.83) * MIB)
     assert "activations (8,192-token prefill chunks) 12.0 GiB" in leaves_enough.why
-    tight = sglang.startup_reserve(f, "0.5.23", GPUS["H100"] * MIB, 1, {"--mem-fraction-static": ("0.9",)})
+    # what SGLang publishes for H100s (0.88) leaves less than its own default reserve: not warned of
+    published = sglang.startup_reserve(f, "0.5.23", GPUS["H100"] * MIB, 1, {"--mem-fraction-static": ("0.88",)})
+    assert published is not None and published.warning is None
+    # graphs to batch 1024 (2 GiB) at 0.97 (2.4 GiB left) do not fit beside the rest start-up allocates
+    tight = sglang.startup_reserve(f, "0.5.23", GPUS["H100"] * MIB, 1, {"--mem-fraction-static": ("0.97",),
+                                                                        "--cuda-graph-max-bs-decode": ("1024",)})
     assert tight is not None and tight.warning is not None
-    assert tight.warning.startswith("--mem-fraction-static 0.9 leaves 8.0 GiB of each GPU")
-    assert "--mem-fraction-static 0.83 or lower" in tight.warning
+    assert tight.warning.startswith("--mem-fraction-static 0.97 leaves 2.4 GiB of each GPU outside weights and KV "
+                                    "cache, less than the 3.1 GiB of CUDA graphs and buffers SGLang 0.5.23"), \
+        tight.warning
+    assert "--mem-fraction-static 0.811 is SGLang's own choice here" in tight.warning
     # an older SGLang counts the draft model in its reserve: speculative decoding moves its choice
     old = sglang.startup_reserve(f, "0.5.10", GPUS["H100"] * MIB, 1, {"--mem-fraction-static": ("0.8",),
                                                                      "--speculative-algorithm": ("EAGLE",)})
     assert old is not None and "EAGLE draft and its graphs 4.0 GiB" in old.why
 
 
-def test_the_plans_memory_bars_say_what_start_up_needs_beside_what_is_kept_free():
+def test_the_plans_memory_bars_say_what_sglangs_default_keeps_beside_what_is_kept_free():
     from rich.console import Console
 
     from gpuops.tui.plan_view import fit_bars
@@ -175,23 +186,27 @@ def test_the_plans_memory_bars_say_what_start_up_needs_beside_what_is_kept_free(
     plan = build_plan(facts("llama"), offline_target(1, GPUS["H100"] / 1024), Wishes(tp=1, engine_version="0.5.23"))
     console = Console(width=160, record=True)
     console.print(fit_bars(plan))
-    assert "kept free 20% (start-up needs 17%)" in console.export_text()
+    assert "kept free 20% (SGLang's default keeps 17%)" in console.export_text()
 
 
 def test_a_flag_edit_the_reserve_reads_is_checked_again_and_its_warning_replaced():
     from gpuops.core.planning.edits import Edit, apply
 
     f = facts("llama")
-    plan = build_plan(f, offline_target(1, GPUS["H100"] / 1024), Wishes(tp=1, engine_version="0.5.23"))
-    big = apply(plan, [Edit("flag", "--chunked-prefill-size", ("16384",))], f)
-    assert "activations (16,384-token prefill chunks) 24.0 GiB" in big.fit.startup_reserve_why
-    warned = [w for w in big.warnings if w.startswith("--mem-fraction-static 0.8 leaves 15.9 GiB")]
+    plan = build_plan(f, offline_target(1, GPUS["H100"] / 1024), Wishes(tp=1, engine_version="0.5.23",
+                                                                       mem_fraction_static=0.9))
+    big = apply(plan, [Edit("flag", "--cuda-graph-max-bs-decode", ("4096",))], f)
+    assert "decode CUDA graphs (batch <= 4096) 8.0 GiB" in big.fit.startup_reserve_why
+    warned = [w for w in big.warnings if w.startswith("--mem-fraction-static 0.9 leaves 8.0 GiB")]
     assert len(warned) == 1
     assert plan.fit.startup_reserve_why != big.fit.startup_reserve_why  # the plan it came from is left as it was
-    # an edit on top of that one: the warning the 16k chunk gave goes, none comes (a 2k chunk wants less)
-    small = apply(big, [Edit("flag", "--chunked-prefill-size", ("2048",))], f)
-    assert not any("leaves" in w and "CUDA graphs" in w for w in small.warnings), small.warnings
-    assert "activations (2,048-token prefill chunks)" in small.fit.startup_reserve_why
+    # an edit on top of that one: the warning the big graphs gave goes, none comes
+    small = apply(big, [Edit("flag", "--cuda-graph-max-bs-decode", ("256",))], f)
+    assert not any("CUDA graphs and buffers" in w for w in small.warnings), small.warnings
+    assert "decode CUDA graphs (batch <= 256)" in small.fit.startup_reserve_why
+    # an edit the reserve does not read leaves the plan's warnings as they were
+    env = apply(big, [Edit("env", "NCCL_DEBUG", ("INFO",))], f)
+    assert env.warnings == big.warnings
     # without the facts (a caller that has none), the edit is applied and the reserve left as it was
-    assert apply(plan, [Edit("flag", "--chunked-prefill-size", ("16384",))]).fit.startup_reserve_why == \
+    assert apply(plan, [Edit("flag", "--cuda-graph-max-bs-decode", ("4096",))]).fit.startup_reserve_why == \
         plan.fit.startup_reserve_why

@@ -66,7 +66,8 @@ def fit_bars(plan, width: int = 48) -> Group:
         ("█", "cyan"), f" state {fit.state_cache_per_gpu_bytes / GIB:.1f}  ",
         ("█", "green"), f" KV {fit.kv_cache_per_gpu_bytes / GIB:.1f}  ",
         ("░", "dim"), f" kept free {(1 - fit.mem_fraction_static) * 100:.0f}%"
-        + (f" (start-up needs {fit.startup_reserve_bytes / total * 100:.0f}%)" if fit.startup_reserve_bytes else "")
+        + (f" ({engines.get(plan.engine).title}'s default keeps {fit.startup_reserve_bytes / total * 100:.0f}%)"
+           if fit.startup_reserve_bytes else "")
         + "  (GiB per GPU)",
     )
     return Group(*rows, legend)

@@ -196,7 +196,8 @@ class Engine(ABC):
         """The engine's published command for this checkpoint on up to `gpus` GPUs like this one (its
         docs' recipe), or None (the default: the engine publishes none gpuops reads). What the planner
         reads of it: ``tp`` (its tensor parallel size), ``speculative`` (whether it decodes
-        speculatively) and ``source`` (where it is written); the engine's rules read the rest."""
+        speculatively), ``mem_fraction`` (its static memory share, None: the engine's own) and
+        ``source`` (where it is written); the engine's rules read the rest."""
         return None
 
     def mtp_default(self, facts: Any, wishes: Any, official: Any | None) -> bool:

@@ -81,7 +81,11 @@ class Wishes:
     download_dir: str | None = None
     port: int | None = None  # --port: never moved; None: the target's first_port, or the next free one above it
     name: str | None = None
-    mem_fraction_static: float = DEFAULT_MEM_FRACTION
+    # --mem-fraction-static: the operator's (plan review's `mem`, --like's); None: the planner's choice
+    # (the engine's published command's for these GPUs, else DEFAULT_MEM_FRACTION), resolved with the
+    # GPUs (plan._tp_and_gpus), its source then in mem_fraction_from
+    mem_fraction_static: float | None = None
+    mem_fraction_from: str | None = None
     served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
     engine_version: str | None = None  # the engine's version option: overrides what the host says
     like: Previous | None = None
@@ -92,3 +96,8 @@ class Wishes:
     # no --port: the first port tried (the target's first_port; a replica of a router given --port P:
     # P + 1, so that the replicas sit above the router's port rather than at the host's first port)
     port_from: int | None = None
+
+    @property
+    def mem_fraction(self) -> float:
+        """The static share the plan passes: the one decided (mem_fraction_static), else gpuops' default."""
+        return DEFAULT_MEM_FRACTION if self.mem_fraction_static is None else self.mem_fraction_static

@@ -213,14 +213,15 @@ def _keep_from_like(target: Target, wishes: Wishes, warnings: list[str]) -> tupl
         wishes = replace(wishes, served_name=served)  # clients ask for it by that name
         notes.append(f"--served-model-name {served}")
     mem = flag_value(argv, "--mem-fraction-static")
-    if wishes.mem_fraction_static == DEFAULT_MEM_FRACTION and mem:
+    if wishes.mem_fraction_static is None and mem:
         try:
             frac = float(mem)
         except ValueError:
             frac = -1.0
-        if 0.1 <= frac <= 0.98 and frac != DEFAULT_MEM_FRACTION:
+        if 0.1 <= frac <= 0.98:
             wishes = replace(wishes, mem_fraction_static=frac)
-            notes.append(f"--mem-fraction-static {mem}")
+            if frac != DEFAULT_MEM_FRACTION:
+                notes.append(f"--mem-fraction-static {mem}")
     return target, wishes, notes
 
 
@@ -297,11 +298,18 @@ def _tp_and_gpus(facts: ModelFacts, target: Target, wishes: Wishes,
     engine = engines.get(wishes.engine)
     name = next((g.name for g in target.gpus if g.index in gpu_ids), None)
     official = engine.official(facts, name, gpu_mem, len(gpu_ids))
+    if wishes.mem_fraction_static is None:  # the published command's for these GPUs, else gpuops' default
+        published = getattr(official, "mem_fraction", None) if official is not None else None
+        wishes = (replace(wishes, mem_fraction_static=published, mem_fraction_from=official.source)
+                  if official is not None and published is not None
+                  else replace(wishes, mem_fraction_static=DEFAULT_MEM_FRACTION))
     if wishes.mtp is None:  # neither --mtp nor --no-mtp: the engine decides (the plan's offer says why, when off)
         wishes = replace(wishes, mtp=engine.mtp_default(facts, wishes, official))
     if tp == 0:  # no --tp: chosen among the free GPUs
         tp = _choose_tp(facts, gpu_mem, wishes, len(gpu_ids), warnings, official)
         gpu_ids = tuple(sorted(gpu_ids[:tp]))
+    if wishes.mem_fraction_from is not None and official is not None and official.tp != tp:  # tuned for its TP
+        wishes = replace(wishes, mem_fraction_static=DEFAULT_MEM_FRACTION, mem_fraction_from=None)
     refusal = tp_refusal(facts, tp, wishes.engine)
     if refusal:
         raise PlanError(f"{refusal} (try {', '.join(map(str, tp_choices(facts, max(tp, 8), wishes.engine)))})")
@@ -319,7 +327,7 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
     spec = facts.mtp_layers > 0 and bool(wishes.mtp)
     choices = tp_choices(facts, gpus, wishes.engine) or [1]
     fits = [(t, f) for t in choices
-            if (f := compute_fit(facts, t, gpu_mem, wishes.mem_fraction_static, spec, engine=wishes.engine)).fits]
+            if (f := compute_fit(facts, t, gpu_mem, wishes.mem_fraction, spec, engine=wishes.engine)).fits]
     if not fits:
         warnings.append(f"TP not chosen: TP{choices[-1]}, the largest the free GPUs allow (no TP up to {gpus} fits)")
         return choices[-1]
@@ -338,7 +346,7 @@ def _choose_tp(facts: ModelFacts, gpu_mem: int, wishes: Wishes, gpus: int, warni
     others = (", ".join(f"TP{t}: {f.max_total_tokens / ctx:.1f}x" for t, f in fits) if ctx
               else ", ".join(f"TP{t}: {f.max_total_tokens:,} tokens" for t, f in fits))
     if official is not None and official.tp != tp:  # the published command's TP, and why not
-        fit = compute_fit(facts, official.tp, gpu_mem, wishes.mem_fraction_static, spec, engine=wishes.engine)
+        fit = compute_fit(facts, official.tp, gpu_mem, wishes.mem_fraction, spec, engine=wishes.engine)
         why += (f"; not the published command's TP{official.tp} ({official.source}): it {fit.verdict}"
                 if official.tp in choices else
                 f"; {wishes.engine} cannot shard the model over the published command's TP{official.tp} ({official.source})")
@@ -352,7 +360,7 @@ def _mtp_offer(facts: ModelFacts, tp: int, gpu_mem: int, wishes: Wishes, fit: An
     that the checkpoint could, how to turn it on, and what that changes (the requests run at once, the
     KV cache, as the fit counts them)."""
     engine = engines.get(wishes.engine)
-    on = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, True, engine=wishes.engine)
+    on = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction, True, engine=wishes.engine)
     change = (f" (then at most {engine.max_running(True)} requests run at once, not {engine.max_running(False)}; KV cache "
               f"{on.max_total_tokens:,} tokens instead of {fit.max_total_tokens:,})" if on.fits
               else f", which does not fit here ({on.verdict})")
@@ -425,15 +433,24 @@ def recheck_startup(before: Plan, after: Plan, facts: ModelFacts) -> Plan:
     if after.fit is None or after.replicas or after.members:
         return after
     engine = engines.get(after.engine)
-    old = _startup_reserve(msgspec.structs.replace(after.fit), facts, engine, before.engine_version, before.tp,
-                           split_flags(before.argv))
+    was = msgspec.structs.replace(after.fit)
+    old = _startup_reserve(was, facts, engine, before.engine_version, before.tp, split_flags(before.argv))
     fit = msgspec.structs.replace(after.fit)
     new = _startup_reserve(fit, facts, engine, after.engine_version, after.tp, split_flags(after.argv))
+    if (fit.startup_reserve_bytes, new) == (was.startup_reserve_bytes, old):
+        return after  # nothing the reserve reads moved: the plan's own warnings stand as the planner gave them
     warnings = [w for w in after.warnings if w != old] + ([new] if new else [])
     try:
         return after.replace(fit=fit, warnings=warnings)
     except Invalid as exc:
         raise PlanError(str(exc)) from None
+
+
+def _check_mem_fraction(wishes: Wishes) -> None:
+    """PlanError for a static share the operator gave outside 0.1..0.98."""
+    frac = wishes.mem_fraction_static
+    if frac is not None and not 0.1 <= frac <= 0.98:
+        raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {frac}")
 
 
 def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
@@ -443,8 +460,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         target, wishes, like_notes = _keep_from_like(target, wishes, warnings)
     name = _plan_name(facts, wishes)
     wishes = replace(wishes, port=_choose_port(target, wishes, name, warnings))  # the flag rules read wishes.port
-    if not 0.1 <= wishes.mem_fraction_static <= 0.98:
-        raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {wishes.mem_fraction_static}")
+    _check_mem_fraction(wishes)
     version, version_source = _engine_version(target, wishes, warnings)
     engine = engines.get(wishes.engine)
     _facts_warnings(facts, warnings, engine, version)
@@ -475,10 +491,10 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
         warnings.append(f"flags unknown to {engine.title} {version}: {named} — deploy would fail; fix the plan first")
     warnings += _deprecated_warnings(produced, engine, version)
 
-    fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction_static, ctx.spec, gpu_count=len(target.gpus) or None,
+    fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
     reserve_warning = _startup_reserve(fit, facts, engine, version, tp, produced)
-    if reserve_warning:
+    if reserve_warning and wishes.mem_fraction_from is None:  # (a published command's share ran as published)
         warnings.append(reserve_warning)
     if asked_mtp is None and not wishes.mtp and facts.mtp_layers > 0 and official is not None:
         warnings.append(_mtp_offer(facts, tp, gpu_mem, wishes, fit, official))

@@ -147,6 +147,16 @@ def _spec_why(ctx: Ctx) -> str:
             f"{where}); --no-mtp drops it")
 
 
+def _ep(ctx: Ctx) -> int | None:
+    """The published command's expert-parallel size, where the plan runs its TP and the checkpoint's
+    routed experts split evenly over it; None otherwise."""
+    off, moe = ctx.official, ctx.facts.moe
+    ep = off.expert_parallel if off is not None else None
+    if ep is None or off.tp != ctx.tp or moe is None or not moe.num_experts or moe.num_experts % ep:
+        return None
+    return int(ep)
+
+
 def _quant_flags(ctx: Ctx) -> list[tuple[str, tuple[str, ...]]]:
     q = ctx.facts.quant
     if q is None or not q.quantization:
@@ -173,6 +183,10 @@ RULES: tuple[Rule, ...] = (
          lambda c: [("--tp-size", (str(c.tp),))],
          lambda c: f"shard over {gpus(c.tp)} ({', '.join(map(str, c.gpu_ids))})",
          env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(map(str, c.gpu_ids))}),
+    Rule("expert-parallel", lambda c: _ep(c) is not None and c.has("--ep-size"),
+         lambda c: [("--ep-size", (str(_ep(c)),))],
+         lambda c: f"the experts spread over {gpus(_ep(c) or 1)} (expert parallelism), as SGLang's published command "
+                   f"for these GPUs runs them ({c.official.source})"),
     Rule("bind", lambda c: True,
          lambda c: [("--host", (c.target.serve_host,)), ("--port", (str(c.wishes.port),))],
          lambda c: ("the host policy allows serving only on loopback" if is_loopback(c.target.serve_host)
@@ -184,9 +198,11 @@ RULES: tuple[Rule, ...] = (
          lambda c: [("--context-length", (str(c.facts.context_length),))],
          lambda c: f"the model's full context ({c.facts.context_length:,} tokens); long contexts keep thinking intact"),
     Rule("mem-fraction", lambda c: c.has("--mem-fraction-static"),
-         lambda c: [("--mem-fraction-static", (f"{c.wishes.mem_fraction_static:g}",))],
-         lambda c: f"weights + KV cache may use {c.wishes.mem_fraction_static:.0%} of each GPU; the rest is for "
-                   "activations and CUDA graphs"),
+         lambda c: [("--mem-fraction-static", (f"{c.wishes.mem_fraction:g}",))],
+         lambda c: f"weights + KV cache may use {c.wishes.mem_fraction:.0%} of each GPU; the rest is for "
+                   "activations and CUDA graphs" + (f" (as SGLang's published command for these GPUs has it: "
+                                                    f"{c.wishes.mem_fraction_from})" if c.wishes.mem_fraction_from
+                                                    else "")),
     Rule("metrics", lambda c: c.has("--enable-metrics"),
          lambda c: [("--enable-metrics", ())],
          lambda c: "Prometheus /metrics for gpuops' live views and benchmarks"),

@@ -112,6 +112,11 @@ class Reserve:
     fraction: float  # the --mem-fraction-static SGLang would choose itself for this server
     gpu_mib: float
     parts: tuple[tuple[str, float], ...]  # (what, MiB), before the floor and the multimodal share
+    # what start-up itself allocates there (metadata, communication buffers, CUDA graphs, DP padding,
+    # DeepEP buffers, a draft's share): the reserve less its rule-of-thumb terms (the prefill's
+    # activations at 1.5 MiB a token, the 10 GiB floor, the multimodal share), which SGLang's own
+    # published commands often leave less room for
+    allocated_mib: float
     source: str  # "SGLang 0.5.23 (srt/arg_groups/memory_hook.py:83-188, :281-414 (0.5.23))"
 
     @property
@@ -122,6 +127,10 @@ class Reserve:
     def why(self) -> str:
         """The reserve's terms, one phrase: "activations 12.0 GiB (8,192-token prefill chunks), …"."""
         return ", ".join(f"{what} {mib / 1024:.1f} GiB" for what, mib in self.parts if mib)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return int(self.allocated_mib * MIB)
 
 
 def _flag(settings: Mapping[str, Sequence[str]], *names: str) -> str | None:
@@ -207,16 +216,19 @@ def reserve(version: str, gpu_bytes: int, tp: int, settings: Mapping[str, Sequen
                 and _flag(settings, "--disable-piecewise-cuda-graph", "--disable-prefill-cuda-graph") is None):
             parts.append(("prefill CUDA graphs", 1.5 * 1024 if mla else _prefill_graph_sizes(chunk) * 8.0))
     mib = sum(m for _, m in parts)
+    allocated = mib - parts[1][1]  # (all but the activations)
     if gpu_mib > 60 * _G and mib < 10 * _G:
         parts.append(("SGLang's floor on GPUs over 60 GiB", 10 * _G - mib))
         mib = 10 * _G
     if r.deepep_mib and graphs and _flag(settings, "--moe-a2a-backend") == "deepep":
         parts.append(("DeepEP all-to-all buffers", float(r.deepep_mib)))
         mib += r.deepep_mib
+        allocated += r.deepep_mib
     extra = r.spec_reserve_mib.get(algorithm, r.spec_reserve_mib.get("*", 0)) if algorithm else 0
     if extra:
         parts.append((f"{algorithm} draft and its graphs", float(extra)))
         mib += extra
+        allocated += extra
     fraction = round((gpu_mib - mib) / gpu_mib, 3)
     if vision is not None:
         layers, hidden = vision
@@ -224,7 +236,8 @@ def reserve(version: str, gpu_bytes: int, tp: int, settings: Mapping[str, Sequen
         factor = 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
         parts.append(("vision tower's images", gpu_mib * fraction * (1 - factor)))
         fraction *= factor
-    return Reserve(fraction=fraction, gpu_mib=gpu_mib, parts=tuple(parts), source=f"SGLang {version} ({r.source})")
+    return Reserve(fraction=fraction, gpu_mib=gpu_mib, parts=tuple(parts), allocated_mib=allocated,
+                   source=f"SGLang {version} ({r.source})")
 
 
 def vision_of(tower: tuple[int | None, int | None] | None) -> tuple[int, int] | None:
@@ -237,11 +250,15 @@ def vision_of(tower: tuple[int | None, int | None] | None) -> tuple[int, int] | 
 
 
 def warning(r: Reserve, mem_fraction: float) -> str | None:
-    """What a plan says when its --mem-fraction-static leaves less than the version's reserve."""
-    if mem_fraction <= r.fraction + 1e-9:
+    """What a plan says when its --mem-fraction-static leaves less than start-up itself allocates
+    outside it (CUDA graphs and buffers); None when it leaves that much. Leaving less than the
+    version's whole default reserve is not warned of: SGLang's own published commands do that often
+    (with 0.88 on an H100 where its default is 0.83)."""
+    left_mib = r.gpu_mib * (1 - mem_fraction)
+    if left_mib >= r.allocated_mib:
         return None
-    left = r.gpu_mib * (1 - mem_fraction) / 1024
-    return (f"--mem-fraction-static {mem_fraction:g} leaves {left:.1f} GiB of each GPU for activations and CUDA "
-            f"graphs, where {r.source.split(' (')[0]} sets aside {r.bytes / (1 << 30):.1f} GiB at these "
-            f"settings ({r.why()}): CUDA-graph capture or the first long prompt may run out of memory; "
-            f"--mem-fraction-static {math.floor(r.fraction * 1000) / 1000:g} or lower is SGLang's own choice here")
+    return (f"--mem-fraction-static {mem_fraction:g} leaves {left_mib / 1024:.1f} GiB of each GPU outside weights and "
+            f"KV cache, less than the {r.allocated_mib / 1024:.1f} GiB of CUDA graphs and buffers "
+            f"{r.source.split(' (')[0]} allocates there at these settings ({r.why()}): start-up is likely to run out "
+            f"of memory capturing them; --mem-fraction-static {math.floor(r.fraction * 1000) / 1000:g} is SGLang's own "
+            "choice here")

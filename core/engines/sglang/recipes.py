@@ -62,6 +62,22 @@ class Official:
     def speculative(self) -> bool:
         return any(f in SPEC_FLAGS for f, _ in self.flags)
 
+    @property
+    def mem_fraction(self) -> float | None:
+        """The cell's --mem-fraction-static (0.1..0.98), None when it leaves SGLang to choose."""
+        v = self.value("--mem-fraction-static")
+        try:
+            frac = float(v[0]) if v else None
+        except ValueError:
+            return None
+        return frac if frac is not None and 0.1 <= frac <= 0.98 else None
+
+    @property
+    def expert_parallel(self) -> int | None:
+        """The cell's expert-parallel size (--ep, --ep-size), None when it has none."""
+        v = self.value("--ep-size") or self.value("--expert-parallel-size")
+        return int(v[0]) if v and v[0].isdigit() and int(v[0]) > 1 else None
+
 
 @functools.cache
 def _data() -> dict[str, Any]:
