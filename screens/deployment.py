@@ -246,6 +246,8 @@ class DeploymentScreen(GpuopsScreen):
             state = self.view.state if name == plan.name else self._state_of(name)
             out.append(f"  {name:<{wide[0]}}  {where:<{wide[1]}}  ")
             out.append(state, style="green" if state == State.READY else "red" if state in (State.CRASHED, State.STALLED) else "")
+            if name in self.view.in_flight:
+                out.append(f"  {self.view.in_flight[name]:.0f} in flight")
             if lost:
                 out.append("  lost (router)", style="bold red")
             elif name in self.view.circuits_open:

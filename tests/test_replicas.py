@@ -463,8 +463,9 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
         assert await until(pilot, all_ready, timeout=300), said()
         import re
 
-        rows = [re.compile(r"Replicas \(2 of 2 healthy by the router\)"), re.compile(r"trio-r1  gpu1:\d+   ready"),
-                re.compile(r"trio-r2  gpu1:\d+   ready")]  # (each one line of the pane beside the phases)
+        # each one line of the pane beside the phases, with the requests the router has at it (none: idle)
+        rows = [re.compile(r"Replicas \(2 of 2 healthy by the router\)"),
+                re.compile(r"trio-r1  gpu1:\d+   ready +0 in flight"), re.compile(r"trio-r2  gpu1:\d+   ready +0 in flight")]
         assert await until(pilot, lambda: all(r.search(screen_text(app)) for r in rows), timeout=60), screen_text(app)
         # the router's own log lines (smg colours them) are shown without terminal escapes
         assert await until(pilot, lambda: "http_request{method=GET" in screen_text(app), timeout=30), screen_text(app)

@@ -9,7 +9,9 @@ failures; it never drops a worker from its list, so a replica that comes back is
 
 The router has no start-up phases of its own: it is ``ready`` once it counts every replica healthy.
 A replica it counts unhealthy afterwards is a ``replica-lost`` finding (the router serves on with
-the others), and ``replica-back`` when it recovers; the router's process gone is a crash.
+the others), and ``replica-back`` when it recovers; the router's process gone is a crash. Each
+replica's ``load`` there (the requests the router has at it) is published as the router's numbers
+(``in_flight``), for the screen, never stored.
 
 Each router also keeps a circuit breaker per replica: after failed requests in a row (--cb-failure-
 threshold, 10 by default) it stops sending that replica requests, whatever its /health says, and
@@ -27,10 +29,11 @@ from typing import Any
 
 import msgspec
 
-from ..domain import Evidence, Finding, Fix, Plan, url_host
+from ..domain import Evidence, Finding, Fix, NumbersEvent, Plan, url_host
 from ..states import State
 from ..hosts.host import Host, HostError, host_python, script_source
 from ..hosts.programs import http_probe as http_probe_program
+from .view import IN_FLIGHT
 from .watch import WITH_ENV_FILE, Watch
 
 
@@ -91,6 +94,13 @@ async def router_view(host: Host, plan: Plan, env_path: str | None = None) -> Ro
     if not res.ok:
         return RouterView(answering=False, error=(res.stderr.strip().splitlines() or ["the probe failed"])[-1][:300])
     return parse_view(res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "")
+
+
+def in_flight(plan: Plan, view: RouterView) -> dict[str, float]:
+    """{IN_FLIGHT + replica name: the requests the router has at it now}, for the replicas its
+    /workers lists with a load."""
+    load = {w.url: w.load for w in view.workers if w.load is not None}
+    return {IN_FLIGHT + r.name: float(load[url]) for r, url in zip(plan.replicas, plan.worker_urls) if url in load}
 
 
 _CIRCUIT = re.compile(r"Circuit breaker state transition: (?P<old>\w+) -> (?P<new>\w+)")
@@ -160,6 +170,8 @@ class RouterWatch(Watch):
     """The watch of a router deployment: its log for display (as a server's), its state from what
     the router says of its replicas, its process from its launcher."""
 
+    _loads: dict[str, float] | None = None  # the requests in flight at each replica, as last published
+
     async def _active(self) -> str:
         view = self.view
         queue, reader = self._read_into_queue()
@@ -220,6 +232,10 @@ class RouterWatch(Watch):
             self.set_state(State.CRASHED, phase=view.phase or State.STARTING, reason=f"the router exited ({status.detail})")
             return State.CRASHED
         rv = await router_view(self.host, self.plan, self.launcher.env_path or None)
+        loads = in_flight(self.plan, rv) if rv.answering else {}
+        if loads and loads != self._loads:  # (shown, not stored: it moves with every request)
+            self._loads = loads
+            self.bus.publish(self.name, NumbersEvent(values=loads, run=self.run_no, deployment=self.name))
         if view.state != State.READY:
             ended = self._router_readiness(rv, started)
             if ended is not None:

@@ -31,6 +31,10 @@ from ..domain import (
 
 TERMINAL = (State.CRASHED, State.STOPPED)
 
+# A router's numbers (never stored: published as its watch reads them): the requests it has at a
+# replica now, from its /workers "load", under this prefix and the replica's name
+IN_FLIGHT = "in_flight:"
+
 
 def parse_ts(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
@@ -67,6 +71,7 @@ class RunView:
     plan_change: PlanEvent | None = None  # the fix this run started with
     replicas_lost: set[str] = field(default_factory=set)  # a router's: the replicas it counts unhealthy now
     circuits_open: set[str] = field(default_factory=set)  # a router's: the replicas its circuit breaker cut off now
+    in_flight: dict[str, float] = field(default_factory=dict)  # a router's: the requests it has at each replica now
     last_progress: str | None = None  # when the run last moved (a phase, progress or state event)
     events: int = 0
 
@@ -116,7 +121,11 @@ class RunView:
             if event.phase != State.DOWNLOADING:
                 self._progressed(event.ts)
         elif isinstance(event, NumbersEvent):
-            self.numbers.update(event.values)
+            for key, value in event.values.items():
+                if key.startswith(IN_FLIGHT):
+                    self.in_flight[key[len(IN_FLIGHT):]] = value
+                else:
+                    self.numbers[key] = value
         elif isinstance(event, FindingEvent):
             finding = event.finding()
             # the same finding again (a second triage of the same stall) replaces the first
