@@ -24,13 +24,13 @@ def request_from_args(args: argparse.Namespace, model: str | None = None) -> Pla
     from ..core.planning.request import PlanRequest
 
     return PlanRequest(model=args.model if model is None else model, host=args.host, hosts=args.hosts,
-                       replicas=args.replicas, tp=args.tp, gpus=args.gpus, gpu_memory=args.gpu_memory,
+                       replicas=args.replicas, router_policy=args.router_policy, tp=args.tp, gpus=args.gpus, gpu_memory=args.gpu_memory,
                        gpu_ids=args.gpu_ids, engine_version=args.sglang_version, like=args.like,
                        download_dir=args.download_dir, mtp=args.mtp, name=args.name, port=args.port)
 
 
 # the planning options' destinations beside --host and --name (what a PLAN.json given to deploy refuses)
-PLANNING_DESTS = ("hosts", "replicas", "tp", "gpus", "gpu_memory", "gpu_ids", "sglang_version", "like",
+PLANNING_DESTS = ("hosts", "replicas", "router_policy", "tp", "gpus", "gpu_memory", "gpu_ids", "sglang_version", "like",
                   "download_dir", "mtp", "port")
 
 
@@ -41,6 +41,9 @@ def add_planning_options(p: argparse.ArgumentParser, *, host_help: str) -> None:
                    "first, --tp split evenly over them)")
     p.add_argument("--replicas", type=int, metavar="K", help="K servers of the model on --host (or round "
                    "--hosts), each on GPUs and a port of its own, behind the engine's router on the (first) host (the first of its routers the host has)")
+    p.add_argument("--router-policy", metavar="P", help="with --replicas: how the router spreads the requests "
+                   "(its --policy: cache_aware by default; round_robin, power_of_two, least_load, … as the router "
+                   "accepts; one only smg has makes the plan smg's)")
     p.add_argument("--tp", type=int, help="tensor parallel size (default: the smallest the engine can run that holds "
                    "a full context; the plan says the others)")
     p.add_argument("--gpus", type=int, metavar="N", help="plan offline for N GPUs (or override the host's)")

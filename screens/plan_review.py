@@ -188,7 +188,7 @@ class PlanReviewScreen(GpuopsScreen):
 
     def action_edit(self) -> None:
         self._open_input("edit", "name N · port N · tp N · gpus 0,1 · mem 0.85 · bind ADDR · nodes H2,… · "
-                         "replicas K [H2,…] · flag --X [V] · -flag --X · env K=V · -env K")
+                         "replicas K [H2,…] · policy P · flag --X [V] · -flag --X · env K=V · -env K")
 
     @on(Input.Submitted, "#like-input")
     def _line_given(self, event: Input.Submitted) -> None:

@@ -83,6 +83,40 @@ def test_two_replicas_on_one_host_get_gpus_and_ports_of_their_own_behind_the_rou
     assert plan.part_names == ["duo-r1", "duo-r2"]
 
 
+def test_the_routers_policy_is_the_operators_where_a_router_has_it_and_names_the_router_that_does():
+    """--router-policy: one both routers accept (round_robin) is passed as --policy and leaves the
+    router to the host; one only smg has (least_load, read from its wheel) makes the plan smg's; one
+    neither has is refused in one line with what each accepts."""
+    both = _replicated(2, name="duo", router_policy="round_robin")
+    argv = both.exec_argv()
+    assert argv[argv.index("--policy") + 1] == "round_robin" and both.router is None
+    rule = next(r for r in both.rules if r.id == "router-policy")
+    assert rule.why == "the router spreads the requests by round_robin, not its default cache_aware"
+    smg_only = _replicated(2, name="duo", router_policy="least_load")
+    assert smg_only.router == "smg" and smg_only.exec_argv()[1:3] == ["-m", "smg.launch_router"]
+    assert "(only smg has it: the plan runs smg)" in next(r.why for r in smg_only.rules if r.id == "router-policy")
+    assert "--policy" not in _replicated(2, name="duo").exec_argv()  # the router's own default
+    with pytest.raises(PlanError) as refused:
+        _replicated(2, name="duo", router_policy="fastest")
+    assert str(refused.value) == (
+        "--router-policy fastest: no router of SGLang has it (smg: cache_aware, random, round_robin, passthrough, "
+        "power_of_two, least_load, manual, consistent_hashing, prefix_hash; sglang-router: cache_aware, random, "
+        "round_robin, power_of_two, manual)")
+    # a plan with no router has no policy to set
+    from gpuops.core.planning.request import build
+
+    with pytest.raises(PlanError) as alone:
+        build(facts("qwen3__Qwen3-8B", "Qwen/Qwen3-8B"), target("gpu1"), Wishes(router_policy="round_robin"))
+    assert str(alone.value) == "a routing policy is the router's: plan replicas behind one first (--replicas K)"
+    # plan review's word for it, read before it reaches a plan
+    from gpuops.core.planning.edits import EditError, parse
+
+    assert parse("policy least_load") == ("wish", {"router_policy": "least_load"})
+    assert parse("policy -") == ("wish", {"router_policy": None})
+    with pytest.raises(EditError):
+        parse("policy 'rr; rm -rf /'")
+
+
 def test_the_replicas_take_tp_gpus_each_and_too_many_are_refused_in_one_line():
     plan = _replicated(2, tp=2)
     assert [r.gpu_ids for r in plan.replicas] == [(0, 1), (2, 3)]
@@ -447,6 +481,9 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
         await edit("gpus 2,3")
         assert await until(pilot, lambda: any("each replica's GPUs are the planner's" in m for m in said()))
         assert [r.gpu_ids for r in screen.plan.replicas] == [(0,), (1,)]
+        await edit("policy least_load")  # only smg has it (its wheel says): the plan runs smg, which takes it
+        assert await until(pilot, lambda: screen.plan.router == "smg"), said()
+        assert "--policy least_load" in str(screen.query_one("#plan-launch").render())
         await pilot.press("d")
         assert await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         box = app.screen

@@ -100,3 +100,20 @@ async def test_the_routers_own_view_is_asked_at_an_ipv6_address_it_binds(sglang_
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def test_the_routers_policies_are_those_their_own_parsers_accept(sglang_venv):
+    """data/sglang_routers.json (read from the wheels by extract/routers.py) against each router's own
+    --help in the host venv: the --policy choices argparse prints, in its order."""
+    import re
+    import subprocess
+
+    from gpuops.core.engines.sglang import routers
+
+    for package, module in (("smg", "smg.launch_router"), ("sglang-router", "sglang_router.launch_router")):
+        out = subprocess.run([str(sglang_venv / "bin" / "python"), "-m", module, "--help"], capture_output=True,
+                             text=True, timeout=120)
+        m = re.search(r"\[--policy \{([a-z_,]+)\}\]", out.stdout)
+        assert m is not None, out.stdout[-2000:]
+        assert routers.policies(package) == tuple(m.group(1).split(",")), package
+        assert routers.default_policy(package) == "cache_aware"

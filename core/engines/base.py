@@ -152,6 +152,11 @@ class Engine(ABC):
                 return r
         raise KeyError(package or f"{self.title} has no router")
 
+    def router_policies(self, package: str) -> tuple[str, ...]:
+        """The routing policies router `package` accepts (its --policy), the first its default where
+        the engine says it; () where it does not say (the default)."""
+        return ()
+
     def router_title(self, package: str | None = None) -> str:
         """How text names the router: the one named, else each the engine has, preferred first."""
         return package if package is not None else " or ".join(r.package for r in self.routers) or "a router"

@@ -6,6 +6,8 @@ review (or given to a script), validated before it changes anything.
                                                                     nodes (this host is node 0); - back to one
     replicas K [H2,…] · replicas -                                  K servers behind the router (on this
                                                                     host's GPUs, or round it and H2…); - one
+    policy P · policy -                                             how the router spreads the requests
+                                                                    (its --policy); - its default
     flag --NAME [VALUE…] · -flag --NAME                             add/alter or drop a server flag
     env NAME=VALUE · -env NAME                                      set or drop an environment variable
 
@@ -28,7 +30,7 @@ from . import PlanError
 from .. import engines
 from .plan import recheck_startup
 
-WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "replicas", "flag", "-flag", "env", "-env")
+WORDS = ("name", "port", "tp", "gpus", "mem", "bind", "nodes", "replicas", "policy", "flag", "-flag", "env", "-env")
 _OWNED_HINT = {"--port": "port N", "--tp-size": "tp N", "--tp": "tp N", "--host": "bind ADDRESS",
                "--mem-fraction-static": "mem FRACTION", "--served-model-name": "name N (or --like)",
                "--api-key": "bind beyond loopback (gpuops keeps the key)"}
@@ -107,6 +109,15 @@ def _mem(args: list[str]) -> tuple[str, Any]:
     return "wish", {"mem_fraction_static": frac}
 
 
+def _policy(args: list[str]) -> tuple[str, Any]:
+    """The replicas' router's --policy (the planner checks the engine's routers accept it); - its default."""
+    if args[0] == "-":
+        return "wish", {"router_policy": None}
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", args[0]):
+        raise EditError(f"policy: a routing policy's name (round_robin, cache_aware, …), not {args[0]!r}")
+    return "wish", {"router_policy": args[0]}
+
+
 def _bind(args: list[str]) -> tuple[str, Any]:
     try:
         ip_address(args[0])
@@ -147,7 +158,7 @@ def _flag(word: str, args: list[str], known_flags: frozenset[str] | None, engine
 
 # the words of one value each, and what reads it
 _ONE_VALUE: dict[str, Callable[[list[str]], tuple[str, Any]]] = {
-    "name": _name, "port": _port, "tp": _tp, "mem": _mem, "bind": _bind, "gpus": _gpus}
+    "name": _name, "port": _port, "tp": _tp, "mem": _mem, "bind": _bind, "gpus": _gpus, "policy": _policy}
 
 
 def parse(line: str, known_flags: frozenset[str] | None = None, engine: str = engines.DEFAULT) -> tuple[str, Any]:

@@ -86,6 +86,7 @@ class Wishes:
     # GPUs (plan._tp_and_gpus), its source then in mem_fraction_from
     mem_fraction_static: float | None = None
     mem_fraction_from: str | None = None
+    router_policy: str | None = None  # a replicated plan's router's --policy; None: the router's default
     served_name: str | None = None  # the model name clients ask for (None: from the model; --like keeps the old)
     engine_version: str | None = None  # the engine's version option: overrides what the host says
     like: Previous | None = None

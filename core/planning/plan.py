@@ -743,6 +743,26 @@ def _router_rules(plans: list[Plan], head: Target, urls: list[str], router_port:
     return fired
 
 
+def _router_policy(engine_name: str, policy: str | None) -> tuple[str | None, RuleFired | None]:
+    """(the router the plan must run, None: the first the host has; the rule that sets --policy) for
+    the operator's --router-policy: a policy every one of the engine's routers accepts leaves the
+    router to the host; one only some accept names the first of them; one none accepts is refused,
+    with theirs."""
+    if policy is None:
+        return None, None
+    engine = engines.get(engine_name)
+    having = [r.package for r in engine.routers if policy in engine.router_policies(r.package)]
+    if not having:
+        said = "; ".join(f"{r.package}: {', '.join(engine.router_policies(r.package)) or '?'}" for r in engine.routers)
+        raise PlanError(f"--router-policy {policy}: no router of {engine.title} has it ({said})")
+    router = None if len(having) == len(engine.routers) else having[0]
+    default = engine.router_policies(having[0])[0]
+    why = (f"the router spreads the requests by {policy}" + (f" (only {router} has it: the plan runs {router})" if router
+                                                             else "")
+           + (f", not its default {default}" if policy != default else " (its default, as asked)"))
+    return router, RuleFired("router-policy", why, ["--policy", policy])
+
+
 def _check_replicated(nodes: Sequence[Node], wishes: Wishes, replicas: int) -> None:
     if replicas < 2:
         raise PlanError("--replicas: two or more (one server: leave --replicas out)")
@@ -790,10 +810,11 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
     bind = head.serve_host
     keyed = not is_loopback(bind) or any(p.uses_api_key for p in plans)
     # its metrics on its own address: the routers' default is every address (0.0.0.0), unauthenticated
+    router, policy_rule = _router_policy(plans[0].engine, wishes.router_policy)
     argv = ["--worker-urls", *urls, "--host", bind, "--port", str(router_port), "--prometheus-host", bind,
-            "--prometheus-port", str(metrics),
+            "--prometheus-port", str(metrics), *(policy_rule.adds if policy_rule else []),
             *ROUTER_HEALTH, *(["--api-key", API_KEY_PLACEHOLDER] if keyed else [])]
-    fired = _router_rules(plans, head, urls, router_port, metrics, keyed)
+    fired = _router_rules(plans, head, urls, router_port, metrics, keyed) + ([policy_rule] if policy_rule else [])
     first = plans[0]
     fit = first.fit
     if fit is not None:
@@ -804,8 +825,8 @@ def build_replicated_plan(facts: ModelFacts, nodes: Sequence[Node], wishes: Wish
                     download_dir=None, fit=fit, rules=fired, warnings=warnings + list(dict.fromkeys(w for p in plans for w in p.warnings)),
                     model_path=first.model_path, reuse_existing=True, python=head.python,
                     engine_version_source=first.engine_version_source,
-                    flags_checked_against=engines.get(first.engine).router_title(),
-                    replicas=plans)
+                    flags_checked_against=engines.get(first.engine).router_title(router),
+                    replicas=plans, router=router)
     except Invalid as exc:
         raise PlanError(str(exc)) from None
 

@@ -34,6 +34,7 @@ class PlanRequest:
     host: str | None = None
     hosts: str | None = None  # "H1,H2": one deployment over several hosts
     replicas: int | None = None
+    router_policy: str | None = None  # --router-policy: how the replicas' router spreads the requests
     tp: int | None = None
     gpus: int | None = None
     gpu_memory: float | None = None
@@ -53,6 +54,8 @@ def build(facts: ModelFacts, target: Target, wishes: Wishes, nodes: Sequence[Nod
     first), or with no nodes one server on `target`."""
     if replicas:
         return build_replicated_plan(facts, list(nodes), wishes, replicas)
+    if wishes.router_policy is not None:
+        raise PlanError("a routing policy is the router's: plan replicas behind one first (--replicas K)")
     if not nodes:
         return build_plan(facts, target, wishes)
     return build_multinode_plan(facts, list(nodes), wishes)
@@ -95,6 +98,7 @@ async def plan_request(inv: Inventory, req: PlanRequest, *, open_host: OpenHost,
         tp=req.tp, gpu_ids=gpu_ids(req.gpu_ids), mtp=req.mtp, download_dir=req.download_dir,
         port=req.port, name=req.name, engine_version=version_wish(req.engine_version),
         like=load_previous(req.like, stored_plan) if req.like else None, replacing=req.replacing,
+        router_policy=req.router_policy,
     )
     hosts, replicas = req.hosts, req.replicas
     if hosts and req.host:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import Engine, Router, SimHostPart, StartupReserve, VersionData
-from . import bench, flag_rules, memory, models, recipes, remote_code, sharding, versions
+from . import bench, flag_rules, memory, models, recipes, remote_code, routers, sharding, versions
 from .finding_rules import LogScanner, nccl_log_on
 from .phases import PHASES, PhaseTracker, clean, track_log
 from ..records import LogLine
@@ -103,6 +103,11 @@ class SGLang(Engine):
 
     def server_module(self) -> str:
         return self.server
+
+    def router_policies(self, package: str) -> tuple[str, ...]:
+        found = routers.policies(package)
+        default = routers.default_policy(package)
+        return tuple(sorted(found, key=lambda p: p != default))  # (its default first, then in the wheel's order)
 
     def command_flags(self, argv: Sequence[str]) -> list[str]:
         """What follows `python -m sglang.launch_server`, `sglang serve` or a launch_server.py."""

@@ -92,7 +92,8 @@ def pip_versions() -> list[str]:
 
 
 def find_wheel(wheel_dir: Path, version: str, package: str = "sglang") -> Path | None:
-    for p in sorted(wheel_dir.glob("%s-%s-*.whl" % (package, version))) + \
+    name = package.replace("-", "_")  # a wheel's file name spells the project's dashes as underscores
+    for p in sorted(wheel_dir.glob("%s-%s-*.whl" % (name, version))) + \
             sorted(wheel_dir.glob("%s-%s.tar.gz" % (package, version))):
         return p
     return None
