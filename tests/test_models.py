@@ -60,13 +60,13 @@ def test_every_collected_config_has_a_real_size() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(REAL_BYTES))
-def test_computed_size_is_within_3_percent_of_the_real_checkpoint(name: str) -> None:
+def test_computed_size_is_within_half_a_percent_of_the_real_checkpoint(name: str) -> None:
     f = facts(name)
     assert f.checkpoint_bytes_source == "computed"
     real = REAL_BYTES[name]
     error = (f.checkpoint_bytes - real) / real * 100
     print(f"{name}: computed {f.checkpoint_bytes:,} real {real:,} error {error:+.3f}%")
-    assert abs(error) < 3
+    assert abs(error) < 0.5  # (the largest today: Nemotron-3-Nano's 0.07%, against a rounded published count)
     assert f.missing == ()
     assert f.known_architecture
 
