@@ -269,6 +269,14 @@ def run_deploy(inv: Inventory, args: argparse.Namespace) -> int:
     return _ended(inv, args, use)
 
 
+def _stored_warnings(ops: Any, name: str) -> list[str]:
+    """The stored plan's warnings (what the deploy recorded), [] when it cannot be read."""
+    try:
+        return list(ops.deployment(name).plan.warnings)
+    except Exception:  # (a line less on the screen, never a failed deploy)
+        return []
+
+
 def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -> None:
     """Print the events of `plan`'s deployment as they come (one JSON object a line with --json):
     its own, and each other node's or replica's, each human line labelled with its part."""
@@ -285,7 +293,9 @@ def _listen(ops: Any, plan: Any, args: argparse.Namespace, warnings: Any = ()) -
         if line is not None:
             print(own + line, flush=True)
         if getattr(event, "state", None) == State.PLANNED:
-            for warning in warnings:
+            # the plan's own (when made here) and what the deploy's checks added to the stored plan
+            stored = _stored_warnings(ops, plan.name)
+            for warning in [*warnings, *(w for w in stored if w not in plan.warnings)]:
                 print(f"          plan: {warning}", flush=True)
 
     def emit_part(label: str) -> Any:

@@ -177,13 +177,23 @@ def test_a_plan_with_a_flag_the_hosts_version_removed_is_refused_before_anything
     status = subprocess.run([GPUOPS, "--config", str(cfg), "status", "--json"], capture_output=True, text=True, env=env)
     assert json.loads(status.stdout)["deployments"] == []  # nothing recorded
     assert not processes_matching("sglang.launch_server", str(sim.directory))  # nothing started
-    # without the flag the same plan deploys (the check refuses only what the host's version lacks)
-    doc["argv"] = doc["argv"][:-2]
+    # without the flag the same plan deploys (the check refuses only what the host's version lacks); a
+    # flag 0.5.23 still accepts but deprecated is said among the plan's warnings, stored with it
+    doc["argv"] = doc["argv"][:-2] + ["--disable-fast-image-processor"]
     (tmp_path / "old.json").write_text(json.dumps(doc))
     out = subprocess.run([GPUOPS, "--config", str(cfg), "deploy", str(tmp_path / "old.json"), "--host", "gpu1", "--yes"],
                          capture_output=True, text=True, env=env, timeout=120)
     try:
         assert out.returncode == 0, out.stderr
+        said = ("--disable-fast-image-processor is deprecated in SGLang 0.5.23 (its notice: use "
+                "--image-processor-backend=pil); a later version may refuse it")
+        assert f"plan: {said}" in out.stdout, out.stdout
+        store = Store(Path(env["XDG_STATE_HOME"]) / "gpuops" / "gpuops.db")
+        try:
+            stored = store.deployment("old")
+        finally:
+            store.close()
+        assert stored is not None and said in stored.plan.warnings, stored
     finally:
         subprocess.run([GPUOPS, "--config", str(cfg), "stop", "old", "--yes"], capture_output=True, env=env)
 

@@ -23,6 +23,7 @@ from ..hosts.programs import port_free as port_free_program
 from ..hosts.model_copies import copy_complete
 from .. import engines
 from ..planning.hostfacts import engine_version, free_space, help_flags
+from ..planning.plan import deprecated_warnings
 from ..telemetry.samples import snapshot
 from .download import Download, DownloadError, bytes_on_disk
 from .launchers import Launcher, LaunchError, open_launcher
@@ -146,6 +147,11 @@ class Deployer:
             named = ", ".join(sv.removal_note(n, version) for n in refused)
             raise DeployError(f"{engine.title} {version} on {host.name} does not accept "
                               f"{named}{made}: plan it again for this host (--like keeps the rest)")
+        # what the host's version still accepts but has deprecated: said in the stored plan's warnings
+        # (a plan made for an older version, or offline, did not say it)
+        late = [w for w in deprecated_warnings(split_flags(plan.argv), engine, version) if w not in plan.warnings]
+        if late:
+            self.plan = plan.replace(warnings=[*plan.warnings, *late])
 
     async def check_ports(self) -> None:
         """The plan's ports (a router's metrics port too) free to bind on the host; DeployError when

@@ -368,7 +368,7 @@ def _mtp_offer(facts: ModelFacts, tp: int, gpu_mem: int, wishes: Wishes, fit: An
             f"checkpoint has {facts.mtp_layers} MTP layer(s): --mtp (plan review: m) turns it on{change}")
 
 
-def _deprecated_warnings(produced: Sequence[tuple[str, tuple[str, ...]]], engine: engines.Engine,
+def deprecated_warnings(produced: Sequence[tuple[str, tuple[str, ...]]], engine: engines.Engine,
                          version: str) -> list[str]:
     """A warning for each flag the version still accepts but has deprecated (--like translates the
     ones whose notice names a plain replacement; an edit or a notice that names none leaves them):
@@ -489,7 +489,7 @@ def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:
     if unknown:
         named = ", ".join(engine.versions.removal_note(n, version) for n in unknown)
         warnings.append(f"flags unknown to {engine.title} {version}: {named} — deploy would fail; fix the plan first")
-    warnings += _deprecated_warnings(produced, engine, version)
+    warnings += deprecated_warnings(produced, engine, version)
 
     fit = compute_fit(facts, tp, gpu_mem, wishes.mem_fraction, ctx.spec, gpu_count=len(target.gpus) or None,
                       engine=wishes.engine)
