@@ -7,6 +7,7 @@ replica, and the router's run view keeps which replicas are cut off."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 
@@ -25,14 +26,21 @@ def _findings(plan, router: Router) -> list:
     return [f for line in router.text if (f := circuit_finding(plan, line)) is not None]
 
 
-def test_a_replica_the_breaker_cuts_off_is_a_finding_and_so_is_its_return(tmp_path, sglang_venv):
-    plan = _replicated(2, name="duo", port=free_port())
-    model = model_dir(tmp_path / "models", QWEN3, 16_381_470_720, shards=5)
+def simulated_replicas(root, plan, token_delay_s: float) -> tuple[list[Server], Path]:
+    """A simulated SGLang 0.5.23 server (Qwen3-8B's config) on each replica's port of `plan`, each
+    generating a token every `token_delay_s`: started, not waited for; and the model's folder."""
+    model = model_dir(root / "models", QWEN3, 16_381_470_720, shards=5)
     sims = []
     for i, replica in enumerate(plan.replicas):
-        host = setup_simhost(tmp_path / f"sim{i}", gpus=1, engine_version="0.5.23", pace=PACE)
-        host.set_sim(token_delay_s=0.001)
+        host = setup_simhost(root / f"sim{i}", gpus=1, engine_version="0.5.23", pace=PACE)
+        host.set_sim(token_delay_s=token_delay_s)
         sims.append(Server(host, "--model-path", model, "--host", "127.0.0.1", "--port", replica.port))
+    return sims, model
+
+
+def test_a_replica_the_breaker_cuts_off_is_a_finding_and_so_is_its_return(tmp_path, sglang_venv):
+    plan = _replicated(2, name="duo", port=free_port())
+    sims, model = simulated_replicas(tmp_path, plan, token_delay_s=0.001)
     try:
         for s in sims:
             s.wait_for("The server is fired up and ready to roll!", timeout=60)

@@ -16,24 +16,17 @@ from gpuops.core.deploy.router import in_flight, router_view
 from gpuops.core.deploy.view import IN_FLIGHT, RunView
 from gpuops.core.domain import NumbersEvent
 from gpuops.core.hosts.host import LocalHost
-from gpuops.sim.host import setup_simhost
 from tests.router_util import Router
 from tests.sshd import free_port
 from tests.test_replicas import _replicated
-from tests.test_router_probe import PACE
-from tests.test_sglang_sim import QWEN3, Server, model_dir
+from tests.test_router_circuit import simulated_replicas
 
 SLOW = {"text": "the quick brown fox", "sampling_params": {"max_new_tokens": 120, "temperature": 0}}
 
 
 def test_the_routers_requests_at_each_replica_are_read_while_in_flight_and_after(tmp_path, sglang_venv):
     plan = _replicated(2, name="duo", port=free_port())
-    model = model_dir(tmp_path / "models", QWEN3, 16_381_470_720, shards=5)
-    sims = []
-    for i, replica in enumerate(plan.replicas):
-        host = setup_simhost(tmp_path / f"sim{i}", gpus=1, engine_version="0.5.23", pace=PACE)
-        host.set_sim(token_delay_s=0.05)  # 120 tokens: about 6 s a request
-        sims.append(Server(host, "--model-path", model, "--host", "127.0.0.1", "--port", replica.port))
+    sims, _ = simulated_replicas(tmp_path, plan, token_delay_s=0.05)  # 120 tokens: about 6 s a request
     local = LocalHost(HostConfig(name="gpu1", local=True, ssh=None, python=None))
     try:
         for s in sims:
