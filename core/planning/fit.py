@@ -16,9 +16,9 @@ def kv_bytes_per_token_per_gpu(facts: ModelFacts, tp: int, spec: bool = False) -
     """KV bytes one token costs on each GPU. MLA's latent is replicated on every TP rank;
     GQA heads are split, but never below one head per rank. With speculative decoding on the MTP
     layers, the draft keeps its own KV for every token of the pool, one full-attention layer's worth
-    per MTP layer, out of the same budget (the first engine prices a pool token so since its 0.5.1x
-    releases; its older ones took the draft's pool from the start-up reserve: counted here, it errs
-    on the side of fewer tokens)."""
+    per MTP layer, out of the same budget (the first engine's 0.5.23 prices a pool token so; its
+    0.5.10 took the draft's pool from its start-up reserve instead: counted here for every version,
+    it errs on the side of fewer tokens)."""
     whole = facts.kv_bytes_per_token()
     attention_layers = facts.hybrid.full_attention_layers if facts.hybrid is not None else (facts.num_layers or 0)
     if spec and facts.mtp_layers > 0 and attention_layers > 0:
