@@ -15,7 +15,7 @@ from ..core.config import Inventory
 from ..core.states import State
 from ..core.domain import (BenchEvent, BenchResultEvent, BenchStateEvent, SwapBenchNew, SwapBenchOld, SwapCompare,
                            SwapDeployNew, SwapFetch, SwapKept, SwapNewState, SwapOldState, SwapPlanned, SwapRollback,
-                           SwapStep, SwapStopOld)
+                           SwapStep, SwapStopOld, flag_value)
 from ..core.literal import literal, literal_lines
 from .common import OperationFailed, UsageError, minute, run_use_case
 from .plan import add_planning_options
@@ -474,7 +474,8 @@ def run_status(inv: Inventory, args: argparse.Namespace) -> int:
         _print({"schema": SCHEMA, "deployment": d.to_json(), "events": [event_json(e) for e in events[-50:]],
                 "parts": [{"name": p.name, "state": p.state, "host": p.host} for p in parts]})
     else:
-        router = f", router {d.plan.router}" if d.plan.router else ""
+        policy = flag_value(d.plan.argv, "--policy") if d.plan.replicas else None
+        router = (f", router {d.plan.router}" if d.plan.router else "") + (f" ({literal(policy)})" if policy else "")
         print(f"{d.name}: {d.state} on {d.host} — {d.model} (launcher {d.launcher}{router}, run {d.run}, since {d.updated_at})")
         kind = "node" if d.plan.members else "replica"
         for i, p in enumerate(parts, start=1):  # the other nodes (node 0 is d) or the router's replicas

@@ -498,6 +498,8 @@ async def test_plan_review_makes_replicas_and_deploys_them_behind_the_real_route
             except Exception:
                 return False
         assert await until(pilot, all_ready, timeout=300), said()
+        shown = gpuops("--config", str(cfg), "status", "trio", env=env, timeout=120)  # the CLI says it too
+        assert ", router smg (least_load), run 1," in shown.stdout.splitlines()[0], shown.stdout
         import re
 
         # each one line of the pane beside the phases, with the requests the router has at it (none: idle)
