@@ -26,8 +26,8 @@ SLOW = {"text": "the quick brown fox", "sampling_params": {"max_new_tokens": 120
 
 def test_the_routers_requests_at_each_replica_are_read_while_in_flight_and_after(tmp_path, sglang_venv):
     plan = _replicated(2, name="duo", port=free_port())
-    sims, _ = simulated_replicas(tmp_path, plan, token_delay_s=0.05)  # 120 tokens: about 6 s a request
     local = LocalHost(HostConfig(name="gpu1", local=True, ssh=None, python=None))
+    sims, _ = simulated_replicas(tmp_path, plan, token_delay_s=0.05)  # 120 tokens: about 6 s a request
     try:
         for s in sims:
             s.wait_for("The server is fired up and ready to roll!", timeout=60)
