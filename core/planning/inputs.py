@@ -10,9 +10,20 @@ from dataclasses import dataclass, field
 from .. import engines
 from ..config import DEFAULT_FIRST_PORT, DEFAULT_LAUNCHER
 
-__all__ = ["DEFAULT_MEM_FRACTION", "GpuInfo", "Previous", "Target", "Wishes"]
+__all__ = ["DEFAULT_MEM_FRACTION", "MEM_FRACTIONS", "GpuInfo", "Previous", "Target", "Wishes", "mem_fraction_of"]
 
 DEFAULT_MEM_FRACTION = 0.8
+MEM_FRACTIONS = (0.1, 0.98)  # the static shares a plan may pass (--mem-fraction-static), inclusive
+
+
+def mem_fraction_of(text: str | None) -> float | None:
+    """A --mem-fraction-static value as written (a previous deployment's, a published command's),
+    when it is one a plan may pass; None otherwise."""
+    try:
+        frac = float(text) if text else None
+    except ValueError:
+        return None
+    return frac if frac is not None and MEM_FRACTIONS[0] <= frac <= MEM_FRACTIONS[1] else None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ..domain import (API_KEY_PLACEHOLDER, Fit, Invalid, Like, LikeChange, Membe
 from . import PlanError
 from .. import engines
 from .fit import compute_fit, tp_choices, tp_refusal
-from .inputs import DEFAULT_MEM_FRACTION, GpuInfo, Previous, Target, Wishes
+from .inputs import DEFAULT_MEM_FRACTION, MEM_FRACTIONS, GpuInfo, Previous, Target, Wishes, mem_fraction_of
 from .rules import Ctx, Rule
 from .like import NODE_FLAGS, apply_like
 from .model_facts import ModelFacts
@@ -213,15 +213,11 @@ def _keep_from_like(target: Target, wishes: Wishes, warnings: list[str]) -> tupl
         wishes = replace(wishes, served_name=served)  # clients ask for it by that name
         notes.append(f"--served-model-name {served}")
     mem = flag_value(argv, "--mem-fraction-static")
-    if wishes.mem_fraction_static is None and mem:
-        try:
-            frac = float(mem)
-        except ValueError:
-            frac = -1.0
-        if 0.1 <= frac <= 0.98:
-            wishes = replace(wishes, mem_fraction_static=frac)
-            if frac != DEFAULT_MEM_FRACTION:
-                notes.append(f"--mem-fraction-static {mem}")
+    frac = mem_fraction_of(mem)
+    if wishes.mem_fraction_static is None and frac is not None:
+        wishes = replace(wishes, mem_fraction_static=frac)
+        if frac != DEFAULT_MEM_FRACTION:
+            notes.append(f"--mem-fraction-static {mem}")
     return target, wishes, notes
 
 
@@ -447,10 +443,10 @@ def recheck_startup(before: Plan, after: Plan, facts: ModelFacts) -> Plan:
 
 
 def _check_mem_fraction(wishes: Wishes) -> None:
-    """PlanError for a static share the operator gave outside 0.1..0.98."""
-    frac = wishes.mem_fraction_static
-    if frac is not None and not 0.1 <= frac <= 0.98:
-        raise PlanError(f"the memory fraction (--mem-fraction-static) must be 0.1..0.98, got {frac}")
+    """PlanError for a static share the operator gave outside MEM_FRACTIONS."""
+    frac, (low, high) = wishes.mem_fraction_static, MEM_FRACTIONS
+    if frac is not None and not low <= frac <= high:
+        raise PlanError(f"the memory fraction (--mem-fraction-static) must be {low:g}..{high:g}, got {frac}")
 
 
 def build_plan(facts: ModelFacts, target: Target, wishes: Wishes) -> Plan:

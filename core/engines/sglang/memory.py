@@ -128,10 +128,6 @@ class Reserve:
         """The reserve's terms, one phrase: "activations 12.0 GiB (8,192-token prefill chunks), …"."""
         return ", ".join(f"{what} {mib / 1024:.1f} GiB" for what, mib in self.parts if mib)
 
-    @property
-    def allocated_bytes(self) -> int:
-        return int(self.allocated_mib * MIB)
-
 
 def _flag(settings: Mapping[str, Sequence[str]], *names: str) -> str | None:
     for name in names:

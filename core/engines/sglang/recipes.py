@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...planning.inputs import mem_fraction_of
+
 DATA = Path(__file__).resolve().parent / "data" / "sglang_recipes.json"
 # the flags of speculative decoding (a plan's, a published command's, a previous deployment's)
 SPEC_FLAGS = frozenset({"--speculative-algorithm", "--speculative-algo", "--speculative-num-steps",
@@ -64,13 +66,9 @@ class Official:
 
     @property
     def mem_fraction(self) -> float | None:
-        """The cell's --mem-fraction-static (0.1..0.98), None when it leaves SGLang to choose."""
+        """The cell's --mem-fraction-static (one a plan may pass), None when it leaves SGLang to choose."""
         v = self.value("--mem-fraction-static")
-        try:
-            frac = float(v[0]) if v else None
-        except ValueError:
-            return None
-        return frac if frac is not None and 0.1 <= frac <= 0.98 else None
+        return mem_fraction_of(v[0] if v else None)
 
     @property
     def expert_parallel(self) -> int | None:

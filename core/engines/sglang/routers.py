@@ -27,7 +27,3 @@ def policies(package: str) -> tuple[str, ...]:
 def default_policy(package: str) -> str | None:
     value = _data()["routers"].get(package, {}).get("default_policy")
     return value if isinstance(value, str) else None
-
-
-def source(package: str) -> str:
-    return str(_data()["routers"].get(package, {}).get("source", package))
