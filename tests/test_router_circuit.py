@@ -30,11 +30,16 @@ def simulated_replicas(root, plan, token_delay_s: float) -> tuple[list[Server], 
     """A simulated SGLang 0.5.23 server (Qwen3-8B's config) on each replica's port of `plan`, each
     generating a token every `token_delay_s`: started, not waited for; and the model's folder."""
     model = model_dir(root / "models", QWEN3, 16_381_470_720, shards=5)
-    sims = []
-    for i, replica in enumerate(plan.replicas):
-        host = setup_simhost(root / f"sim{i}", gpus=1, engine_version="0.5.23", pace=PACE)
-        host.set_sim(token_delay_s=token_delay_s)
-        sims.append(Server(host, "--model-path", model, "--host", "127.0.0.1", "--port", replica.port))
+    sims: list[Server] = []
+    try:
+        for i, replica in enumerate(plan.replicas):
+            host = setup_simhost(root / f"sim{i}", gpus=1, engine_version="0.5.23", pace=PACE)
+            host.set_sim(token_delay_s=token_delay_s)
+            sims.append(Server(host, "--model-path", model, "--host", "127.0.0.1", "--port", replica.port))
+    except BaseException:  # (one that failed to start: the ones before it are not left running)
+        for s in sims:
+            s.stop()
+        raise
     return sims, model
 
 
